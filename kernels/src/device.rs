@@ -1,0 +1,411 @@
+//! The device layer: the only code that knows it runs on a GPU.
+//!
+//! Kernels call these functions and nothing lower: workitem and workgroup ids
+//! and sizes, the workgroup barrier, launch-sized LDS, wave operations. Every
+//! function has two bodies: the device body (compiled for `amdgpu`) uses the
+//! AMDGPU intrinsics, the host body reads the CPU emulator's per-workitem
+//! context (see [`crate::host::emu`]), so the very same kernel function runs in
+//! the emulator, one coroutine per workitem, workgroups in parallel threads.
+//!
+//! Wave size is a runtime value ([`wave_size`]): 64 on CDNA (gfx9), 32 on RDNA
+//! (gfx10+). Kernels must be right for both.
+
+use rocm_kernel_macros::amdgpu_device;
+
+#[cfg(not(target_arch = "amdgpu"))]
+use crate::host::emu;
+
+/// Offsets in the HSA kernel dispatch packet (hsa_kernel_dispatch_packet_t).
+#[amdgpu_device]
+const DISPATCH_WORKGROUP_SIZE_X: usize = 4;
+
+/// Workitem id inside its workgroup, x dimension.
+///
+/// ```
+/// # use ferrocm_kernels::device::workitem_id_x;
+/// // Only meaningful inside a kernel running on a GPU or in the emulator.
+/// let _f: fn() -> u32 = workitem_id_x;
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn workitem_id_x() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return core::arch::amdgpu::workitem_id_x();
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.workitem_id[0]);
+}
+
+/// Workitem id inside its workgroup, y dimension.
+#[amdgpu_device]
+#[inline(always)]
+pub fn workitem_id_y() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return core::arch::amdgpu::workitem_id_y();
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.workitem_id[1]);
+}
+
+/// Workgroup id in the grid, x dimension.
+#[amdgpu_device]
+#[inline(always)]
+pub fn workgroup_id_x() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return core::arch::amdgpu::workgroup_id_x();
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.workgroup_id[0]);
+}
+
+/// Workgroup id in the grid, y dimension.
+#[amdgpu_device]
+#[inline(always)]
+pub fn workgroup_id_y() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return core::arch::amdgpu::workgroup_id_y();
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.workgroup_id[1]);
+}
+
+/// Reads a u16 / u32 field of the dispatch packet (device only).
+#[amdgpu_device]
+#[cfg(target_arch = "amdgpu")]
+#[inline(always)]
+fn dispatch_u16(offset: usize) -> u16 {
+    unsafe {
+        let p = core::intrinsics::gpu::amdgpu_dispatch_ptr() as *const u8;
+        *(p.add(offset) as *const u16)
+    }
+}
+
+#[amdgpu_device]
+#[cfg(target_arch = "amdgpu")]
+#[inline(always)]
+fn dispatch_u32(offset: usize) -> u32 {
+    unsafe {
+        let p = core::intrinsics::gpu::amdgpu_dispatch_ptr() as *const u8;
+        *(p.add(offset) as *const u32)
+    }
+}
+
+/// Number of workitems in a workgroup, x dimension (the launch's block size).
+#[amdgpu_device]
+#[inline(always)]
+pub fn workgroup_size_x() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return dispatch_u16(DISPATCH_WORKGROUP_SIZE_X) as u32;
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.workgroup_size[0]);
+}
+
+/// Number of workitems in a workgroup, y dimension.
+#[amdgpu_device]
+#[inline(always)]
+pub fn workgroup_size_y() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return dispatch_u16(DISPATCH_WORKGROUP_SIZE_X + 2) as u32;
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.workgroup_size[1]);
+}
+
+/// Number of workgroups in the grid, x dimension.
+#[amdgpu_device]
+#[inline(always)]
+pub fn num_workgroups_x() -> u32 {
+    // The packet holds the grid size in workitems (HIP: blocks * block size).
+    #[cfg(target_arch = "amdgpu")]
+    return dispatch_u32(12).div_ceil(workgroup_size_x());
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.num_workgroups[0]);
+}
+
+/// Number of workgroups in the grid, y dimension.
+#[amdgpu_device]
+#[inline(always)]
+pub fn num_workgroups_y() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return dispatch_u32(16).div_ceil(workgroup_size_y());
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.num_workgroups[1]);
+}
+
+/// Flat workitem id in the grid, x dimension, in 64 bits (grids may pass 2^32).
+#[amdgpu_device]
+#[inline(always)]
+pub fn global_id_x() -> u64 {
+    workgroup_id_x() as u64 * workgroup_size_x() as u64 + workitem_id_x() as u64
+}
+
+/// Total number of workitems in the grid, x dimension: the stride of a grid-stride loop.
+#[amdgpu_device]
+#[inline(always)]
+pub fn global_size_x() -> u64 {
+    num_workgroups_x() as u64 * workgroup_size_x() as u64
+}
+
+/// Wave (wavefront) size: 64 on gfx9, 32 on gfx10+ (and whatever the emulator was given).
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_size() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return core::arch::amdgpu::wavefrontsize();
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.wave_size);
+}
+
+/// Lane of this workitem in its wave, `0..wave_size()`.
+#[amdgpu_device]
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return core::arch::amdgpu::mbcnt_hi(!0, core::arch::amdgpu::mbcnt_lo(!0, 0));
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::with(|c| c.lane);
+}
+
+/// Workgroup barrier that also orders memory: every LDS and global access
+/// issued before it by any workitem of the group is complete and visible to
+/// every workitem of the group after it (HIP's `__syncthreads`).
+///
+/// `s_barrier` alone is not a fence: stores may still be in flight. The device
+/// body waits for all outstanding memory counters before the barrier and, on
+/// RDNA (WGP mode, per-CU L0 caches), invalidates the L0 after it.
+#[amdgpu_device]
+#[inline(always)]
+pub fn barrier() {
+    #[cfg(target_arch = "amdgpu")]
+    unsafe {
+        use core::sync::atomic::{Ordering, compiler_fence};
+        compiler_fence(Ordering::SeqCst);
+        #[cfg(ferrocm_gfx9)]
+        core::arch::asm!("s_waitcnt vmcnt(0) lgkmcnt(0)");
+        #[cfg(any(ferrocm_gfx10, ferrocm_gfx11))]
+        core::arch::asm!("s_waitcnt vmcnt(0) lgkmcnt(0)", "s_waitcnt_vscnt null, 0x0");
+        #[cfg(ferrocm_gfx12)]
+        core::arch::asm!("s_wait_loadcnt 0x0", "s_wait_storecnt 0x0", "s_wait_dscnt 0x0");
+        core::arch::amdgpu::s_barrier();
+        #[cfg(any(ferrocm_gfx10, ferrocm_gfx11))]
+        core::arch::asm!("buffer_gl0_inv");
+        #[cfg(ferrocm_gfx12)]
+        core::arch::asm!("global_inv scope:SCOPE_SE");
+        compiler_fence(Ordering::SeqCst);
+    }
+    #[cfg(not(target_arch = "amdgpu"))]
+    emu::barrier();
+}
+
+/// Launch-sized LDS (workgroup shared memory) viewed as `T`s, starting
+/// `byte_offset` bytes into the workgroup's arena (whose size is the launch's
+/// `lds_bytes`). Every workitem of a group sees the same memory.
+///
+/// Access goes through [`Lds::load`] / [`Lds::store`] so the emulator can
+/// check every index against the launch size.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct Lds<T> {
+    base: *mut T,
+    byte_offset: u32,
+}
+
+/// The launch-sized LDS of this workgroup, from its first byte.
+#[amdgpu_device]
+#[inline(always)]
+pub fn lds<T>() -> Lds<T> {
+    lds_at::<T>(0)
+}
+
+/// The launch-sized LDS of this workgroup, from `byte_offset` (a multiple of
+/// `align_of::<T>()`), to hold several arrays in one arena.
+#[amdgpu_device]
+#[inline(always)]
+pub fn lds_at<T>(byte_offset: u32) -> Lds<T> {
+    #[cfg(target_arch = "amdgpu")]
+    let arena = core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<u8>();
+    #[cfg(not(target_arch = "amdgpu"))]
+    let arena = emu::with(|c| c.lds);
+    Lds { base: unsafe { arena.add(byte_offset as usize) } as *mut T, byte_offset }
+}
+
+#[amdgpu_device]
+impl<T: Copy> Lds<T> {
+    /// Reads element `i`.
+    #[inline(always)]
+    pub fn load(self, i: u32) -> T {
+        #[cfg(not(target_arch = "amdgpu"))]
+        emu::check_lds::<T>(self.byte_offset, i);
+        unsafe { *self.base.add(i as usize) }
+    }
+
+    /// Writes element `i`.
+    #[inline(always)]
+    pub fn store(self, i: u32, v: T) {
+        #[cfg(not(target_arch = "amdgpu"))]
+        emu::check_lds::<T>(self.byte_offset, i);
+        unsafe { *self.base.add(i as usize) = v }
+    }
+}
+
+/// The value of `v` held by lane `lane_id() ^ mask` (butterfly exchange).
+/// `mask` must be below [`wave_size`]. All active lanes must call it together.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_shfl_xor(v: u32, mask: u32) -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return unsafe { core::arch::amdgpu::ds_bpermute((lane_id() ^ mask) << 2, v) };
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::wave_op(emu::WaveOp::ShflXor(mask), v as u64) as u32;
+}
+
+/// The value of `v` held by lane `src` (the same `src` in every lane).
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_broadcast(v: u32, src: u32) -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return unsafe { core::arch::amdgpu::ds_bpermute(src << 2, v) };
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::wave_op(emu::WaveOp::Broadcast(src), v as u64) as u32;
+}
+
+/// Bit `l` set for every active lane `l` whose `pred` is true.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_ballot(pred: bool) -> u64 {
+    #[cfg(target_arch = "amdgpu")]
+    return core::arch::amdgpu::ballot(pred);
+    #[cfg(not(target_arch = "amdgpu"))]
+    return emu::wave_op(emu::WaveOp::Ballot, pred as u64);
+}
+
+/// `f32` butterfly exchange, see [`wave_shfl_xor`].
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_shfl_xor_f32(v: f32, mask: u32) -> f32 {
+    f32::from_bits(wave_shfl_xor(v.to_bits(), mask))
+}
+
+/// Sum of `v` over the wave, in every lane. The summation order is the same
+/// butterfly on the GPU and in the emulator, so results match bit for bit.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_sum_f32(v: f32) -> f32 {
+    let mut acc = v;
+    let mut offset = wave_size() / 2;
+    while offset > 0 {
+        acc += wave_shfl_xor_f32(acc, offset);
+        offset /= 2;
+    }
+    acc
+}
+
+/// Maximum of `v` over the wave (NaN ignored as in `f32::max`), in every lane.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_max_f32(v: f32) -> f32 {
+    let mut acc = v;
+    let mut offset = wave_size() / 2;
+    while offset > 0 {
+        acc = acc.max(wave_shfl_xor_f32(acc, offset));
+        offset /= 2;
+    }
+    acc
+}
+
+/// Minimum of `v` over the wave (NaN ignored as in `f32::min`), in every lane.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_min_f32(v: f32) -> f32 {
+    let mut acc = v;
+    let mut offset = wave_size() / 2;
+    while offset > 0 {
+        acc = acc.min(wave_shfl_xor_f32(acc, offset));
+        offset /= 2;
+    }
+    acc
+}
+
+/// 64-bit butterfly exchange (two 32-bit exchanges).
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_shfl_xor_u64(v: u64, mask: u32) -> u64 {
+    let lo = wave_shfl_xor(v as u32, mask) as u64;
+    let hi = wave_shfl_xor((v >> 32) as u32, mask) as u64;
+    lo | (hi << 32)
+}
+
+/// Element offset of logical index `i` in a strided layout.
+///
+/// `layout` holds `ndim` dims followed by `ndim` strides (in elements); a
+/// broadcast dim has stride 0. 64-bit arithmetic throughout.
+#[amdgpu_device]
+#[inline(always)]
+pub fn strided_offset(i: u64, ndim: u32, layout: *const u64, strides_at: u32) -> u64 {
+    let mut rem = i;
+    let mut off = 0u64;
+    let mut d = ndim;
+    while d > 0 {
+        d -= 1;
+        let (dim, stride) = unsafe { (*layout.add(d as usize), *layout.add((strides_at + d) as usize)) };
+        off += (rem % dim) * stride;
+        rem /= dim;
+    }
+    off
+}
+
+/// Declares kernels: each `fn` becomes an `#[amdgpu_global]` kernel, and on
+/// the host the file gets a `KERNELS` table (name, argument kinds, an entry
+/// point for the emulator). Kernel arguments are pointers and scalars only.
+///
+/// ```ignore
+/// kernels! {
+///     fn fill_f32(out: *mut f32, n: u64, value: f32) { ... }
+/// }
+/// ```
+#[macro_export]
+macro_rules! kernels {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
+        $(
+            #[amdgpu_global]
+            #[allow(clippy::too_many_arguments, clippy::not_unsafe_ptr_arg_deref)]
+            fn $name($($arg: $ty),*) $body
+        )*
+        /// The kernels this file declares.
+        #[cfg(not(target_arch = "amdgpu"))]
+        pub const KERNELS: &[$crate::host::KernelInfo] = &[
+            $( $crate::host::KernelInfo {
+                name: stringify!($name),
+                args: &[$( <$ty as $crate::host::KernelArg>::KIND ),*],
+                entry: {
+                    fn entry(raw: &[u64]) {
+                        let mut _it = raw.iter();
+                        $name($( <$ty as $crate::host::KernelArg>::from_raw(*_it.next().unwrap()) ),*)
+                    }
+                    entry
+                },
+            }, )*
+        ];
+    };
+}
+
+/// Butterfly exchange of any element type (one 32-bit exchange for types up
+/// to 4 bytes, two for 8-byte types).
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_shfl_xor_elem<A: crate::elem::Elem>(v: A, mask: u32) -> A {
+    if size_of::<A>() <= 4 {
+        A::from_bits64(wave_shfl_xor(v.to_bits64() as u32, mask) as u64)
+    } else {
+        A::from_bits64(wave_shfl_xor_u64(v.to_bits64(), mask))
+    }
+}
+
+/// Index of this workitem's wave in its workgroup.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_id() -> u32 {
+    workitem_id_x() / wave_size()
+}
+
+/// Number of waves in a (1-D) workgroup.
+#[amdgpu_device]
+#[inline(always)]
+pub fn num_waves() -> u32 {
+    workgroup_size_x().div_ceil(wave_size())
+}

@@ -1,0 +1,346 @@
+//! Element types and conversions of the device layer.
+//!
+//! f16 and bf16 are stored as their bit patterns ([`F16`], [`Bf16`], the same
+//! layout as `half::f16` / `half::bf16`) and computed in f32. The conversions
+//! round to nearest even and keep NaNs (sign and top payload bits, quieted).
+
+use rocm_kernel_macros::amdgpu_device;
+
+/// IEEE half precision, stored as bits.
+#[amdgpu_device]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[repr(transparent)]
+pub struct F16(pub u16);
+
+/// bfloat16, stored as bits.
+#[amdgpu_device]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[repr(transparent)]
+pub struct Bf16(pub u16);
+
+/// f16 bits to f32 (exact).
+///
+/// ```
+/// use ferrocm_kernels::elem::f16_bits_to_f32;
+/// assert_eq!(f16_bits_to_f32(0x3c00), 1.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = ((h as u32) & 0x8000) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = if exp == 0x1f {
+        // inf / NaN: payload kept in the top mantissa bits.
+        sign | 0x7f80_0000 | (man << 13)
+    } else if exp != 0 {
+        sign | ((exp + 112) << 23) | (man << 13)
+    } else if man == 0 {
+        sign
+    } else {
+        // Subnormal: normalise.
+        let shift = man.leading_zeros() - 21; // leading zeros within 10 bits, plus one
+        let man = (man << shift) & 0x3ff;
+        sign | ((113 - shift) << 23) | (man << 13)
+    };
+    f32::from_bits(bits)
+}
+
+/// f32 to f16 bits, round to nearest even, NaN kept (quieted).
+///
+/// ```
+/// use ferrocm_kernels::elem::f32_to_f16_bits;
+/// assert_eq!(f32_to_f16_bits(1.0), 0x3c00);
+/// assert_eq!(f32_to_f16_bits(65520.0), 0x7c00); // rounds to infinity
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn f32_to_f16_bits(f: f32) -> u16 {
+    let x = f.to_bits();
+    let sign = ((x >> 16) & 0x8000) as u16;
+    let exp = ((x >> 23) & 0xff) as i32;
+    let man = x & 0x7f_ffff;
+    if exp == 0xff {
+        if man == 0 {
+            return sign | 0x7c00;
+        }
+        return sign | 0x7e00 | (man >> 13) as u16;
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        // Subnormal or zero in f16.
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half_bits = m >> shift;
+        let rem = m & ((1 << shift) - 1);
+        let halfway = 1 << (shift - 1);
+        let round_up = rem > halfway || (rem == halfway && (half_bits & 1) == 1);
+        return sign | (half_bits + round_up as u32) as u16;
+    }
+    let half_bits = ((e as u32) << 10) | (man >> 13);
+    let rem = man & 0x1fff;
+    let round_up = rem > 0x1000 || (rem == 0x1000 && (half_bits & 1) == 1);
+    // A carry out of the mantissa correctly bumps the exponent (up to inf).
+    sign | (half_bits + round_up as u32) as u16
+}
+
+/// bf16 bits to f32 (exact).
+#[amdgpu_device]
+#[inline(always)]
+pub fn bf16_bits_to_f32(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// f32 to bf16 bits, round to nearest even, NaN kept (quieted).
+///
+/// ```
+/// use ferrocm_kernels::elem::f32_to_bf16_bits;
+/// assert_eq!(f32_to_bf16_bits(1.0), 0x3f80);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn f32_to_bf16_bits(f: f32) -> u16 {
+    let x = f.to_bits();
+    if (x & 0x7fff_ffff) > 0x7f80_0000 {
+        return ((x >> 16) | 0x0040) as u16;
+    }
+    let round = 0x7fff + ((x >> 16) & 1);
+    ((x + round) >> 16) as u16
+}
+
+/// An element type kernels are generic over: f32, [`F16`], [`Bf16`], u8, u32, i64.
+///
+/// Float types compute in f32; integer types compute natively with wrapping
+/// arithmetic (division by zero gives 0). Conversions follow Rust's `as`.
+#[amdgpu_device]
+pub trait Elem: Copy + 'static {
+    /// Additive identity.
+    const ZERO: Self;
+    /// Multiplicative identity.
+    const ONE: Self;
+    /// Lowest value (-inf for floats), the start of a max reduction.
+    const LOWEST: Self;
+    /// Highest value (+inf for floats), the start of a min reduction.
+    const HIGHEST: Self;
+    /// Whether this is a float type.
+    const IS_FLOAT: bool;
+    /// To f32 (`as` for integers).
+    fn to_f32(self) -> f32;
+    /// From f32 (`as`, saturating, for integers; RNE for f16/bf16).
+    fn from_f32(v: f32) -> Self;
+    /// To i64 (`as`: truncating for floats).
+    fn to_i64(self) -> i64;
+    /// From i64 (`as`: wrapping for integers).
+    fn from_i64(v: i64) -> Self;
+    /// `self + o`.
+    fn add(self, o: Self) -> Self;
+    /// `self - o`.
+    fn sub(self, o: Self) -> Self;
+    /// `self * o`.
+    fn mul(self, o: Self) -> Self;
+    /// `self / o`.
+    fn div(self, o: Self) -> Self;
+    /// The larger (NaN ignored, as `f32::max`).
+    fn max(self, o: Self) -> Self;
+    /// The smaller (NaN ignored, as `f32::min`).
+    fn min(self, o: Self) -> Self;
+    /// `self < o`.
+    fn lt(self, o: Self) -> bool;
+    /// `self == o`.
+    fn eq(self, o: Self) -> bool;
+    /// Whether this is NaN.
+    fn is_nan(self) -> bool;
+    /// The value's bits, zero-extended to 64 (for wave exchanges and scalar arguments).
+    fn to_bits64(self) -> u64;
+    /// Inverse of [`Elem::to_bits64`].
+    fn from_bits64(b: u64) -> Self;
+    /// Converts to another element type, as Rust's `as` would.
+    #[inline(always)]
+    fn cast<D: Elem>(self) -> D {
+        if D::IS_FLOAT || Self::IS_FLOAT { D::from_f32(self.to_f32()) } else { D::from_i64(self.to_i64()) }
+    }
+}
+
+macro_rules! float_elem {
+    ($t:ty, $to:expr, $from:expr, $tobits:expr, $frombits:expr, $zero:expr, $one:expr, $lowest:expr, $highest:expr) => {
+        #[amdgpu_device]
+        impl Elem for $t {
+            const ZERO: Self = $zero;
+            const ONE: Self = $one;
+            const LOWEST: Self = $lowest;
+            const HIGHEST: Self = $highest;
+            const IS_FLOAT: bool = true;
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                let to: fn($t) -> f32 = $to;
+                to(self)
+            }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self {
+                let from: fn(f32) -> $t = $from;
+                from(v)
+            }
+            #[inline(always)]
+            fn to_i64(self) -> i64 {
+                self.to_f32() as i64
+            }
+            #[inline(always)]
+            fn from_i64(v: i64) -> Self {
+                Self::from_f32(v as f32)
+            }
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                Self::from_f32(self.to_f32() + o.to_f32())
+            }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self {
+                Self::from_f32(self.to_f32() - o.to_f32())
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                Self::from_f32(self.to_f32() * o.to_f32())
+            }
+            #[inline(always)]
+            fn div(self, o: Self) -> Self {
+                Self::from_f32(self.to_f32() / o.to_f32())
+            }
+            #[inline(always)]
+            fn max(self, o: Self) -> Self {
+                Self::from_f32(self.to_f32().max(o.to_f32()))
+            }
+            #[inline(always)]
+            fn min(self, o: Self) -> Self {
+                Self::from_f32(self.to_f32().min(o.to_f32()))
+            }
+            #[inline(always)]
+            fn lt(self, o: Self) -> bool {
+                self.to_f32() < o.to_f32()
+            }
+            #[inline(always)]
+            fn eq(self, o: Self) -> bool {
+                self.to_f32() == o.to_f32()
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                self.to_f32().is_nan()
+            }
+            #[inline(always)]
+            fn to_bits64(self) -> u64 {
+                let f: fn($t) -> u64 = $tobits;
+                f(self)
+            }
+            #[inline(always)]
+            fn from_bits64(b: u64) -> Self {
+                let f: fn(u64) -> $t = $frombits;
+                f(b)
+            }
+        }
+    };
+}
+
+float_elem!(f32, |x| x, |x| x, |x| x.to_bits() as u64, |b| f32::from_bits(b as u32), 0.0, 1.0, f32::NEG_INFINITY, f32::INFINITY);
+float_elem!(
+    F16,
+    |x| f16_bits_to_f32(x.0),
+    |x| F16(f32_to_f16_bits(x)),
+    |x| x.0 as u64,
+    |b| F16(b as u16),
+    F16(0),
+    F16(0x3c00),
+    F16(0xfc00),
+    F16(0x7c00)
+);
+float_elem!(
+    Bf16,
+    |x| bf16_bits_to_f32(x.0),
+    |x| Bf16(f32_to_bf16_bits(x)),
+    |x| x.0 as u64,
+    |b| Bf16(b as u16),
+    Bf16(0),
+    Bf16(0x3f80),
+    Bf16(0xff80),
+    Bf16(0x7f80)
+);
+
+macro_rules! int_elem {
+    ($t:ty) => {
+        #[amdgpu_device]
+        impl Elem for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            const LOWEST: Self = <$t>::MIN;
+            const HIGHEST: Self = <$t>::MAX;
+            const IS_FLOAT: bool = false;
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_i64(self) -> i64 {
+                self as i64
+            }
+            #[inline(always)]
+            fn from_i64(v: i64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self {
+                self.wrapping_sub(o)
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                self.wrapping_mul(o)
+            }
+            #[inline(always)]
+            fn div(self, o: Self) -> Self {
+                if o == 0 { 0 } else { self.wrapping_div(o) }
+            }
+            #[inline(always)]
+            fn max(self, o: Self) -> Self {
+                if o > self { o } else { self }
+            }
+            #[inline(always)]
+            fn min(self, o: Self) -> Self {
+                if o < self { o } else { self }
+            }
+            #[inline(always)]
+            fn lt(self, o: Self) -> bool {
+                self < o
+            }
+            #[inline(always)]
+            fn eq(self, o: Self) -> bool {
+                self == o
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                false
+            }
+            #[inline(always)]
+            fn to_bits64(self) -> u64 {
+                self as u64
+            }
+            #[inline(always)]
+            fn from_bits64(b: u64) -> Self {
+                b as $t
+            }
+        }
+    };
+}
+
+int_elem!(u8);
+int_elem!(u32);
+int_elem!(i64);

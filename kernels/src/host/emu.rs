@@ -1,0 +1,125 @@
+//! The emulator's per-workitem context, read by the device layer's host bodies.
+//!
+//! The emulator (in ferrocm-host) runs each workitem as a coroutine and, before
+//! resuming one, points this thread's `CURRENT` at that workitem's
+//! [`WorkitemContext`]. There is no process-global state: workgroups run on
+//! several threads at once, each with its own current workitem.
+
+use std::cell::Cell;
+
+/// A lockstep operation across the lanes of a wave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaveOp {
+    /// Each lane gets the value of lane `lane ^ mask`.
+    ShflXor(u32),
+    /// Each lane gets the value of lane `src`.
+    Broadcast(u32),
+    /// Each lane gets the mask of lanes whose value is non-zero.
+    Ballot,
+}
+
+/// What a workitem asks its scheduler for; implemented by the emulator.
+pub trait Scheduler {
+    /// Suspends until every workitem of the workgroup reached the barrier.
+    fn barrier(&self);
+    /// Suspends until every active lane of the wave called the same op, then
+    /// returns this lane's result.
+    fn wave_op(&self, op: WaveOp, value: u64) -> u64;
+}
+
+/// Everything the device layer's host bodies need to know about one workitem.
+pub struct WorkitemContext {
+    /// Kernel name, for messages.
+    pub kernel: &'static str,
+    /// Workitem id inside the workgroup (x, y, z).
+    pub workitem_id: [u32; 3],
+    /// Workgroup id (x, y, z).
+    pub workgroup_id: [u32; 3],
+    /// Workgroup size (x, y, z).
+    pub workgroup_size: [u32; 3],
+    /// Number of workgroups (x, y, z).
+    pub num_workgroups: [u32; 3],
+    /// Lane in the wave.
+    pub lane: u32,
+    /// Wave size (32 or 64).
+    pub wave_size: u32,
+    /// The workgroup's launch-sized LDS arena.
+    pub lds: *mut u8,
+    /// Its size in bytes (the launch's `lds_bytes`).
+    pub lds_len: usize,
+    /// The workgroup's scheduler.
+    pub scheduler: *const dyn Scheduler,
+}
+
+thread_local! {
+    static CURRENT: Cell<*const WorkitemContext> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Makes `ctx` the current workitem of this thread (the emulator calls this
+/// before resuming a workitem) and returns the previous one.
+///
+/// # Safety
+/// `ctx` must stay valid until it is replaced.
+pub unsafe fn set_current(ctx: *const WorkitemContext) -> *const WorkitemContext {
+    CURRENT.with(|c| c.replace(ctx))
+}
+
+/// Runs `f` on the current workitem's context.
+///
+/// # Panics
+/// When called outside a kernel launched in the emulator: a device-layer
+/// function has no meaning there.
+#[inline]
+pub fn with<R>(f: impl FnOnce(&WorkitemContext) -> R) -> R {
+    let p = CURRENT.with(|c| c.get());
+    assert!(
+        !p.is_null(),
+        "ferrocm device-layer function called outside a kernel launch (call kernels through a Device)"
+    );
+    // SAFETY: set_current's contract keeps it alive while current.
+    f(unsafe { &*p })
+}
+
+/// Host body of `barrier()`.
+pub fn barrier() {
+    let s = with(|c| c.scheduler);
+    // SAFETY: the scheduler outlives the workitems it runs.
+    unsafe { (*s).barrier() }
+}
+
+/// Host body of the wave operations.
+pub fn wave_op(op: WaveOp, value: u64) -> u64 {
+    let s = with(|c| c.scheduler);
+    // SAFETY: as above.
+    unsafe { (*s).wave_op(op, value) }
+}
+
+/// Panic payload of an LDS access past the launch size; the emulator turns it
+/// into a typed error.
+#[derive(Debug)]
+pub struct LdsOutOfBounds {
+    /// Kernel name.
+    pub kernel: &'static str,
+    /// First byte accessed.
+    pub byte_offset: usize,
+    /// Bytes accessed.
+    pub access_bytes: usize,
+    /// The launch's LDS size.
+    pub lds_len: usize,
+}
+
+/// Checks an LDS access of element `i` of `T` against the launch size.
+#[inline]
+pub fn check_lds<T>(byte_offset: u32, i: u32) {
+    with(|c| {
+        let start = byte_offset as usize + i as usize * size_of::<T>();
+        if start + size_of::<T>() > c.lds_len {
+            std::panic::panic_any(LdsOutOfBounds {
+                kernel: c.kernel,
+                byte_offset: start,
+                access_bytes: size_of::<T>(),
+                lds_len: c.lds_len,
+            });
+        }
+    })
+}

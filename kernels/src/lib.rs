@@ -1,0 +1,65 @@
+//! ferrocm-kernels: the device code of ferrocm.
+//!
+//! Every kernel is Rust marked `#[amdgpu_global]` (rocm_kernel_macros), one
+//! file per op family, on one device layer ([`device`], [`elem`], [`math`]).
+//! The same functions are compiled twice:
+//! - for the host, as plain Rust: the CPU SIMT emulator of `ferrocm-host` runs
+//!   them per workitem ([`host::KernelInfo::entry`]);
+//! - by `build.rs`, for every AMDGPU arch in `FERROCM_ARCHS`, into code objects
+//!   embedded here ([`CODE_OBJECTS`]).
+//!
+//! ```
+//! let names: Vec<&str> = ferrocm_kernels::kernels().map(|k| k.name).collect();
+//! assert!(names.contains(&"unary_exp_f32"));
+//! assert!(!ferrocm_kernels::CODE_OBJECTS.is_empty());
+//! ```
+
+// rocm_kernel_macros' attributes write the project they generate under
+// `kernel_sources/` and need it to exist; ferrocm builds the device code from
+// these sources itself (see build.rs), so this project is not used further.
+#[allow(dead_code, unused_imports)]
+mod rocm_kernel_macros_project {
+    rocm_kernel_macros::amdgpu_kernel_init!();
+}
+
+pub mod host;
+
+pub mod device;
+pub mod elem;
+pub mod math;
+
+pub mod unary;
+
+/// One embedded AMDGPU code object.
+#[derive(Clone, Copy, Debug)]
+pub struct CodeObject {
+    /// Target name as rustc and the ROCm runtime spell it (`gfx942`, `gfx11-generic`).
+    pub arch: &'static str,
+    /// The ELF bytes, loadable with hipModuleLoadData.
+    pub bytes: &'static [u8],
+}
+
+include!(concat!(env!("OUT_DIR"), "/code_objects.rs"));
+
+/// The code object built for `arch`, if any.
+///
+/// ```
+/// assert!(ferrocm_kernels::code_object("gfx000").is_none());
+/// ```
+pub fn code_object(arch: &str) -> Option<&'static CodeObject> {
+    CODE_OBJECTS.iter().find(|c| c.arch == arch)
+}
+
+/// Every kernel this crate declares, across all op families.
+pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
+    [unary::KERNELS].into_iter().flatten()
+}
+
+/// The kernel named `name`, if declared.
+///
+/// ```
+/// assert!(ferrocm_kernels::kernel("unary_exp_f32").is_some());
+/// ```
+pub fn kernel(name: &str) -> Option<&'static host::KernelInfo> {
+    kernels().find(|k| k.name == name)
+}

@@ -1,0 +1,151 @@
+//! Unary elementwise kernels: `unary_{op}_{dtype}` for f32, f16 and bf16.
+//!
+//! One generic body ([`unary_body`]) and one op struct per operation; the op's
+//! math ([`UnaryOp::apply`]) is also what the CPU backend calls, so the three
+//! devices share one definition. Inputs may be strided (`ndim > 0`, `layout`
+//! = dims then strides); `ndim == 0` is the contiguous fast path.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use crate::math;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// A unary operation on f32 (f16/bf16 compute in f32). `p` is the op's scalar
+/// parameter (the exponent of `powf`, alpha of `elu`), ignored by the others.
+#[amdgpu_device]
+pub trait UnaryOp {
+    /// Applies the op.
+    fn apply(x: f32, p: f32) -> f32;
+}
+
+macro_rules! unary_ops {
+    ($($(#[$doc:meta])* $name:ident = |$x:ident, $p:ident| $body:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[amdgpu_device]
+            pub struct $name;
+            #[amdgpu_device]
+            impl UnaryOp for $name {
+                #[inline(always)]
+                #[allow(unused_variables)]
+                fn apply($x: f32, $p: f32) -> f32 {
+                    $body
+                }
+            }
+        )*
+    };
+}
+
+unary_ops! {
+    /// -x
+    Neg = |x, p| -x;
+    /// |x|
+    Abs = |x, p| if x < 0.0 { -x } else if x == 0.0 { 0.0 } else { x };
+    /// x²
+    Sqr = |x, p| x * x;
+    /// √x
+    Sqrt = |x, p| math::sqrt(x);
+    /// 1/√x
+    Rsqrt = |x, p| math::rsqrt(x);
+    /// 1/x
+    Recip = |x, p| 1.0 / x;
+    /// eˣ
+    Exp = |x, p| math::exp(x);
+    /// ln x
+    Log = |x, p| math::log(x);
+    /// sin x
+    Sin = |x, p| math::sin(x);
+    /// cos x
+    Cos = |x, p| math::cos(x);
+    /// tanh x
+    Tanh = |x, p| math::tanh(x);
+    /// erf x
+    Erf = |x, p| math::erf(x);
+    /// GELU, tanh approximation: 0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))
+    Gelu = |x, p| 0.5 * x * (1.0 + math::tanh(0.797_884_6 * (x + 0.044_715 * x * x * x)));
+    /// GELU, exact: 0.5x(1 + erf(x/√2))
+    GeluErf = |x, p| 0.5 * x * (1.0 + math::erf(x * core::f32::consts::FRAC_1_SQRT_2));
+    /// x·σ(x)
+    Silu = |x, p| x / (1.0 + math::exp(-x));
+    /// max(x, 0)
+    Relu = |x, p| if x > 0.0 { x } else { 0.0 };
+    /// 1/(1 + e⁻ˣ)
+    Sigmoid = |x, p| 1.0 / (1.0 + math::exp(-x));
+    /// -1, 0 or 1 (NaN stays NaN)
+    Sign = |x, p| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x * 0.0 };
+    /// ⌈x⌉
+    Ceil = |x, p| math::ceil(x);
+    /// ⌊x⌋
+    Floor = |x, p| math::floor(x);
+    /// round half away from zero
+    Round = |x, p| math::round(x);
+    /// xᵖ
+    Powf = |x, p| math::powf(x, p);
+    /// x if x ≥ 0 else p(eˣ - 1)
+    Elu = |x, p| if x >= 0.0 { x } else { p * (math::exp(x) - 1.0) };
+}
+
+/// The body every unary kernel instantiates.
+#[amdgpu_device]
+#[inline(always)]
+pub fn unary_body<T: Elem, Op: UnaryOp>(out: *mut T, inp: *const T, n: u64, ndim: u32, layout: *const u64, p: f32) {
+    let mut i = global_id_x();
+    let step = global_size_x();
+    if ndim == 0 {
+        while i < n {
+            unsafe { *out.add(i as usize) = T::from_f32(Op::apply((*inp.add(i as usize)).to_f32(), p)) };
+            i += step;
+        }
+    } else {
+        while i < n {
+            let src = strided_offset(i, ndim, layout, ndim);
+            unsafe { *out.add(i as usize) = T::from_f32(Op::apply((*inp.add(src as usize)).to_f32(), p)) };
+            i += step;
+        }
+    }
+}
+
+macro_rules! unary_kernels {
+    ($($op:ident => $f32:ident, $f16:ident, $bf16:ident;)*) => {
+        kernels! {
+            $(
+                fn $f32(out: *mut f32, inp: *const f32, n: u64, ndim: u32, layout: *const u64, p: f32) {
+                    unary_body::<f32, $op>(out, inp, n, ndim, layout, p)
+                }
+                fn $f16(out: *mut F16, inp: *const F16, n: u64, ndim: u32, layout: *const u64, p: f32) {
+                    unary_body::<F16, $op>(out, inp, n, ndim, layout, p)
+                }
+                fn $bf16(out: *mut Bf16, inp: *const Bf16, n: u64, ndim: u32, layout: *const u64, p: f32) {
+                    unary_body::<Bf16, $op>(out, inp, n, ndim, layout, p)
+                }
+            )*
+        }
+    };
+}
+
+unary_kernels! {
+    Neg => unary_neg_f32, unary_neg_f16, unary_neg_bf16;
+    Abs => unary_abs_f32, unary_abs_f16, unary_abs_bf16;
+    Sqr => unary_sqr_f32, unary_sqr_f16, unary_sqr_bf16;
+    Sqrt => unary_sqrt_f32, unary_sqrt_f16, unary_sqrt_bf16;
+    Rsqrt => unary_rsqrt_f32, unary_rsqrt_f16, unary_rsqrt_bf16;
+    Recip => unary_recip_f32, unary_recip_f16, unary_recip_bf16;
+    Exp => unary_exp_f32, unary_exp_f16, unary_exp_bf16;
+    Log => unary_log_f32, unary_log_f16, unary_log_bf16;
+    Sin => unary_sin_f32, unary_sin_f16, unary_sin_bf16;
+    Cos => unary_cos_f32, unary_cos_f16, unary_cos_bf16;
+    Tanh => unary_tanh_f32, unary_tanh_f16, unary_tanh_bf16;
+    Erf => unary_erf_f32, unary_erf_f16, unary_erf_bf16;
+    Gelu => unary_gelu_f32, unary_gelu_f16, unary_gelu_bf16;
+    GeluErf => unary_gelu_erf_f32, unary_gelu_erf_f16, unary_gelu_erf_bf16;
+    Silu => unary_silu_f32, unary_silu_f16, unary_silu_bf16;
+    Relu => unary_relu_f32, unary_relu_f16, unary_relu_bf16;
+    Sigmoid => unary_sigmoid_f32, unary_sigmoid_f16, unary_sigmoid_bf16;
+    Sign => unary_sign_f32, unary_sign_f16, unary_sign_bf16;
+    Ceil => unary_ceil_f32, unary_ceil_f16, unary_ceil_bf16;
+    Floor => unary_floor_f32, unary_floor_f16, unary_floor_bf16;
+    Round => unary_round_f32, unary_round_f16, unary_round_bf16;
+    Powf => unary_powf_f32, unary_powf_f16, unary_powf_bf16;
+    Elu => unary_elu_f32, unary_elu_f16, unary_elu_bf16;
+}
