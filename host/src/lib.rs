@@ -1,1 +1,31 @@
-//! stub
+//! ferrocm-host: devices, buffers and one launch path for every device.
+//!
+//! - [`Device::Cpu`]: host memory; the op library runs native CPU code on it.
+//! - [`Device::Emulator`]: the CPU SIMT emulator runs the very kernels that are
+//!   compiled for AMD GPUs, with a sanitizer (red zones, poisoned outputs, LDS
+//!   bounds, deadlock detection). This is how kernels are tested without a GPU.
+//! - `Device::Rocm` (feature `rocm`): HIP through rocm-rs, the embedded code
+//!   object matching the GPU's arch, rocBLAS and MIOpen handles.
+//!
+//! ```
+//! use ferrocm_host::{Arg, Device, LaunchConfig};
+//! let dev = Device::emulator(32);
+//! let x = dev.upload(&[1.0f32, 4.0, 9.0]).unwrap();
+//! let y = dev.alloc::<f32>(3).unwrap();
+//! dev.launch("unary_sqrt_f32", LaunchConfig::linear(3, 64),
+//!     &[Arg::output(&y), Arg::input(&x), Arg::U64(3), Arg::U32(0), Arg::Null, Arg::F32(0.0)]).unwrap();
+//! assert_eq!(y.download().unwrap(), vec![1.0, 2.0, 3.0]);
+//! ```
+
+pub mod buffer;
+pub mod device;
+mod emulator;
+pub mod error;
+pub mod launch;
+#[cfg(feature = "rocm")]
+pub mod rocm;
+
+pub use buffer::DeviceBuffer;
+pub use device::{Device, EmulatorConfig, GpuInfo};
+pub use error::{Error, Result};
+pub use launch::{Arg, LaunchConfig};

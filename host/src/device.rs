@@ -1,0 +1,254 @@
+//! Devices: the CPU, the SIMT emulator, and ROCm GPUs.
+
+use crate::error::{Error, Result};
+use std::fmt;
+use std::sync::Arc;
+
+/// Settings of an emulator device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EmulatorConfig {
+    /// Wave size: 32 (RDNA) or 64 (CDNA).
+    pub wave_size: u32,
+    /// Red zones, poisoned allocations and LDS bounds checks.
+    pub sanitize: bool,
+}
+
+/// Where buffers live and kernels run.
+///
+/// - `Cpu`: host memory; ops run their native CPU implementations.
+/// - `Emulator`: host memory with red zones; kernels run in the SIMT emulator,
+///   the very same functions that are compiled for the GPU.
+/// - `Rocm`: a GPU through HIP (feature `rocm`).
+///
+/// ```
+/// use ferrocm_host::Device;
+/// let emu = Device::emulator(64);
+/// assert_eq!(emu.wave_size(), Some(64));
+/// assert_eq!(Device::Cpu.to_string(), "cpu");
+/// ```
+#[derive(Clone)]
+pub enum Device {
+    /// The host CPU.
+    Cpu,
+    /// The CPU SIMT emulator.
+    Emulator(EmulatorConfig),
+    /// A ROCm GPU.
+    #[cfg(feature = "rocm")]
+    Rocm(Arc<crate::rocm::RocmDevice>),
+}
+
+impl Device {
+    /// An emulator with the given wave size (32 or 64) and the sanitizer on.
+    ///
+    /// # Panics
+    /// If `wave_size` is not 32 or 64 (a programming error, not input); use
+    /// [`Device::emulator_with`] to get an error instead.
+    pub fn emulator(wave_size: u32) -> Device {
+        Self::emulator_with(EmulatorConfig { wave_size, sanitize: true }).expect("wave size must be 32 or 64")
+    }
+
+    /// An emulator with explicit settings.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, EmulatorConfig};
+    /// assert!(Device::emulator_with(EmulatorConfig { wave_size: 48, sanitize: false }).is_err());
+    /// ```
+    pub fn emulator_with(config: EmulatorConfig) -> Result<Device> {
+        if config.wave_size != 32 && config.wave_size != 64 {
+            return Err(Error::BadLaunchConfig {
+                kernel: "-".into(),
+                detail: format!("emulator wave size must be 32 or 64, got {}", config.wave_size),
+            });
+        }
+        Ok(Device::Emulator(config))
+    }
+
+    /// ROCm GPU number `ordinal`.
+    ///
+    /// ```
+    /// // Without a GPU (or without the `rocm` feature) this is an error, never a panic.
+    /// let _ = ferrocm_host::Device::rocm(0);
+    /// ```
+    pub fn rocm(ordinal: usize) -> Result<Device> {
+        #[cfg(feature = "rocm")]
+        {
+            Ok(Device::Rocm(Arc::new(crate::rocm::RocmDevice::new(ordinal)?)))
+        }
+        #[cfg(not(feature = "rocm"))]
+        {
+            let _ = ordinal;
+            Err(Error::RocmNotCompiled)
+        }
+    }
+
+    /// A ROCm GPU when one answers, else the CPU.
+    ///
+    /// ```
+    /// let d = ferrocm_host::Device::best();
+    /// println!("running on {d}");
+    /// ```
+    pub fn best() -> Device {
+        Self::rocm(0).unwrap_or(Device::Cpu)
+    }
+
+    /// Wave size kernels see on this device (None for the CPU).
+    pub fn wave_size(&self) -> Option<u32> {
+        match self {
+            Device::Cpu => None,
+            Device::Emulator(c) => Some(c.wave_size),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => Some(r.info().wave_size),
+        }
+    }
+
+    /// Whether kernels run on this device (emulator or GPU), as opposed to the CPU backend.
+    pub fn runs_kernels(&self) -> bool {
+        !matches!(self, Device::Cpu)
+    }
+
+    /// Whether the sanitizer is on (emulator only).
+    pub fn sanitizer(&self) -> bool {
+        matches!(self, Device::Emulator(c) if c.sanitize)
+    }
+
+    /// Largest LDS a launch may request, in bytes.
+    pub fn max_lds_bytes(&self) -> u32 {
+        match self {
+            Device::Cpu | Device::Emulator(_) => 64 * 1024,
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => r.info().max_lds_bytes,
+        }
+    }
+
+    /// Waits for all work queued on the device.
+    pub fn synchronize(&self) -> Result<()> {
+        match self {
+            Device::Cpu | Device::Emulator(_) => Ok(()),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => r.synchronize(),
+        }
+    }
+
+    /// A stable identity for comparisons (two handles on one GPU are the same device).
+    pub fn same_device(&self, other: &Device) -> bool {
+        match (self, other) {
+            (Device::Cpu, Device::Cpu) => true,
+            (Device::Emulator(a), Device::Emulator(b)) => a == b,
+            #[cfg(feature = "rocm")]
+            (Device::Rocm(a), Device::Rocm(b)) => a.ordinal() == b.ordinal(),
+            _ => false,
+        }
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Self) -> bool {
+        self.same_device(other)
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Emulator(c) => {
+                write!(f, "emulator(wave{}{})", c.wave_size, if c.sanitize { ", sanitizer" } else { "" })
+            }
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => write!(f, "rocm:{} ({}, {})", r.ordinal(), r.info().name, r.info().arch),
+        }
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// What `ferrocm info` shows about a GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// Ordinal.
+    pub ordinal: usize,
+    /// Marketing name.
+    pub name: String,
+    /// gcnArchName without feature suffixes (`gfx942`).
+    pub arch: String,
+    /// Full gcnArchName (`gfx942:sramecc+:xnack-`).
+    pub arch_full: String,
+    /// Compute units.
+    pub compute_units: u32,
+    /// Global memory in bytes.
+    pub total_memory: u64,
+    /// Wave size.
+    pub wave_size: u32,
+    /// LDS per workgroup in bytes.
+    pub max_lds_bytes: u32,
+    /// The embedded code object chosen for it, if any.
+    pub code_object: Option<String>,
+}
+
+/// Picks the embedded code object for a device arch: the exact arch, else its
+/// generic family, else None.
+///
+/// ```
+/// use ferrocm_host::device::select_code_object;
+/// assert_eq!(select_code_object("gfx1103", &["gfx1100", "gfx11-generic"]), Some("gfx11-generic"));
+/// assert_eq!(select_code_object("gfx942:sramecc+:xnack-", &["gfx942"]), Some("gfx942"));
+/// assert_eq!(select_code_object("gfx803", &["gfx942"]), None);
+/// ```
+pub fn select_code_object<'a>(device_arch: &str, built: &[&'a str]) -> Option<&'a str> {
+    let arch = device_arch.split(':').next().unwrap_or(device_arch);
+    if let Some(a) = built.iter().find(|a| **a == arch) {
+        return Some(a);
+    }
+    let generic = generic_family(arch)?;
+    built.iter().find(|a| **a == generic).copied()
+}
+
+/// The generic target whose code object runs on `arch` (ROCm 6.3+ runtimes).
+pub fn generic_family(arch: &str) -> Option<&'static str> {
+    Some(match arch {
+        "gfx900" | "gfx902" | "gfx904" | "gfx906" | "gfx909" | "gfx90c" => "gfx9-generic",
+        "gfx940" | "gfx941" | "gfx942" | "gfx950" => "gfx9-4-generic",
+        "gfx1010" | "gfx1011" | "gfx1012" | "gfx1013" => "gfx10-1-generic",
+        "gfx1030" | "gfx1031" | "gfx1032" | "gfx1033" | "gfx1034" | "gfx1035" | "gfx1036" => "gfx10-3-generic",
+        "gfx1100" | "gfx1101" | "gfx1102" | "gfx1103" | "gfx1150" | "gfx1151" | "gfx1152" | "gfx1153" => {
+            "gfx11-generic"
+        }
+        "gfx1200" | "gfx1201" => "gfx12-generic",
+        _ => return None,
+    })
+}
+
+/// All devices this process can use: the CPU, both emulator wave sizes, and
+/// every ROCm GPU that answers.
+pub fn devices() -> Vec<Device> {
+    #[allow(unused_mut)]
+    let mut v = vec![Device::Cpu, Device::emulator(32), Device::emulator(64)];
+    #[cfg(feature = "rocm")]
+    for i in 0..crate::rocm::device_count() {
+        if let Ok(d) = Device::rocm(i) {
+            v.push(d);
+        }
+    }
+    v
+}
+
+/// Info on every ROCm GPU, or why there is none.
+pub fn gpus() -> Result<Vec<GpuInfo>> {
+    #[cfg(feature = "rocm")]
+    {
+        let n = crate::rocm::device_count();
+        if n == 0 {
+            return Err(Error::NoGpu { reason: crate::rocm::absence_reason() });
+        }
+        (0..n).map(|i| crate::rocm::RocmDevice::new(i).map(|d| d.info().clone())).collect()
+    }
+    #[cfg(not(feature = "rocm"))]
+    Err(Error::RocmNotCompiled)
+}
+
+#[allow(unused)]
+pub(crate) type Shared<T> = Arc<T>;

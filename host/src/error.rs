@@ -1,0 +1,138 @@
+//! The host layer's error type.
+
+/// Everything that can go wrong on the host side: device discovery, memory,
+/// argument checks, and what the emulator or a GPU reports about a launch.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// No ROCm GPU answered (library missing, no device, or ordinal too large).
+    #[error("no ROCm GPU available: {reason}")]
+    NoGpu {
+        /// Why.
+        reason: String,
+    },
+    /// The binary was built without the `rocm` feature.
+    #[error("ROCm support is not compiled in (build with `--features rocm`)")]
+    RocmNotCompiled,
+    /// No embedded code object fits the GPU's arch.
+    #[error("no code object for {device} (arch {arch}); this build embeds: {built}")]
+    NoCodeObject {
+        /// Device name.
+        device: String,
+        /// Its gcnArchName.
+        arch: String,
+        /// The embedded archs, comma separated.
+        built: String,
+    },
+    /// An allocation did not fit.
+    #[error("out of memory on {device}: {bytes} bytes requested")]
+    OutOfMemory {
+        /// Device.
+        device: String,
+        /// Requested size.
+        bytes: usize,
+    },
+    /// No kernel with this name is declared.
+    #[error("unknown kernel `{kernel}`")]
+    UnknownKernel {
+        /// The name asked for.
+        kernel: String,
+    },
+    /// The arguments do not match the kernel's signature.
+    #[error("kernel `{kernel}`: {detail}")]
+    ArgumentMismatch {
+        /// Kernel.
+        kernel: String,
+        /// What differs.
+        detail: String,
+    },
+    /// Grid, block or LDS outside the device's limits.
+    #[error("kernel `{kernel}`: bad launch configuration: {detail}")]
+    BadLaunchConfig {
+        /// Kernel.
+        kernel: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A buffer of one device passed to another.
+    #[error("{what}: buffer lives on {buffer_device}, launch is on {device}")]
+    DeviceMismatch {
+        /// Kernel or operation.
+        what: String,
+        /// Where the buffer is.
+        buffer_device: String,
+        /// Where it was used.
+        device: String,
+    },
+    /// Sizes of a copy or upload do not agree.
+    #[error("{what}: length mismatch ({expected} vs {got})")]
+    LengthMismatch {
+        /// Operation.
+        what: String,
+        /// Expected length.
+        expected: usize,
+        /// Given length.
+        got: usize,
+    },
+    /// Sanitizer: a kernel wrote outside a buffer (a red zone canary changed).
+    #[error("sanitizer: kernel `{kernel}` wrote out of bounds of argument {arg} ({len_bytes}-byte buffer), {bytes_changed} byte(s) past its {side}")]
+    OutOfBoundsWrite {
+        /// Kernel.
+        kernel: String,
+        /// Argument index of the buffer.
+        arg: usize,
+        /// Buffer size in bytes.
+        len_bytes: usize,
+        /// "end" or "start".
+        side: &'static str,
+        /// Canary bytes found changed.
+        bytes_changed: usize,
+    },
+    /// Sanitizer: an LDS access past the launch's LDS size.
+    #[error("sanitizer: kernel `{kernel}` accessed LDS bytes {byte_offset}..{end} but the launch gave {lds_len} bytes", end = byte_offset + access_bytes)]
+    LdsOutOfBounds {
+        /// Kernel.
+        kernel: String,
+        /// First byte.
+        byte_offset: usize,
+        /// Access size.
+        access_bytes: usize,
+        /// The launch's LDS size.
+        lds_len: usize,
+    },
+    /// A barrier or wave operation that not every workitem reached.
+    #[error("kernel `{kernel}` deadlocked in workgroup {workgroup:?}: {detail}")]
+    Deadlock {
+        /// Kernel.
+        kernel: String,
+        /// Workgroup id.
+        workgroup: [u32; 3],
+        /// Which workitems waited where.
+        detail: String,
+    },
+    /// A kernel panicked in the emulator (index out of bounds, overflow, ...).
+    #[error("kernel `{kernel}` panicked in workgroup {workgroup:?}, workitem {workitem:?}: {message}")]
+    KernelPanic {
+        /// Kernel.
+        kernel: String,
+        /// Workgroup id.
+        workgroup: [u32; 3],
+        /// Workitem id.
+        workitem: [u32; 3],
+        /// Panic message.
+        message: String,
+    },
+    /// A HIP / rocBLAS / MIOpen call failed.
+    #[error("{call} failed on {device}: {message}")]
+    Rocm {
+        /// The API call.
+        call: String,
+        /// Device.
+        device: String,
+        /// The runtime's message.
+        message: String,
+    },
+}
+
+/// `Result` with the host [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

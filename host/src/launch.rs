@@ -1,0 +1,237 @@
+//! One launch path for every device that runs kernels.
+
+use crate::buffer::{DeviceBuffer, HostAlloc};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use ferrocm_kernels::host::{ArgKind, KernelInfo};
+
+/// Most workitems in one workgroup (HIP's limit on every AMD GPU).
+pub const MAX_BLOCK_SIZE: u32 = 1024;
+/// Largest grid dimension in workgroups we launch along x.
+pub const MAX_GRID_X: u32 = (1 << 31) - 1;
+/// Largest grid dimension along y and z.
+pub const MAX_GRID_YZ: u32 = 65535;
+
+/// Grid (in workgroups), block (workitems per workgroup) and dynamic LDS of a launch.
+///
+/// ```
+/// use ferrocm_host::LaunchConfig;
+/// let cfg = LaunchConfig::linear(1000, 256);
+/// assert_eq!(cfg.grid, [4, 1, 1]);
+/// assert_eq!(cfg.block, [256, 1, 1]);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Workgroups in x, y, z.
+    pub grid: [u32; 3],
+    /// Workitems per workgroup in x, y, z.
+    pub block: [u32; 3],
+    /// Launch-sized LDS in bytes.
+    pub lds_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// Workgroups covering `n` elements with one workitem each, capped at
+    /// 65536 workgroups: kernels use grid-stride loops, so any `n` is covered.
+    pub fn linear(n: u64, block: u32) -> Self {
+        let groups = n.div_ceil(block.max(1) as u64).clamp(1, 65536) as u32;
+        Self { grid: [groups, 1, 1], block: [block, 1, 1], lds_bytes: 0 }
+    }
+
+    /// One workgroup per row (capped at 65536: kernels loop over rows), with
+    /// `lds_bytes` of LDS.
+    pub fn rows(rows: u64, block: u32, lds_bytes: u32) -> Self {
+        let groups = rows.clamp(1, 65536) as u32;
+        Self { grid: [groups, 1, 1], block: [block, 1, 1], lds_bytes }
+    }
+
+    /// Workitems per workgroup.
+    pub fn block_size(&self) -> u64 {
+        self.block.iter().map(|&b| b as u64).product()
+    }
+
+    /// Number of workgroups.
+    pub fn num_groups(&self) -> u64 {
+        self.grid.iter().map(|&g| g as u64).product()
+    }
+}
+
+/// A buffer argument: its address (with element offset applied), size and owner.
+#[derive(Clone, Copy)]
+pub struct BufferArg<'a> {
+    pub(crate) ptr: u64,
+    pub(crate) elem_size: usize,
+    pub(crate) device: &'a Device,
+    pub(crate) host: Option<&'a HostAlloc>,
+}
+
+/// One kernel argument.
+///
+/// ```
+/// use ferrocm_host::{Arg, Device};
+/// let dev = Device::emulator(32);
+/// let x = dev.upload(&[1.0f32; 8]).unwrap();
+/// let args = [Arg::input(&x), Arg::U64(8), Arg::F32(2.0)];
+/// assert_eq!(args.len(), 3);
+/// ```
+#[derive(Clone, Copy)]
+pub enum Arg<'a> {
+    /// A buffer the kernel reads (`*const T`).
+    In(BufferArg<'a>),
+    /// A buffer the kernel writes (`*mut T`).
+    Out(BufferArg<'a>),
+    /// A null pointer (an optional argument left out, e.g. the layout of a contiguous input).
+    Null,
+    /// `u32` scalar.
+    U32(u32),
+    /// `i32` scalar.
+    I32(i32),
+    /// `u64` scalar.
+    U64(u64),
+    /// `i64` scalar.
+    I64(i64),
+    /// `f32` scalar.
+    F32(f32),
+}
+
+impl<'a> Arg<'a> {
+    fn buffer<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>, offset: usize) -> BufferArg<'a> {
+        let offset = offset.min(b.len());
+        BufferArg {
+            ptr: b.device_ptr() + (offset * size_of::<T>()) as u64,
+            elem_size: size_of::<T>(),
+            device: b.device(),
+            host: b.host_alloc(),
+        }
+    }
+
+    /// An input buffer.
+    pub fn input<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>) -> Self {
+        Arg::In(Self::buffer(b, 0))
+    }
+
+    /// An input buffer starting at element `offset` (clamped to the length).
+    pub fn input_at<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>, offset: usize) -> Self {
+        Arg::In(Self::buffer(b, offset))
+    }
+
+    /// An output buffer.
+    pub fn output<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>) -> Self {
+        Arg::Out(Self::buffer(b, 0))
+    }
+
+    /// An output buffer starting at element `offset`.
+    pub fn output_at<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>, offset: usize) -> Self {
+        Arg::Out(Self::buffer(b, offset))
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Arg::In(b) => format!("input buffer [{}-byte]", b.elem_size),
+            Arg::Out(b) => format!("output buffer [{}-byte]", b.elem_size),
+            Arg::Null => "null".into(),
+            Arg::U32(_) => "u32".into(),
+            Arg::I32(_) => "i32".into(),
+            Arg::U64(_) => "u64".into(),
+            Arg::I64(_) => "i64".into(),
+            Arg::F32(_) => "f32".into(),
+        }
+    }
+
+    pub(crate) fn raw(&self) -> u64 {
+        match *self {
+            Arg::In(b) | Arg::Out(b) => b.ptr,
+            Arg::Null => 0,
+            Arg::U32(v) => v as u64,
+            Arg::I32(v) => v as u32 as u64,
+            Arg::U64(v) => v,
+            Arg::I64(v) => v as u64,
+            Arg::F32(v) => v.to_bits() as u64,
+        }
+    }
+}
+
+/// Checks a launch against the kernel's signature and the device's limits.
+pub(crate) fn check_launch(device: &Device, kernel: &KernelInfo, cfg: &LaunchConfig, args: &[Arg]) -> Result<()> {
+    let mismatch = |detail: String| Error::ArgumentMismatch { kernel: kernel.name.into(), detail };
+    if args.len() != kernel.args.len() {
+        return Err(mismatch(format!("takes {} arguments, {} given", kernel.args.len(), args.len())));
+    }
+    for (i, (want, got)) in kernel.args.iter().zip(args).enumerate() {
+        let ok = match (*want, got) {
+            (ArgKind::Ptr { mutable: true, elem_size }, Arg::Out(b)) => b.elem_size == elem_size,
+            (ArgKind::Ptr { mutable: false, elem_size }, Arg::In(b) | Arg::Out(b)) => b.elem_size == elem_size,
+            (ArgKind::Ptr { .. }, Arg::Null) => true,
+            (ArgKind::U32, Arg::U32(_))
+            | (ArgKind::I32, Arg::I32(_))
+            | (ArgKind::U64, Arg::U64(_))
+            | (ArgKind::I64, Arg::I64(_))
+            | (ArgKind::F32, Arg::F32(_)) => true,
+            _ => false,
+        };
+        if !ok {
+            return Err(mismatch(format!("argument {i} is `{}`, got {}", want.describe(), got.describe())));
+        }
+        if let Arg::In(b) | Arg::Out(b) = got {
+            if !b.device.same_device(device) {
+                return Err(Error::DeviceMismatch {
+                    what: format!("kernel `{}` argument {i}", kernel.name),
+                    buffer_device: b.device.to_string(),
+                    device: device.to_string(),
+                });
+            }
+        }
+    }
+    let bad = |detail: String| Error::BadLaunchConfig { kernel: kernel.name.into(), detail };
+    if cfg.block.contains(&0) || cfg.grid.contains(&0) {
+        return Err(bad(format!("empty grid {:?} or block {:?}", cfg.grid, cfg.block)));
+    }
+    if cfg.block_size() > MAX_BLOCK_SIZE as u64 {
+        return Err(bad(format!("block {:?} has {} workitems, the maximum is {MAX_BLOCK_SIZE}", cfg.block, cfg.block_size())));
+    }
+    if cfg.grid[0] > MAX_GRID_X || cfg.grid[1] > MAX_GRID_YZ || cfg.grid[2] > MAX_GRID_YZ {
+        return Err(bad(format!("grid {:?} exceeds [{MAX_GRID_X}, {MAX_GRID_YZ}, {MAX_GRID_YZ}]", cfg.grid)));
+    }
+    for d in 0..3 {
+        // The dispatch packet holds the grid size in workitems as u32.
+        if cfg.grid[d] as u64 * cfg.block[d] as u64 > u32::MAX as u64 {
+            return Err(bad(format!("grid {:?} x block {:?} exceeds 2^32 workitems in dimension {d}", cfg.grid, cfg.block)));
+        }
+    }
+    if cfg.lds_bytes > device.max_lds_bytes() {
+        return Err(bad(format!("{} bytes of LDS requested, the device allows {}", cfg.lds_bytes, device.max_lds_bytes())));
+    }
+    Ok(())
+}
+
+impl Device {
+    /// Launches kernel `name` with `cfg` and `args`, after checking the
+    /// arguments against the kernel's signature and the configuration against
+    /// the device's limits. Synchronous on the emulator; queued on a GPU stream.
+    ///
+    /// ```
+    /// use ferrocm_host::{Arg, Device, LaunchConfig};
+    /// let dev = Device::emulator(64);
+    /// let x = dev.upload(&[0.0f32, 1.0]).unwrap();
+    /// let y = dev.alloc::<f32>(2).unwrap();
+    /// dev.launch("unary_exp_f32", LaunchConfig::linear(2, 64),
+    ///     &[Arg::output(&y), Arg::input(&x), Arg::U64(2), Arg::U32(0), Arg::Null, Arg::F32(0.0)]).unwrap();
+    /// assert_eq!(y.download().unwrap()[0], 1.0);
+    /// ```
+    pub fn launch(&self, name: &str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
+        let kernel = ferrocm_kernels::kernel(name).ok_or_else(|| Error::UnknownKernel { kernel: name.into() })?;
+        check_launch(self, kernel, &cfg, args)?;
+        match self {
+            Device::Cpu => Err(Error::BadLaunchConfig {
+                kernel: name.into(),
+                detail: "the Cpu device runs no kernels (use Device::emulator or a ROCm GPU)".into(),
+            }),
+            Device::Emulator(c) => crate::emulator::launch(c, kernel, &cfg, args),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => {
+                let raw: Vec<u64> = args.iter().map(|a| a.raw()).collect();
+                r.launch(kernel, &cfg, &raw)
+            }
+        }
+    }
+}
