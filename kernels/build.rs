@@ -429,6 +429,10 @@ fn build_arch(crate_dir: &Path, target_dir: &Path, arch: &str) -> Result<PathBuf
         [
             format!("-Ctarget-cpu={arch}"),
             format!("--cfg=ferrocm_{}", family(arch)),
+            // rustc lets LLVM merge identical functions into aliases; an aliased
+            // kernel (copy_bf16 == copy_f16) then has no kernel descriptor and
+            // the link fails. Every kernel must stay a kernel.
+            "-Zmerge-functions=disabled".into(),
             "--check-cfg=cfg(ferrocm_gfx9,ferrocm_gfx10,ferrocm_gfx11,ferrocm_gfx12)".into(),
         ]
         .join("\x1f"),

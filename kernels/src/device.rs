@@ -330,6 +330,33 @@ pub fn wave_shfl_xor_u64(v: u64, mask: u32) -> u64 {
     lo | (hi << 32)
 }
 
+/// Butterfly exchange of any element type (one 32-bit exchange for types up
+/// to 4 bytes, two for 8-byte types).
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_shfl_xor_elem<A: crate::elem::Elem>(v: A, mask: u32) -> A {
+    if size_of::<A>() <= 4 {
+        A::from_bits64(wave_shfl_xor(v.to_bits64() as u32, mask) as u64)
+    } else {
+        A::from_bits64(wave_shfl_xor_u64(v.to_bits64(), mask))
+    }
+}
+
+/// Index of this workitem's wave in its (1-D) workgroup.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_id() -> u32 {
+    workitem_id_x() / wave_size()
+}
+
+/// Number of waves in a (1-D) workgroup.
+#[amdgpu_device]
+#[inline(always)]
+pub fn num_waves() -> u32 {
+    workgroup_size_x().div_ceil(wave_size())
+}
+
+
 /// Element offset of logical index `i` in a strided layout.
 ///
 /// `layout` holds `ndim` dims followed by `ndim` strides (in elements); a
@@ -361,14 +388,17 @@ pub fn strided_offset(i: u64, ndim: u32, layout: *const u64, strides_at: u32) ->
 #[macro_export]
 macro_rules! kernels {
     ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
+        $crate::kernels! { table KERNELS; $( fn $name ( $($arg : $ty),* ) $body )* }
+    };
+    (table $table:ident; $( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
         $(
             #[amdgpu_global]
             #[allow(clippy::too_many_arguments, clippy::not_unsafe_ptr_arg_deref)]
             fn $name($($arg: $ty),*) $body
         )*
-        /// The kernels this file declares.
+        /// Kernels this file declares.
         #[cfg(not(target_arch = "amdgpu"))]
-        pub const KERNELS: &[$crate::host::KernelInfo] = &[
+        pub const $table: &[$crate::host::KernelInfo] = &[
             $( $crate::host::KernelInfo {
                 name: stringify!($name),
                 args: &[$( <$ty as $crate::host::KernelArg>::KIND ),*],
@@ -382,30 +412,4 @@ macro_rules! kernels {
             }, )*
         ];
     };
-}
-
-/// Butterfly exchange of any element type (one 32-bit exchange for types up
-/// to 4 bytes, two for 8-byte types).
-#[amdgpu_device]
-#[inline(always)]
-pub fn wave_shfl_xor_elem<A: crate::elem::Elem>(v: A, mask: u32) -> A {
-    if size_of::<A>() <= 4 {
-        A::from_bits64(wave_shfl_xor(v.to_bits64() as u32, mask) as u64)
-    } else {
-        A::from_bits64(wave_shfl_xor_u64(v.to_bits64(), mask))
-    }
-}
-
-/// Index of this workitem's wave in its workgroup.
-#[amdgpu_device]
-#[inline(always)]
-pub fn wave_id() -> u32 {
-    workitem_id_x() / wave_size()
-}
-
-/// Number of waves in a (1-D) workgroup.
-#[amdgpu_device]
-#[inline(always)]
-pub fn num_waves() -> u32 {
-    workgroup_size_x().div_ceil(wave_size())
 }

@@ -130,6 +130,8 @@ pub trait Elem: Copy + 'static {
     const HIGHEST: Self;
     /// Whether this is a float type.
     const IS_FLOAT: bool;
+    /// The accumulator of reductions: f32 for float types, i64 for integers.
+    type Acc: Elem;
     /// To f32 (`as` for integers).
     fn to_f32(self) -> f32;
     /// From f32 (`as`, saturating, for integers; RNE for f16/bf16).
@@ -176,6 +178,7 @@ macro_rules! float_elem {
             const LOWEST: Self = $lowest;
             const HIGHEST: Self = $highest;
             const IS_FLOAT: bool = true;
+            type Acc = f32;
             #[inline(always)]
             fn to_f32(self) -> f32 {
                 let to: fn($t) -> f32 = $to;
@@ -277,6 +280,7 @@ macro_rules! int_elem {
             const LOWEST: Self = <$t>::MIN;
             const HIGHEST: Self = <$t>::MAX;
             const IS_FLOAT: bool = false;
+            type Acc = i64;
             #[inline(always)]
             fn to_f32(self) -> f32 {
                 self as f32

@@ -28,6 +28,12 @@ pub mod device;
 pub mod elem;
 pub mod math;
 
+pub mod affine;
+pub mod binary;
+pub mod cast;
+pub mod fill;
+pub mod reduce;
+pub mod ternary;
 pub mod unary;
 
 /// One embedded AMDGPU code object.
@@ -52,7 +58,20 @@ pub fn code_object(arch: &str) -> Option<&'static CodeObject> {
 
 /// Every kernel this crate declares, across all op families.
 pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
-    [unary::KERNELS].into_iter().flatten()
+    [
+        unary::KERNELS,
+        binary::KERNELS,
+        binary::CMP_KERNELS,
+        ternary::KERNELS,
+        cast::KERNELS,
+        fill::KERNELS,
+        affine::KERNELS,
+        reduce::KERNELS,
+        reduce::ARG_KERNELS,
+        reduce::SOFTMAX_KERNELS,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// The kernel named `name`, if declared.

@@ -1,0 +1,45 @@
+//! `affine_{dtype}`: `out = x * mul + add`, computed in f32 for f32, f16 and
+//! bf16 (one fused multiply-add), in the integer type (wrapping) for u8, u32
+//! and i64 with `mul` and `add` cast to it. Strided input allowed.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use crate::math;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// x * mul + add for one element, as the CPU backend computes it too.
+#[amdgpu_device]
+#[inline(always)]
+pub fn affine_apply<T: Elem>(x: T, mul: f32, add: f32) -> T {
+    if T::IS_FLOAT {
+        T::from_f32(math::fma(x.to_f32(), mul, add))
+    } else {
+        x.mul(T::from_f32(mul)).add(T::from_f32(add))
+    }
+}
+
+/// The body every affine kernel instantiates.
+#[amdgpu_device]
+#[inline(always)]
+pub fn affine_body<T: Elem>(out: *mut T, inp: *const T, n: u64, ndim: u32, layout: *const u64, mul: f32, add: f32) {
+    let mut i = global_id_x();
+    let step = global_size_x();
+    while i < n {
+        let src = if ndim == 0 { i } else { strided_offset(i, ndim, layout, ndim) };
+        unsafe { *out.add(i as usize) = affine_apply(*inp.add(src as usize), mul, add) };
+        i += step;
+    }
+}
+
+macro_rules! affine_kernels {
+    ($($name:ident: $t:ty),*) => {
+        kernels! {$(
+            fn $name(out: *mut $t, inp: *const $t, n: u64, ndim: u32, layout: *const u64, mul: f32, add: f32) {
+                affine_body::<$t>(out, inp, n, ndim, layout, mul, add)
+            }
+        )*}
+    };
+}
+
+affine_kernels!(affine_f32: f32, affine_f16: F16, affine_bf16: Bf16, affine_u8: u8, affine_u32: u32, affine_i64: i64);

@@ -1,0 +1,157 @@
+//! Binary elementwise kernels with broadcasting: `binary_{op}_{dtype}` (add,
+//! sub, mul, div, maximum, minimum) and comparisons `cmp_{op}_{dtype}` (eq, ne,
+//! lt, le, gt, ge; output u8 0/1), for f32, f16, bf16, u8, u32, i64.
+//!
+//! `layout` (when `ndim > 0`) holds the output dims, then the lhs strides,
+//! then the rhs strides; a broadcast dim has stride 0. `ndim == 0` means both
+//! inputs are contiguous with the output's shape.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// An arithmetic binary op.
+#[amdgpu_device]
+pub trait BinaryOp {
+    /// Applies the op.
+    fn apply<T: Elem>(a: T, b: T) -> T;
+}
+
+/// A comparison.
+#[amdgpu_device]
+pub trait CmpOp {
+    /// Applies the comparison (false when either float is NaN, except `ne`).
+    fn apply<T: Elem>(a: T, b: T) -> bool;
+}
+
+macro_rules! binary_ops {
+    ($($(#[$doc:meta])* $name:ident = |$a:ident, $b:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        #[amdgpu_device]
+        pub struct $name;
+        #[amdgpu_device]
+        impl BinaryOp for $name {
+            #[inline(always)]
+            fn apply<T: Elem>($a: T, $b: T) -> T { $body }
+        }
+    )*};
+}
+
+binary_ops! {
+    /// a + b
+    Add = |a, b| a.add(b);
+    /// a - b
+    Sub = |a, b| a.sub(b);
+    /// a * b
+    Mul = |a, b| a.mul(b);
+    /// a / b (integer division by zero gives 0)
+    Div = |a, b| a.div(b);
+    /// max(a, b)
+    Maximum = |a, b| a.max(b);
+    /// min(a, b)
+    Minimum = |a, b| a.min(b);
+}
+
+macro_rules! cmp_ops {
+    ($($(#[$doc:meta])* $name:ident = |$a:ident, $b:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        #[amdgpu_device]
+        pub struct $name;
+        #[amdgpu_device]
+        impl CmpOp for $name {
+            #[inline(always)]
+            fn apply<T: Elem>($a: T, $b: T) -> bool { $body }
+        }
+    )*};
+}
+
+cmp_ops! {
+    /// a == b
+    Eq = |a, b| a.eq(b);
+    /// a != b
+    Ne = |a, b| !a.eq(b);
+    /// a < b
+    Lt = |a, b| a.lt(b);
+    /// a <= b
+    Le = |a, b| a.lt(b) || a.eq(b);
+    /// a > b
+    Gt = |a, b| b.lt(a);
+    /// a >= b
+    Ge = |a, b| b.lt(a) || a.eq(b);
+}
+
+/// Offsets of element `i` in lhs and rhs.
+#[amdgpu_device]
+#[inline(always)]
+fn binary_offsets(i: u64, ndim: u32, layout: *const u64) -> (u64, u64) {
+    if ndim == 0 {
+        (i, i)
+    } else {
+        (strided_offset(i, ndim, layout, ndim), strided_offset(i, ndim, layout, 2 * ndim))
+    }
+}
+
+/// The body every arithmetic binary kernel instantiates.
+#[amdgpu_device]
+#[inline(always)]
+pub fn binary_body<T: Elem, Op: BinaryOp>(out: *mut T, lhs: *const T, rhs: *const T, n: u64, ndim: u32, layout: *const u64) {
+    let mut i = global_id_x();
+    let step = global_size_x();
+    while i < n {
+        let (l, r) = binary_offsets(i, ndim, layout);
+        unsafe { *out.add(i as usize) = Op::apply(*lhs.add(l as usize), *rhs.add(r as usize)) };
+        i += step;
+    }
+}
+
+/// The body every comparison kernel instantiates.
+#[amdgpu_device]
+#[inline(always)]
+pub fn cmp_body<T: Elem, Op: CmpOp>(out: *mut u8, lhs: *const T, rhs: *const T, n: u64, ndim: u32, layout: *const u64) {
+    let mut i = global_id_x();
+    let step = global_size_x();
+    while i < n {
+        let (l, r) = binary_offsets(i, ndim, layout);
+        unsafe { *out.add(i as usize) = Op::apply(*lhs.add(l as usize), *rhs.add(r as usize)) as u8 };
+        i += step;
+    }
+}
+
+macro_rules! binary_kernels {
+    ($($op:ident => $($name:ident: $t:ty),*;)*) => {
+        kernels! {$($(
+            fn $name(out: *mut $t, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64) {
+                binary_body::<$t, $op>(out, lhs, rhs, n, ndim, layout)
+            }
+        )*)*}
+    };
+}
+
+macro_rules! cmp_kernels {
+    ($($op:ident => $($name:ident: $t:ty),*;)*) => {
+        kernels! { table CMP_KERNELS; $($(
+            fn $name(out: *mut u8, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64) {
+                cmp_body::<$t, $op>(out, lhs, rhs, n, ndim, layout)
+            }
+        )*)*}
+    };
+}
+
+binary_kernels! {
+    Add => binary_add_f32: f32, binary_add_f16: F16, binary_add_bf16: Bf16, binary_add_u8: u8, binary_add_u32: u32, binary_add_i64: i64;
+    Sub => binary_sub_f32: f32, binary_sub_f16: F16, binary_sub_bf16: Bf16, binary_sub_u8: u8, binary_sub_u32: u32, binary_sub_i64: i64;
+    Mul => binary_mul_f32: f32, binary_mul_f16: F16, binary_mul_bf16: Bf16, binary_mul_u8: u8, binary_mul_u32: u32, binary_mul_i64: i64;
+    Div => binary_div_f32: f32, binary_div_f16: F16, binary_div_bf16: Bf16, binary_div_u8: u8, binary_div_u32: u32, binary_div_i64: i64;
+    Maximum => binary_maximum_f32: f32, binary_maximum_f16: F16, binary_maximum_bf16: Bf16, binary_maximum_u8: u8, binary_maximum_u32: u32, binary_maximum_i64: i64;
+    Minimum => binary_minimum_f32: f32, binary_minimum_f16: F16, binary_minimum_bf16: Bf16, binary_minimum_u8: u8, binary_minimum_u32: u32, binary_minimum_i64: i64;
+}
+
+cmp_kernels! {
+    Eq => cmp_eq_f32: f32, cmp_eq_f16: F16, cmp_eq_bf16: Bf16, cmp_eq_u8: u8, cmp_eq_u32: u32, cmp_eq_i64: i64;
+    Ne => cmp_ne_f32: f32, cmp_ne_f16: F16, cmp_ne_bf16: Bf16, cmp_ne_u8: u8, cmp_ne_u32: u32, cmp_ne_i64: i64;
+    Lt => cmp_lt_f32: f32, cmp_lt_f16: F16, cmp_lt_bf16: Bf16, cmp_lt_u8: u8, cmp_lt_u32: u32, cmp_lt_i64: i64;
+    Le => cmp_le_f32: f32, cmp_le_f16: F16, cmp_le_bf16: Bf16, cmp_le_u8: u8, cmp_le_u32: u32, cmp_le_i64: i64;
+    Gt => cmp_gt_f32: f32, cmp_gt_f16: F16, cmp_gt_bf16: Bf16, cmp_gt_u8: u8, cmp_gt_u32: u32, cmp_gt_i64: i64;
+    Ge => cmp_ge_f32: f32, cmp_ge_f16: F16, cmp_ge_bf16: Bf16, cmp_ge_u8: u8, cmp_ge_u32: u32, cmp_ge_i64: i64;
+}

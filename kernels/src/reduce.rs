@@ -1,0 +1,313 @@
+//! Row reductions and softmax, one workgroup per row (looping over rows when
+//! there are more rows than workgroups):
+//! - `reduce_{sum,max,min}_{dtype}` for every dtype, `reduce_mean_{f32,f16,bf16}`;
+//! - `reduce_argmax_{dtype}`, `reduce_argmin_{dtype}` (u32 index of the first
+//!   extreme element, NaNs ignored; 0 when every element is NaN);
+//! - `softmax_{f32,f16,bf16}`, `log_softmax_{...}`, numerically stable, over
+//!   contiguous rows.
+//!
+//! The input is `rows × cols` in logical order (the op library permutes the
+//! reduced dims last); `ndim > 0` gives its strided layout. Each workitem
+//! accumulates a strided slice of the row in `T::Acc` (f32 or i64), then the
+//! workgroup combines with a wave butterfly and one LDS slot per wave. The
+//! workgroup size must be a multiple of the wave size; [`REDUCE_LDS_BYTES`] of
+//! LDS cover any workgroup up to 1024 workitems.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use crate::math;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// LDS a reduction launch must provide: per wave (at most 32) an 8-byte
+/// partial at offset 0 and a 4-byte index at [`INDEX_LDS_OFFSET`].
+#[amdgpu_device]
+pub const REDUCE_LDS_BYTES: u32 = 384;
+
+/// Byte offset of the per-wave indices in LDS.
+#[amdgpu_device]
+pub const INDEX_LDS_OFFSET: u32 = 256;
+
+/// A reduction: identity, combine, and a final step (mean divides).
+#[amdgpu_device]
+pub trait ReduceOp {
+    /// Start value.
+    fn identity<A: Elem>() -> A;
+    /// Combines two partial results.
+    fn combine<A: Elem>(a: A, b: A) -> A;
+    /// Turns the row's result into the output value.
+    #[inline(always)]
+    fn finish<A: Elem>(acc: A, _cols: u64) -> A {
+        acc
+    }
+}
+
+/// Sum.
+#[amdgpu_device]
+pub struct Sum;
+#[amdgpu_device]
+impl ReduceOp for Sum {
+    #[inline(always)]
+    fn identity<A: Elem>() -> A {
+        A::ZERO
+    }
+    #[inline(always)]
+    fn combine<A: Elem>(a: A, b: A) -> A {
+        a.add(b)
+    }
+}
+
+/// Mean (float types).
+#[amdgpu_device]
+pub struct Mean;
+#[amdgpu_device]
+impl ReduceOp for Mean {
+    #[inline(always)]
+    fn identity<A: Elem>() -> A {
+        A::ZERO
+    }
+    #[inline(always)]
+    fn combine<A: Elem>(a: A, b: A) -> A {
+        a.add(b)
+    }
+    #[inline(always)]
+    fn finish<A: Elem>(acc: A, cols: u64) -> A {
+        A::from_f32(acc.to_f32() / cols as f32)
+    }
+}
+
+/// Maximum (NaN ignored).
+#[amdgpu_device]
+pub struct Max;
+#[amdgpu_device]
+impl ReduceOp for Max {
+    #[inline(always)]
+    fn identity<A: Elem>() -> A {
+        A::LOWEST
+    }
+    #[inline(always)]
+    fn combine<A: Elem>(a: A, b: A) -> A {
+        a.max(b)
+    }
+}
+
+/// Minimum (NaN ignored).
+#[amdgpu_device]
+pub struct Min;
+#[amdgpu_device]
+impl ReduceOp for Min {
+    #[inline(always)]
+    fn identity<A: Elem>() -> A {
+        A::HIGHEST
+    }
+    #[inline(always)]
+    fn combine<A: Elem>(a: A, b: A) -> A {
+        a.min(b)
+    }
+}
+
+/// Combines `v` over the whole workgroup; every workitem gets the result.
+/// Uses wave butterflies, then one LDS slot per wave and two barriers.
+#[amdgpu_device]
+#[inline(always)]
+pub fn block_reduce<A: Elem, Op: ReduceOp>(v: A) -> A {
+    let mut acc = v;
+    let mut offset = wave_size() / 2;
+    while offset > 0 {
+        acc = Op::combine(acc, wave_shfl_xor_elem(acc, offset));
+        offset /= 2;
+    }
+    let partials = lds::<A>();
+    if lane_id() == 0 {
+        partials.store(wave_id(), acc);
+    }
+    barrier();
+    let mut r = Op::identity::<A>();
+    let mut w = 0;
+    while w < num_waves() {
+        r = Op::combine(r, partials.load(w));
+        w += 1;
+    }
+    // The slots are reused by the next reduction.
+    barrier();
+    r
+}
+
+/// Offset of logical element `i` of the input.
+#[amdgpu_device]
+#[inline(always)]
+fn input_offset(i: u64, ndim: u32, layout: *const u64) -> usize {
+    (if ndim == 0 { i } else { strided_offset(i, ndim, layout, ndim) }) as usize
+}
+
+/// The body of `reduce_{sum,mean,max,min}_*`.
+#[amdgpu_device]
+#[inline(always)]
+pub fn reduce_body<T: Elem, Op: ReduceOp>(out: *mut T, inp: *const T, rows: u64, cols: u64, ndim: u32, layout: *const u64) {
+    let mut row = workgroup_id_x() as u64;
+    while row < rows {
+        let mut acc = Op::identity::<T::Acc>();
+        let mut c = workitem_id_x() as u64;
+        while c < cols {
+            let x = unsafe { *inp.add(input_offset(row * cols + c, ndim, layout)) };
+            acc = Op::combine(acc, x.cast::<T::Acc>());
+            c += workgroup_size_x() as u64;
+        }
+        let r = block_reduce::<T::Acc, Op>(acc);
+        if workitem_id_x() == 0 {
+            unsafe { *out.add(row as usize) = Op::finish(r, cols).cast::<T>() };
+        }
+        row += num_workgroups_x() as u64;
+    }
+}
+
+/// Whether candidate (`v`, `i`) beats (`best`, `best_i`): larger (or smaller
+/// for `MIN`), or equal with a smaller index; NaN never wins.
+#[amdgpu_device]
+#[inline(always)]
+pub fn arg_better<A: Elem, const MIN: bool>(v: A, i: u32, best: A, best_i: u32) -> bool {
+    if v.is_nan() {
+        return false;
+    }
+    if best.is_nan() || best_i == u32::MAX {
+        return true;
+    }
+    let strictly = if MIN { v.lt(best) } else { best.lt(v) };
+    strictly || (v.eq(best) && i < best_i)
+}
+
+/// The body of `reduce_argmax_*` / `reduce_argmin_*`.
+#[amdgpu_device]
+#[inline(always)]
+pub fn arg_reduce_body<T: Elem, const MIN: bool>(out: *mut u32, inp: *const T, rows: u64, cols: u64, ndim: u32, layout: *const u64) {
+    let vals = lds::<T::Acc>();
+    let idxs = lds_at::<u32>(INDEX_LDS_OFFSET);
+    let mut row = workgroup_id_x() as u64;
+    while row < rows {
+        let mut best = if MIN { T::Acc::HIGHEST } else { T::Acc::LOWEST };
+        let mut best_i = u32::MAX;
+        let mut c = workitem_id_x() as u64;
+        while c < cols {
+            let x = unsafe { *inp.add(input_offset(row * cols + c, ndim, layout)) }.cast::<T::Acc>();
+            if arg_better::<T::Acc, MIN>(x, c as u32, best, best_i) {
+                best = x;
+                best_i = c as u32;
+            }
+            c += workgroup_size_x() as u64;
+        }
+        let mut offset = wave_size() / 2;
+        while offset > 0 {
+            let v = wave_shfl_xor_elem(best, offset);
+            let i = wave_shfl_xor(best_i, offset);
+            if arg_better::<T::Acc, MIN>(v, i, best, best_i) {
+                best = v;
+                best_i = i;
+            }
+            offset /= 2;
+        }
+        if lane_id() == 0 {
+            vals.store(wave_id(), best);
+            idxs.store(wave_id(), best_i);
+        }
+        barrier();
+        if workitem_id_x() == 0 {
+            let mut w = 1;
+            best = vals.load(0);
+            best_i = idxs.load(0);
+            while w < num_waves() {
+                let (v, i) = (vals.load(w), idxs.load(w));
+                if arg_better::<T::Acc, MIN>(v, i, best, best_i) {
+                    best = v;
+                    best_i = i;
+                }
+                w += 1;
+            }
+            unsafe { *out.add(row as usize) = if best_i == u32::MAX { 0 } else { best_i } };
+        }
+        barrier();
+        row += num_workgroups_x() as u64;
+    }
+}
+
+/// The body of `softmax_*` (`LOG = false`) and `log_softmax_*` (`LOG = true`):
+/// max, then the sum of exp(x - max), then the output, each pass over the row.
+/// The input is contiguous `rows × cols` (the op library makes it so): the
+/// strided index arithmetic of three passes made gfx942 spill SGPRs.
+#[amdgpu_device]
+#[inline(always)]
+pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: u64, cols: u64) {
+    let mut row = workgroup_id_x() as u64;
+    let bs = workgroup_size_x() as u64;
+    while row < rows {
+        let mut m = f32::NEG_INFINITY;
+        let mut c = workitem_id_x() as u64;
+        while c < cols {
+            m = m.max(unsafe { *inp.add((row * cols + c) as usize) }.to_f32());
+            c += bs;
+        }
+        let m = block_reduce::<f32, Max>(m);
+        let mut s = 0.0f32;
+        c = workitem_id_x() as u64;
+        while c < cols {
+            s += math::exp(unsafe { *inp.add((row * cols + c) as usize) }.to_f32() - m);
+            c += bs;
+        }
+        let s = block_reduce::<f32, Sum>(s);
+        let log_s = math::log(s);
+        c = workitem_id_x() as u64;
+        while c < cols {
+            let x = unsafe { *inp.add((row * cols + c) as usize) }.to_f32() - m;
+            let y = if LOG { x - log_s } else { math::exp(x) / s };
+            unsafe { *out.add((row * cols + c) as usize) = T::from_f32(y) };
+            c += bs;
+        }
+        row += num_workgroups_x() as u64;
+    }
+}
+
+macro_rules! reduce_kernels {
+    ($($op:ident => $($name:ident: $t:ty),*;)*) => {
+        kernels! {$($(
+            fn $name(out: *mut $t, inp: *const $t, rows: u64, cols: u64, ndim: u32, layout: *const u64) {
+                reduce_body::<$t, $op>(out, inp, rows, cols, ndim, layout)
+            }
+        )*)*}
+    };
+}
+
+macro_rules! arg_reduce_kernels {
+    ($($min:literal => $($name:ident: $t:ty),*;)*) => {
+        kernels! { table ARG_KERNELS; $($(
+            fn $name(out: *mut u32, inp: *const $t, rows: u64, cols: u64, ndim: u32, layout: *const u64) {
+                arg_reduce_body::<$t, $min>(out, inp, rows, cols, ndim, layout)
+            }
+        )*)*}
+    };
+}
+
+macro_rules! softmax_kernels {
+    ($($log:literal => $($name:ident: $t:ty),*;)*) => {
+        kernels! { table SOFTMAX_KERNELS; $($(
+            fn $name(out: *mut $t, inp: *const $t, rows: u64, cols: u64) {
+                softmax_body::<$t, $log>(out, inp, rows, cols)
+            }
+        )*)*}
+    };
+}
+
+reduce_kernels! {
+    Sum => reduce_sum_f32: f32, reduce_sum_f16: F16, reduce_sum_bf16: Bf16, reduce_sum_u8: u8, reduce_sum_u32: u32, reduce_sum_i64: i64;
+    Max => reduce_max_f32: f32, reduce_max_f16: F16, reduce_max_bf16: Bf16, reduce_max_u8: u8, reduce_max_u32: u32, reduce_max_i64: i64;
+    Min => reduce_min_f32: f32, reduce_min_f16: F16, reduce_min_bf16: Bf16, reduce_min_u8: u8, reduce_min_u32: u32, reduce_min_i64: i64;
+    Mean => reduce_mean_f32: f32, reduce_mean_f16: F16, reduce_mean_bf16: Bf16;
+}
+
+arg_reduce_kernels! {
+    false => reduce_argmax_f32: f32, reduce_argmax_f16: F16, reduce_argmax_bf16: Bf16, reduce_argmax_u8: u8, reduce_argmax_u32: u32, reduce_argmax_i64: i64;
+    true => reduce_argmin_f32: f32, reduce_argmin_f16: F16, reduce_argmin_bf16: Bf16, reduce_argmin_u8: u8, reduce_argmin_u32: u32, reduce_argmin_i64: i64;
+}
+
+softmax_kernels! {
+    false => softmax_f32: f32, softmax_f16: F16, softmax_bf16: Bf16;
+    true => log_softmax_f32: f32, log_softmax_f16: F16, log_softmax_bf16: Bf16;
+}
