@@ -31,6 +31,10 @@ use std::sync::OnceLock;
 /// holding the resolved function pointer; `check(path)` names rocm-rs's
 /// binding to compare the signature with at compile time.
 macro_rules! entry_points {
+    (@check [] $($unchecked:tt)*) => {};
+    (@check [$($chk:ident)::+] fn $f:ident($($t:ty),*) -> $ret:ty) => {
+        const _: unsafe extern "C" fn($($t),*) -> $ret = $($chk)::+::$f;
+    };
     (
         $(#[$meta:meta])*
         pub(crate) struct $name:ident {
@@ -59,6 +63,7 @@ macro_rules! entry_points {
 
         impl $name {
             /// Resolves every entry point in `library`.
+            #[allow(non_snake_case)]
             fn resolve(library: Library, found_as: String) -> Result<Self, String> {
                 $(
                     // SAFETY: the type is the C declaration of this symbol
@@ -77,9 +82,9 @@ macro_rules! entry_points {
             }
         }
 
-        $($(
-            const _: unsafe extern "C" fn($($t),*) -> $ret = $($chk)::+::$f;
-        )?)*
+        $(
+            entry_points!(@check [$($($chk)::+)?] fn $f($($t),*) -> $ret);
+        )*
     };
 }
 

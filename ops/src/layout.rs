@@ -1,0 +1,208 @@
+//! Shapes, strides and offsets: how a tensor's logical elements map onto its storage.
+
+use crate::error::{Error, Result};
+
+/// A strided view: element `[i0, i1, ...]` is at `offset + Σ ik * strides[k]`
+/// (in elements). A broadcast dim has stride 0.
+///
+/// ```
+/// use ferrocm_ops::Layout;
+/// let l = Layout::contiguous(&[2, 3]);
+/// assert_eq!(l.strides(), &[3, 1]);
+/// let t = l.transpose(0, 1).unwrap();
+/// assert_eq!(t.shape(), &[3, 2]);
+/// assert!(!t.is_contiguous());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    offset: usize,
+}
+
+impl Layout {
+    /// Row-major layout of `shape` at offset 0.
+    pub fn contiguous(shape: &[usize]) -> Self {
+        let mut strides = vec![0; shape.len()];
+        let mut s = 1usize;
+        for d in (0..shape.len()).rev() {
+            strides[d] = s;
+            s = s.saturating_mul(shape[d]);
+        }
+        Self { shape: shape.to_vec(), strides, offset: 0 }
+    }
+
+    /// A layout from parts (not checked against any storage).
+    pub fn new(shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
+        Self { shape, strides, offset }
+    }
+
+    /// Dims.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Strides in elements.
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+
+    /// Offset of the first element.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Number of dims.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn elem_count(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether the elements are row-major and dense from `offset` (dims of size 1 ignored).
+    pub fn is_contiguous(&self) -> bool {
+        let mut expected = 1usize;
+        for d in (0..self.rank()).rev() {
+            if self.shape[d] != 1 && self.strides[d] != expected {
+                return false;
+            }
+            expected = expected.saturating_mul(self.shape[d]);
+        }
+        true
+    }
+
+    /// Storage offset of the logical element number `i` (row-major order).
+    pub fn offset_of(&self, mut i: usize) -> usize {
+        let mut off = self.offset;
+        for d in (0..self.rank()).rev() {
+            let dim = self.shape[d].max(1);
+            off += (i % dim) * self.strides[d];
+            i /= dim;
+        }
+        off
+    }
+
+    /// Largest storage index touched plus one (0 when empty).
+    pub fn storage_end(&self) -> usize {
+        if self.elem_count() == 0 {
+            return self.offset;
+        }
+        self.offset + self.shape.iter().zip(&self.strides).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1
+    }
+
+    /// Dims then strides, as 64-bit values: what strided kernels read.
+    pub fn dims_and_strides(&self) -> Vec<u64> {
+        self.shape.iter().chain(&self.strides).map(|&v| v as u64).collect()
+    }
+
+    fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
+        if dim >= self.rank() {
+            return Err(Error::DimOutOfRange { op, dim, rank: self.rank(), shape: self.shape.clone() });
+        }
+        Ok(())
+    }
+
+    /// Swaps two dims (a view).
+    pub fn transpose(&self, d0: usize, d1: usize) -> Result<Layout> {
+        self.check_dim("transpose", d0)?;
+        self.check_dim("transpose", d1)?;
+        let mut l = self.clone();
+        l.shape.swap(d0, d1);
+        l.strides.swap(d0, d1);
+        Ok(l)
+    }
+
+    /// Reorders dims: dim `k` of the result is dim `perm[k]` of this layout.
+    pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
+        let mut seen = vec![false; self.rank()];
+        if perm.len() != self.rank() || perm.iter().any(|&p| p >= self.rank() || std::mem::replace(&mut seen[p], true)) {
+            return Err(Error::BadPermutation { op: "permute", perm: perm.to_vec(), rank: self.rank() });
+        }
+        Ok(Layout {
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            offset: self.offset,
+        })
+    }
+
+    /// Elements `start..start + len` of `dim` (a view).
+    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Layout> {
+        self.check_dim("narrow", dim)?;
+        let size = self.shape[dim];
+        if start.checked_add(len).is_none_or(|e| e > size) {
+            return Err(Error::NarrowOutOfRange { op: "narrow", dim, start, len, size });
+        }
+        let mut l = self.clone();
+        l.shape[dim] = len;
+        if len > 0 {
+            l.offset += start * self.strides[dim];
+        }
+        Ok(l)
+    }
+
+    /// Broadcasts to `shape` (numpy rules: leading dims added, size-1 dims stretched with stride 0).
+    pub fn broadcast_as(&self, shape: &[usize]) -> Result<Layout> {
+        let err = || Error::BroadcastIncompatible { op: "broadcast_as", lhs: self.shape.clone(), rhs: shape.to_vec() };
+        if shape.len() < self.rank() {
+            return Err(err());
+        }
+        let lead = shape.len() - self.rank();
+        let mut strides = vec![0; shape.len()];
+        for (k, &target) in shape.iter().enumerate().skip(lead) {
+            let (d, s) = (self.shape[k - lead], self.strides[k - lead]);
+            strides[k] = if d == target {
+                s
+            } else if d == 1 {
+                0
+            } else {
+                return Err(err());
+            };
+        }
+        Ok(Layout { shape: shape.to_vec(), strides, offset: self.offset })
+    }
+
+    /// The same elements with another shape; only for contiguous layouts.
+    pub(crate) fn reshaped(&self, shape: &[usize]) -> Option<Layout> {
+        if !self.is_contiguous() {
+            return None;
+        }
+        let mut l = Layout::contiguous(shape);
+        l.offset = self.offset;
+        Some(l)
+    }
+}
+
+/// The broadcast shape of two shapes (numpy rules).
+///
+/// ```
+/// use ferrocm_ops::layout::broadcast_shape;
+/// assert_eq!(broadcast_shape("add", &[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+/// assert!(broadcast_shape("add", &[2], &[3]).is_err());
+/// ```
+pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for k in 0..n {
+        let da = if k + a.len() >= n { a[k + a.len() - n] } else { 1 };
+        let db = if k + b.len() >= n { b[k + b.len() - n] } else { 1 };
+        out[k] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return Err(Error::BroadcastIncompatible { op, lhs: a.to_vec(), rhs: b.to_vec() }),
+        };
+    }
+    Ok(out)
+}
+
+/// Checked element count of a shape.
+pub(crate) fn checked_count(op: &'static str, shape: &[usize], elem_size: usize) -> Result<usize> {
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    match n {
+        Some(n) if n.checked_mul(elem_size).is_some_and(|b| b <= isize::MAX as usize) => Ok(n),
+        _ => Err(Error::TooLarge { op, shape: shape.to_vec() }),
+    }
+}

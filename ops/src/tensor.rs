@@ -1,0 +1,270 @@
+//! `Tensor<T>`: a strided view of a buffer on a device.
+
+use crate::dtype::WithDType;
+use crate::error::{Error, Result};
+use crate::layout::{Layout, checked_count};
+use ferrocm_host::{Arg, Device, DeviceBuffer, LaunchConfig};
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+
+/// Workitems per workgroup of elementwise and reduction launches (a multiple
+/// of both wave sizes).
+pub const BLOCK: u32 = 256;
+
+/// An n-dimensional array of `T` on a [`Device`]. Cloning is cheap (the
+/// storage is shared); views (transpose, narrow, broadcast, reshape of
+/// contiguous data) copy nothing. Ops never modify their inputs.
+///
+/// ```
+/// use ferrocm_ops::{Device, Tensor};
+/// let dev = Device::emulator(64);
+/// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &dev)?;
+/// let b = a.transpose(0, 1)?;          // [3, 2] view, no copy
+/// assert_eq!(b.to_vec()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+/// let s = a.sum(&[1], false)?;         // runs reduce_sum_f32 in the emulator
+/// assert_eq!(s.to_vec()?, vec![6.0, 15.0]);
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Tensor<T: WithDType> {
+    pub(crate) storage: Arc<DeviceBuffer<T>>,
+    pub(crate) layout: Layout,
+}
+
+impl<T: WithDType> std::fmt::Debug for Tensor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor<{}>{:?} on {}", T::DTYPE, self.shape(), self.device())
+    }
+}
+
+impl<T: WithDType> Tensor<T> {
+    pub(crate) fn from_parts(storage: DeviceBuffer<T>, shape: &[usize]) -> Self {
+        Self { storage: Arc::new(storage), layout: Layout::contiguous(shape) }
+    }
+
+    /// Dims.
+    pub fn shape(&self) -> &[usize] {
+        self.layout.shape()
+    }
+
+    /// Alias of [`Tensor::shape`].
+    pub fn dims(&self) -> &[usize] {
+        self.layout.shape()
+    }
+
+    /// Number of dims.
+    pub fn rank(&self) -> usize {
+        self.layout.rank()
+    }
+
+    /// Number of elements.
+    pub fn elem_count(&self) -> usize {
+        self.layout.elem_count()
+    }
+
+    /// The layout (shape, strides, offset).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The dtype.
+    pub fn dtype(&self) -> crate::DType {
+        T::DTYPE
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        self.storage.device()
+    }
+
+    /// Whether the data is dense row-major.
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+
+    /// The underlying buffer.
+    pub fn storage(&self) -> &DeviceBuffer<T> {
+        &self.storage
+    }
+
+    /// A tensor of `shape` filled with `value`.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::full(7u32, &[2, 2], &Device::Cpu)?;
+    /// assert_eq!(t.to_vec()?, vec![7; 4]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    pub fn full(value: T, shape: &[usize], device: &Device) -> Result<Self> {
+        let n = checked_count("full", shape, size_of::<T>())?;
+        let mut buf = device.alloc::<T>(n)?;
+        if device.runs_kernels() {
+            if n > 0 {
+                let bits = crate::fill::bits64(value);
+                let name = format!("fill_{}", T::DTYPE);
+                device.launch(&name, LaunchConfig::linear(n as u64, BLOCK), &[Arg::output(&buf), Arg::U64(n as u64), Arg::U64(bits)])?;
+            }
+        } else {
+            buf.fill(value)?;
+        }
+        Ok(Self::from_parts(buf, shape))
+    }
+
+    /// Zeros.
+    pub fn zeros(shape: &[usize], device: &Device) -> Result<Self> {
+        Self::full(T::from_f64(0.0), shape, device)
+    }
+
+    /// Ones.
+    pub fn ones(shape: &[usize], device: &Device) -> Result<Self> {
+        Self::full(T::from_f64(1.0), shape, device)
+    }
+
+    /// A tensor holding a copy of `data` (row-major) with `shape`.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// assert!(Tensor::from_slice(&[1u8, 2, 3], &[2, 2], &Device::Cpu).is_err());
+    /// ```
+    pub fn from_slice(data: &[T], shape: &[usize], device: &Device) -> Result<Self> {
+        let n = checked_count("from_slice", shape, size_of::<T>())?;
+        if n != data.len() {
+            return Err(Error::DataLength { op: "from_slice", shape: shape.to_vec(), got: data.len() });
+        }
+        Ok(Self::from_parts(device.upload(data)?, shape))
+    }
+
+    /// Alias of [`Tensor::from_slice`] taking a `Vec`.
+    pub fn from_vec(data: Vec<T>, shape: &[usize], device: &Device) -> Result<Self> {
+        Self::from_slice(&data, shape, device)
+    }
+
+    /// `[start, start + 1, ...]` up to (excluding) `end`, as a 1-D tensor.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// assert_eq!(Tensor::<i64>::arange(2, 5, &Device::Cpu)?.to_vec()?, vec![2, 3, 4]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    pub fn arange(start: i64, end: i64, device: &Device) -> Result<Self> {
+        let data: Vec<T> = (start..end.max(start)).map(|v| T::from_f64(v as f64)).collect();
+        let n = data.len();
+        Self::from_slice(&data, &[n], device)
+    }
+
+    /// Uniform values in `[lo, hi)` from a seeded generator (the same seed
+    /// gives the same tensor on every device).
+    pub fn rand(shape: &[usize], lo: f64, hi: f64, seed: u64, device: &Device) -> Result<Self> {
+        let n = checked_count("rand", shape, size_of::<T>())?;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let data: Vec<T> = (0..n).map(|_| T::from_f64(rng.random_range(lo..hi.max(lo + f64::EPSILON)))).collect();
+        Self::from_slice(&data, shape, device)
+    }
+
+    /// Normal values with `mean` and `std` from a seeded generator.
+    pub fn randn(shape: &[usize], mean: f64, std: f64, seed: u64, device: &Device) -> Result<Self> {
+        use rand_distr::Distribution;
+        let n = checked_count("randn", shape, size_of::<T>())?;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let normal = rand_distr::Normal::new(mean, std.abs()).map_err(|_| Error::TooLarge { op: "randn", shape: shape.to_vec() })?;
+        let data: Vec<T> = (0..n).map(|_| T::from_f64(normal.sample(&mut rng))).collect();
+        Self::from_slice(&data, shape, device)
+    }
+
+    /// The elements in row-major order.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let t = self.contiguous()?;
+        let n = t.elem_count();
+        if t.layout.offset() == 0 && t.storage.len() == n {
+            return Ok(t.storage.download()?);
+        }
+        let all = t.storage.download()?;
+        Ok(all[t.layout.offset()..t.layout.offset() + n].to_vec())
+    }
+
+    /// A copy on `device`.
+    pub fn to_device(&self, device: &Device) -> Result<Self> {
+        let data = self.to_vec()?;
+        Self::from_slice(&data, self.shape(), device)
+    }
+
+    /// This tensor if contiguous, else a contiguous copy (the `copy_{dtype}` kernel on GPUs).
+    pub fn contiguous(&self) -> Result<Self> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        let n = self.elem_count();
+        let dev = self.device();
+        let mut out = dev.alloc::<T>(n)?;
+        if dev.runs_kernels() {
+            let layout = crate::gpu::layout_buffer(dev, &self.layout)?;
+            dev.launch(
+                &format!("copy_{}", T::DTYPE),
+                LaunchConfig::linear(n as u64, BLOCK),
+                &[
+                    Arg::output(&out),
+                    Arg::input_at(&self.storage, self.layout.offset()),
+                    Arg::U64(n as u64),
+                    Arg::U32(self.rank() as u32),
+                    Arg::input(&layout),
+                ],
+            )?;
+        } else {
+            let src = crate::cpu::host(&self.storage);
+            let dst = out.as_mut_slice().unwrap_or_default();
+            crate::cpu::map_strided(dst, &self.layout, |o| src[o]);
+        }
+        Ok(Self::from_parts(out, self.shape()))
+    }
+
+    /// The same elements with another shape (a view when contiguous, else a copy).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::<f32>::zeros(&[2, 3], &Device::Cpu)?;
+    /// assert_eq!(t.reshape(&[3, 2])?.shape(), &[3, 2]);
+    /// assert!(t.reshape(&[4]).is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
+        let n = checked_count("reshape", shape, size_of::<T>())?;
+        if n != self.elem_count() {
+            return Err(Error::ReshapeIncompatible { op: "reshape", from: self.shape().to_vec(), to: shape.to_vec() });
+        }
+        if let Some(layout) = self.layout.reshaped(shape) {
+            return Ok(Self { storage: self.storage.clone(), layout });
+        }
+        self.contiguous()?.reshape(shape)
+    }
+
+    fn with_layout(&self, layout: Layout) -> Self {
+        Self { storage: self.storage.clone(), layout }
+    }
+
+    /// Swaps two dims (a view).
+    pub fn transpose(&self, d0: usize, d1: usize) -> Result<Self> {
+        Ok(self.with_layout(self.layout.transpose(d0, d1)?))
+    }
+
+    /// Reorders dims (a view).
+    pub fn permute(&self, perm: &[usize]) -> Result<Self> {
+        Ok(self.with_layout(self.layout.permute(perm)?))
+    }
+
+    /// Elements `start..start + len` along `dim` (a view).
+    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Self> {
+        Ok(self.with_layout(self.layout.narrow(dim, start, len)?))
+    }
+
+    /// Broadcasts to `shape` (a view with stride-0 dims).
+    pub fn broadcast_as(&self, shape: &[usize]) -> Result<Self> {
+        Ok(self.with_layout(self.layout.broadcast_as(shape)?))
+    }
+
+    pub(crate) fn same_device<U: WithDType>(&self, op: &'static str, other: &Tensor<U>) -> Result<()> {
+        if !self.device().same_device(other.device()) {
+            return Err(Error::DeviceMismatch { op, lhs: self.device().to_string(), rhs: other.device().to_string() });
+        }
+        Ok(())
+    }
+}
