@@ -21,7 +21,7 @@
 use ferrocm_kernels::host::{ArgKind, KernelInfo};
 use object::elf::{ELFCLASS32, EM_AMDGPU, FileHeader64};
 use object::read::elf::{FileHeader, NoteIterator, ProgramHeader, SectionHeader};
-use object::{Endianness, ReadRef};
+use object::Endianness;
 use rmpv::Value;
 use serde_json::json;
 

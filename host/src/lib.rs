@@ -18,6 +18,7 @@
 //! ```
 
 pub mod buffer;
+pub mod codeobject;
 pub mod device;
 mod emulator;
 pub mod error;

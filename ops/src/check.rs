@@ -1,1 +1,267 @@
-//! check (todo)
+//! `ferrocm check`: every op × dtype on a device against the Cpu backend.
+//!
+//! The same seeded inputs are built on both devices; each op's result is
+//! compared element by element with a per-dtype tolerance. The test suite runs
+//! the same cases over many layouts ([`InputLayout`]) on the emulator.
+
+use crate::dtype::{DType, WithDType};
+use crate::error::Result;
+use crate::{Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
+
+/// How an input is laid out in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputLayout {
+    /// Dense row-major.
+    Contiguous,
+    /// A transposed view of a dense `[cols, rows]` tensor.
+    Transposed,
+    /// A narrowed view (offset, row stride larger than the row).
+    Narrowed,
+    /// A `[1, cols]` row broadcast to every row (stride 0).
+    Broadcast,
+}
+
+impl InputLayout {
+    /// Every layout.
+    pub const ALL: [InputLayout; 4] =
+        [InputLayout::Contiguous, InputLayout::Transposed, InputLayout::Narrowed, InputLayout::Broadcast];
+}
+
+/// Tolerance of a comparison: `|got - want| <= abs + rel * |want|`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    /// Absolute part.
+    pub abs: f64,
+    /// Relative part.
+    pub rel: f64,
+}
+
+/// The tolerance of a dtype: f32 allows a few ulp (GPU intrinsics vs libm,
+/// summation order), f16/bf16 one or two ulp of the type, integers none.
+pub fn tolerance(dtype: DType) -> Tolerance {
+    match dtype {
+        DType::F32 => Tolerance { abs: 1e-5, rel: 1e-4 },
+        DType::F16 => Tolerance { abs: 1e-3, rel: 2e-3 },
+        DType::BF16 => Tolerance { abs: 1e-2, rel: 1.6e-2 },
+        DType::U8 | DType::U32 | DType::I64 => Tolerance { abs: 0.0, rel: 0.0 },
+    }
+}
+
+/// One compared case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaseResult {
+    /// Op name (with its variant, e.g. `sum[1]`).
+    pub op: String,
+    /// Input dtype.
+    pub dtype: DType,
+    /// Device checked.
+    pub device: String,
+    /// Input layout.
+    pub layout: String,
+    /// Largest absolute error.
+    pub max_abs_err: f64,
+    /// Largest relative error.
+    pub max_rel_err: f64,
+    /// Within tolerance (and both sides succeeded).
+    pub passed: bool,
+    /// What went wrong, if anything.
+    pub error: Option<String>,
+}
+
+/// Compares two results: max abs and rel error, and whether all are within `tol`.
+/// NaN matches NaN; infinities must match exactly.
+///
+/// ```
+/// use ferrocm_ops::check::{compare, Tolerance};
+/// let (abs, _, ok) = compare(&[1.0f32, f32::NAN], &[1.0, f32::NAN], Tolerance { abs: 0.0, rel: 0.0 });
+/// assert!(ok && abs == 0.0);
+/// ```
+pub fn compare<T: WithDType>(got: &[T], want: &[T], tol: Tolerance) -> (f64, f64, bool) {
+    if got.len() != want.len() {
+        return (f64::INFINITY, f64::INFINITY, false);
+    }
+    let (mut max_abs, mut max_rel, mut ok) = (0.0f64, 0.0f64, true);
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (g.to_f64(), w.to_f64());
+        if g.is_nan() || w.is_nan() {
+            ok &= g.is_nan() && w.is_nan();
+            continue;
+        }
+        if g.is_infinite() || w.is_infinite() {
+            ok &= g == w;
+            continue;
+        }
+        let abs = (g - w).abs();
+        let rel = if w != 0.0 { abs / w.abs() } else { abs };
+        max_abs = max_abs.max(abs);
+        max_rel = max_rel.max(rel);
+        ok &= abs <= tol.abs + tol.rel * w.abs();
+    }
+    (max_abs, max_rel, ok)
+}
+
+/// Builds the check's inputs on any device from a seed.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs {
+    /// Logical shape `[rows, cols]` of every input.
+    pub rows: usize,
+    /// See `rows`.
+    pub cols: usize,
+    /// Memory layout.
+    pub layout: InputLayout,
+}
+
+impl Inputs {
+    /// A tensor of `[rows, cols]` in this layout, values uniform in `[lo, hi)`.
+    pub fn make<T: WithDType>(&self, seed: u64, lo: f64, hi: f64, dev: &Device) -> Result<Tensor<T>> {
+        let (r, c) = (self.rows, self.cols);
+        match self.layout {
+            InputLayout::Contiguous => Tensor::rand(&[r, c], lo, hi, seed, dev),
+            InputLayout::Transposed => Tensor::rand(&[c, r], lo, hi, seed, dev)?.transpose(0, 1),
+            InputLayout::Narrowed => Tensor::rand(&[r + 3, c + 5], lo, hi, seed, dev)?.narrow(0, 2, r)?.narrow(1, 3, c),
+            InputLayout::Broadcast => Tensor::rand(&[1, c], lo, hi, seed, dev)?.broadcast_as(&[r, c]),
+        }
+    }
+}
+
+struct Runner<'a> {
+    device: &'a Device,
+    inputs: Inputs,
+    results: Vec<CaseResult>,
+}
+
+impl Runner<'_> {
+    fn case<R: WithDType>(&mut self, op: String, dtype: DType, f: impl Fn(&Device) -> Result<Tensor<R>>) {
+        let tol = tolerance(R::DTYPE);
+        let want = f(&Device::Cpu).and_then(|t| Ok((t.shape().to_vec(), t.to_vec()?)));
+        let got = f(self.device).and_then(|t| Ok((t.shape().to_vec(), t.to_vec()?)));
+        let (abs, rel, passed, error) = match (got, want) {
+            (Ok((gs, g)), Ok((ws, w))) if gs == ws => {
+                let (a, r, p) = compare(&g, &w, tol);
+                (a, r, p, None)
+            }
+            (Ok((gs, _)), Ok((ws, _))) => (f64::INFINITY, f64::INFINITY, false, Some(format!("shape {gs:?} vs Cpu {ws:?}"))),
+            (Err(e), _) => (f64::INFINITY, f64::INFINITY, false, Some(e.to_string())),
+            (_, Err(e)) => (f64::INFINITY, f64::INFINITY, false, Some(format!("Cpu: {e}"))),
+        };
+        self.results.push(CaseResult {
+            op,
+            dtype,
+            device: self.device.to_string(),
+            layout: format!("{:?} {}x{}", self.inputs.layout, self.inputs.rows, self.inputs.cols),
+            max_abs_err: abs,
+            max_rel_err: rel,
+            passed,
+            error,
+        });
+    }
+
+    fn dtype<T: WithDType>(&mut self) {
+        let d = T::DTYPE;
+        let inp = self.inputs;
+        let (lo, hi) = if d.is_float() { (-3.0, 3.0) } else { (0.0, 100.0) };
+        let x = move |dev: &Device| inp.make::<T>(1, lo, hi, dev);
+        let pos = move |dev: &Device| inp.make::<T>(2, 0.1, 3.0, dev);
+        let y = move |dev: &Device| inp.make::<T>(3, if d.is_float() { lo } else { 1.0 }, hi, dev);
+        if d.is_float() {
+            for &op in Unary::ALL {
+                let needs_pos = matches!(op, Unary::Sqrt | Unary::Rsqrt | Unary::Log | Unary::Powf);
+                let p = if op == Unary::Powf { 1.7 } else { 1.0 };
+                self.case(op.name().into(), d, move |dev| (if needs_pos { pos(dev) } else { x(dev) })?.unary(op, p));
+            }
+            self.case("softmax".into(), d, move |dev| x(dev)?.softmax());
+            self.case("log_softmax".into(), d, move |dev| x(dev)?.log_softmax());
+        }
+        self.case("affine".into(), d, move |dev| x(dev)?.affine(if d.is_float() { 1.5 } else { 3.0 }, 2.0));
+        self.case("copy".into(), d, move |dev| x(dev)?.contiguous());
+        self.case("fill".into(), d, move |dev| Tensor::<T>::full(T::from_f64(7.0), &[inp.rows, inp.cols], dev));
+        self.case("copy2d".into(), d, move |dev| {
+            let t = x(dev)?;
+            t.copy2d(inp.rows.saturating_sub(1), inp.cols.saturating_sub(1), inp.cols, 1)
+        });
+        for &op in Binary::ALL {
+            self.case(op.name().into(), d, move |dev| x(dev)?.binary(&y(dev)?, op));
+            // Broadcast against one row.
+            self.case(format!("{}[bcast]", op.name()), d, move |dev| {
+                x(dev)?.binary(&y(dev)?.narrow(0, 0, inp.rows.min(1))?, op)
+            });
+        }
+        for &op in Cmp::ALL {
+            self.case(op.name().into(), d, move |dev| x(dev)?.cmp(&y(dev)?, op));
+        }
+        self.case("where_u8".into(), d, move |dev| inp.make::<u8>(4, 0.0, 2.0, dev)?.where_cond(&x(dev)?, &y(dev)?));
+        self.case("where_u32".into(), d, move |dev| inp.make::<u32>(5, 0.0, 2.0, dev)?.where_cond(&x(dev)?, &y(dev)?));
+        self.case("where_i64".into(), d, move |dev| inp.make::<i64>(6, 0.0, 2.0, dev)?.where_cond(&x(dev)?, &y(dev)?));
+        self.case("cast_f32".into(), d, move |dev| x(dev)?.to_dtype::<f32>());
+        self.case("cast_f16".into(), d, move |dev| x(dev)?.to_dtype::<f16>());
+        self.case("cast_bf16".into(), d, move |dev| x(dev)?.to_dtype::<bf16>());
+        self.case("cast_u8".into(), d, move |dev| x(dev)?.to_dtype::<u8>());
+        self.case("cast_u32".into(), d, move |dev| x(dev)?.to_dtype::<u32>());
+        self.case("cast_i64".into(), d, move |dev| x(dev)?.to_dtype::<i64>());
+        let empty = inp.rows == 0 || inp.cols == 0;
+        for &op in Reduce::ALL {
+            if op == Reduce::Mean && !d.is_float() {
+                continue;
+            }
+            if empty && matches!(op, Reduce::Max | Reduce::Min) {
+                continue;
+            }
+            for dims in [&[1usize][..], &[0], &[0, 1]] {
+                self.case(format!("{}{dims:?}", op.name()), d, move |dev| x(dev)?.reduce(op, dims, false));
+            }
+        }
+        if !empty {
+            for dims in [&[1usize][..], &[0], &[0, 1]] {
+                self.case(format!("argmax{dims:?}"), d, move |dev| x(dev)?.argmax(dims, false));
+                self.case(format!("argmin{dims:?}"), d, move |dev| x(dev)?.argmin(dims, true));
+            }
+        }
+    }
+}
+
+/// Runs every op × dtype with inputs of `[rows, cols]` in `layout` on `device`.
+pub fn run(device: &Device, inputs: Inputs) -> Vec<CaseResult> {
+    let mut r = Runner { device, inputs, results: Vec::new() };
+    r.dtype::<f32>();
+    r.dtype::<f16>();
+    r.dtype::<bf16>();
+    r.dtype::<u8>();
+    r.dtype::<u32>();
+    r.dtype::<i64>();
+    r.results
+}
+
+/// The `ferrocm check` set: `[37, 300]` contiguous (odd rows, rows longer than
+/// a workgroup) and a transposed `[13, 1031]` (prime sizes, strided input).
+///
+/// ```no_run
+/// let results = ferrocm_ops::check::run_default(&ferrocm_ops::Device::emulator(64));
+/// assert!(results.iter().all(|r| r.passed));
+/// ```
+pub fn run_default(device: &Device) -> Vec<CaseResult> {
+    let mut v = run(device, Inputs { rows: 37, cols: 300, layout: InputLayout::Contiguous });
+    v.extend(run(device, Inputs { rows: 13, cols: 1031, layout: InputLayout::Transposed }));
+    v
+}
+
+/// The results as one JSON array of `{op, dtype, device, layout, max_abs_err,
+/// max_rel_err, passed, error}` (errors that are not finite are `null`).
+pub fn to_json(results: &[CaseResult]) -> String {
+    let num = |v: f64| if v.is_finite() { serde_json::json!(v) } else { serde_json::Value::Null };
+    let items: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "op": r.op,
+                "dtype": r.dtype.as_str(),
+                "device": r.device,
+                "layout": r.layout,
+                "max_abs_err": num(r.max_abs_err),
+                "max_rel_err": num(r.max_rel_err),
+                "passed": r.passed,
+                "error": r.error,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(items).to_string()
+}

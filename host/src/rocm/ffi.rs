@@ -187,7 +187,13 @@ fn candidates(stem: &str, versions: &[&str]) -> Vec<String> {
     let mut names = Vec::new();
     let file = format!("{stem}.so");
     if let Some(root) = std::env::var_os("ROCM_PATH").filter(|r| !r.is_empty()) {
-        names.push(PathBuf::from(root).join("lib").join(&file).to_string_lossy().into_owned());
+        names.push(
+            PathBuf::from(root)
+                .join("lib")
+                .join(&file)
+                .to_string_lossy()
+                .into_owned(),
+        );
     }
     names.push(file.clone());
     names.extend(versions.iter().map(|v| format!("{file}.{v}")));
@@ -203,7 +209,15 @@ fn open_first(stem: &str, versions: &[&str]) -> Result<(Library, String), String
         // linking against it would do too; nothing else is assumed of it.
         match unsafe { Library::new(&name) } {
             Ok(lib) => return Ok((lib, name)),
-            Err(e) => tried.push(format!("{name}: {}", e.source_text())),
+            Err(e) => {
+                // dlerror's text usually starts with the name already.
+                let text = e.source_text();
+                tried.push(if text.starts_with(&name) {
+                    text
+                } else {
+                    format!("{name}: {text}")
+                });
+            }
         }
     }
     Err(format!("{stem} not found (tried {})", tried.join("; ")))
@@ -231,10 +245,16 @@ pub(crate) fn hip() -> Result<&'static HipRuntime, &'static str> {
         // SAFETY: the type is the C declaration of the symbol (checked above
         // against rocm-rs); the library stays open inside `api`.
         let get_device_properties = unsafe {
-            library.get::<GetDevicePropertiesR0600>(b"hipGetDevicePropertiesR0600\0").ok().map(|s| *s)
+            library
+                .get::<GetDevicePropertiesR0600>(b"hipGetDevicePropertiesR0600\0")
+                .ok()
+                .map(|s| *s)
         };
         let api = Hip::resolve(library, found_as)?;
-        Ok(HipRuntime { api, get_device_properties })
+        Ok(HipRuntime {
+            api,
+            get_device_properties,
+        })
     })
     .as_ref()
     .map_err(|e| e.as_str())
@@ -273,12 +293,20 @@ pub(crate) unsafe fn c_text(p: *const c_char) -> Option<String> {
         return None;
     }
     // SAFETY: by the caller.
-    Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// The text of a fixed-size C string field (up to its first NUL, or all of it).
 pub(crate) fn field_text(field: &[c_char]) -> String {
-    let bytes: Vec<u8> = field.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+    let bytes: Vec<u8> = field
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
     String::from_utf8_lossy(&bytes).trim().to_string()
 }
 
@@ -290,7 +318,15 @@ mod tests {
     fn candidates_search_the_loader_path_then_opt_rocm() {
         let c = candidates("libamdhip64", &["7", "6"]);
         let tail: Vec<&str> = c.iter().rev().take(4).rev().map(|s| s.as_str()).collect();
-        assert_eq!(tail, ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "/opt/rocm/lib/libamdhip64.so"]);
+        assert_eq!(
+            tail,
+            [
+                "libamdhip64.so",
+                "libamdhip64.so.7",
+                "libamdhip64.so.6",
+                "/opt/rocm/lib/libamdhip64.so"
+            ]
+        );
     }
 
     #[test]

@@ -82,7 +82,8 @@ const DEVICE_TO_DEVICE: hb::hipMemcpyKind = hb::hipMemcpyKind_hipMemcpyDeviceToD
 /// `hipErrorName (code): description`, from the runtime's own tables.
 fn hip_message(hip: &ffi::Hip, code: hb::hipError_t) -> String {
     // SAFETY: both functions return pointers to static strings (or null).
-    let name = unsafe { ffi::c_text((hip.hipGetErrorName)(code)) }.unwrap_or_else(|| "hipError".into());
+    let name =
+        unsafe { ffi::c_text((hip.hipGetErrorName)(code)) }.unwrap_or_else(|| "hipError".into());
     // SAFETY: as above.
     let text = unsafe { ffi::c_text((hip.hipGetErrorString)(code)) }.unwrap_or_default();
     format!("{name} ({code}): {text}")
@@ -93,7 +94,11 @@ fn hip_check(hip: &ffi::Hip, code: hb::hipError_t, call: &str, device: &str) -> 
     if code == hb::hipError_t_hipSuccess {
         Ok(())
     } else {
-        Err(Error::Rocm { call: call.into(), device: device.into(), message: hip_message(hip, code) })
+        Err(Error::Rocm {
+            call: call.into(),
+            device: device.into(),
+            message: hip_message(hip, code),
+        })
     }
 }
 
@@ -104,7 +109,12 @@ fn runtime_version(hip: &ffi::Hip) -> Option<String> {
     if unsafe { (hip.hipRuntimeGetVersion)(&mut v) } != hb::hipError_t_hipSuccess || v <= 0 {
         return None;
     }
-    Some(format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000))
+    Some(format!(
+        "{}.{}.{}",
+        v / 10_000_000,
+        (v / 100_000) % 100,
+        v % 100_000
+    ))
 }
 
 /// What asking the HIP runtime for devices gave.
@@ -126,7 +136,10 @@ fn probe() -> Probe {
     // SAFETY: writes one int.
     let code = unsafe { (rt.api.hipGetDeviceCount)(&mut n) };
     if code != hb::hipError_t_hipSuccess {
-        return Probe::Failed(format!("hipGetDeviceCount failed: {}", hip_message(&rt.api, code)));
+        return Probe::Failed(format!(
+            "hipGetDeviceCount failed: {}",
+            hip_message(&rt.api, code)
+        ));
     }
     Probe::Devices(usize::try_from(n).unwrap_or(0))
 }
@@ -320,19 +333,32 @@ impl RocmDevice {
     pub fn new(ordinal: usize) -> Result<RocmDevice> {
         let count = match probe() {
             Probe::Devices(n) if n > 0 => n,
-            _ => return Err(Error::NoGpu { reason: absence_reason() }),
+            _ => {
+                return Err(Error::NoGpu {
+                    reason: absence_reason(),
+                });
+            }
         };
         if ordinal >= count {
             return Err(Error::NoGpu {
-                reason: format!("ROCm device {ordinal} requested, but the runtime reports {count} device(s)"),
+                reason: format!(
+                    "ROCm device {ordinal} requested, but the runtime reports {count} device(s)"
+                ),
             });
         }
-        let rt = ffi::hip().map_err(|why| Error::NoGpu { reason: why.to_string() })?;
+        let rt = ffi::hip().map_err(|why| Error::NoGpu {
+            reason: why.to_string(),
+        })?;
         let hip = &rt.api;
         let ord = ordinal as c_int; // < count <= c_int::MAX
         let label = format!("rocm:{ordinal}");
         // SAFETY: plain call.
-        hip_check(hip, unsafe { (hip.hipSetDevice)(ord) }, "hipSetDevice", &label)?;
+        hip_check(
+            hip,
+            unsafe { (hip.hipSetDevice)(ord) },
+            "hipSetDevice",
+            &label,
+        )?;
 
         let get_props = rt.get_device_properties.ok_or_else(|| Error::Rocm {
             call: "hipGetDevicePropertiesR0600".into(),
@@ -366,9 +392,15 @@ impl RocmDevice {
         }
         let label = format!("rocm:{ordinal} ({name}, {arch})");
 
-        let built: Vec<&'static str> = ferrocm_kernels::CODE_OBJECTS.iter().map(|c| c.arch).collect();
-        let no_code_object =
-            || Error::NoCodeObject { device: name.clone(), arch: arch_full.clone(), built: built.join(", ") };
+        let built: Vec<&'static str> = ferrocm_kernels::CODE_OBJECTS
+            .iter()
+            .map(|c| c.arch)
+            .collect();
+        let no_code_object = || Error::NoCodeObject {
+            device: name.clone(),
+            arch: arch_full.clone(),
+            built: built.join(", "),
+        };
         let chosen = select_code_object(&arch_full, &built).ok_or_else(no_code_object)?;
         let code_object = ferrocm_kernels::code_object(chosen).ok_or_else(no_code_object)?;
 
@@ -386,16 +418,32 @@ impl RocmDevice {
 
         let mut raw_stream: hb::hipStream_t = null_mut();
         // SAFETY: writes one handle.
-        hip_check(hip, unsafe { (hip.hipStreamCreate)(&mut raw_stream) }, "hipStreamCreate", &label)?;
-        let stream = Stream { raw: raw_stream, hip };
+        hip_check(
+            hip,
+            unsafe { (hip.hipStreamCreate)(&mut raw_stream) },
+            "hipStreamCreate",
+            &label,
+        )?;
+        let stream = Stream {
+            raw: raw_stream,
+            hip,
+        };
 
         let image = Image::new(code_object.bytes);
         let mut raw_module: hb::hipModule_t = null_mut();
         // SAFETY: `image` is a complete code object and outlives the module
         // (both end up in the RocmDevice, the module dropped first).
         let code = unsafe { (hip.hipModuleLoadData)(&mut raw_module, image.as_ptr()) };
-        hip_check(hip, code, &format!("hipModuleLoadData(code object {chosen})"), &label)?;
-        let module = Module { raw: raw_module, hip };
+        hip_check(
+            hip,
+            code,
+            &format!("hipModuleLoadData(code object {chosen})"),
+            &label,
+        )?;
+        let module = Module {
+            raw: raw_module,
+            hip,
+        };
 
         Ok(RocmDevice {
             ordinal,
@@ -430,7 +478,10 @@ impl RocmDevice {
     /// thread-local, and this device may be used from any thread).
     fn set_device(&self) -> Result<()> {
         // SAFETY: plain call.
-        self.check(unsafe { (self.hip.hipSetDevice)(self.ordinal as c_int) }, "hipSetDevice")
+        self.check(
+            unsafe { (self.hip.hipSetDevice)(self.ordinal as c_int) },
+            "hipSetDevice",
+        )
     }
 
     fn same_device(&self, what: &str, a: &RocmAlloc) -> Result<()> {
@@ -449,7 +500,10 @@ impl RocmDevice {
     pub fn synchronize(&self) -> Result<()> {
         self.set_device()?;
         // SAFETY: our stream.
-        self.check(unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) }, "hipStreamSynchronize")
+        self.check(
+            unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) },
+            "hipStreamSynchronize",
+        )
     }
 
     /// Allocates `bytes` of device memory (`hipMalloc`). A zero-byte request gets
@@ -460,11 +514,20 @@ impl RocmDevice {
         let mut p: *mut c_void = null_mut();
         // SAFETY: writes one pointer.
         let code = unsafe { (self.hip.hipMalloc)(&mut p, bytes.max(1)) };
-        if code == hb::hipError_t_hipErrorOutOfMemory || (code == hb::hipError_t_hipSuccess && p.is_null()) {
-            return Err(Error::OutOfMemory { device: self.label.clone(), bytes });
+        if code == hb::hipError_t_hipErrorOutOfMemory
+            || (code == hb::hipError_t_hipSuccess && p.is_null())
+        {
+            return Err(Error::OutOfMemory {
+                device: self.label.clone(),
+                bytes,
+            });
         }
         self.check(code, "hipMalloc")?;
-        Ok(RocmAlloc { ptr: p as u64, bytes, ordinal: self.ordinal })
+        Ok(RocmAlloc {
+            ptr: p as u64,
+            bytes,
+            ordinal: self.ordinal,
+        })
     }
 
     /// Sets every byte of `a` to `byte` (queued on the stream).
@@ -476,7 +539,12 @@ impl RocmDevice {
         self.set_device()?;
         // SAFETY: `a` is a live allocation of this device of `a.bytes` bytes.
         let code = unsafe {
-            (self.hip.hipMemsetAsync)(a.ptr as *mut c_void, c_int::from(byte), a.bytes, self.stream.raw)
+            (self.hip.hipMemsetAsync)(
+                a.ptr as *mut c_void,
+                c_int::from(byte),
+                a.bytes,
+                self.stream.raw,
+            )
         };
         self.check(code, "hipMemsetAsync")
     }
@@ -485,7 +553,11 @@ impl RocmDevice {
     pub fn copy_htod(&self, dst: &RocmAlloc, src: &[u8]) -> Result<()> {
         self.same_device("copy to device", dst)?;
         if src.len() != dst.bytes {
-            return Err(Error::LengthMismatch { what: "copy to device".into(), expected: dst.bytes, got: src.len() });
+            return Err(Error::LengthMismatch {
+                what: "copy to device".into(),
+                expected: dst.bytes,
+                got: src.len(),
+            });
         }
         if src.is_empty() {
             return Ok(());
@@ -504,14 +576,21 @@ impl RocmDevice {
         };
         self.check(code, "hipMemcpyAsync(host to device)")?;
         // SAFETY: our stream.
-        self.check(unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) }, "hipStreamSynchronize")
+        self.check(
+            unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) },
+            "hipStreamSynchronize",
+        )
     }
 
     /// Copies `src` (same length) into `dst` after all queued work, and waits.
     pub fn copy_dtoh(&self, src: &RocmAlloc, dst: &mut [u8]) -> Result<()> {
         self.same_device("copy to host", src)?;
         if dst.len() != src.bytes {
-            return Err(Error::LengthMismatch { what: "copy to host".into(), expected: src.bytes, got: dst.len() });
+            return Err(Error::LengthMismatch {
+                what: "copy to host".into(),
+                expected: src.bytes,
+                got: dst.len(),
+            });
         }
         if dst.is_empty() {
             return Ok(());
@@ -530,7 +609,10 @@ impl RocmDevice {
         };
         self.check(code, "hipMemcpyAsync(device to host)")?;
         // SAFETY: our stream.
-        self.check(unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) }, "hipStreamSynchronize")
+        self.check(
+            unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) },
+            "hipStreamSynchronize",
+        )
     }
 
     /// Copies `src` into `dst` (same length; queued on the stream).
@@ -538,7 +620,11 @@ impl RocmDevice {
         self.same_device("device copy", dst)?;
         self.same_device("device copy", src)?;
         if src.bytes != dst.bytes {
-            return Err(Error::LengthMismatch { what: "device copy".into(), expected: dst.bytes, got: src.bytes });
+            return Err(Error::LengthMismatch {
+                what: "device copy".into(),
+                expected: dst.bytes,
+                got: src.bytes,
+            });
         }
         if src.bytes == 0 {
             return Ok(());
@@ -563,10 +649,13 @@ impl RocmDevice {
         if let Some(f) = cache.get(name) {
             return Ok(*f);
         }
-        let c_name = CString::new(name).map_err(|_| Error::UnknownKernel { kernel: name.into() })?;
+        let c_name = CString::new(name).map_err(|_| Error::UnknownKernel {
+            kernel: name.into(),
+        })?;
         let mut raw: hb::hipFunction_t = null_mut();
         // SAFETY: our module; writes one handle.
-        let code = unsafe { (self.hip.hipModuleGetFunction)(&mut raw, self.module.raw, c_name.as_ptr()) };
+        let code =
+            unsafe { (self.hip.hipModuleGetFunction)(&mut raw, self.module.raw, c_name.as_ptr()) };
         self.check(code, &format!("hipModuleGetFunction({name})"))?;
         cache.insert(name, Function(raw));
         Ok(Function(raw))
@@ -586,7 +675,11 @@ impl RocmDevice {
         if raw_args.len() != kernel.args.len() {
             return Err(Error::ArgumentMismatch {
                 kernel: kernel.name.into(),
-                detail: format!("takes {} arguments, {} given", kernel.args.len(), raw_args.len()),
+                detail: format!(
+                    "takes {} arguments, {} given",
+                    kernel.args.len(),
+                    raw_args.len()
+                ),
             });
         }
         self.set_device()?;
@@ -595,7 +688,10 @@ impl RocmDevice {
         let base = kernarg.as_mut_ptr();
         // SAFETY: every offset is inside `kernarg` (each argument has at least
         // 4 bytes there).
-        let mut params: Vec<*mut c_void> = offsets.iter().map(|&o| unsafe { base.add(o) }.cast()).collect();
+        let mut params: Vec<*mut c_void> = offsets
+            .iter()
+            .map(|&o| unsafe { base.add(o) }.cast())
+            .collect();
         // SAFETY: `params` has one pointer per kernel argument, each to a value
         // of the argument's size; HIP copies them before returning.
         let code = unsafe {
@@ -619,7 +715,10 @@ impl RocmDevice {
     fn event(&self) -> Result<Event> {
         let mut raw: hb::hipEvent_t = null_mut();
         // SAFETY: writes one handle.
-        self.check(unsafe { (self.hip.hipEventCreate)(&mut raw) }, "hipEventCreate")?;
+        self.check(
+            unsafe { (self.hip.hipEventCreate)(&mut raw) },
+            "hipEventCreate",
+        )?;
         Ok(Event { raw, hip: self.hip })
     }
 
@@ -631,13 +730,22 @@ impl RocmDevice {
         let start = self.event()?;
         let stop = self.event()?;
         // SAFETY: our events and stream.
-        self.check(unsafe { (self.hip.hipEventRecord)(start.raw, self.stream.raw) }, "hipEventRecord")?;
+        self.check(
+            unsafe { (self.hip.hipEventRecord)(start.raw, self.stream.raw) },
+            "hipEventRecord",
+        )?;
         f()?;
         self.set_device()?;
         // SAFETY: as above.
-        self.check(unsafe { (self.hip.hipEventRecord)(stop.raw, self.stream.raw) }, "hipEventRecord")?;
+        self.check(
+            unsafe { (self.hip.hipEventRecord)(stop.raw, self.stream.raw) },
+            "hipEventRecord",
+        )?;
         // SAFETY: as above.
-        self.check(unsafe { (self.hip.hipEventSynchronize)(stop.raw) }, "hipEventSynchronize")?;
+        self.check(
+            unsafe { (self.hip.hipEventSynchronize)(stop.raw) },
+            "hipEventSynchronize",
+        )?;
         let mut ms = 0f32;
         // SAFETY: both events recorded and complete.
         let code = unsafe { (self.hip.hipEventElapsedTime)(&mut ms, start.raw, stop.raw) };
@@ -770,7 +878,11 @@ fn rocblas_check(
     }
     // SAFETY: returns a static string (or null).
     let text = unsafe { ffi::c_text((lib.rocblas_status_to_string)(status)) }.unwrap_or_default();
-    Err(Error::Rocm { call: call.into(), device: device.into(), message: format!("{text} ({status})") })
+    Err(Error::Rocm {
+        call: call.into(),
+        device: device.into(),
+        message: format!("{text} ({status})"),
+    })
 }
 
 impl RocblasHandle {
@@ -785,7 +897,10 @@ impl RocblasHandle {
         // SAFETY: writes one handle (for the current device, just set).
         let status = unsafe { (lib.rocblas_create_handle)(&mut raw) };
         rocblas_check(lib, status, "rocblas_create_handle", &dev.label)?;
-        let handle = RocblasHandle { raw: Mutex::new(RawRocblas(raw)), lib };
+        let handle = RocblasHandle {
+            raw: Mutex::new(RawRocblas(raw)),
+            lib,
+        };
         // SAFETY: our handle and stream (rocm-rs's rocBLAS bindings declare
         // their own, identical, hipStream_t type).
         let status = unsafe { (lib.rocblas_set_stream)(raw, dev.stream.raw.cast()) };
@@ -795,7 +910,9 @@ impl RocblasHandle {
 
     /// Locks the handle for a sequence of rocBLAS calls.
     pub fn lock(&self) -> RocblasGuard<'_> {
-        RocblasGuard { guard: self.raw.lock().unwrap_or_else(|e| e.into_inner()) }
+        RocblasGuard {
+            guard: self.raw.lock().unwrap_or_else(|e| e.into_inner()),
+        }
     }
 }
 
@@ -847,19 +964,25 @@ impl MiopenHandle {
         let status = unsafe { (lib.miopenCreateWithStream)(&mut raw, dev.stream.raw.cast()) };
         if status != rocm_rs::miopen::ffi::miopenStatus_t_miopenStatusSuccess {
             // SAFETY: returns a static string (or null).
-            let text = unsafe { ffi::c_text((lib.miopenGetErrorString)(status)) }.unwrap_or_default();
+            let text =
+                unsafe { ffi::c_text((lib.miopenGetErrorString)(status)) }.unwrap_or_default();
             return Err(Error::Rocm {
                 call: "miopenCreateWithStream".into(),
                 device: dev.label.clone(),
                 message: format!("{text} ({status})"),
             });
         }
-        Ok(MiopenHandle { raw: Mutex::new(RawMiopen(raw)), lib })
+        Ok(MiopenHandle {
+            raw: Mutex::new(RawMiopen(raw)),
+            lib,
+        })
     }
 
     /// Locks the handle for a sequence of MIOpen calls.
     pub fn lock(&self) -> MiopenGuard<'_> {
-        MiopenGuard { guard: self.raw.lock().unwrap_or_else(|e| e.into_inner()) }
+        MiopenGuard {
+            guard: self.raw.lock().unwrap_or_else(|e| e.into_inner()),
+        }
     }
 }
 
@@ -876,13 +999,25 @@ mod tests {
     use super::*;
     use crate::{Arg, Device};
 
-    const PTR: ArgKind = ArgKind::Ptr { mutable: false, elem_size: 4 };
-    const PTR_MUT: ArgKind = ArgKind::Ptr { mutable: true, elem_size: 4 };
+    const PTR: ArgKind = ArgKind::Ptr {
+        mutable: false,
+        elem_size: 4,
+    };
+    const PTR_MUT: ArgKind = ArgKind::Ptr {
+        mutable: true,
+        elem_size: 4,
+    };
 
     #[test]
     fn pack_args_mixed_signature() {
         let kinds = [PTR_MUT, ArgKind::U32, PTR, ArgKind::F32, ArgKind::U64];
-        let raw = [0x1122_3344_5566_7788, 7, 0xdead_beef_0000_1000, 1.5f32.to_bits() as u64, u64::MAX - 1];
+        let raw = [
+            0x1122_3344_5566_7788,
+            7,
+            0xdead_beef_0000_1000,
+            1.5f32.to_bits() as u64,
+            u64::MAX - 1,
+        ];
         let (bytes, offsets) = pack_args(&kinds, &raw);
         // u32 at 8, the next pointer rounds 12 up to 16, f32 at 24, u64 at 32.
         assert_eq!(offsets, vec![0, 8, 16, 24, 32]);
@@ -948,7 +1083,10 @@ mod tests {
                 Err(e) => panic!("unexpected error: {e}"),
                 Ok(d) => panic!("a device without devices: {d:?}"),
             }
-            assert!(matches!(Device::rocm(0), Err(Error::NoGpu { .. } | Error::Rocm { .. })));
+            assert!(matches!(
+                Device::rocm(0),
+                Err(Error::NoGpu { .. } | Error::Rocm { .. })
+            ));
             assert_eq!(Device::best(), Device::Cpu);
             assert!(crate::device::gpus().is_err());
         }
@@ -956,8 +1094,14 @@ mod tests {
 
     #[test]
     fn an_ordinal_past_the_last_device_is_no_gpu() {
-        assert!(matches!(RocmDevice::new(usize::MAX), Err(Error::NoGpu { .. })));
-        assert!(matches!(RocmDevice::new(device_count()), Err(Error::NoGpu { .. })));
+        assert!(matches!(
+            RocmDevice::new(usize::MAX),
+            Err(Error::NoGpu { .. })
+        ));
+        assert!(matches!(
+            RocmDevice::new(device_count()),
+            Err(Error::NoGpu { .. })
+        ));
     }
 
     /// Everything that needs a GPU. Skipped (with a note) when none answers,
@@ -998,9 +1142,18 @@ mod tests {
         dev.copy_dtod(&b, &a).unwrap();
         dev.copy_dtoh(&b, &mut back).unwrap();
         assert_eq!(back, data);
-        assert!(matches!(dev.copy_htod(&a, &data[1..]), Err(Error::LengthMismatch { .. })));
-        assert!(matches!(dev.copy_dtod(&a, &empty), Err(Error::LengthMismatch { .. })));
-        assert!(matches!(dev.alloc(usize::MAX / 2), Err(Error::OutOfMemory { .. } | Error::Rocm { .. })));
+        assert!(matches!(
+            dev.copy_htod(&a, &data[1..]),
+            Err(Error::LengthMismatch { .. })
+        ));
+        assert!(matches!(
+            dev.copy_dtod(&a, &empty),
+            Err(Error::LengthMismatch { .. })
+        ));
+        assert!(matches!(
+            dev.alloc(usize::MAX / 2),
+            Err(Error::OutOfMemory { .. } | Error::Rocm { .. })
+        ));
         dev.synchronize().unwrap();
 
         // A kernel through the public launch path, against the CPU.
@@ -1009,15 +1162,35 @@ mod tests {
         let xs: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.01 - 5.0).collect();
         let x = gpu.upload(&xs).unwrap();
         let y = gpu.alloc::<f32>(n).unwrap();
-        let args = [Arg::output(&y), Arg::input(&x), Arg::U64(n as u64), Arg::U32(0), Arg::Null, Arg::F32(0.0)];
-        let Device::Rocm(dev) = &gpu else { unreachable!() };
-        let ms = dev.time(|| gpu.launch("unary_exp_f32", crate::LaunchConfig::linear(n as u64, 256), &args)).unwrap();
+        let args = [
+            Arg::output(&y),
+            Arg::input(&x),
+            Arg::U64(n as u64),
+            Arg::U32(0),
+            Arg::Null,
+            Arg::F32(0.0),
+        ];
+        let Device::Rocm(dev) = &gpu else {
+            unreachable!()
+        };
+        let ms = dev
+            .time(|| {
+                gpu.launch(
+                    "unary_exp_f32",
+                    crate::LaunchConfig::linear(n as u64, 256),
+                    &args,
+                )
+            })
+            .unwrap();
         eprintln!("on_a_gpu: unary_exp_f32 over {n} elements: {ms:.3} ms");
         assert!(ms >= 0.0);
         let got = y.download().unwrap();
         for (i, (g, x)) in got.iter().zip(&xs).enumerate() {
             let want = x.exp();
-            assert!((g - want).abs() <= 1e-5 * want.abs().max(1.0), "element {i}: {g} vs {want}");
+            assert!(
+                (g - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "element {i}: {g} vs {want}"
+            );
         }
 
         // Library handles, when the libraries are installed.
@@ -1031,6 +1204,8 @@ mod tests {
         }
         // Used from another thread.
         let dev2 = dev.clone();
-        std::thread::spawn(move || dev2.synchronize().unwrap()).join().unwrap();
+        std::thread::spawn(move || dev2.synchronize().unwrap())
+            .join()
+            .unwrap();
     }
 }
