@@ -16,7 +16,12 @@ const USAGE: &str = "usage:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().any(|a| a == name);
-    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     match args.first().map(String::as_str) {
         Some("check") => run_check(value("--device").as_deref(), flag("--json")),
         Some("kernels") => run_kernels(value("--arch").as_deref(), flag("--json")),
@@ -59,7 +64,11 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
         let start = std::time::Instant::now();
         let r = check::run_default(d);
         if !json {
-            eprintln!("{d}: {} cases in {:.1}s", r.len(), start.elapsed().as_secs_f64());
+            eprintln!(
+                "{d}: {} cases in {:.1}s",
+                r.len(),
+                start.elapsed().as_secs_f64()
+            );
         }
         results.extend(r);
     }
@@ -67,7 +76,10 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
     if json {
         println!("{}", check::to_json(&results));
     } else {
-        println!("{:<16} {:<5} {:<24} {:<22} {:>11} {:>11}  result", "op", "dtype", "device", "layout", "max_abs", "max_rel");
+        println!(
+            "{:<16} {:<5} {:<24} {:<22} {:>11} {:>11}  result",
+            "op", "dtype", "device", "layout", "max_abs", "max_rel"
+        );
         for r in &results {
             println!(
                 "{:<16} {:<5} {:<24} {:<22} {:>11.3e} {:>11.3e}  {}{}",
@@ -78,19 +90,37 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
                 r.max_abs_err,
                 r.max_rel_err,
                 if r.passed { "pass" } else { "FAIL" },
-                r.error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
+                r.error
+                    .as_ref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
             );
         }
         println!("{} passed, {} failed", results.len() - failed, failed);
     }
-    if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn run_kernels(arch: Option<&str>, json: bool) -> ExitCode {
-    let objects: Vec<_> = ferrocm::kernels::CODE_OBJECTS.iter().filter(|c| arch.is_none_or(|a| a == c.arch)).copied().collect();
+    let objects: Vec<_> = ferrocm::kernels::CODE_OBJECTS
+        .iter()
+        .filter(|c| arch.is_none_or(|a| a == c.arch))
+        .copied()
+        .collect();
     if objects.is_empty() {
-        let built: Vec<&str> = ferrocm::kernels::CODE_OBJECTS.iter().map(|c| c.arch).collect();
-        eprintln!("no code object for arch `{}`; embedded: {}", arch.unwrap_or("?"), built.join(", "));
+        let built: Vec<&str> = ferrocm::kernels::CODE_OBJECTS
+            .iter()
+            .map(|c| c.arch)
+            .collect();
+        eprintln!(
+            "no code object for arch `{}`; embedded: {}",
+            arch.unwrap_or("?"),
+            built.join(", ")
+        );
         return ExitCode::from(2);
     }
     match host::codeobject::report(&objects) {
@@ -110,9 +140,16 @@ fn run_kernels(arch: Option<&str>, json: bool) -> ExitCode {
 }
 
 fn run_info() -> ExitCode {
-    let built: Vec<&str> = ferrocm::kernels::CODE_OBJECTS.iter().map(|c| c.arch).collect();
+    let built: Vec<&str> = ferrocm::kernels::CODE_OBJECTS
+        .iter()
+        .map(|c| c.arch)
+        .collect();
     println!("ferrocm {}", env!("CARGO_PKG_VERSION"));
-    println!("code objects embedded: {} ({} kernels each)", built.join(", "), ferrocm::kernels::kernels().count());
+    println!(
+        "code objects embedded: {} ({} kernels each)",
+        built.join(", "),
+        ferrocm::kernels::kernels().count()
+    );
     println!("cpu: {} threads (rayon)", rayon_threads());
     println!("emulator: wave 32 and 64, sanitizer available");
     match host::device::gpus() {
@@ -138,5 +175,7 @@ fn run_info() -> ExitCode {
 }
 
 fn rayon_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }

@@ -37,12 +37,21 @@ impl HostAlloc {
             .checked_add(2 * red_zone)
             .and_then(|t| t.checked_next_multiple_of(256))
             .filter(|t| *t <= isize::MAX as usize / 2)
-            .ok_or_else(|| Error::OutOfMemory { device: what.to_string(), bytes: len_bytes })?;
-        let layout = Layout::from_size_align(total.max(256), 256)
-            .map_err(|_| Error::OutOfMemory { device: what.to_string(), bytes: len_bytes })?;
+            .ok_or_else(|| Error::OutOfMemory {
+                device: what.to_string(),
+                bytes: len_bytes,
+            })?;
+        let layout =
+            Layout::from_size_align(total.max(256), 256).map_err(|_| Error::OutOfMemory {
+                device: what.to_string(),
+                bytes: len_bytes,
+            })?;
         // SAFETY: non-zero size.
         let p = unsafe { std::alloc::alloc(layout) };
-        let base = NonNull::new(p).ok_or_else(|| Error::OutOfMemory { device: what.to_string(), bytes: len_bytes })?;
+        let base = NonNull::new(p).ok_or_else(|| Error::OutOfMemory {
+            device: what.to_string(),
+            bytes: len_bytes,
+        })?;
         // SAFETY: the whole allocation is ours.
         unsafe {
             std::ptr::write_bytes(p.add(red_zone), fill, len_bytes);
@@ -51,7 +60,12 @@ impl HostAlloc {
                 *p.add(red_zone + len_bytes + i) = canary(i);
             }
         }
-        Ok(Self { base, layout, red_zone, len_bytes })
+        Ok(Self {
+            base,
+            layout,
+            red_zone,
+            len_bytes,
+        })
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -119,12 +133,18 @@ impl Device {
     fn alloc_filled<T: bytemuck::Pod>(&self, len: usize, fill: u8) -> Result<DeviceBuffer<T>> {
         let bytes = len
             .checked_mul(size_of::<T>())
-            .ok_or_else(|| Error::OutOfMemory { device: self.to_string(), bytes: usize::MAX })?;
+            .ok_or_else(|| Error::OutOfMemory {
+                device: self.to_string(),
+                bytes: usize::MAX,
+            })?;
         let storage = match self {
             Device::Cpu => Storage::Host(HostAlloc::new(bytes, 0, fill, self)?),
-            Device::Emulator(c) => {
-                Storage::Host(HostAlloc::new(bytes, if c.sanitize { RED_ZONE } else { 0 }, fill, self)?)
-            }
+            Device::Emulator(c) => Storage::Host(HostAlloc::new(
+                bytes,
+                if c.sanitize { RED_ZONE } else { 0 },
+                fill,
+                self,
+            )?),
             #[cfg(feature = "rocm")]
             Device::Rocm(r) => {
                 let a = r.alloc(bytes)?;
@@ -132,7 +152,12 @@ impl Device {
                 Storage::Rocm(a)
             }
         };
-        Ok(DeviceBuffer { storage, len, device: self.clone(), _t: PhantomData })
+        Ok(DeviceBuffer {
+            storage,
+            len,
+            device: self.clone(),
+            _t: PhantomData,
+        })
     }
 
     /// An uninitialised buffer of `len` elements (poisoned under the sanitizer,
@@ -208,7 +233,9 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     pub fn as_slice(&self) -> Option<&[T]> {
         match &self.storage {
             // SAFETY: len elements, aligned, initialised (alloc fills them).
-            Storage::Host(h) => Some(unsafe { std::slice::from_raw_parts(h.ptr() as *const T, self.len) }),
+            Storage::Host(h) => {
+                Some(unsafe { std::slice::from_raw_parts(h.ptr() as *const T, self.len) })
+            }
             #[cfg(feature = "rocm")]
             Storage::Rocm(_) => None,
         }
@@ -218,7 +245,9 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     pub fn as_mut_slice(&mut self) -> Option<&mut [T]> {
         match &mut self.storage {
             // SAFETY: as above, and `&mut self` is unique.
-            Storage::Host(h) => Some(unsafe { std::slice::from_raw_parts_mut(h.ptr() as *mut T, self.len) }),
+            Storage::Host(h) => {
+                Some(unsafe { std::slice::from_raw_parts_mut(h.ptr() as *mut T, self.len) })
+            }
             #[cfg(feature = "rocm")]
             Storage::Rocm(_) => None,
         }
@@ -242,7 +271,11 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     /// Overwrites the buffer with `data` (same length).
     pub fn write(&mut self, data: &[T]) -> Result<()> {
         if data.len() != self.len {
-            return Err(Error::LengthMismatch { what: "DeviceBuffer::write".into(), expected: self.len, got: data.len() });
+            return Err(Error::LengthMismatch {
+                what: "DeviceBuffer::write".into(),
+                expected: self.len,
+                got: data.len(),
+            });
         }
         match &mut self.storage {
             Storage::Host(_) => {
@@ -268,7 +301,11 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     /// Copies all of `src` (same length, same device) into this buffer.
     pub fn copy_from(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
         if src.len != self.len {
-            return Err(Error::LengthMismatch { what: "DeviceBuffer::copy_from".into(), expected: self.len, got: src.len });
+            return Err(Error::LengthMismatch {
+                what: "DeviceBuffer::copy_from".into(),
+                expected: self.len,
+                got: src.len,
+            });
         }
         if !src.device.same_device(&self.device) {
             return Err(Error::DeviceMismatch {
@@ -321,6 +358,12 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
 
 impl<T> std::fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceBuffer<{}>[{}] on {}", std::any::type_name::<T>(), self.len, self.device)
+        write!(
+            f,
+            "DeviceBuffer<{}>[{}] on {}",
+            std::any::type_name::<T>(),
+            self.len,
+            self.device
+        )
     }
 }

@@ -19,9 +19,9 @@
 //! ```
 
 use ferrocm_kernels::host::{ArgKind, KernelInfo};
+use object::Endianness;
 use object::elf::{ELFCLASS32, EM_AMDGPU, FileHeader64};
 use object::read::elf::{FileHeader, NoteIterator, ProgramHeader, SectionHeader};
-use object::Endianness;
 use rmpv::Value;
 use serde_json::json;
 
@@ -221,8 +221,14 @@ fn target_name(flags: &u32) -> String {
 ///     Err(CodeObjectError::ArchMismatch { .. })
 /// ));
 /// ```
-pub fn parse_code_object(arch: &str, bytes: &[u8]) -> Result<Vec<KernelResources>, CodeObjectError> {
-    let not_elf = |message: String| CodeObjectError::NotElf { arch: arch.to_string(), message };
+pub fn parse_code_object(
+    arch: &str,
+    bytes: &[u8],
+) -> Result<Vec<KernelResources>, CodeObjectError> {
+    let not_elf = |message: String| CodeObjectError::NotElf {
+        arch: arch.to_string(),
+        message,
+    };
     let header = FileHeader64::<Endianness>::parse(bytes).map_err(|e| {
         if bytes.starts_with(b"\x7fELF") && bytes.get(4) == Some(&ELFCLASS32) {
             CodeObjectError::WrongMachine {
@@ -244,7 +250,10 @@ pub fn parse_code_object(arch: &str, bytes: &[u8]) -> Result<Vec<KernelResources
     let flags = header.e_flags(endian);
     let expected = ARCH_MACH.iter().find(|(a, _)| *a == arch).map(|(_, m)| *m);
     if expected != Some(flags & EF_AMDGPU_MACH) {
-        return Err(CodeObjectError::ArchMismatch { arch: arch.to_string(), found_flags: flags });
+        return Err(CodeObjectError::ArchMismatch {
+            arch: arch.to_string(),
+            found_flags: flags,
+        });
     }
     let note = metadata_note(header, endian, bytes)
         .map_err(|e| not_elf(format!("malformed notes: {e}")))?
@@ -258,7 +267,11 @@ pub fn parse_code_object(arch: &str, bytes: &[u8]) -> Result<Vec<KernelResources
     let kernels = field(&doc, "amdhsa.kernels")
         .and_then(Value::as_array)
         .ok_or_else(|| bad("no `amdhsa.kernels` array".into()))?;
-    let mut rows = kernels.iter().map(|k| kernel_resources(arch, k)).collect::<Result<Vec<_>, _>>().map_err(bad)?;
+    let mut rows = kernels
+        .iter()
+        .map(|k| kernel_resources(arch, k))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(bad)?;
     rows.sort_by(|a, b| a.kernel.cmp(&b.kernel));
     Ok(rows)
 }
@@ -274,7 +287,9 @@ fn metadata_note<'d>(
         endian: Endianness,
         notes: Option<NoteIterator<'d, FileHeader64<Endianness>>>,
     ) -> object::read::Result<Option<&'d [u8]>> {
-        let Some(mut notes) = notes else { return Ok(None) };
+        let Some(mut notes) = notes else {
+            return Ok(None);
+        };
         while let Some(note) = notes.next()? {
             if note.name() == b"AMDGPU" && note.n_type(endian) == NT_AMDGPU_METADATA {
                 return Ok(Some(note.desc()));
@@ -297,7 +312,10 @@ fn metadata_note<'d>(
 
 /// `map[key]` for a MessagePack map with string keys.
 fn field<'v>(map: &'v Value, key: &str) -> Option<&'v Value> {
-    map.as_map()?.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
+    map.as_map()?
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
 }
 
 /// `map[key]` as a u32; `default` when absent (`None`: the key is required).
@@ -364,7 +382,15 @@ fn kernel_resources(arch: &str, k: &Value) -> Result<KernelResources, String> {
         _ => row.vgpr,
     };
     let workgroup = REPORT_WORKGROUP_SIZE.min(row.max_workgroup_size.max(1));
-    row.occupancy = occupancy(arch, arch_vgprs, row.agpr, row.sgpr, row.lds_bytes, row.wave_size, workgroup);
+    row.occupancy = occupancy(
+        arch,
+        arch_vgprs,
+        row.agpr,
+        row.sgpr,
+        row.lds_bytes,
+        row.wave_size,
+        workgroup,
+    );
     Ok(row)
 }
 
@@ -419,7 +445,9 @@ fn limits(arch: &str, wave_size: u32) -> Option<Limits> {
         }
         // CDNA2/3 (FeatureGFX90AInsts): 512 unified VGPR+AGPR per lane,
         // granule 8, 8 waves per SIMD, 64 KiB LDS per CU.
-        "gfx90a" | "gfx942" | "gfx9-4-generic" if wave_size == 64 => Some(gfx9(8, 512, 8, true, 64 * KIB)),
+        "gfx90a" | "gfx942" | "gfx9-4-generic" if wave_size == 64 => {
+            Some(gfx9(8, 512, 8, true, 64 * KIB))
+        }
         // CDNA4: as CDNA3 but 160 KiB LDS per CU (FeatureAddressableLocalMemorySize163840).
         "gfx950" if wave_size == 64 => Some(gfx9(8, 512, 8, true, 160 * KIB)),
         _ if wave_size == 32 || wave_size == 64 => {
@@ -429,9 +457,9 @@ fn limits(arch: &str, wave_size: u32) -> Option<Limits> {
                 "gfx1010" | "gfx1011" | "gfx1012" | "gfx10-1-generic" => (1024, 8, 20),
                 // 1.5x VGPRs (Feature1_5xVGPRs): 1536 per lane, granule 24.
                 "gfx1100" | "gfx1101" | "gfx1151" => (1536, 24, 16),
-                "gfx1030" | "gfx1031" | "gfx1032" | "gfx1034" | "gfx1035" | "gfx1036" | "gfx10-3-generic"
-                | "gfx1102" | "gfx1103" | "gfx1150" | "gfx1152" | "gfx11-generic" | "gfx1200" | "gfx1201"
-                | "gfx12-generic" => (1024, 16, 16),
+                "gfx1030" | "gfx1031" | "gfx1032" | "gfx1034" | "gfx1035" | "gfx1036"
+                | "gfx10-3-generic" | "gfx1102" | "gfx1103" | "gfx1150" | "gfx1152"
+                | "gfx11-generic" | "gfx1200" | "gfx1201" | "gfx12-generic" => (1024, 16, 16),
                 _ => return None,
             };
             let halve = if wave_size == 64 { 2 } else { 1 };
@@ -484,7 +512,9 @@ pub fn occupancy(
     wave_size: u32,
     workgroup_size: u32,
 ) -> u32 {
-    let Some(l) = limits(arch, wave_size) else { return 0 };
+    let Some(l) = limits(arch, wave_size) else {
+        return 0;
+    };
     let round_up = |n: u32, granule: u32| n.checked_next_multiple_of(granule).unwrap_or(u32::MAX);
     let regs = if l.unified_agprs && agpr > 0 {
         round_up(vgpr, 4).saturating_add(agpr)
@@ -526,7 +556,9 @@ pub fn occupancy(
 /// let rows = ferrocm_host::codeobject::report(ferrocm_kernels::CODE_OBJECTS).unwrap();
 /// assert!(rows.iter().any(|r| r.kernel == "unary_exp_f32"));
 /// ```
-pub fn report(objects: &[ferrocm_kernels::CodeObject]) -> Result<Vec<KernelResources>, CodeObjectError> {
+pub fn report(
+    objects: &[ferrocm_kernels::CodeObject],
+) -> Result<Vec<KernelResources>, CodeObjectError> {
     let mut rows = Vec::new();
     for co in objects {
         rows.extend(parse_code_object(co.arch, co.bytes)?);
@@ -565,7 +597,10 @@ pub fn to_json(rows: &[KernelResources]) -> String {
                 ("max_workgroup_size", json!(r.max_workgroup_size)),
                 ("kernarg_size", json!(r.kernarg_size)),
             ];
-            let body: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", json!(k))).collect();
+            let body: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| format!("{}:{v}", json!(k)))
+                .collect();
             format!("  {{{}}}", body.join(","))
         })
         .collect();
@@ -585,15 +620,35 @@ pub fn to_json(rows: &[KernelResources]) -> String {
 /// ```
 pub fn format_table(rows: &[KernelResources]) -> String {
     const HEADER: [&str; 13] = [
-        "arch", "kernel", "vgpr", "agpr", "sgpr", "lds_bytes", "scratch_bytes", "vgpr_spills",
-        "sgpr_spills", "wave_size", "occupancy", "max_wg", "kernarg",
+        "arch",
+        "kernel",
+        "vgpr",
+        "agpr",
+        "sgpr",
+        "lds_bytes",
+        "scratch_bytes",
+        "vgpr_spills",
+        "sgpr_spills",
+        "wave_size",
+        "occupancy",
+        "max_wg",
+        "kernarg",
     ];
     let cells: Vec<[String; 13]> = rows
         .iter()
         .map(|r| {
             let n = [
-                r.vgpr, r.agpr, r.sgpr, r.lds_bytes, r.scratch_bytes, r.vgpr_spills, r.sgpr_spills,
-                r.wave_size, r.occupancy, r.max_workgroup_size, r.kernarg_size,
+                r.vgpr,
+                r.agpr,
+                r.sgpr,
+                r.lds_bytes,
+                r.scratch_bytes,
+                r.vgpr_spills,
+                r.sgpr_spills,
+                r.wave_size,
+                r.occupancy,
+                r.max_workgroup_size,
+                r.kernarg_size,
             ];
             std::array::from_fn(|i| match i {
                 0 => r.arch.clone(),
@@ -602,8 +657,12 @@ pub fn format_table(rows: &[KernelResources]) -> String {
             })
         })
         .collect();
-    let width: [usize; 13] =
-        std::array::from_fn(|i| cells.iter().map(|c| c[i].len()).fold(HEADER[i].len(), usize::max));
+    let width: [usize; 13] = std::array::from_fn(|i| {
+        cells
+            .iter()
+            .map(|c| c[i].len())
+            .fold(HEADER[i].len(), usize::max)
+    });
     let line = |c: [&str; 13]| {
         let text: Vec<String> = (0..13)
             .map(|i| match i {
@@ -637,7 +696,11 @@ pub fn check_args(rows: &[KernelResources], kernel: &KernelInfo) -> Result<(), S
     let mut found = false;
     for row in rows.iter().filter(|r| r.kernel == kernel.name) {
         found = true;
-        let meta: Vec<&ArgMeta> = row.args.iter().filter(|a| !a.value_kind.starts_with("hidden_")).collect();
+        let meta: Vec<&ArgMeta> = row
+            .args
+            .iter()
+            .filter(|a| !a.value_kind.starts_with("hidden_"))
+            .collect();
         let mut end = 0u32;
         for (i, kind) in kernel.args.iter().enumerate() {
             let size = u32::try_from(kind.size()).unwrap_or(u32::MAX);
@@ -701,19 +764,33 @@ mod tests {
     fn every_object_parses_for_its_arch_and_no_other() {
         assert!(!CODE_OBJECTS.is_empty());
         for co in CODE_OBJECTS {
-            let rows = parse_code_object(co.arch, co.bytes)
-                .unwrap_or_else(|e| panic!("{}: {e}", co.arch));
+            let rows =
+                parse_code_object(co.arch, co.bytes).unwrap_or_else(|e| panic!("{}: {e}", co.arch));
             assert!(!rows.is_empty(), "{}: no kernels", co.arch);
             assert!(rows.iter().all(|r| r.arch == co.arch));
-            assert!(rows.windows(2).all(|w| w[0].kernel < w[1].kernel), "{}: not sorted/unique", co.arch);
+            assert!(
+                rows.windows(2).all(|w| w[0].kernel < w[1].kernel),
+                "{}: not sorted/unique",
+                co.arch
+            );
             for r in &rows {
-                let wave_ok = if co.arch.starts_with("gfx9") { r.wave_size == 64 } else { r.wave_size == 32 };
-                assert!(wave_ok, "{}/{}: wave size {}", r.arch, r.kernel, r.wave_size);
+                let wave_ok = if co.arch.starts_with("gfx9") {
+                    r.wave_size == 64
+                } else {
+                    r.wave_size == 32
+                };
+                assert!(
+                    wave_ok,
+                    "{}/{}: wave size {}",
+                    r.arch, r.kernel, r.wave_size
+                );
                 assert!(r.occupancy >= 1 && r.vgpr > 0 && r.sgpr > 0, "{r:?}");
             }
             // The same bytes checked against every other arch are refused.
             for (other, mach) in ARCH_MACH {
-                if *other != co.arch && Some(*mach) != ARCH_MACH.iter().find(|a| a.0 == co.arch).map(|a| a.1) {
+                if *other != co.arch
+                    && Some(*mach) != ARCH_MACH.iter().find(|a| a.0 == co.arch).map(|a| a.1)
+                {
                     assert!(matches!(
                         parse_code_object(other, co.bytes),
                         Err(CodeObjectError::ArchMismatch { .. })
@@ -751,23 +828,43 @@ mod tests {
                 )
             })
             .collect();
-        assert!(offenders.is_empty(), "kernels with scratch or spills:\n{}", offenders.join("\n"));
+        assert!(
+            offenders.is_empty(),
+            "kernels with scratch or spills:\n{}",
+            offenders.join("\n")
+        );
     }
 
     #[test]
     fn every_kernel_args_match_host_packing() {
         let rows = all_rows();
-        let errors: Vec<String> =
-            ferrocm_kernels::kernels().filter_map(|k| check_args(&rows, k).err()).collect();
+        let errors: Vec<String> = ferrocm_kernels::kernels()
+            .filter_map(|k| check_args(&rows, k).err())
+            .collect();
         assert!(errors.is_empty(), "{}", errors.join("\n"));
     }
 
     #[test]
     fn check_args_reports_mismatches() {
         fn entry(_: &[u64]) {}
-        static ARGS: [ArgKind; 3] = [ArgKind::U32, ArgKind::Ptr { mutable: true, elem_size: 4 }, ArgKind::F32];
-        let kernel = KernelInfo { name: "k", args: &ARGS, entry };
-        let arg = |offset, size, kind: &str| ArgMeta { offset, size, value_kind: kind.into() };
+        static ARGS: [ArgKind; 3] = [
+            ArgKind::U32,
+            ArgKind::Ptr {
+                mutable: true,
+                elem_size: 4,
+            },
+            ArgKind::F32,
+        ];
+        let kernel = KernelInfo {
+            name: "k",
+            args: &ARGS,
+            entry,
+        };
+        let arg = |offset, size, kind: &str| ArgMeta {
+            offset,
+            size,
+            value_kind: kind.into(),
+        };
         let mut row = KernelResources {
             arch: "gfx942".into(),
             kernel: "k".into(),
@@ -793,18 +890,37 @@ mod tests {
         row.args[1].offset = 4;
         row.args[2].value_kind = "global_buffer".into();
         let err = check_args(std::slice::from_ref(&row), &kernel).unwrap_err();
-        assert!(err.contains("argument 1") && err.contains("argument 2"), "{err}");
+        assert!(
+            err.contains("argument 1") && err.contains("argument 2"),
+            "{err}"
+        );
         row.args.truncate(1);
-        assert!(check_args(std::slice::from_ref(&row), &kernel).unwrap_err().contains("no such argument"));
-        let other = KernelInfo { name: "absent", ..kernel };
+        assert!(
+            check_args(std::slice::from_ref(&row), &kernel)
+                .unwrap_err()
+                .contains("no such argument")
+        );
+        let other = KernelInfo {
+            name: "absent",
+            ..kernel
+        };
         assert!(check_args(std::slice::from_ref(&row), &other).is_err());
     }
 
     #[test]
     fn json_is_one_array_with_the_fields_in_order() {
         const FIELDS: [&str; 11] = [
-            "arch", "kernel", "vgpr", "agpr", "sgpr", "lds_bytes", "scratch_bytes", "vgpr_spills",
-            "sgpr_spills", "wave_size", "occupancy",
+            "arch",
+            "kernel",
+            "vgpr",
+            "agpr",
+            "sgpr",
+            "lds_bytes",
+            "scratch_bytes",
+            "vgpr_spills",
+            "sgpr_spills",
+            "wave_size",
+            "occupancy",
         ];
         let rows = all_rows();
         let text = to_json(&rows);
@@ -820,9 +936,14 @@ mod tests {
             assert_eq!(obj["occupancy"], row.occupancy);
         }
         let first = text.lines().nth(1).expect("an object line");
-        let positions: Vec<usize> =
-            FIELDS.iter().map(|f| first.find(&format!("\"{f}\":")).expect("field present")).collect();
-        assert!(positions.windows(2).all(|w| w[0] < w[1]), "field order: {first}");
+        let positions: Vec<usize> = FIELDS
+            .iter()
+            .map(|f| first.find(&format!("\"{f}\":")).expect("field present"))
+            .collect();
+        assert!(
+            positions.windows(2).all(|w| w[0] < w[1]),
+            "field order: {first}"
+        );
         assert_eq!(to_json(&[]), "[]");
         let table = format_table(&rows);
         assert_eq!(table.lines().count(), rows.len() + 1);
@@ -854,15 +975,37 @@ mod tests {
             ("gfx1201", 24, 0, 16, 65536, 32, 256, 4),
         ];
         for (arch, v, a, s, lds, wave, wg, want) in cases {
-            assert_eq!(occupancy(arch, v, a, s, lds, wave, wg), want, "{arch} v{v} a{a} s{s} lds{lds} w{wave} wg{wg}");
+            assert_eq!(
+                occupancy(arch, v, a, s, lds, wave, wg),
+                want,
+                "{arch} v{v} a{a} s{s} lds{lds} w{wave} wg{wg}"
+            );
         }
-        assert_eq!(occupancy("gfx942", 32, 0, 16, 0, 32, 256), 0, "no wave32 on gfx9");
+        assert_eq!(
+            occupancy("gfx942", 32, 0, 16, 0, 32, 256),
+            0,
+            "no wave32 on gfx9"
+        );
         assert_eq!(occupancy("gfx000", 32, 0, 16, 0, 64, 256), 0);
-        assert_eq!(occupancy("gfx942", u32::MAX, u32::MAX, u32::MAX, u32::MAX, 64, u32::MAX), 1);
+        assert_eq!(
+            occupancy(
+                "gfx942",
+                u32::MAX,
+                u32::MAX,
+                u32::MAX,
+                u32::MAX,
+                64,
+                u32::MAX
+            ),
+            1
+        );
         assert_eq!(occupancy("gfx1100", 0, 0, 0, 0, 32, 0), 16);
         for (arch, _) in ARCH_MACH {
             let wave = if arch.starts_with("gfx9") { 64 } else { 32 };
-            assert!(occupancy(arch, 32, 0, 32, 0, wave, 256) >= 8, "{arch} has no occupancy model");
+            assert!(
+                occupancy(arch, 32, 0, 32, 0, wave, 256) >= 8,
+                "{arch} has no occupancy model"
+            );
         }
     }
 
@@ -873,7 +1016,11 @@ mod tests {
         assert_eq!(names.len(), ARCH_MACH.len());
         assert_eq!(machs.len(), ARCH_MACH.len());
         for co in CODE_OBJECTS {
-            assert!(names.contains(co.arch), "{} missing from ARCH_MACH", co.arch);
+            assert!(
+                names.contains(co.arch),
+                "{} missing from ARCH_MACH",
+                co.arch
+            );
         }
     }
 
@@ -882,31 +1029,59 @@ mod tests {
         let co = CODE_OBJECTS[0];
         let parse = |b: &[u8]| parse_code_object(co.arch, b);
         assert!(matches!(parse(b""), Err(CodeObjectError::NotElf { .. })));
-        assert!(matches!(parse(b"\x7fELF garbage"), Err(CodeObjectError::NotElf { .. })));
-        assert!(matches!(parse(&co.bytes[..40]), Err(CodeObjectError::NotElf { .. })));
+        assert!(matches!(
+            parse(b"\x7fELF garbage"),
+            Err(CodeObjectError::NotElf { .. })
+        ));
+        assert!(matches!(
+            parse(&co.bytes[..40]),
+            Err(CodeObjectError::NotElf { .. })
+        ));
 
         let mut elf32 = co.bytes.to_vec();
         elf32[4] = ELFCLASS32;
-        assert!(matches!(parse(&elf32), Err(CodeObjectError::WrongMachine { .. })));
+        assert!(matches!(
+            parse(&elf32),
+            Err(CodeObjectError::WrongMachine { .. })
+        ));
         let mut x86 = co.bytes.to_vec();
         x86[18..20].copy_from_slice(&62u16.to_le_bytes()); // EM_X86_64
-        assert!(matches!(parse(&x86), Err(CodeObjectError::WrongMachine { .. })));
+        assert!(matches!(
+            parse(&x86),
+            Err(CodeObjectError::WrongMachine { .. })
+        ));
 
         // The metadata note: n_type 32, then the name "AMDGPU\0" padded to 8.
-        let at = co.bytes.windows(11).position(|w| w == b"\x20\0\0\0AMDGPU\0").expect("metadata note");
+        let at = co
+            .bytes
+            .windows(11)
+            .position(|w| w == b"\x20\0\0\0AMDGPU\0")
+            .expect("metadata note");
         let mut no_note = co.bytes.to_vec();
         no_note[at] = 33;
-        assert!(matches!(parse(&no_note), Err(CodeObjectError::NoMetadata { .. })));
+        assert!(matches!(
+            parse(&no_note),
+            Err(CodeObjectError::NoMetadata { .. })
+        ));
         let mut bad_pack = co.bytes.to_vec();
         bad_pack[at + 12] = 0xc1; // a MessagePack marker that is never used
-        assert!(matches!(parse(&bad_pack), Err(CodeObjectError::BadMetadata(_))));
+        assert!(matches!(
+            parse(&bad_pack),
+            Err(CodeObjectError::BadMetadata(_))
+        ));
         let mut not_map = co.bytes.to_vec();
         not_map[at + 12] = 0x90; // an empty array instead of the root map
-        assert!(matches!(parse(&not_map), Err(CodeObjectError::BadMetadata(_))));
+        assert!(matches!(
+            parse(&not_map),
+            Err(CodeObjectError::BadMetadata(_))
+        ));
 
         // Truncations and byte flips anywhere: any result, but no panic.
         let n = co.bytes.len();
-        for len in (0..n).step_by((n / 97).max(1)).chain(n.saturating_sub(64)..n) {
+        for len in (0..n)
+            .step_by((n / 97).max(1))
+            .chain(n.saturating_sub(64)..n)
+        {
             let _ = parse(&co.bytes[..len]);
         }
         let mut bytes = co.bytes.to_vec();

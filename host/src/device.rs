@@ -44,7 +44,11 @@ impl Device {
     /// If `wave_size` is not 32 or 64 (a programming error, not input); use
     /// [`Device::emulator_with`] to get an error instead.
     pub fn emulator(wave_size: u32) -> Device {
-        Self::emulator_with(EmulatorConfig { wave_size, sanitize: true }).expect("wave size must be 32 or 64")
+        Self::emulator_with(EmulatorConfig {
+            wave_size,
+            sanitize: true,
+        })
+        .expect("wave size must be 32 or 64")
     }
 
     /// An emulator with explicit settings.
@@ -57,7 +61,10 @@ impl Device {
         if config.wave_size != 32 && config.wave_size != 64 {
             return Err(Error::BadLaunchConfig {
                 kernel: "-".into(),
-                detail: format!("emulator wave size must be 32 or 64, got {}", config.wave_size),
+                detail: format!(
+                    "emulator wave size must be 32 or 64, got {}",
+                    config.wave_size
+                ),
             });
         }
         Ok(Device::Emulator(config))
@@ -72,7 +79,9 @@ impl Device {
     pub fn rocm(ordinal: usize) -> Result<Device> {
         #[cfg(feature = "rocm")]
         {
-            Ok(Device::Rocm(Arc::new(crate::rocm::RocmDevice::new(ordinal)?)))
+            Ok(Device::Rocm(Arc::new(crate::rocm::RocmDevice::new(
+                ordinal,
+            )?)))
         }
         #[cfg(not(feature = "rocm"))]
         {
@@ -152,10 +161,21 @@ impl fmt::Display for Device {
         match self {
             Device::Cpu => write!(f, "cpu"),
             Device::Emulator(c) => {
-                write!(f, "emulator(wave{}{})", c.wave_size, if c.sanitize { ", sanitizer" } else { "" })
+                write!(
+                    f,
+                    "emulator(wave{}{})",
+                    c.wave_size,
+                    if c.sanitize { ", sanitizer" } else { "" }
+                )
             }
             #[cfg(feature = "rocm")]
-            Device::Rocm(r) => write!(f, "rocm:{} ({}, {})", r.ordinal(), r.info().name, r.info().arch),
+            Device::Rocm(r) => write!(
+                f,
+                "rocm:{} ({}, {})",
+                r.ordinal(),
+                r.info().name,
+                r.info().arch
+            ),
         }
     }
 }
@@ -213,10 +233,11 @@ pub fn generic_family(arch: &str) -> Option<&'static str> {
         "gfx900" | "gfx902" | "gfx904" | "gfx906" | "gfx909" | "gfx90c" => "gfx9-generic",
         "gfx940" | "gfx941" | "gfx942" | "gfx950" => "gfx9-4-generic",
         "gfx1010" | "gfx1011" | "gfx1012" | "gfx1013" => "gfx10-1-generic",
-        "gfx1030" | "gfx1031" | "gfx1032" | "gfx1033" | "gfx1034" | "gfx1035" | "gfx1036" => "gfx10-3-generic",
-        "gfx1100" | "gfx1101" | "gfx1102" | "gfx1103" | "gfx1150" | "gfx1151" | "gfx1152" | "gfx1153" => {
-            "gfx11-generic"
+        "gfx1030" | "gfx1031" | "gfx1032" | "gfx1033" | "gfx1034" | "gfx1035" | "gfx1036" => {
+            "gfx10-3-generic"
         }
+        "gfx1100" | "gfx1101" | "gfx1102" | "gfx1103" | "gfx1150" | "gfx1151" | "gfx1152"
+        | "gfx1153" => "gfx11-generic",
         "gfx1200" | "gfx1201" => "gfx12-generic",
         _ => return None,
     })
@@ -242,9 +263,13 @@ pub fn gpus() -> Result<Vec<GpuInfo>> {
     {
         let n = crate::rocm::device_count();
         if n == 0 {
-            return Err(Error::NoGpu { reason: crate::rocm::absence_reason() });
+            return Err(Error::NoGpu {
+                reason: crate::rocm::absence_reason(),
+            });
         }
-        (0..n).map(|i| crate::rocm::RocmDevice::new(i).map(|d| d.info().clone())).collect()
+        (0..n)
+            .map(|i| crate::rocm::RocmDevice::new(i).map(|d| d.info().clone()))
+            .collect()
     }
     #[cfg(not(feature = "rocm"))]
     Err(Error::RocmNotCompiled)

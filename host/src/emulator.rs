@@ -88,7 +88,12 @@ impl Scheduler for Group {
 }
 
 /// Runs `kernel` over the grid of `cfg`. Arguments are already checked.
-pub(crate) fn launch(config: &EmulatorConfig, kernel: &KernelInfo, cfg: &LaunchConfig, args: &[Arg]) -> Result<()> {
+pub(crate) fn launch(
+    config: &EmulatorConfig,
+    kernel: &KernelInfo,
+    cfg: &LaunchConfig,
+    args: &[Arg],
+) -> Result<()> {
     let raw: Vec<u64> = args.iter().map(|a| a.raw()).collect();
     let groups = cfg.num_groups();
     let result = (0..groups).into_par_iter().try_for_each(|g| {
@@ -119,7 +124,13 @@ pub(crate) fn launch(config: &EmulatorConfig, kernel: &KernelInfo, cfg: &LaunchC
     result
 }
 
-fn run_group(config: &EmulatorConfig, kernel: &KernelInfo, cfg: &LaunchConfig, wg: [u32; 3], raw: &[u64]) -> Result<()> {
+fn run_group(
+    config: &EmulatorConfig,
+    kernel: &KernelInfo,
+    cfg: &LaunchConfig,
+    wg: [u32; 3],
+    raw: &[u64],
+) -> Result<()> {
     let n = cfg.block_size() as usize;
     let ws = config.wave_size as usize;
     let red = if config.sanitize { LDS_RED_ZONE } else { 0 };
@@ -155,7 +166,9 @@ fn run_group(config: &EmulatorConfig, kernel: &KernelInfo, cfg: &LaunchConfig, w
                 lds: lds_ptr,
                 lds_len,
                 // SAFETY (lifetime erased): `group` outlives every coroutine below.
-                scheduler: unsafe { std::mem::transmute::<&dyn Scheduler, &'static dyn Scheduler>(sched) },
+                scheduler: unsafe {
+                    std::mem::transmute::<&dyn Scheduler, &'static dyn Scheduler>(sched)
+                },
             }
         })
         .collect();
@@ -188,9 +201,16 @@ fn run_group(config: &EmulatorConfig, kernel: &KernelInfo, cfg: &LaunchConfig, w
 
     if config.sanitize {
         let bytes: &[u8] = bytemuck::cast_slice(&arena);
-        let bad = (0..red).filter(|&i| bytes[i] != 0xa5 || bytes[red + lds_len + i] != 0xa5).count();
+        let bad = (0..red)
+            .filter(|&i| bytes[i] != 0xa5 || bytes[red + lds_len + i] != 0xa5)
+            .count();
         if bad > 0 {
-            return Err(Error::LdsOutOfBounds { kernel: kernel.name.into(), byte_offset: lds_len, access_bytes: bad, lds_len });
+            return Err(Error::LdsOutOfBounds {
+                kernel: kernel.name.into(),
+                byte_offset: lds_len,
+                access_bytes: bad,
+                lds_len,
+            });
         }
     }
     Ok(())
@@ -241,7 +261,9 @@ fn schedule(
                     _ => uniform = false,
                 }
             }
-            let (Some(op), true) = (op, uniform) else { continue };
+            let (Some(op), true) = (op, uniform) else {
+                continue;
+            };
             let live = |l: usize| lanes.contains(&l) && group.state[l].get() != State::Done;
             let inputs: Vec<u64> = lanes.clone().map(|l| group.value[l].get()).collect();
             let ballot: u64 = lanes
@@ -272,12 +294,20 @@ fn schedule(
         if released {
             continue;
         }
-        let at_barrier = group.state.iter().filter(|s| s.get() == State::Barrier).count();
+        let at_barrier = group
+            .state
+            .iter()
+            .filter(|s| s.get() == State::Barrier)
+            .count();
         if at_barrier == n {
             group.state.iter().for_each(|s| s.set(State::Runnable));
             continue;
         }
-        return Err(Error::Deadlock { kernel: kernel.name.into(), workgroup: wg, detail: describe_wait(group) });
+        return Err(Error::Deadlock {
+            kernel: kernel.name.into(),
+            workgroup: wg,
+            detail: describe_wait(group),
+        });
     }
 }
 
@@ -293,14 +323,22 @@ fn describe_wait(group: &Group) -> String {
             State::Runnable => {}
         }
     }
-    let mut parts = vec![format!("{barrier} workitem(s) wait at a barrier"), format!("{done} finished without reaching it")];
+    let mut parts = vec![
+        format!("{barrier} workitem(s) wait at a barrier"),
+        format!("{done} finished without reaching it"),
+    ];
     for (op, c) in waves {
         parts.push(format!("{c} wait at wave op {op}"));
     }
     parts.join(", ")
 }
 
-fn panic_error(payload: Box<dyn std::any::Any + Send>, kernel: &KernelInfo, wg: [u32; 3], wi: [u32; 3]) -> Error {
+fn panic_error(
+    payload: Box<dyn std::any::Any + Send>,
+    kernel: &KernelInfo,
+    wg: [u32; 3],
+    wi: [u32; 3],
+) -> Error {
     if let Some(l) = payload.downcast_ref::<LdsOutOfBounds>() {
         return Error::LdsOutOfBounds {
             kernel: l.kernel.into(),
@@ -314,5 +352,10 @@ fn panic_error(payload: Box<dyn std::any::Any + Send>, kernel: &KernelInfo, wg: 
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic".into());
-    Error::KernelPanic { kernel: kernel.name.into(), workgroup: wg, workitem: wi, message }
+    Error::KernelPanic {
+        kernel: kernel.name.into(),
+        workgroup: wg,
+        workitem: wi,
+        message,
+    }
 }

@@ -75,7 +75,9 @@ pub enum Error {
         got: usize,
     },
     /// Sanitizer: a kernel wrote outside a buffer (a red zone canary changed).
-    #[error("sanitizer: kernel `{kernel}` wrote out of bounds of argument {arg} ({len_bytes}-byte buffer), {bytes_changed} byte(s) past its {side}")]
+    #[error(
+        "sanitizer: kernel `{kernel}` wrote out of bounds of argument {arg} ({len_bytes}-byte buffer), {bytes_changed} byte(s) past its {side}"
+    )]
     OutOfBoundsWrite {
         /// Kernel.
         kernel: String,
@@ -111,7 +113,9 @@ pub enum Error {
         detail: String,
     },
     /// A kernel panicked in the emulator (index out of bounds, overflow, ...).
-    #[error("kernel `{kernel}` panicked in workgroup {workgroup:?}, workitem {workitem:?}: {message}")]
+    #[error(
+        "kernel `{kernel}` panicked in workgroup {workgroup:?}, workitem {workitem:?}: {message}"
+    )]
     KernelPanic {
         /// Kernel.
         kernel: String,

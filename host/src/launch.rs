@@ -35,14 +35,22 @@ impl LaunchConfig {
     /// 65536 workgroups: kernels use grid-stride loops, so any `n` is covered.
     pub fn linear(n: u64, block: u32) -> Self {
         let groups = n.div_ceil(block.max(1) as u64).clamp(1, 65536) as u32;
-        Self { grid: [groups, 1, 1], block: [block, 1, 1], lds_bytes: 0 }
+        Self {
+            grid: [groups, 1, 1],
+            block: [block, 1, 1],
+            lds_bytes: 0,
+        }
     }
 
     /// One workgroup per row (capped at 65536: kernels loop over rows), with
     /// `lds_bytes` of LDS.
     pub fn rows(rows: u64, block: u32, lds_bytes: u32) -> Self {
         let groups = rows.clamp(1, 65536) as u32;
-        Self { grid: [groups, 1, 1], block: [block, 1, 1], lds_bytes }
+        Self {
+            grid: [groups, 1, 1],
+            block: [block, 1, 1],
+            lds_bytes,
+        }
     }
 
     /// Workitems per workgroup.
@@ -152,15 +160,39 @@ impl<'a> Arg<'a> {
 }
 
 /// Checks a launch against the kernel's signature and the device's limits.
-pub(crate) fn check_launch(device: &Device, kernel: &KernelInfo, cfg: &LaunchConfig, args: &[Arg]) -> Result<()> {
-    let mismatch = |detail: String| Error::ArgumentMismatch { kernel: kernel.name.into(), detail };
+pub(crate) fn check_launch(
+    device: &Device,
+    kernel: &KernelInfo,
+    cfg: &LaunchConfig,
+    args: &[Arg],
+) -> Result<()> {
+    let mismatch = |detail: String| Error::ArgumentMismatch {
+        kernel: kernel.name.into(),
+        detail,
+    };
     if args.len() != kernel.args.len() {
-        return Err(mismatch(format!("takes {} arguments, {} given", kernel.args.len(), args.len())));
+        return Err(mismatch(format!(
+            "takes {} arguments, {} given",
+            kernel.args.len(),
+            args.len()
+        )));
     }
     for (i, (want, got)) in kernel.args.iter().zip(args).enumerate() {
         let ok = match (*want, got) {
-            (ArgKind::Ptr { mutable: true, elem_size }, Arg::Out(b)) => b.elem_size == elem_size,
-            (ArgKind::Ptr { mutable: false, elem_size }, Arg::In(b) | Arg::Out(b)) => b.elem_size == elem_size,
+            (
+                ArgKind::Ptr {
+                    mutable: true,
+                    elem_size,
+                },
+                Arg::Out(b),
+            ) => b.elem_size == elem_size,
+            (
+                ArgKind::Ptr {
+                    mutable: false,
+                    elem_size,
+                },
+                Arg::In(b) | Arg::Out(b),
+            ) => b.elem_size == elem_size,
             (ArgKind::Ptr { .. }, Arg::Null) => true,
             (ArgKind::U32, Arg::U32(_))
             | (ArgKind::I32, Arg::I32(_))
@@ -170,7 +202,11 @@ pub(crate) fn check_launch(device: &Device, kernel: &KernelInfo, cfg: &LaunchCon
             _ => false,
         };
         if !ok {
-            return Err(mismatch(format!("argument {i} is `{}`, got {}", want.describe(), got.describe())));
+            return Err(mismatch(format!(
+                "argument {i} is `{}`, got {}",
+                want.describe(),
+                got.describe()
+            )));
         }
         if let Arg::In(b) | Arg::Out(b) = got {
             if !b.device.same_device(device) {
@@ -182,24 +218,44 @@ pub(crate) fn check_launch(device: &Device, kernel: &KernelInfo, cfg: &LaunchCon
             }
         }
     }
-    let bad = |detail: String| Error::BadLaunchConfig { kernel: kernel.name.into(), detail };
+    let bad = |detail: String| Error::BadLaunchConfig {
+        kernel: kernel.name.into(),
+        detail,
+    };
     if cfg.block.contains(&0) || cfg.grid.contains(&0) {
-        return Err(bad(format!("empty grid {:?} or block {:?}", cfg.grid, cfg.block)));
+        return Err(bad(format!(
+            "empty grid {:?} or block {:?}",
+            cfg.grid, cfg.block
+        )));
     }
     if cfg.block_size() > MAX_BLOCK_SIZE as u64 {
-        return Err(bad(format!("block {:?} has {} workitems, the maximum is {MAX_BLOCK_SIZE}", cfg.block, cfg.block_size())));
+        return Err(bad(format!(
+            "block {:?} has {} workitems, the maximum is {MAX_BLOCK_SIZE}",
+            cfg.block,
+            cfg.block_size()
+        )));
     }
     if cfg.grid[0] > MAX_GRID_X || cfg.grid[1] > MAX_GRID_YZ || cfg.grid[2] > MAX_GRID_YZ {
-        return Err(bad(format!("grid {:?} exceeds [{MAX_GRID_X}, {MAX_GRID_YZ}, {MAX_GRID_YZ}]", cfg.grid)));
+        return Err(bad(format!(
+            "grid {:?} exceeds [{MAX_GRID_X}, {MAX_GRID_YZ}, {MAX_GRID_YZ}]",
+            cfg.grid
+        )));
     }
     for d in 0..3 {
         // The dispatch packet holds the grid size in workitems as u32.
         if cfg.grid[d] as u64 * cfg.block[d] as u64 > u32::MAX as u64 {
-            return Err(bad(format!("grid {:?} x block {:?} exceeds 2^32 workitems in dimension {d}", cfg.grid, cfg.block)));
+            return Err(bad(format!(
+                "grid {:?} x block {:?} exceeds 2^32 workitems in dimension {d}",
+                cfg.grid, cfg.block
+            )));
         }
     }
     if cfg.lds_bytes > device.max_lds_bytes() {
-        return Err(bad(format!("{} bytes of LDS requested, the device allows {}", cfg.lds_bytes, device.max_lds_bytes())));
+        return Err(bad(format!(
+            "{} bytes of LDS requested, the device allows {}",
+            cfg.lds_bytes,
+            device.max_lds_bytes()
+        )));
     }
     Ok(())
 }
@@ -219,12 +275,29 @@ impl Device {
     /// assert_eq!(y.download().unwrap()[0], 1.0);
     /// ```
     pub fn launch(&self, name: &str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
-        let kernel = ferrocm_kernels::kernel(name).ok_or_else(|| Error::UnknownKernel { kernel: name.into() })?;
+        let kernel = ferrocm_kernels::kernel(name).ok_or_else(|| Error::UnknownKernel {
+            kernel: name.into(),
+        })?;
+        self.launch_kernel(kernel, cfg, args)
+    }
+
+    /// Launches a kernel given by its [`KernelInfo`], with the same checks as
+    /// [`Device::launch`]. This is how a kernel author runs a kernel that is not
+    /// (yet) in the shipped code objects in the emulator; on a GPU the kernel
+    /// must be in the loaded code object.
+    pub fn launch_kernel(
+        &self,
+        kernel: &KernelInfo,
+        cfg: LaunchConfig,
+        args: &[Arg],
+    ) -> Result<()> {
+        let name = kernel.name;
         check_launch(self, kernel, &cfg, args)?;
         match self {
             Device::Cpu => Err(Error::BadLaunchConfig {
                 kernel: name.into(),
-                detail: "the Cpu device runs no kernels (use Device::emulator or a ROCm GPU)".into(),
+                detail: "the Cpu device runs no kernels (use Device::emulator or a ROCm GPU)"
+                    .into(),
             }),
             Device::Emulator(c) => crate::emulator::launch(c, kernel, &cfg, args),
             #[cfg(feature = "rocm")]

@@ -22,11 +22,23 @@ pub fn affine_apply<T: Elem>(x: T, mul: f32, add: f32) -> T {
 /// The body every affine kernel instantiates.
 #[amdgpu_device]
 #[inline(always)]
-pub fn affine_body<T: Elem>(out: *mut T, inp: *const T, n: u64, ndim: u32, layout: *const u64, mul: f32, add: f32) {
+pub fn affine_body<T: Elem>(
+    out: *mut T,
+    inp: *const T,
+    n: u64,
+    ndim: u32,
+    layout: *const u64,
+    mul: f32,
+    add: f32,
+) {
     let mut i = global_id_x();
     let step = global_size_x();
     while i < n {
-        let src = if ndim == 0 { i } else { strided_offset(i, ndim, layout, ndim) };
+        let src = if ndim == 0 {
+            i
+        } else {
+            strided_offset(i, ndim, layout, ndim)
+        };
         unsafe { *out.add(i as usize) = affine_apply(*inp.add(src as usize), mul, add) };
         i += step;
     }

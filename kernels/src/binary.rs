@@ -88,14 +88,24 @@ fn binary_offsets(i: u64, ndim: u32, layout: *const u64) -> (u64, u64) {
     if ndim == 0 {
         (i, i)
     } else {
-        (strided_offset(i, ndim, layout, ndim), strided_offset(i, ndim, layout, 2 * ndim))
+        (
+            strided_offset(i, ndim, layout, ndim),
+            strided_offset(i, ndim, layout, 2 * ndim),
+        )
     }
 }
 
 /// The body every arithmetic binary kernel instantiates.
 #[amdgpu_device]
 #[inline(always)]
-pub fn binary_body<T: Elem, Op: BinaryOp>(out: *mut T, lhs: *const T, rhs: *const T, n: u64, ndim: u32, layout: *const u64) {
+pub fn binary_body<T: Elem, Op: BinaryOp>(
+    out: *mut T,
+    lhs: *const T,
+    rhs: *const T,
+    n: u64,
+    ndim: u32,
+    layout: *const u64,
+) {
     let mut i = global_id_x();
     let step = global_size_x();
     while i < n {
@@ -108,12 +118,21 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(out: *mut T, lhs: *const T, rhs: *cons
 /// The body every comparison kernel instantiates.
 #[amdgpu_device]
 #[inline(always)]
-pub fn cmp_body<T: Elem, Op: CmpOp>(out: *mut u8, lhs: *const T, rhs: *const T, n: u64, ndim: u32, layout: *const u64) {
+pub fn cmp_body<T: Elem, Op: CmpOp>(
+    out: *mut u8,
+    lhs: *const T,
+    rhs: *const T,
+    n: u64,
+    ndim: u32,
+    layout: *const u64,
+) {
     let mut i = global_id_x();
     let step = global_size_x();
     while i < n {
         let (l, r) = binary_offsets(i, ndim, layout);
-        unsafe { *out.add(i as usize) = Op::apply(*lhs.add(l as usize), *rhs.add(r as usize)) as u8 };
+        unsafe {
+            *out.add(i as usize) = Op::apply(*lhs.add(l as usize), *rhs.add(r as usize)) as u8
+        };
         i += step;
     }
 }

@@ -10,12 +10,22 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 /// The body every cast kernel instantiates.
 #[amdgpu_device]
 #[inline(always)]
-pub fn cast_body<S: Elem, D: Elem>(out: *mut D, inp: *const S, n: u64, ndim: u32, layout: *const u64) {
+pub fn cast_body<S: Elem, D: Elem>(
+    out: *mut D,
+    inp: *const S,
+    n: u64,
+    ndim: u32,
+    layout: *const u64,
+) {
     let mut i = global_id_x();
     let step = global_size_x();
     while i < n {
-        let src = if ndim == 0 { i } else { strided_offset(i, ndim, layout, ndim) };
-        unsafe { *out.add(i as usize) = (*inp.add(src as usize)).cast::<D>() };
+        let src = if ndim == 0 {
+            i
+        } else {
+            strided_offset(i, ndim, layout, ndim)
+        };
+        unsafe { *out.add(i as usize) = (*inp.add(src as usize)).convert::<D>() };
         i += step;
     }
 }

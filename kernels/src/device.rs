@@ -180,7 +180,11 @@ pub fn barrier() {
         #[cfg(any(ferrocm_gfx10, ferrocm_gfx11))]
         core::arch::asm!("s_waitcnt vmcnt(0) lgkmcnt(0)", "s_waitcnt_vscnt null, 0x0");
         #[cfg(ferrocm_gfx12)]
-        core::arch::asm!("s_wait_loadcnt 0x0", "s_wait_storecnt 0x0", "s_wait_dscnt 0x0");
+        core::arch::asm!(
+            "s_wait_loadcnt 0x0",
+            "s_wait_storecnt 0x0",
+            "s_wait_dscnt 0x0"
+        );
         core::arch::amdgpu::s_barrier();
         #[cfg(any(ferrocm_gfx10, ferrocm_gfx11))]
         core::arch::asm!("buffer_gl0_inv");
@@ -221,7 +225,10 @@ pub fn lds_at<T>(byte_offset: u32) -> Lds<T> {
     let arena = core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<u8>();
     #[cfg(not(target_arch = "amdgpu"))]
     let arena = emu::with(|c| c.lds);
-    Lds { base: unsafe { arena.add(byte_offset as usize) } as *mut T, byte_offset }
+    Lds {
+        base: unsafe { arena.add(byte_offset as usize) } as *mut T,
+        byte_offset,
+    }
 }
 
 #[amdgpu_device]
@@ -356,7 +363,6 @@ pub fn num_waves() -> u32 {
     workgroup_size_x().div_ceil(wave_size())
 }
 
-
 /// Element offset of logical index `i` in a strided layout.
 ///
 /// `layout` holds `ndim` dims followed by `ndim` strides (in elements); a
@@ -369,7 +375,12 @@ pub fn strided_offset(i: u64, ndim: u32, layout: *const u64, strides_at: u32) ->
     let mut d = ndim;
     while d > 0 {
         d -= 1;
-        let (dim, stride) = unsafe { (*layout.add(d as usize), *layout.add((strides_at + d) as usize)) };
+        let (dim, stride) = unsafe {
+            (
+                *layout.add(d as usize),
+                *layout.add((strides_at + d) as usize),
+            )
+        };
         off += (rem % dim) * stride;
         rem /= dim;
     }

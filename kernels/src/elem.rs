@@ -164,8 +164,12 @@ pub trait Elem: Copy + 'static {
     fn from_bits64(b: u64) -> Self;
     /// Converts to another element type, as Rust's `as` would.
     #[inline(always)]
-    fn cast<D: Elem>(self) -> D {
-        if D::IS_FLOAT || Self::IS_FLOAT { D::from_f32(self.to_f32()) } else { D::from_i64(self.to_i64()) }
+    fn convert<D: Elem>(self) -> D {
+        if D::IS_FLOAT || Self::IS_FLOAT {
+            D::from_f32(self.to_f32())
+        } else {
+            D::from_i64(self.to_i64())
+        }
     }
 }
 
@@ -247,7 +251,17 @@ macro_rules! float_elem {
     };
 }
 
-float_elem!(f32, |x| x, |x| x, |x| x.to_bits() as u64, |b| f32::from_bits(b as u32), 0.0, 1.0, f32::NEG_INFINITY, f32::INFINITY);
+float_elem!(
+    f32,
+    |x| x,
+    |x| x,
+    |x| x.to_bits() as u64,
+    |b| f32::from_bits(b as u32),
+    0.0,
+    1.0,
+    f32::NEG_INFINITY,
+    f32::INFINITY
+);
 float_elem!(
     F16,
     |x| f16_bits_to_f32(x.0),

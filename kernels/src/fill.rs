@@ -28,7 +28,11 @@ pub fn copy_body<T: Elem>(out: *mut T, inp: *const T, n: u64, ndim: u32, layout:
     let mut i = global_id_x();
     let step = global_size_x();
     while i < n {
-        let src = if ndim == 0 { i } else { strided_offset(i, ndim, layout, ndim) };
+        let src = if ndim == 0 {
+            i
+        } else {
+            strided_offset(i, ndim, layout, ndim)
+        };
         unsafe { *out.add(i as usize) = *inp.add(src as usize) };
         i += step;
     }
@@ -37,13 +41,22 @@ pub fn copy_body<T: Elem>(out: *mut T, inp: *const T, n: u64, ndim: u32, layout:
 /// copy2d body: `out[r * dst_stride + c] = inp[r * src_stride + c]`.
 #[amdgpu_device]
 #[inline(always)]
-pub fn copy2d_body<T: Elem>(out: *mut T, inp: *const T, rows: u64, cols: u64, src_stride: u64, dst_stride: u64) {
+pub fn copy2d_body<T: Elem>(
+    out: *mut T,
+    inp: *const T,
+    rows: u64,
+    cols: u64,
+    src_stride: u64,
+    dst_stride: u64,
+) {
     let n = rows * cols;
     let mut i = global_id_x();
     let step = global_size_x();
     while i < n {
         let (r, c) = (i / cols, i % cols);
-        unsafe { *out.add((r * dst_stride + c) as usize) = *inp.add((r * src_stride + c) as usize) };
+        unsafe {
+            *out.add((r * dst_stride + c) as usize) = *inp.add((r * src_stride + c) as usize)
+        };
         i += step;
     }
 }

@@ -53,35 +53,43 @@ unary_math!(
     /// ```
     /// assert_eq!(ferrocm_kernels::math::exp(0.0), 1.0);
     /// ```
-    exp, exp
+    exp,
+    exp
 );
 unary_math!(
     /// Natural logarithm.
-    log, ln
+    log,
+    ln
 );
 unary_math!(
     /// Sine.
-    sin, sin
+    sin,
+    sin
 );
 unary_math!(
     /// Cosine.
-    cos, cos
+    cos,
+    cos
 );
 unary_math!(
     /// Square root.
-    sqrt, sqrt
+    sqrt,
+    sqrt
 );
 unary_math!(
     /// Round toward -inf.
-    floor, floor
+    floor,
+    floor
 );
 unary_math!(
     /// Round toward +inf.
-    ceil, ceil
+    ceil,
+    ceil
 );
 unary_math!(
     /// Round half away from zero.
-    round, round
+    round,
+    round
 );
 
 /// 1 / sqrt(x), correctly rounded sqrt then a division (not the approximate `v_rsq`).
@@ -172,7 +180,8 @@ pub fn erf(x: f32) -> f32 {
             + z * (-1.0 / 3.0
                 + z * (1.0 / 10.0
                     + z * (-1.0 / 42.0
-                        + z * (1.0 / 216.0 + z * (-1.0 / 1320.0 + z * (1.0 / 9360.0 + z * (-1.0 / 75600.0)))))));
+                        + z * (1.0 / 216.0
+                            + z * (-1.0 / 1320.0 + z * (1.0 / 9360.0 + z * (-1.0 / 75600.0)))))));
         1.128_379_2 * a * p
     } else if a < 4.0 {
         let t = 1.0 / (1.0 + 0.5 * a);
@@ -182,7 +191,9 @@ pub fn erf(x: f32) -> f32 {
                     + t * (0.096_784_18
                         + t * (-0.186_288_06
                             + t * (0.278_868_07
-                                + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87
+                                        + t * (-0.822_152_23 + t * 0.170_872_77))))))));
         1.0 - t * exp(-a * a + poly)
     } else {
         1.0

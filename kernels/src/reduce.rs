@@ -137,25 +137,36 @@ pub fn block_reduce<A: Elem, Op: ReduceOp>(v: A) -> A {
 #[amdgpu_device]
 #[inline(always)]
 fn input_offset(i: u64, ndim: u32, layout: *const u64) -> usize {
-    (if ndim == 0 { i } else { strided_offset(i, ndim, layout, ndim) }) as usize
+    (if ndim == 0 {
+        i
+    } else {
+        strided_offset(i, ndim, layout, ndim)
+    }) as usize
 }
 
 /// The body of `reduce_{sum,mean,max,min}_*`.
 #[amdgpu_device]
 #[inline(always)]
-pub fn reduce_body<T: Elem, Op: ReduceOp>(out: *mut T, inp: *const T, rows: u64, cols: u64, ndim: u32, layout: *const u64) {
+pub fn reduce_body<T: Elem, Op: ReduceOp>(
+    out: *mut T,
+    inp: *const T,
+    rows: u64,
+    cols: u64,
+    ndim: u32,
+    layout: *const u64,
+) {
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let mut acc = Op::identity::<T::Acc>();
         let mut c = workitem_id_x() as u64;
         while c < cols {
             let x = unsafe { *inp.add(input_offset(row * cols + c, ndim, layout)) };
-            acc = Op::combine(acc, x.cast::<T::Acc>());
+            acc = Op::combine(acc, x.convert::<T::Acc>());
             c += workgroup_size_x() as u64;
         }
         let r = block_reduce::<T::Acc, Op>(acc);
         if workitem_id_x() == 0 {
-            unsafe { *out.add(row as usize) = Op::finish(r, cols).cast::<T>() };
+            unsafe { *out.add(row as usize) = Op::finish(r, cols).convert::<T>() };
         }
         row += num_workgroups_x() as u64;
     }
@@ -179,7 +190,14 @@ pub fn arg_better<A: Elem, const MIN: bool>(v: A, i: u32, best: A, best_i: u32) 
 /// The body of `reduce_argmax_*` / `reduce_argmin_*`.
 #[amdgpu_device]
 #[inline(always)]
-pub fn arg_reduce_body<T: Elem, const MIN: bool>(out: *mut u32, inp: *const T, rows: u64, cols: u64, ndim: u32, layout: *const u64) {
+pub fn arg_reduce_body<T: Elem, const MIN: bool>(
+    out: *mut u32,
+    inp: *const T,
+    rows: u64,
+    cols: u64,
+    ndim: u32,
+    layout: *const u64,
+) {
     let vals = lds::<T::Acc>();
     let idxs = lds_at::<u32>(INDEX_LDS_OFFSET);
     let mut row = workgroup_id_x() as u64;
@@ -188,7 +206,8 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(out: *mut u32, inp: *const T, r
         let mut best_i = u32::MAX;
         let mut c = workitem_id_x() as u64;
         while c < cols {
-            let x = unsafe { *inp.add(input_offset(row * cols + c, ndim, layout)) }.cast::<T::Acc>();
+            let x =
+                unsafe { *inp.add(input_offset(row * cols + c, ndim, layout)) }.convert::<T::Acc>();
             if arg_better::<T::Acc, MIN>(x, c as u32, best, best_i) {
                 best = x;
                 best_i = c as u32;

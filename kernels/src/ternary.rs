@@ -35,7 +35,11 @@ pub fn where_body<M: Elem, T: Elem>(
         };
         unsafe {
             let pick = !(*mask.add(m as usize)).eq(M::ZERO);
-            *out.add(i as usize) = if pick { *on_true.add(t as usize) } else { *on_false.add(f as usize) };
+            *out.add(i as usize) = if pick {
+                *on_true.add(t as usize)
+            } else {
+                *on_false.add(f as usize)
+            };
         }
         i += step;
     }

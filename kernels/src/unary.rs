@@ -89,18 +89,29 @@ unary_ops! {
 /// The body every unary kernel instantiates.
 #[amdgpu_device]
 #[inline(always)]
-pub fn unary_body<T: Elem, Op: UnaryOp>(out: *mut T, inp: *const T, n: u64, ndim: u32, layout: *const u64, p: f32) {
+pub fn unary_body<T: Elem, Op: UnaryOp>(
+    out: *mut T,
+    inp: *const T,
+    n: u64,
+    ndim: u32,
+    layout: *const u64,
+    p: f32,
+) {
     let mut i = global_id_x();
     let step = global_size_x();
     if ndim == 0 {
         while i < n {
-            unsafe { *out.add(i as usize) = T::from_f32(Op::apply((*inp.add(i as usize)).to_f32(), p)) };
+            unsafe {
+                *out.add(i as usize) = T::from_f32(Op::apply((*inp.add(i as usize)).to_f32(), p))
+            };
             i += step;
         }
     } else {
         while i < n {
             let src = strided_offset(i, ndim, layout, ndim);
-            unsafe { *out.add(i as usize) = T::from_f32(Op::apply((*inp.add(src as usize)).to_f32(), p)) };
+            unsafe {
+                *out.add(i as usize) = T::from_f32(Op::apply((*inp.add(src as usize)).to_f32(), p))
+            };
             i += step;
         }
     }

@@ -59,16 +59,27 @@ pub(crate) fn broadcast_pair<A: WithDType, B: WithDType>(
 ) -> Result<(Vec<usize>, Tensor<A>, Tensor<B>)> {
     a.same_device(op, b)?;
     let shape = broadcast_shape(op, a.shape(), b.shape())?;
-    Ok((shape.clone(), a.broadcast_as(&shape)?, b.broadcast_as(&shape)?))
+    Ok((
+        shape.clone(),
+        a.broadcast_as(&shape)?,
+        b.broadcast_as(&shape)?,
+    ))
 }
 
 /// Launch arguments shared by binary-shaped kernels: contiguous fast path when
 /// every input is contiguous with the output's shape.
-pub(crate) fn nary_layout(device: &Device, shape: &[usize], layouts: &[&crate::Layout]) -> Result<(u32, Option<DeviceBuffer<u64>>)> {
+pub(crate) fn nary_layout(
+    device: &Device,
+    shape: &[usize],
+    layouts: &[&crate::Layout],
+) -> Result<(u32, Option<DeviceBuffer<u64>>)> {
     if layouts.iter().all(|l| l.is_contiguous()) {
         return Ok((0, None));
     }
-    Ok((shape.len() as u32, Some(crate::gpu::layouts_buffer(device, shape, layouts)?)))
+    Ok((
+        shape.len() as u32,
+        Some(crate::gpu::layouts_buffer(device, shape, layouts)?),
+    ))
 }
 
 fn layout_arg(b: &Option<DeviceBuffer<u64>>) -> Arg<'_> {
@@ -76,7 +87,13 @@ fn layout_arg(b: &Option<DeviceBuffer<u64>>) -> Arg<'_> {
 }
 
 impl<T: WithDType> Tensor<T> {
-    fn binary_into<R: WithDType>(&self, rhs: &Self, kernel: String, op: &'static str, f: impl Fn(T, T) -> R + Sync) -> Result<Tensor<R>> {
+    fn binary_into<R: WithDType>(
+        &self,
+        rhs: &Self,
+        kernel: String,
+        op: &'static str,
+        f: impl Fn(T, T) -> R + Sync,
+    ) -> Result<Tensor<R>> {
         let (shape, a, b) = broadcast_pair(op, self, rhs)?;
         let n = shape.iter().product::<usize>();
         let dev = a.device().clone();
@@ -99,7 +116,11 @@ impl<T: WithDType> Tensor<T> {
             }
         } else {
             let (sa, sb) = (crate::cpu::host(&a.storage), crate::cpu::host(&b.storage));
-            crate::cpu::map_strided_n(out.as_mut_slice().unwrap_or_default(), [&a.layout, &b.layout], |[i, j]| f(sa[i], sb[j]));
+            crate::cpu::map_strided_n(
+                out.as_mut_slice().unwrap_or_default(),
+                [&a.layout, &b.layout],
+                |[i, j]| f(sa[i], sb[j]),
+            );
         }
         Ok(Tensor::from_parts(out, &shape))
     }
@@ -115,7 +136,12 @@ impl<T: WithDType> Tensor<T> {
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     pub fn binary(&self, rhs: &Self, op: Binary) -> Result<Self> {
-        self.binary_into(rhs, format!("binary_{}_{}", op.name(), T::DTYPE), op.name(), move |x, y| op.apply::<T>(x, y))
+        self.binary_into(
+            rhs,
+            format!("binary_{}_{}", op.name(), T::DTYPE),
+            op.name(),
+            move |x, y| op.apply::<T>(x, y),
+        )
     }
 
     /// `op(self, rhs)` elementwise with broadcasting, as 0/1 bytes.
@@ -128,7 +154,12 @@ impl<T: WithDType> Tensor<T> {
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     pub fn cmp(&self, rhs: &Self, op: Cmp) -> Result<Tensor<u8>> {
-        self.binary_into(rhs, format!("cmp_{}_{}", op.name(), T::DTYPE), op.name(), move |x, y| op.apply::<T>(x, y))
+        self.binary_into(
+            rhs,
+            format!("cmp_{}_{}", op.name(), T::DTYPE),
+            op.name(),
+            move |x, y| op.apply::<T>(x, y),
+        )
     }
 }
 

@@ -27,7 +27,11 @@ impl<T: WithDType> Tensor<T> {
                 let [a, b, c] = input_args(self, &lb);
                 dev.launch(
                     // The identity cast is a copy (same signature).
-                    &if T::DTYPE == D::DTYPE { format!("copy_{}", T::DTYPE) } else { format!("cast_{}_{}", T::DTYPE, D::DTYPE) },
+                    &if T::DTYPE == D::DTYPE {
+                        format!("copy_{}", T::DTYPE)
+                    } else {
+                        format!("cast_{}_{}", T::DTYPE, D::DTYPE)
+                    },
                     LaunchConfig::linear(n as u64, BLOCK),
                     &[Arg::output(&out), a, Arg::U64(n as u64), b, c],
                 )?;
@@ -35,7 +39,7 @@ impl<T: WithDType> Tensor<T> {
         } else {
             let src = crate::cpu::host(&self.storage);
             crate::cpu::map_strided(out.as_mut_slice().unwrap_or_default(), &self.layout, |o| {
-                D::from_kernel(src[o].to_kernel().cast::<D::Kernel>())
+                D::from_kernel(src[o].to_kernel().convert::<D::Kernel>())
             });
         }
         Ok(Tensor::from_parts(out, self.shape()))

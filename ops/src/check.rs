@@ -23,8 +23,12 @@ pub enum InputLayout {
 
 impl InputLayout {
     /// Every layout.
-    pub const ALL: [InputLayout; 4] =
-        [InputLayout::Contiguous, InputLayout::Transposed, InputLayout::Narrowed, InputLayout::Broadcast];
+    pub const ALL: [InputLayout; 4] = [
+        InputLayout::Contiguous,
+        InputLayout::Transposed,
+        InputLayout::Narrowed,
+        InputLayout::Broadcast,
+    ];
 }
 
 /// Tolerance of a comparison: `|got - want| <= abs + rel * |want|`.
@@ -40,9 +44,18 @@ pub struct Tolerance {
 /// summation order), f16/bf16 one or two ulp of the type, integers none.
 pub fn tolerance(dtype: DType) -> Tolerance {
     match dtype {
-        DType::F32 => Tolerance { abs: 1e-5, rel: 1e-4 },
-        DType::F16 => Tolerance { abs: 1e-3, rel: 2e-3 },
-        DType::BF16 => Tolerance { abs: 1e-2, rel: 1.6e-2 },
+        DType::F32 => Tolerance {
+            abs: 1e-5,
+            rel: 1e-4,
+        },
+        DType::F16 => Tolerance {
+            abs: 1e-3,
+            rel: 2e-3,
+        },
+        DType::BF16 => Tolerance {
+            abs: 1e-2,
+            rel: 1.6e-2,
+        },
         DType::U8 | DType::U32 | DType::I64 => Tolerance { abs: 0.0, rel: 0.0 },
     }
 }
@@ -113,13 +126,23 @@ pub struct Inputs {
 
 impl Inputs {
     /// A tensor of `[rows, cols]` in this layout, values uniform in `[lo, hi)`.
-    pub fn make<T: WithDType>(&self, seed: u64, lo: f64, hi: f64, dev: &Device) -> Result<Tensor<T>> {
+    pub fn make<T: WithDType>(
+        &self,
+        seed: u64,
+        lo: f64,
+        hi: f64,
+        dev: &Device,
+    ) -> Result<Tensor<T>> {
         let (r, c) = (self.rows, self.cols);
         match self.layout {
             InputLayout::Contiguous => Tensor::rand(&[r, c], lo, hi, seed, dev),
             InputLayout::Transposed => Tensor::rand(&[c, r], lo, hi, seed, dev)?.transpose(0, 1),
-            InputLayout::Narrowed => Tensor::rand(&[r + 3, c + 5], lo, hi, seed, dev)?.narrow(0, 2, r)?.narrow(1, 3, c),
-            InputLayout::Broadcast => Tensor::rand(&[1, c], lo, hi, seed, dev)?.broadcast_as(&[r, c]),
+            InputLayout::Narrowed => Tensor::rand(&[r + 3, c + 5], lo, hi, seed, dev)?
+                .narrow(0, 2, r)?
+                .narrow(1, 3, c),
+            InputLayout::Broadcast => {
+                Tensor::rand(&[1, c], lo, hi, seed, dev)?.broadcast_as(&[r, c])
+            }
         }
     }
 }
@@ -131,7 +154,12 @@ struct Runner<'a> {
 }
 
 impl Runner<'_> {
-    fn case<R: WithDType>(&mut self, op: String, dtype: DType, f: impl Fn(&Device) -> Result<Tensor<R>>) {
+    fn case<R: WithDType>(
+        &mut self,
+        op: String,
+        dtype: DType,
+        f: impl Fn(&Device) -> Result<Tensor<R>>,
+    ) {
         let tol = tolerance(R::DTYPE);
         let want = f(&Device::Cpu).and_then(|t| Ok((t.shape().to_vec(), t.to_vec()?)));
         let got = f(self.device).and_then(|t| Ok((t.shape().to_vec(), t.to_vec()?)));
@@ -140,15 +168,28 @@ impl Runner<'_> {
                 let (a, r, p) = compare(&g, &w, tol);
                 (a, r, p, None)
             }
-            (Ok((gs, _)), Ok((ws, _))) => (f64::INFINITY, f64::INFINITY, false, Some(format!("shape {gs:?} vs Cpu {ws:?}"))),
+            (Ok((gs, _)), Ok((ws, _))) => (
+                f64::INFINITY,
+                f64::INFINITY,
+                false,
+                Some(format!("shape {gs:?} vs Cpu {ws:?}")),
+            ),
             (Err(e), _) => (f64::INFINITY, f64::INFINITY, false, Some(e.to_string())),
-            (_, Err(e)) => (f64::INFINITY, f64::INFINITY, false, Some(format!("Cpu: {e}"))),
+            (_, Err(e)) => (
+                f64::INFINITY,
+                f64::INFINITY,
+                false,
+                Some(format!("Cpu: {e}")),
+            ),
         };
         self.results.push(CaseResult {
             op,
             dtype,
             device: self.device.to_string(),
-            layout: format!("{:?} {}x{}", self.inputs.layout, self.inputs.rows, self.inputs.cols),
+            layout: format!(
+                "{:?} {}x{}",
+                self.inputs.layout, self.inputs.rows, self.inputs.cols
+            ),
             max_abs_err: abs,
             max_rel_err: rel,
             passed,
@@ -159,7 +200,11 @@ impl Runner<'_> {
     fn dtype<T: WithDType>(&mut self) {
         let d = T::DTYPE;
         let inp = self.inputs;
-        let (lo, hi) = if d.is_float() { (-3.0, 3.0) } else { (0.0, 100.0) };
+        let (lo, hi) = if d.is_float() {
+            (-3.0, 3.0)
+        } else {
+            (0.0, 100.0)
+        };
         let x = move |dev: &Device| inp.make::<T>(1, lo, hi, dev);
         let pos = move |dev: &Device| inp.make::<T>(2, 0.1, 3.0, dev);
         let y = move |dev: &Device| inp.make::<T>(3, if d.is_float() { lo } else { 1.0 }, hi, dev);
@@ -167,17 +212,28 @@ impl Runner<'_> {
             for &op in Unary::ALL {
                 let needs_pos = matches!(op, Unary::Sqrt | Unary::Rsqrt | Unary::Log | Unary::Powf);
                 let p = if op == Unary::Powf { 1.7 } else { 1.0 };
-                self.case(op.name().into(), d, move |dev| (if needs_pos { pos(dev) } else { x(dev) })?.unary(op, p));
+                self.case(op.name().into(), d, move |dev| {
+                    (if needs_pos { pos(dev) } else { x(dev) })?.unary(op, p)
+                });
             }
             self.case("softmax".into(), d, move |dev| x(dev)?.softmax());
             self.case("log_softmax".into(), d, move |dev| x(dev)?.log_softmax());
         }
-        self.case("affine".into(), d, move |dev| x(dev)?.affine(if d.is_float() { 1.5 } else { 3.0 }, 2.0));
+        self.case("affine".into(), d, move |dev| {
+            x(dev)?.affine(if d.is_float() { 1.5 } else { 3.0 }, 2.0)
+        });
         self.case("copy".into(), d, move |dev| x(dev)?.contiguous());
-        self.case("fill".into(), d, move |dev| Tensor::<T>::full(T::from_f64(7.0), &[inp.rows, inp.cols], dev));
+        self.case("fill".into(), d, move |dev| {
+            Tensor::<T>::full(T::from_f64(7.0), &[inp.rows, inp.cols], dev)
+        });
         self.case("copy2d".into(), d, move |dev| {
             let t = x(dev)?;
-            t.copy2d(inp.rows.saturating_sub(1), inp.cols.saturating_sub(1), inp.cols, 1)
+            t.copy2d(
+                inp.rows.saturating_sub(1),
+                inp.cols.saturating_sub(1),
+                inp.cols,
+                1,
+            )
         });
         for &op in Binary::ALL {
             self.case(op.name().into(), d, move |dev| x(dev)?.binary(&y(dev)?, op));
@@ -189,9 +245,18 @@ impl Runner<'_> {
         for &op in Cmp::ALL {
             self.case(op.name().into(), d, move |dev| x(dev)?.cmp(&y(dev)?, op));
         }
-        self.case("where_u8".into(), d, move |dev| inp.make::<u8>(4, 0.0, 2.0, dev)?.where_cond(&x(dev)?, &y(dev)?));
-        self.case("where_u32".into(), d, move |dev| inp.make::<u32>(5, 0.0, 2.0, dev)?.where_cond(&x(dev)?, &y(dev)?));
-        self.case("where_i64".into(), d, move |dev| inp.make::<i64>(6, 0.0, 2.0, dev)?.where_cond(&x(dev)?, &y(dev)?));
+        self.case("where_u8".into(), d, move |dev| {
+            inp.make::<u8>(4, 0.0, 2.0, dev)?
+                .where_cond(&x(dev)?, &y(dev)?)
+        });
+        self.case("where_u32".into(), d, move |dev| {
+            inp.make::<u32>(5, 0.0, 2.0, dev)?
+                .where_cond(&x(dev)?, &y(dev)?)
+        });
+        self.case("where_i64".into(), d, move |dev| {
+            inp.make::<i64>(6, 0.0, 2.0, dev)?
+                .where_cond(&x(dev)?, &y(dev)?)
+        });
         self.case("cast_f32".into(), d, move |dev| x(dev)?.to_dtype::<f32>());
         self.case("cast_f16".into(), d, move |dev| x(dev)?.to_dtype::<f16>());
         self.case("cast_bf16".into(), d, move |dev| x(dev)?.to_dtype::<bf16>());
@@ -207,13 +272,19 @@ impl Runner<'_> {
                 continue;
             }
             for dims in [&[1usize][..], &[0], &[0, 1]] {
-                self.case(format!("{}{dims:?}", op.name()), d, move |dev| x(dev)?.reduce(op, dims, false));
+                self.case(format!("{}{dims:?}", op.name()), d, move |dev| {
+                    x(dev)?.reduce(op, dims, false)
+                });
             }
         }
         if !empty {
             for dims in [&[1usize][..], &[0], &[0, 1]] {
-                self.case(format!("argmax{dims:?}"), d, move |dev| x(dev)?.argmax(dims, false));
-                self.case(format!("argmin{dims:?}"), d, move |dev| x(dev)?.argmin(dims, true));
+                self.case(format!("argmax{dims:?}"), d, move |dev| {
+                    x(dev)?.argmax(dims, false)
+                });
+                self.case(format!("argmin{dims:?}"), d, move |dev| {
+                    x(dev)?.argmin(dims, true)
+                });
             }
         }
     }
@@ -221,7 +292,11 @@ impl Runner<'_> {
 
 /// Runs every op × dtype with inputs of `[rows, cols]` in `layout` on `device`.
 pub fn run(device: &Device, inputs: Inputs) -> Vec<CaseResult> {
-    let mut r = Runner { device, inputs, results: Vec::new() };
+    let mut r = Runner {
+        device,
+        inputs,
+        results: Vec::new(),
+    };
     r.dtype::<f32>();
     r.dtype::<f16>();
     r.dtype::<bf16>();
@@ -239,15 +314,35 @@ pub fn run(device: &Device, inputs: Inputs) -> Vec<CaseResult> {
 /// assert!(results.iter().all(|r| r.passed));
 /// ```
 pub fn run_default(device: &Device) -> Vec<CaseResult> {
-    let mut v = run(device, Inputs { rows: 37, cols: 300, layout: InputLayout::Contiguous });
-    v.extend(run(device, Inputs { rows: 13, cols: 1031, layout: InputLayout::Transposed }));
+    let mut v = run(
+        device,
+        Inputs {
+            rows: 37,
+            cols: 300,
+            layout: InputLayout::Contiguous,
+        },
+    );
+    v.extend(run(
+        device,
+        Inputs {
+            rows: 13,
+            cols: 1031,
+            layout: InputLayout::Transposed,
+        },
+    ));
     v
 }
 
 /// The results as one JSON array of `{op, dtype, device, layout, max_abs_err,
 /// max_rel_err, passed, error}` (errors that are not finite are `null`).
 pub fn to_json(results: &[CaseResult]) -> String {
-    let num = |v: f64| if v.is_finite() { serde_json::json!(v) } else { serde_json::Value::Null };
+    let num = |v: f64| {
+        if v.is_finite() {
+            serde_json::json!(v)
+        } else {
+            serde_json::Value::Null
+        }
+    };
     let items: Vec<serde_json::Value> = results
         .iter()
         .map(|r| {

@@ -28,7 +28,11 @@ impl<'a> Offsets<'a> {
             index[d] = rem % dim;
             rem /= dim;
         }
-        Self { layout, index, offset: layout.offset_of(start) }
+        Self {
+            layout,
+            index,
+            offset: layout.offset_of(start),
+        }
     }
 }
 
@@ -56,18 +60,22 @@ impl Iterator for Offsets<'_> {
 pub(crate) fn map_strided<T: Send, F: Fn(usize) -> T + Sync>(dst: &mut [T], layout: &Layout, f: F) {
     if layout.is_contiguous() {
         let base = layout.offset();
-        dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
-            let start = base + c * CHUNK;
-            for (k, d) in chunk.iter_mut().enumerate() {
-                *d = f(start + k);
-            }
-        });
+        dst.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, chunk)| {
+                let start = base + c * CHUNK;
+                for (k, d) in chunk.iter_mut().enumerate() {
+                    *d = f(start + k);
+                }
+            });
     } else {
-        dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
-            for (d, o) in chunk.iter_mut().zip(Offsets::new(layout, c * CHUNK)) {
-                *d = f(o);
-            }
-        });
+        dst.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, chunk)| {
+                for (d, o) in chunk.iter_mut().zip(Offsets::new(layout, c * CHUNK)) {
+                    *d = f(o);
+                }
+            });
     }
 }
 
@@ -79,17 +87,21 @@ pub(crate) fn map_strided_n<T: Send, const N: usize, F: Fn([usize; N]) -> T + Sy
 ) {
     if layouts.iter().all(|l| l.is_contiguous()) {
         let bases = layouts.map(|l| l.offset());
-        dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
-            for (k, d) in chunk.iter_mut().enumerate() {
-                *d = f(bases.map(|b| b + c * CHUNK + k));
-            }
-        });
+        dst.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, chunk)| {
+                for (k, d) in chunk.iter_mut().enumerate() {
+                    *d = f(bases.map(|b| b + c * CHUNK + k));
+                }
+            });
     } else {
-        dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
-            let mut its = layouts.map(|l| Offsets::new(l, c * CHUNK));
-            for d in chunk.iter_mut() {
-                *d = f(std::array::from_fn(|k| its[k].next().unwrap_or(0)));
-            }
-        });
+        dst.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, chunk)| {
+                let mut its = layouts.map(|l| Offsets::new(l, c * CHUNK));
+                for d in chunk.iter_mut() {
+                    *d = f(std::array::from_fn(|k| its[k].next().unwrap_or(0)));
+                }
+            });
     }
 }

@@ -22,7 +22,14 @@ pub enum DType {
 
 impl DType {
     /// Every dtype.
-    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::U8, DType::U32, DType::I64];
+    pub const ALL: [DType; 6] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::U8,
+        DType::U32,
+        DType::I64,
+    ];
 
     /// The name used in kernel names (`f32`, `bf16`, ...).
     ///

@@ -24,11 +24,27 @@ impl<T: WithDType> Tensor<T> {
     /// assert_eq!(b.to_vec()?, vec![1.0, 2.0, 3.0, 5.0, 6.0, 7.0]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
-    pub fn copy2d(&self, rows: usize, cols: usize, src_stride: usize, src_offset: usize) -> Result<Tensor<T>> {
+    pub fn copy2d(
+        &self,
+        rows: usize,
+        cols: usize,
+        src_stride: usize,
+        src_offset: usize,
+    ) -> Result<Tensor<T>> {
         let src = self.contiguous()?;
-        let need = if rows == 0 || cols == 0 { 0 } else { src_offset + (rows - 1) * src_stride + cols };
+        let need = if rows == 0 || cols == 0 {
+            0
+        } else {
+            src_offset + (rows - 1) * src_stride + cols
+        };
         if need > src.elem_count() || (rows > 1 && cols > src_stride) {
-            return Err(Error::NarrowOutOfRange { op: "copy2d", dim: 0, start: src_offset, len: need.saturating_sub(src_offset), size: src.elem_count() });
+            return Err(Error::NarrowOutOfRange {
+                op: "copy2d",
+                dim: 0,
+                start: src_offset,
+                len: need.saturating_sub(src_offset),
+                size: src.elem_count(),
+            });
         }
         let dev = src.device().clone();
         let n = rows * cols;
@@ -52,7 +68,8 @@ impl<T: WithDType> Tensor<T> {
                 let s = crate::cpu::host(&src.storage);
                 let d = out.as_mut_slice().unwrap_or_default();
                 for r in 0..rows {
-                    d[r * cols..(r + 1) * cols].copy_from_slice(&s[base + r * src_stride..base + r * src_stride + cols]);
+                    d[r * cols..(r + 1) * cols]
+                        .copy_from_slice(&s[base + r * src_stride..base + r * src_stride + cols]);
                 }
             }
         }

@@ -6,7 +6,11 @@ use ferrocm_host::{Device, DeviceBuffer};
 
 /// Uploads dims followed by the strides of each layout (all with the same
 /// shape): what strided kernels read through their `layout` argument.
-pub(crate) fn layouts_buffer(device: &Device, shape: &[usize], layouts: &[&Layout]) -> Result<DeviceBuffer<u64>> {
+pub(crate) fn layouts_buffer(
+    device: &Device,
+    shape: &[usize],
+    layouts: &[&Layout],
+) -> Result<DeviceBuffer<u64>> {
     let mut v: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
     for l in layouts {
         v.extend(l.strides().iter().map(|&s| s as u64));

@@ -29,12 +29,20 @@ impl Layout {
             strides[d] = s;
             s = s.saturating_mul(shape[d]);
         }
-        Self { shape: shape.to_vec(), strides, offset: 0 }
+        Self {
+            shape: shape.to_vec(),
+            strides,
+            offset: 0,
+        }
     }
 
     /// A layout from parts (not checked against any storage).
     pub fn new(shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
-        Self { shape, strides, offset }
+        Self {
+            shape,
+            strides,
+            offset,
+        }
     }
 
     /// Dims.
@@ -90,17 +98,33 @@ impl Layout {
         if self.elem_count() == 0 {
             return self.offset;
         }
-        self.offset + self.shape.iter().zip(&self.strides).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1
+        self.offset
+            + self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .map(|(d, s)| (d - 1) * s)
+                .sum::<usize>()
+            + 1
     }
 
     /// Dims then strides, as 64-bit values: what strided kernels read.
     pub fn dims_and_strides(&self) -> Vec<u64> {
-        self.shape.iter().chain(&self.strides).map(|&v| v as u64).collect()
+        self.shape
+            .iter()
+            .chain(&self.strides)
+            .map(|&v| v as u64)
+            .collect()
     }
 
     fn check_dim(&self, op: &'static str, dim: usize) -> Result<()> {
         if dim >= self.rank() {
-            return Err(Error::DimOutOfRange { op, dim, rank: self.rank(), shape: self.shape.clone() });
+            return Err(Error::DimOutOfRange {
+                op,
+                dim,
+                rank: self.rank(),
+                shape: self.shape.clone(),
+            });
         }
         Ok(())
     }
@@ -118,8 +142,16 @@ impl Layout {
     /// Reorders dims: dim `k` of the result is dim `perm[k]` of this layout.
     pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
         let mut seen = vec![false; self.rank()];
-        if perm.len() != self.rank() || perm.iter().any(|&p| p >= self.rank() || std::mem::replace(&mut seen[p], true)) {
-            return Err(Error::BadPermutation { op: "permute", perm: perm.to_vec(), rank: self.rank() });
+        if perm.len() != self.rank()
+            || perm
+                .iter()
+                .any(|&p| p >= self.rank() || std::mem::replace(&mut seen[p], true))
+        {
+            return Err(Error::BadPermutation {
+                op: "permute",
+                perm: perm.to_vec(),
+                rank: self.rank(),
+            });
         }
         Ok(Layout {
             shape: perm.iter().map(|&p| self.shape[p]).collect(),
@@ -133,7 +165,13 @@ impl Layout {
         self.check_dim("narrow", dim)?;
         let size = self.shape[dim];
         if start.checked_add(len).is_none_or(|e| e > size) {
-            return Err(Error::NarrowOutOfRange { op: "narrow", dim, start, len, size });
+            return Err(Error::NarrowOutOfRange {
+                op: "narrow",
+                dim,
+                start,
+                len,
+                size,
+            });
         }
         let mut l = self.clone();
         l.shape[dim] = len;
@@ -145,7 +183,11 @@ impl Layout {
 
     /// Broadcasts to `shape` (numpy rules: leading dims added, size-1 dims stretched with stride 0).
     pub fn broadcast_as(&self, shape: &[usize]) -> Result<Layout> {
-        let err = || Error::BroadcastIncompatible { op: "broadcast_as", lhs: self.shape.clone(), rhs: shape.to_vec() };
+        let err = || Error::BroadcastIncompatible {
+            op: "broadcast_as",
+            lhs: self.shape.clone(),
+            rhs: shape.to_vec(),
+        };
         if shape.len() < self.rank() {
             return Err(err());
         }
@@ -161,7 +203,11 @@ impl Layout {
                 return Err(err());
             };
         }
-        Ok(Layout { shape: shape.to_vec(), strides, offset: self.offset })
+        Ok(Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        })
     }
 
     /// The same elements with another shape; only for contiguous layouts.
@@ -186,13 +232,27 @@ pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for k in 0..n {
-        let da = if k + a.len() >= n { a[k + a.len() - n] } else { 1 };
-        let db = if k + b.len() >= n { b[k + b.len() - n] } else { 1 };
+        let da = if k + a.len() >= n {
+            a[k + a.len() - n]
+        } else {
+            1
+        };
+        let db = if k + b.len() >= n {
+            b[k + b.len() - n]
+        } else {
+            1
+        };
         out[k] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
-            _ => return Err(Error::BroadcastIncompatible { op, lhs: a.to_vec(), rhs: b.to_vec() }),
+            _ => {
+                return Err(Error::BroadcastIncompatible {
+                    op,
+                    lhs: a.to_vec(),
+                    rhs: b.to_vec(),
+                });
+            }
         };
     }
     Ok(out)
@@ -202,7 +262,15 @@ pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec
 pub(crate) fn checked_count(op: &'static str, shape: &[usize], elem_size: usize) -> Result<usize> {
     let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     match n {
-        Some(n) if n.checked_mul(elem_size).is_some_and(|b| b <= isize::MAX as usize) => Ok(n),
-        _ => Err(Error::TooLarge { op, shape: shape.to_vec() }),
+        Some(n)
+            if n.checked_mul(elem_size)
+                .is_some_and(|b| b <= isize::MAX as usize) =>
+        {
+            Ok(n)
+        }
+        _ => Err(Error::TooLarge {
+            op,
+            shape: shape.to_vec(),
+        }),
     }
 }

@@ -43,15 +43,29 @@ impl Reduce {
 }
 
 /// Rows × cols view of `t` with `dims` reduced, and the output shape.
-fn plan<T: WithDType>(op: &'static str, t: &Tensor<T>, dims: &[usize], keepdim: bool) -> Result<(Tensor<T>, usize, usize, Vec<usize>)> {
+fn plan<T: WithDType>(
+    op: &'static str,
+    t: &Tensor<T>,
+    dims: &[usize],
+    keepdim: bool,
+) -> Result<(Tensor<T>, usize, usize, Vec<usize>)> {
     let rank = t.rank();
     let mut seen = vec![false; rank];
     for &d in dims {
         if d >= rank {
-            return Err(Error::DimOutOfRange { op, dim: d, rank, shape: t.shape().to_vec() });
+            return Err(Error::DimOutOfRange {
+                op,
+                dim: d,
+                rank,
+                shape: t.shape().to_vec(),
+            });
         }
         if std::mem::replace(&mut seen[d], true) {
-            return Err(Error::DuplicateDim { op, dim: d, dims: dims.to_vec() });
+            return Err(Error::DuplicateDim {
+                op,
+                dim: d,
+                dims: dims.to_vec(),
+            });
         }
     }
     let kept: Vec<usize> = (0..rank).filter(|d| !seen[*d]).collect();
@@ -61,7 +75,9 @@ fn plan<T: WithDType>(op: &'static str, t: &Tensor<T>, dims: &[usize], keepdim: 
     let rows: usize = kept.iter().map(|&d| t.shape()[d]).product();
     let cols: usize = dims.iter().map(|&d| t.shape()[d]).product();
     let out_shape = if keepdim {
-        (0..rank).map(|d| if seen[d] { 1 } else { t.shape()[d] }).collect()
+        (0..rank)
+            .map(|d| if seen[d] { 1 } else { t.shape()[d] })
+            .collect()
     } else {
         kept.iter().map(|&d| t.shape()[d]).collect()
     };
@@ -72,9 +88,9 @@ fn cpu_reduce<T: WithDType, Op: ReduceOp>(src: &[T], view: &Tensor<T>, cols: usi
     out.par_iter_mut().enumerate().for_each(|(r, o)| {
         let mut acc = Op::identity::<<T::Kernel as Elem>::Acc>();
         for off in crate::cpu::Offsets::new(&view.layout, r * cols).take(cols) {
-            acc = Op::combine(acc, src[off].to_kernel().cast());
+            acc = Op::combine(acc, src[off].to_kernel().convert());
         }
-        *o = T::from_kernel(Op::finish(acc, cols as u64).cast());
+        *o = T::from_kernel(Op::finish(acc, cols as u64).convert());
     });
 }
 
@@ -90,11 +106,18 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     pub fn reduce(&self, op: Reduce, dims: &[usize], keepdim: bool) -> Result<Self> {
         if op == Reduce::Mean && !T::DTYPE.is_float() {
-            return Err(Error::UnsupportedDType { op: "mean", dtype: T::DTYPE });
+            return Err(Error::UnsupportedDType {
+                op: "mean",
+                dtype: T::DTYPE,
+            });
         }
         let (view, rows, cols, out_shape) = plan(op.name(), self, dims, keepdim)?;
         if cols == 0 && rows > 0 && matches!(op, Reduce::Max | Reduce::Min) {
-            return Err(Error::EmptyReduction { op: op.name(), shape: self.shape().to_vec(), dims: dims.to_vec() });
+            return Err(Error::EmptyReduction {
+                op: op.name(),
+                shape: self.shape().to_vec(),
+                dims: dims.to_vec(),
+            });
         }
         let dev = self.device().clone();
         let mut out = dev.alloc::<T>(rows)?;
@@ -105,7 +128,14 @@ impl<T: WithDType> Tensor<T> {
                 dev.launch(
                     &format!("reduce_{}_{}", op.name(), T::DTYPE),
                     LaunchConfig::rows(rows as u64, BLOCK, REDUCE_LDS_BYTES),
-                    &[Arg::output(&out), a, Arg::U64(rows as u64), Arg::U64(cols as u64), b, c],
+                    &[
+                        Arg::output(&out),
+                        a,
+                        Arg::U64(rows as u64),
+                        Arg::U64(cols as u64),
+                        b,
+                        c,
+                    ],
                 )?;
             }
         } else {
@@ -145,10 +175,17 @@ impl<T: WithDType> Tensor<T> {
         let op = if MIN { "argmin" } else { "argmax" };
         let (view, rows, cols, out_shape) = plan(op, self, dims, keepdim)?;
         if cols == 0 && rows > 0 {
-            return Err(Error::EmptyReduction { op, shape: self.shape().to_vec(), dims: dims.to_vec() });
+            return Err(Error::EmptyReduction {
+                op,
+                shape: self.shape().to_vec(),
+                dims: dims.to_vec(),
+            });
         }
         if cols > u32::MAX as usize {
-            return Err(Error::TooLarge { op, shape: self.shape().to_vec() });
+            return Err(Error::TooLarge {
+                op,
+                shape: self.shape().to_vec(),
+            });
         }
         let dev = self.device().clone();
         let mut out = dev.alloc::<u32>(rows)?;
@@ -159,23 +196,41 @@ impl<T: WithDType> Tensor<T> {
                 dev.launch(
                     &format!("reduce_{op}_{}", T::DTYPE),
                     LaunchConfig::rows(rows as u64, BLOCK, REDUCE_LDS_BYTES),
-                    &[Arg::output(&out), a, Arg::U64(rows as u64), Arg::U64(cols as u64), b, c],
+                    &[
+                        Arg::output(&out),
+                        a,
+                        Arg::U64(rows as u64),
+                        Arg::U64(cols as u64),
+                        b,
+                        c,
+                    ],
                 )?;
             }
         } else {
             let src = crate::cpu::host(&view.storage);
-            out.as_mut_slice().unwrap_or_default().par_iter_mut().enumerate().for_each(|(r, o)| {
-                let mut best = if MIN { <<T::Kernel as Elem>::Acc as Elem>::HIGHEST } else { <<T::Kernel as Elem>::Acc as Elem>::LOWEST };
-                let mut best_i = u32::MAX;
-                for (c, off) in crate::cpu::Offsets::new(&view.layout, r * cols).take(cols).enumerate() {
-                    let x = src[off].to_kernel().cast();
-                    if arg_better::<_, MIN>(x, c as u32, best, best_i) {
-                        best = x;
-                        best_i = c as u32;
+            out.as_mut_slice()
+                .unwrap_or_default()
+                .par_iter_mut()
+                .enumerate()
+                .for_each(|(r, o)| {
+                    let mut best = if MIN {
+                        <<T::Kernel as Elem>::Acc as Elem>::HIGHEST
+                    } else {
+                        <<T::Kernel as Elem>::Acc as Elem>::LOWEST
+                    };
+                    let mut best_i = u32::MAX;
+                    for (c, off) in crate::cpu::Offsets::new(&view.layout, r * cols)
+                        .take(cols)
+                        .enumerate()
+                    {
+                        let x = src[off].to_kernel().convert();
+                        if arg_better::<_, MIN>(x, c as u32, best, best_i) {
+                            best = x;
+                            best_i = c as u32;
+                        }
                     }
-                }
-                *o = if best_i == u32::MAX { 0 } else { best_i };
-            });
+                    *o = if best_i == u32::MAX { 0 } else { best_i };
+                });
         }
         Ok(Tensor::from_parts(out, &out_shape))
     }
@@ -200,10 +255,18 @@ impl<T: WithDType> Tensor<T> {
     fn softmax_impl<const LOG: bool>(&self) -> Result<Self> {
         let op = if LOG { "log_softmax" } else { "softmax" };
         if !T::DTYPE.is_float() {
-            return Err(Error::UnsupportedDType { op, dtype: T::DTYPE });
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: T::DTYPE,
+            });
         }
         if self.rank() == 0 {
-            return Err(Error::DimOutOfRange { op, dim: 0, rank: 0, shape: vec![] });
+            return Err(Error::DimOutOfRange {
+                op,
+                dim: 0,
+                rank: 0,
+                shape: vec![],
+            });
         }
         let x = self.contiguous()?;
         let cols = *x.shape().last().unwrap_or(&1);
@@ -216,20 +279,35 @@ impl<T: WithDType> Tensor<T> {
                 dev.launch(
                     &format!("{op}_{}", T::DTYPE),
                     LaunchConfig::rows(rows as u64, BLOCK, REDUCE_LDS_BYTES),
-                    &[Arg::output(&out), Arg::input_at(&x.storage, x.layout.offset()), Arg::U64(rows as u64), Arg::U64(cols as u64)],
+                    &[
+                        Arg::output(&out),
+                        Arg::input_at(&x.storage, x.layout.offset()),
+                        Arg::U64(rows as u64),
+                        Arg::U64(cols as u64),
+                    ],
                 )?;
             }
         } else if rows > 0 {
             let src = &crate::cpu::host(&x.storage)[x.layout.offset()..x.layout.offset() + n];
-            out.as_mut_slice().unwrap_or_default().par_chunks_mut(cols).zip(src.par_chunks(cols)).for_each(|(o, s)| {
-                let m = s.iter().fold(f32::NEG_INFINITY, |m, v| m.max(v.to_kernel().to_f32()));
-                let sum: f32 = s.iter().map(|v| (v.to_kernel().to_f32() - m).exp()).sum();
-                let log_sum = sum.ln();
-                for (o, v) in o.iter_mut().zip(s) {
-                    let d = v.to_kernel().to_f32() - m;
-                    *o = T::from_kernel(T::Kernel::from_f32(if LOG { d - log_sum } else { d.exp() / sum }));
-                }
-            });
+            out.as_mut_slice()
+                .unwrap_or_default()
+                .par_chunks_mut(cols)
+                .zip(src.par_chunks(cols))
+                .for_each(|(o, s)| {
+                    let m = s
+                        .iter()
+                        .fold(f32::NEG_INFINITY, |m, v| m.max(v.to_kernel().to_f32()));
+                    let sum: f32 = s.iter().map(|v| (v.to_kernel().to_f32() - m).exp()).sum();
+                    let log_sum = sum.ln();
+                    for (o, v) in o.iter_mut().zip(s) {
+                        let d = v.to_kernel().to_f32() - m;
+                        *o = T::from_kernel(T::Kernel::from_f32(if LOG {
+                            d - log_sum
+                        } else {
+                            d.exp() / sum
+                        }));
+                    }
+                });
         }
         Ok(Tensor::from_parts(out, x.shape()))
     }

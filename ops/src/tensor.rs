@@ -33,13 +33,22 @@ pub struct Tensor<T: WithDType> {
 
 impl<T: WithDType> std::fmt::Debug for Tensor<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tensor<{}>{:?} on {}", T::DTYPE, self.shape(), self.device())
+        write!(
+            f,
+            "Tensor<{}>{:?} on {}",
+            T::DTYPE,
+            self.shape(),
+            self.device()
+        )
     }
 }
 
 impl<T: WithDType> Tensor<T> {
     pub(crate) fn from_parts(storage: DeviceBuffer<T>, shape: &[usize]) -> Self {
-        Self { storage: Arc::new(storage), layout: Layout::contiguous(shape) }
+        Self {
+            storage: Arc::new(storage),
+            layout: Layout::contiguous(shape),
+        }
     }
 
     /// Dims.
@@ -102,7 +111,11 @@ impl<T: WithDType> Tensor<T> {
             if n > 0 {
                 let bits = crate::fill::bits64(value);
                 let name = format!("fill_{}", T::DTYPE);
-                device.launch(&name, LaunchConfig::linear(n as u64, BLOCK), &[Arg::output(&buf), Arg::U64(n as u64), Arg::U64(bits)])?;
+                device.launch(
+                    &name,
+                    LaunchConfig::linear(n as u64, BLOCK),
+                    &[Arg::output(&buf), Arg::U64(n as u64), Arg::U64(bits)],
+                )?;
             }
         } else {
             buf.fill(value)?;
@@ -129,7 +142,11 @@ impl<T: WithDType> Tensor<T> {
     pub fn from_slice(data: &[T], shape: &[usize], device: &Device) -> Result<Self> {
         let n = checked_count("from_slice", shape, size_of::<T>())?;
         if n != data.len() {
-            return Err(Error::DataLength { op: "from_slice", shape: shape.to_vec(), got: data.len() });
+            return Err(Error::DataLength {
+                op: "from_slice",
+                shape: shape.to_vec(),
+                got: data.len(),
+            });
         }
         Ok(Self::from_parts(device.upload(data)?, shape))
     }
@@ -147,7 +164,9 @@ impl<T: WithDType> Tensor<T> {
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     pub fn arange(start: i64, end: i64, device: &Device) -> Result<Self> {
-        let data: Vec<T> = (start..end.max(start)).map(|v| T::from_f64(v as f64)).collect();
+        let data: Vec<T> = (start..end.max(start))
+            .map(|v| T::from_f64(v as f64))
+            .collect();
         let n = data.len();
         Self::from_slice(&data, &[n], device)
     }
@@ -157,7 +176,9 @@ impl<T: WithDType> Tensor<T> {
     pub fn rand(shape: &[usize], lo: f64, hi: f64, seed: u64, device: &Device) -> Result<Self> {
         let n = checked_count("rand", shape, size_of::<T>())?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let data: Vec<T> = (0..n).map(|_| T::from_f64(rng.random_range(lo..hi.max(lo + f64::EPSILON)))).collect();
+        let data: Vec<T> = (0..n)
+            .map(|_| T::from_f64(rng.random_range(lo..hi.max(lo + f64::EPSILON))))
+            .collect();
         Self::from_slice(&data, shape, device)
     }
 
@@ -166,8 +187,13 @@ impl<T: WithDType> Tensor<T> {
         use rand_distr::Distribution;
         let n = checked_count("randn", shape, size_of::<T>())?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let normal = rand_distr::Normal::new(mean, std.abs()).map_err(|_| Error::TooLarge { op: "randn", shape: shape.to_vec() })?;
-        let data: Vec<T> = (0..n).map(|_| T::from_f64(normal.sample(&mut rng))).collect();
+        let normal = rand_distr::Normal::new(mean, std.abs()).map_err(|_| Error::TooLarge {
+            op: "randn",
+            shape: shape.to_vec(),
+        })?;
+        let data: Vec<T> = (0..n)
+            .map(|_| T::from_f64(normal.sample(&mut rng)))
+            .collect();
         Self::from_slice(&data, shape, device)
     }
 
@@ -229,16 +255,26 @@ impl<T: WithDType> Tensor<T> {
     pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
         let n = checked_count("reshape", shape, size_of::<T>())?;
         if n != self.elem_count() {
-            return Err(Error::ReshapeIncompatible { op: "reshape", from: self.shape().to_vec(), to: shape.to_vec() });
+            return Err(Error::ReshapeIncompatible {
+                op: "reshape",
+                from: self.shape().to_vec(),
+                to: shape.to_vec(),
+            });
         }
         if let Some(layout) = self.layout.reshaped(shape) {
-            return Ok(Self { storage: self.storage.clone(), layout });
+            return Ok(Self {
+                storage: self.storage.clone(),
+                layout,
+            });
         }
         self.contiguous()?.reshape(shape)
     }
 
     fn with_layout(&self, layout: Layout) -> Self {
-        Self { storage: self.storage.clone(), layout }
+        Self {
+            storage: self.storage.clone(),
+            layout,
+        }
     }
 
     /// Swaps two dims (a view).
@@ -261,9 +297,17 @@ impl<T: WithDType> Tensor<T> {
         Ok(self.with_layout(self.layout.broadcast_as(shape)?))
     }
 
-    pub(crate) fn same_device<U: WithDType>(&self, op: &'static str, other: &Tensor<U>) -> Result<()> {
+    pub(crate) fn same_device<U: WithDType>(
+        &self,
+        op: &'static str,
+        other: &Tensor<U>,
+    ) -> Result<()> {
         if !self.device().same_device(other.device()) {
-            return Err(Error::DeviceMismatch { op, lhs: self.device().to_string(), rhs: other.device().to_string() });
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: self.device().to_string(),
+                rhs: other.device().to_string(),
+            });
         }
         Ok(())
     }

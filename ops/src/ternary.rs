@@ -26,12 +26,20 @@ impl<M: MaskType> Tensor<M> {
     /// assert_eq!(m.where_cond(&a, &b)?.to_vec()?, vec![1.0, -1.0, 3.0]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
-    pub fn where_cond<T: WithDType>(&self, on_true: &Tensor<T>, on_false: &Tensor<T>) -> Result<Tensor<T>> {
+    pub fn where_cond<T: WithDType>(
+        &self,
+        on_true: &Tensor<T>,
+        on_false: &Tensor<T>,
+    ) -> Result<Tensor<T>> {
         self.same_device("where_cond", on_true)?;
         self.same_device("where_cond", on_false)?;
         let shape = broadcast_shape("where_cond", self.shape(), on_true.shape())?;
         let shape = broadcast_shape("where_cond", &shape, on_false.shape())?;
-        let (m, t, f) = (self.broadcast_as(&shape)?, on_true.broadcast_as(&shape)?, on_false.broadcast_as(&shape)?);
+        let (m, t, f) = (
+            self.broadcast_as(&shape)?,
+            on_true.broadcast_as(&shape)?,
+            on_false.broadcast_as(&shape)?,
+        );
         let n = shape.iter().product::<usize>();
         let dev = self.device().clone();
         let mut out = dev.alloc::<T>(n)?;
@@ -53,10 +61,22 @@ impl<M: MaskType> Tensor<M> {
                 )?;
             }
         } else {
-            let (sm, st, sf) = (crate::cpu::host(&m.storage), crate::cpu::host(&t.storage), crate::cpu::host(&f.storage));
-            crate::cpu::map_strided_n(out.as_mut_slice().unwrap_or_default(), [&m.layout, &t.layout, &f.layout], |[i, j, k]| {
-                if sm[i].to_kernel().eq(M::Kernel::ZERO) { sf[k] } else { st[j] }
-            });
+            let (sm, st, sf) = (
+                crate::cpu::host(&m.storage),
+                crate::cpu::host(&t.storage),
+                crate::cpu::host(&f.storage),
+            );
+            crate::cpu::map_strided_n(
+                out.as_mut_slice().unwrap_or_default(),
+                [&m.layout, &t.layout, &f.layout],
+                |[i, j, k]| {
+                    if sm[i].to_kernel().eq(M::Kernel::ZERO) {
+                        sf[k]
+                    } else {
+                        st[j]
+                    }
+                },
+            );
         }
         Ok(Tensor::from_parts(out, &shape))
     }

@@ -63,14 +63,28 @@ pub(crate) fn input_args<'a, T: WithDType>(
     layout_buf: &'a Option<ferrocm_host::DeviceBuffer<u64>>,
 ) -> [Arg<'a>; 3] {
     match layout_buf {
-        Some(l) => [Arg::input_at(&t.storage, t.layout.offset()), Arg::U32(t.rank() as u32), Arg::input(l)],
-        None => [Arg::input_at(&t.storage, t.layout.offset()), Arg::U32(0), Arg::Null],
+        Some(l) => [
+            Arg::input_at(&t.storage, t.layout.offset()),
+            Arg::U32(t.rank() as u32),
+            Arg::input(l),
+        ],
+        None => [
+            Arg::input_at(&t.storage, t.layout.offset()),
+            Arg::U32(0),
+            Arg::Null,
+        ],
     }
 }
 
 /// The layout buffer of an input, or None when contiguous.
-pub(crate) fn maybe_layout<T: WithDType>(t: &Tensor<T>) -> Result<Option<ferrocm_host::DeviceBuffer<u64>>> {
-    if t.is_contiguous() { Ok(None) } else { Ok(Some(crate::gpu::layout_buffer(t.device(), &t.layout)?)) }
+pub(crate) fn maybe_layout<T: WithDType>(
+    t: &Tensor<T>,
+) -> Result<Option<ferrocm_host::DeviceBuffer<u64>>> {
+    if t.is_contiguous() {
+        Ok(None)
+    } else {
+        Ok(Some(crate::gpu::layout_buffer(t.device(), &t.layout)?))
+    }
 }
 
 impl<T: WithDType> Tensor<T> {
@@ -84,7 +98,10 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     pub fn unary(&self, op: Unary, p: f32) -> Result<Self> {
         if !T::DTYPE.is_float() {
-            return Err(Error::UnsupportedDType { op: op.name(), dtype: T::DTYPE });
+            return Err(Error::UnsupportedDType {
+                op: op.name(),
+                dtype: T::DTYPE,
+            });
         }
         let n = self.elem_count();
         let dev = self.device().clone();
@@ -138,13 +155,25 @@ impl<T: WithDType> Tensor<T> {
                 dev.launch(
                     &format!("affine_{}", T::DTYPE),
                     LaunchConfig::linear(n as u64, BLOCK),
-                    &[Arg::output(&out), a, Arg::U64(n as u64), b, c, Arg::F32(mul), Arg::F32(add)],
+                    &[
+                        Arg::output(&out),
+                        a,
+                        Arg::U64(n as u64),
+                        b,
+                        c,
+                        Arg::F32(mul),
+                        Arg::F32(add),
+                    ],
                 )?;
             }
         } else {
             let src = crate::cpu::host(&self.storage);
             crate::cpu::map_strided(out.as_mut_slice().unwrap_or_default(), &self.layout, |o| {
-                T::from_kernel(ferrocm_kernels::affine::affine_apply(src[o].to_kernel(), mul, add))
+                T::from_kernel(ferrocm_kernels::affine::affine_apply(
+                    src[o].to_kernel(),
+                    mul,
+                    add,
+                ))
             });
         }
         Ok(Tensor::from_parts(out, self.shape()))

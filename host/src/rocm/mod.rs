@@ -19,14 +19,18 @@
 //! such, not misread).
 //!
 //! # What has run and what has not
-//! No AMD GPU and no ROCm installation were available where this was written.
-//! What ran: library discovery with the libraries absent, the resulting
-//! "no GPU" path ([`device_count`], [`absence_reason`], [`RocmDevice::new`]
-//! returning an error, the CPU fallback) and [`pack_args`]. Everything that
-//! talks to a GPU — properties, code-object loading, memory, copies, launch,
-//! events, rocBLAS and MIOpen handles — is compile-checked only; the
-//! `on_a_gpu` test in this module exercises all of it and runs when a GPU
-//! answers (`cargo test -p ferrocm-host --features rocm rocm::`).
+//! No AMD GPU was available where this was written. What ran: library
+//! discovery with no ROCm installed, and the resulting "no GPU" path
+//! ([`device_count`], [`absence_reason`], [`RocmDevice::new`] returning an
+//! error, the CPU fallback); the same against a real HIP runtime without a GPU
+//! (Debian's HIP 5.2 on `LD_LIBRARY_PATH`: every HIP entry point below
+//! resolved, `hipGetDeviceCount` answered `hipErrorNoDevice`); [`pack_args`],
+//! also against the argument layout in the metadata of the embedded code
+//! objects. Everything that needs a GPU — properties, code-object loading,
+//! memory, copies, launch, events, rocBLAS and MIOpen handles — is
+//! compile-checked only; the `on_a_gpu` test in this module exercises all of
+//! it and runs when a GPU answers
+//! (`cargo test -p ferrocm-host --features rocm rocm::`).
 //!
 //! # Kernel arguments
 //! Launches pass `kernelParams` (an array of pointers, one per argument) to
@@ -40,14 +44,16 @@
 //! ROCm's `clr`, `hipamd/src/hip_module.cpp`, `ihipLaunchKernelCommand`; the
 //! HIP reference only says `extra` "must be in the memory layout and alignment
 //! expected by the kernel" and leaves `kernelParams` undescribed, following
-//! CUDA's `cuLaunchKernel`.) The values themselves are still packed by
-//! [`pack_args`] at natural alignment, which is also the kernarg layout.
+//! CUDA's `cuLaunchKernel`.) The runtime reads one pointer per argument the
+//! metadata declares, so before a kernel's first launch its metadata is
+//! checked against its [`KernelInfo`] and the layout [`pack_args`] gives
+//! (`crate::codeobject::check_args`); a mismatch is an error, not a launch.
 //!
 //! # Threads
 //! [`RocmDevice`] is `Send + Sync` and shared across threads through an `Arc`.
 //! Its HIP handles are opaque pointers into the HIP runtime, which serialises
 //! access to its objects itself (for example `clr` holds a per-function lock
-//! while it captures a launch's arguments, and stream queues are locked); the
+//! while it captures a launch's arguments); the
 //! HIP reference for `hipSetDevice` states that it "may be called from any
 //! host thread" and that "multiple host threads may use the same device". The
 //! one piece of per-thread HIP state, the current device, is set by every
@@ -63,6 +69,7 @@
 
 mod ffi;
 
+use crate::codeobject::{KernelResources, check_args, parse_code_object};
 use crate::device::{GpuInfo, select_code_object};
 use crate::error::{Error, Result};
 use crate::launch::LaunchConfig;
@@ -303,7 +310,11 @@ pub struct RocmDevice {
     /// `rocm:N (name, arch)`, as `Device`'s Display: the device in error messages.
     label: String,
     hip: &'static ffi::Hip,
-    functions: Mutex<HashMap<&'static str, Function>>,
+    /// The loaded code object's kernel metadata (argument layouts), or why it
+    /// could not be read.
+    kernel_meta: std::result::Result<Vec<KernelResources>, String>,
+    /// Looked-up kernels, with the argument kinds their layout was verified for.
+    functions: Mutex<HashMap<&'static str, (Function, &'static [ArgKind])>>,
     /// Serialises the lazy creation of the handles below.
     handle_init: Mutex<()>,
     // Drop order is field order: the handles (bound to the stream) go first,
@@ -353,12 +364,8 @@ impl RocmDevice {
         let ord = ordinal as c_int; // < count <= c_int::MAX
         let label = format!("rocm:{ordinal}");
         // SAFETY: plain call.
-        hip_check(
-            hip,
-            unsafe { (hip.hipSetDevice)(ord) },
-            "hipSetDevice",
-            &label,
-        )?;
+        let code = unsafe { (hip.hipSetDevice)(ord) };
+        hip_check(hip, code, "hipSetDevice", &label)?;
 
         let get_props = rt.get_device_properties.ok_or_else(|| Error::Rocm {
             call: "hipGetDevicePropertiesR0600".into(),
@@ -418,17 +425,14 @@ impl RocmDevice {
 
         let mut raw_stream: hb::hipStream_t = null_mut();
         // SAFETY: writes one handle.
-        hip_check(
-            hip,
-            unsafe { (hip.hipStreamCreate)(&mut raw_stream) },
-            "hipStreamCreate",
-            &label,
-        )?;
+        let code = unsafe { (hip.hipStreamCreate)(&mut raw_stream) };
+        hip_check(hip, code, "hipStreamCreate", &label)?;
         let stream = Stream {
             raw: raw_stream,
             hip,
         };
 
+        let kernel_meta = parse_code_object(chosen, code_object.bytes).map_err(|e| e.to_string());
         let image = Image::new(code_object.bytes);
         let mut raw_module: hb::hipModule_t = null_mut();
         // SAFETY: `image` is a complete code object and outlives the module
@@ -450,6 +454,7 @@ impl RocmDevice {
             info,
             label,
             hip,
+            kernel_meta,
             functions: Mutex::new(HashMap::new()),
             handle_init: Mutex::new(()),
             rocblas: OnceLock::new(),
@@ -478,10 +483,8 @@ impl RocmDevice {
     /// thread-local, and this device may be used from any thread).
     fn set_device(&self) -> Result<()> {
         // SAFETY: plain call.
-        self.check(
-            unsafe { (self.hip.hipSetDevice)(self.ordinal as c_int) },
-            "hipSetDevice",
-        )
+        let code = unsafe { (self.hip.hipSetDevice)(self.ordinal as c_int) };
+        self.check(code, "hipSetDevice")
     }
 
     fn same_device(&self, what: &str, a: &RocmAlloc) -> Result<()> {
@@ -500,10 +503,8 @@ impl RocmDevice {
     pub fn synchronize(&self) -> Result<()> {
         self.set_device()?;
         // SAFETY: our stream.
-        self.check(
-            unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) },
-            "hipStreamSynchronize",
-        )
+        let code = unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) };
+        self.check(code, "hipStreamSynchronize")
     }
 
     /// Allocates `bytes` of device memory (`hipMalloc`). A zero-byte request gets
@@ -576,10 +577,8 @@ impl RocmDevice {
         };
         self.check(code, "hipMemcpyAsync(host to device)")?;
         // SAFETY: our stream.
-        self.check(
-            unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) },
-            "hipStreamSynchronize",
-        )
+        let code = unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) };
+        self.check(code, "hipStreamSynchronize")
     }
 
     /// Copies `src` (same length) into `dst` after all queued work, and waits.
@@ -609,10 +608,8 @@ impl RocmDevice {
         };
         self.check(code, "hipMemcpyAsync(device to host)")?;
         // SAFETY: our stream.
-        self.check(
-            unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) },
-            "hipStreamSynchronize",
-        )
+        let code = unsafe { (self.hip.hipStreamSynchronize)(self.stream.raw) };
+        self.check(code, "hipStreamSynchronize")
     }
 
     /// Copies `src` into `dst` (same length; queued on the stream).
@@ -643,21 +640,39 @@ impl RocmDevice {
         self.check(code, "hipMemcpyAsync(device to device)")
     }
 
-    /// The kernel `name` of the loaded module, looked up once and cached.
-    fn function(&self, name: &'static str) -> Result<Function> {
+    /// The kernel of the loaded module, looked up once and cached. Before the
+    /// first lookup, its argument layout in the code object's metadata is
+    /// checked against the one [`pack_args`] produces: `kernelParams` makes
+    /// the runtime read one value per argument the metadata declares, so a
+    /// kernel whose metadata disagrees with its [`KernelInfo`] is refused
+    /// rather than launched.
+    fn function(&self, kernel: &KernelInfo) -> Result<Function> {
         let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = cache.get(name) {
+        if let Some((f, args)) = cache.get(kernel.name)
+            && *args == kernel.args
+        {
             return Ok(*f);
         }
-        let c_name = CString::new(name).map_err(|_| Error::UnknownKernel {
-            kernel: name.into(),
+        let mismatch = |detail: String| Error::ArgumentMismatch {
+            kernel: kernel.name.into(),
+            detail,
+        };
+        let rows = self.kernel_meta.as_ref().map_err(|e| {
+            mismatch(format!(
+                "cannot read the argument layout of {}'s code object: {e}",
+                self.label
+            ))
+        })?;
+        check_args(rows, kernel).map_err(mismatch)?;
+        let c_name = CString::new(kernel.name).map_err(|_| Error::UnknownKernel {
+            kernel: kernel.name.into(),
         })?;
         let mut raw: hb::hipFunction_t = null_mut();
         // SAFETY: our module; writes one handle.
         let code =
             unsafe { (self.hip.hipModuleGetFunction)(&mut raw, self.module.raw, c_name.as_ptr()) };
-        self.check(code, &format!("hipModuleGetFunction({name})"))?;
-        cache.insert(name, Function(raw));
+        self.check(code, &format!("hipModuleGetFunction({})", kernel.name))?;
+        cache.insert(kernel.name, (Function(raw), kernel.args));
         Ok(Function(raw))
     }
 
@@ -683,7 +698,7 @@ impl RocmDevice {
             });
         }
         self.set_device()?;
-        let function = self.function(kernel.name)?;
+        let function = self.function(kernel)?;
         let (mut kernarg, offsets) = pack_args(kernel.args, raw_args);
         let base = kernarg.as_mut_ptr();
         // SAFETY: every offset is inside `kernarg` (each argument has at least
@@ -715,10 +730,8 @@ impl RocmDevice {
     fn event(&self) -> Result<Event> {
         let mut raw: hb::hipEvent_t = null_mut();
         // SAFETY: writes one handle.
-        self.check(
-            unsafe { (self.hip.hipEventCreate)(&mut raw) },
-            "hipEventCreate",
-        )?;
+        let code = unsafe { (self.hip.hipEventCreate)(&mut raw) };
+        self.check(code, "hipEventCreate")?;
         Ok(Event { raw, hip: self.hip })
     }
 
@@ -730,22 +743,16 @@ impl RocmDevice {
         let start = self.event()?;
         let stop = self.event()?;
         // SAFETY: our events and stream.
-        self.check(
-            unsafe { (self.hip.hipEventRecord)(start.raw, self.stream.raw) },
-            "hipEventRecord",
-        )?;
+        let code = unsafe { (self.hip.hipEventRecord)(start.raw, self.stream.raw) };
+        self.check(code, "hipEventRecord")?;
         f()?;
         self.set_device()?;
         // SAFETY: as above.
-        self.check(
-            unsafe { (self.hip.hipEventRecord)(stop.raw, self.stream.raw) },
-            "hipEventRecord",
-        )?;
+        let code = unsafe { (self.hip.hipEventRecord)(stop.raw, self.stream.raw) };
+        self.check(code, "hipEventRecord")?;
         // SAFETY: as above.
-        self.check(
-            unsafe { (self.hip.hipEventSynchronize)(stop.raw) },
-            "hipEventSynchronize",
-        )?;
+        let code = unsafe { (self.hip.hipEventSynchronize)(stop.raw) };
+        self.check(code, "hipEventSynchronize")?;
         let mut ms = 0f32;
         // SAFETY: both events recorded and complete.
         let code = unsafe { (self.hip.hipEventElapsedTime)(&mut ms, start.raw, stop.raw) };
@@ -1062,6 +1069,41 @@ mod tests {
                 assert_eq!(bytes[*off], i as u8, "{}: argument {i}", k.name);
             }
             assert_eq!(bytes.len() % 8, 0);
+        }
+    }
+
+    /// The layout `pack_args` produces is the one the compiler chose: checked
+    /// against the metadata of every embedded code object (real compiler
+    /// output, no GPU needed).
+    #[test]
+    fn pack_args_matches_the_compiled_code_objects() {
+        assert!(!ferrocm_kernels::CODE_OBJECTS.is_empty());
+        for co in ferrocm_kernels::CODE_OBJECTS {
+            let rows = parse_code_object(co.arch, co.bytes).unwrap();
+            for k in ferrocm_kernels::kernels() {
+                let row = rows
+                    .iter()
+                    .find(|r| r.kernel == k.name)
+                    .unwrap_or_else(|| panic!("{}: {} missing", co.arch, k.name));
+                let explicit: Vec<_> = row
+                    .args
+                    .iter()
+                    .filter(|a| !a.value_kind.starts_with("hidden_"))
+                    .collect();
+                let (_, offsets) = pack_args(k.args, &vec![0; k.args.len()]);
+                assert_eq!(explicit.len(), k.args.len(), "{}: {}", co.arch, k.name);
+                for (i, ((meta, offset), kind)) in
+                    explicit.iter().zip(&offsets).zip(k.args).enumerate()
+                {
+                    assert_eq!(
+                        (meta.offset as usize, meta.size as usize),
+                        (*offset, kind.size()),
+                        "{}: {} argument {i}",
+                        co.arch,
+                        k.name
+                    );
+                }
+            }
         }
     }
 

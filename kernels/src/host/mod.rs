@@ -42,7 +42,10 @@ impl ArgKind {
     pub fn describe(self) -> String {
         match self {
             ArgKind::Ptr { mutable, elem_size } => {
-                format!("*{} [{elem_size}-byte]", if mutable { "mut" } else { "const" })
+                format!(
+                    "*{} [{elem_size}-byte]",
+                    if mutable { "mut" } else { "const" }
+                )
             }
             ArgKind::U32 => "u32".into(),
             ArgKind::I32 => "i32".into(),
@@ -65,14 +68,20 @@ pub trait KernelArg: Sized {
 }
 
 impl<T> KernelArg for *const T {
-    const KIND: ArgKind = ArgKind::Ptr { mutable: false, elem_size: size_of::<T>() };
+    const KIND: ArgKind = ArgKind::Ptr {
+        mutable: false,
+        elem_size: size_of::<T>(),
+    };
     fn from_raw(raw: u64) -> Self {
         raw as usize as *const T
     }
 }
 
 impl<T> KernelArg for *mut T {
-    const KIND: ArgKind = ArgKind::Ptr { mutable: true, elem_size: size_of::<T>() };
+    const KIND: ArgKind = ArgKind::Ptr {
+        mutable: true,
+        elem_size: size_of::<T>(),
+    };
     fn from_raw(raw: u64) -> Self {
         raw as usize as *mut T
     }
@@ -108,6 +117,9 @@ pub struct KernelInfo {
 
 impl std::fmt::Debug for KernelInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KernelInfo").field("name", &self.name).field("args", &self.args).finish()
+        f.debug_struct("KernelInfo")
+            .field("name", &self.name)
+            .field("args", &self.args)
+            .finish()
     }
 }
