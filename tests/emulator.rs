@@ -39,7 +39,7 @@ test_kernel!(OOB_WRITE = fn oob_write(out: *mut f32, n: u64) {
 test_kernel!(SKIPS_ODD = fn skips_odd(out: *mut f32, n: u64) {
     let i = global_id_x();
     // Bug: odd elements are never written.
-    if i < n && i % 2 == 0 {
+    if i < n && i.is_multiple_of(2) {
         unsafe { *out.add(i as usize) = 1.0 };
     }
 });
@@ -74,7 +74,7 @@ test_kernel!(WAVE_OPS = fn wave_ops(sum: *mut f32, max: *mut f32, xor1: *mut u32
         *max.add(g) = wave_max_f32(-(l as f32));
         *xor1.add(g) = wave_shfl_xor(l, 1);
         *bcast.add(g) = wave_broadcast(l * 10, 3);
-        *ballot.add(g) = wave_ballot(l % 3 == 0);
+        *ballot.add(g) = wave_ballot(l.is_multiple_of(3));
         *lane.add(g) = l;
     }
 });
@@ -280,14 +280,23 @@ fn wave_ops_are_lockstep_for_both_wave_sizes() {
         let w = wave as usize;
         let expect_sum = (0..w).sum::<usize>() as f32;
         let expect_ballot = (0..w).filter(|l| l % 3 == 0).fold(0u64, |m, l| m | 1 << l);
-        let lanes = lane.download().unwrap();
-        for g in 0..n {
-            assert_eq!(lanes[g] as usize, g % w);
-            assert_eq!(sum.download().unwrap()[g], expect_sum, "wave {wave}");
-            assert_eq!(max.download().unwrap()[g], 0.0);
-            assert_eq!(xor1.download().unwrap()[g] as usize, (g % w) ^ 1);
-            assert_eq!(bcast.download().unwrap()[g], 30);
-            assert_eq!(ballot.download().unwrap()[g], expect_ballot);
+        let (lanes, sums, maxs) = (
+            lane.download().unwrap(),
+            sum.download().unwrap(),
+            max.download().unwrap(),
+        );
+        let (xors, bcasts, ballots) = (
+            xor1.download().unwrap(),
+            bcast.download().unwrap(),
+            ballot.download().unwrap(),
+        );
+        for (g, &l) in lanes.iter().enumerate() {
+            assert_eq!(l as usize, g % w);
+            assert_eq!(sums[g], expect_sum, "wave {wave}");
+            assert_eq!(maxs[g], 0.0);
+            assert_eq!(xors[g] as usize, (g % w) ^ 1);
+            assert_eq!(bcasts[g], 30);
+            assert_eq!(ballots[g], expect_ballot);
         }
     }
 }

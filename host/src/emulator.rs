@@ -105,18 +105,18 @@ pub(crate) fn launch(
     // Red zones are checked even after a failed launch: an overrun explains a lot.
     if config.sanitize {
         for (i, a) in args.iter().enumerate() {
-            if let Arg::In(b) | Arg::Out(b) = a {
-                if let Some(h) = b.host {
-                    let (before, after) = h.check_red_zones();
-                    if before + after > 0 {
-                        return Err(Error::OutOfBoundsWrite {
-                            kernel: kernel.name.into(),
-                            arg: i,
-                            len_bytes: h.len_bytes(),
-                            side: if after > 0 { "end" } else { "start" },
-                            bytes_changed: before + after,
-                        });
-                    }
+            if let Arg::In(b) | Arg::Out(b) = a
+                && let Some(h) = b.host
+            {
+                let (before, after) = h.check_red_zones();
+                if before + after > 0 {
+                    return Err(Error::OutOfBoundsWrite {
+                        kernel: kernel.name.into(),
+                        arg: i,
+                        len_bytes: h.len_bytes(),
+                        side: if after > 0 { "end" } else { "start" },
+                        bytes_changed: before + after,
+                    });
                 }
             }
         }

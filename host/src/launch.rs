@@ -208,14 +208,14 @@ pub(crate) fn check_launch(
                 got.describe()
             )));
         }
-        if let Arg::In(b) | Arg::Out(b) = got {
-            if !b.device.same_device(device) {
-                return Err(Error::DeviceMismatch {
-                    what: format!("kernel `{}` argument {i}", kernel.name),
-                    buffer_device: b.device.to_string(),
-                    device: device.to_string(),
-                });
-            }
+        if let Arg::In(b) | Arg::Out(b) = got
+            && !b.device.same_device(device)
+        {
+            return Err(Error::DeviceMismatch {
+                what: format!("kernel `{}` argument {i}", kernel.name),
+                buffer_device: b.device.to_string(),
+                device: device.to_string(),
+            });
         }
     }
     let bad = |detail: String| Error::BadLaunchConfig {

@@ -14,6 +14,11 @@
 //! assert!(!ferrocm_kernels::CODE_OBJECTS.is_empty());
 //! ```
 
+// Kernel bodies are safe fns over raw pointers: the GPU ABI gives them raw
+// pointers, and only kernels call them, with arguments the launch API checked
+// (count, kinds, element sizes, devices) before the launch.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 // rocm_kernel_macros' attributes write the project they generate under
 // `kernel_sources/` and need it to exist; ferrocm builds the device code from
 // these sources itself (see build.rs), so this project is not used further.

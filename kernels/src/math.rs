@@ -132,7 +132,7 @@ pub fn powf(x: f32, y: f32) -> f32 {
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
     let a = if x < 0.0 { -x } else { x };
-    if a != a {
+    if a.is_nan() {
         return x;
     }
     let r = if a < 0.55 {
@@ -170,7 +170,7 @@ pub fn tanh(x: f32) -> f32 {
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
     let a = if x < 0.0 { -x } else { x };
-    if a != a {
+    if a.is_nan() {
         return x;
     }
     let r = if a < 0.5 {
@@ -182,7 +182,7 @@ pub fn erf(x: f32) -> f32 {
                     + z * (-1.0 / 42.0
                         + z * (1.0 / 216.0
                             + z * (-1.0 / 1320.0 + z * (1.0 / 9360.0 + z * (-1.0 / 75600.0)))))));
-        1.128_379_2 * a * p
+        core::f32::consts::FRAC_2_SQRT_PI * a * p
     } else if a < 4.0 {
         let t = 1.0 / (1.0 + 0.5 * a);
         let poly = -1.265_512_2
@@ -191,9 +191,9 @@ pub fn erf(x: f32) -> f32 {
                     + t * (0.096_784_18
                         + t * (-0.186_288_06
                             + t * (0.278_868_07
-                                + t * (-1.135_203_98
-                                    + t * (1.488_515_87
-                                        + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+                                + t * (-1.135_204
+                                    + t * (1.488_515_9
+                                        + t * (-0.822_152_2 + t * 0.170_872_77))))))));
         1.0 - t * exp(-a * a + poly)
     } else {
         1.0

@@ -271,7 +271,7 @@ impl<T: WithDType> Tensor<T> {
         let x = self.contiguous()?;
         let cols = *x.shape().last().unwrap_or(&1);
         let n = x.elem_count();
-        let rows = if cols == 0 { 0 } else { n / cols };
+        let rows = n.checked_div(cols).unwrap_or(0);
         let dev = x.device().clone();
         let mut out = dev.alloc::<T>(n)?;
         if dev.runs_kernels() {

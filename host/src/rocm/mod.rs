@@ -686,7 +686,12 @@ impl RocmDevice {
     /// kernel's signature and the buffers' devices first. A pointer to memory
     /// the kernel may not touch is a GPU memory fault, which the ROCm runtime
     /// reports by ending the process.
-    pub fn launch(&self, kernel: &KernelInfo, cfg: &LaunchConfig, raw_args: &[u64]) -> Result<()> {
+    pub(crate) fn launch(
+        &self,
+        kernel: &KernelInfo,
+        cfg: &LaunchConfig,
+        raw_args: &[u64],
+    ) -> Result<()> {
         if raw_args.len() != kernel.args.len() {
             return Err(Error::ArgumentMismatch {
                 kernel: kernel.name.into(),
