@@ -2,7 +2,15 @@
 
 use ferrocm::host::{self, Device};
 use ferrocm::ops::check;
+use std::io::Write;
 use std::process::ExitCode;
+
+/// `println!` that ignores a closed pipe (`ferrocm kernels | head`).
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
 
 const USAGE: &str = "usage:
   ferrocm check [--device cpu|emulator|emulator32|emulator64|rocm] [--json]
@@ -27,7 +35,7 @@ fn main() -> ExitCode {
         Some("kernels") => run_kernels(value("--arch").as_deref(), flag("--json")),
         Some("info") => run_info(),
         _ => {
-            eprintln!("{USAGE}");
+            eoutln!("{USAGE}");
             ExitCode::from(2)
         }
     }
@@ -38,7 +46,7 @@ fn devices_for(name: Option<&str>) -> Result<Vec<Device>, String> {
         None => match Device::rocm(0) {
             Ok(gpu) => vec![gpu],
             Err(e) => {
-                eprintln!("no ROCm GPU ({e}); checking the kernels in the emulator instead");
+                eoutln!("no ROCm GPU ({e}); checking the kernels in the emulator instead");
                 vec![Device::emulator(32), Device::emulator(64)]
             }
         },
@@ -55,7 +63,7 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
     let devices = match devices_for(device) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("{e}");
+            eoutln!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -64,7 +72,7 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
         let start = std::time::Instant::now();
         let r = check::run_default(d);
         if !json {
-            eprintln!(
+            eoutln!(
                 "{d}: {} cases in {:.1}s",
                 r.len(),
                 start.elapsed().as_secs_f64()
@@ -74,14 +82,19 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
     }
     let failed = results.iter().filter(|r| !r.passed).count();
     if json {
-        println!("{}", check::to_json(&results));
+        outln!("{}", check::to_json(&results));
     } else {
-        println!(
+        outln!(
             "{:<16} {:<5} {:<24} {:<22} {:>11} {:>11}  result",
-            "op", "dtype", "device", "layout", "max_abs", "max_rel"
+            "op",
+            "dtype",
+            "device",
+            "layout",
+            "max_abs",
+            "max_rel"
         );
         for r in &results {
-            println!(
+            outln!(
                 "{:<16} {:<5} {:<24} {:<22} {:>11.3e} {:>11.3e}  {}{}",
                 r.op,
                 r.dtype.as_str(),
@@ -96,7 +109,7 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
                     .unwrap_or_default()
             );
         }
-        println!("{} passed, {} failed", results.len() - failed, failed);
+        outln!("{} passed, {} failed", results.len() - failed, failed);
     }
     if failed > 0 {
         ExitCode::FAILURE
@@ -116,7 +129,7 @@ fn run_kernels(arch: Option<&str>, json: bool) -> ExitCode {
             .iter()
             .map(|c| c.arch)
             .collect();
-        eprintln!(
+        eoutln!(
             "no code object for arch `{}`; embedded: {}",
             arch.unwrap_or("?"),
             built.join(", ")
@@ -126,14 +139,18 @@ fn run_kernels(arch: Option<&str>, json: bool) -> ExitCode {
     match host::codeobject::report(&objects) {
         Ok(rows) => {
             if json {
-                println!("{}", host::codeobject::to_json(&rows));
+                outln!("{}", host::codeobject::to_json(&rows));
             } else {
-                print!("{}", host::codeobject::format_table(&rows));
+                let _ = write!(
+                    std::io::stdout(),
+                    "{}",
+                    host::codeobject::format_table(&rows)
+                );
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{e}");
+            eoutln!("{e}");
             ExitCode::FAILURE
         }
     }
@@ -144,18 +161,18 @@ fn run_info() -> ExitCode {
         .iter()
         .map(|c| c.arch)
         .collect();
-    println!("ferrocm {}", env!("CARGO_PKG_VERSION"));
-    println!(
+    outln!("ferrocm {}", env!("CARGO_PKG_VERSION"));
+    outln!(
         "code objects embedded: {} ({} kernels each)",
         built.join(", "),
         ferrocm::kernels::kernels().count()
     );
-    println!("cpu: {} threads (rayon)", rayon_threads());
-    println!("emulator: wave 32 and 64, sanitizer available");
+    outln!("cpu: {} threads (rayon)", rayon_threads());
+    outln!("emulator: wave 32 and 64, sanitizer available");
     match host::device::gpus() {
         Ok(gpus) => {
             for g in gpus {
-                println!(
+                outln!(
                     "rocm:{} {} arch {} ({}), {} CUs, {:.1} GiB, wave {}, code object: {}",
                     g.ordinal,
                     g.name,
@@ -168,9 +185,9 @@ fn run_info() -> ExitCode {
                 );
             }
         }
-        Err(e) => println!("rocm: {e}"),
+        Err(e) => outln!("rocm: {e}"),
     }
-    println!("best device: {}", Device::best());
+    outln!("best device: {}", Device::best());
     ExitCode::SUCCESS
 }
 
