@@ -35,7 +35,7 @@ fn main() -> ExitCode {
         Some("kernels") => run_kernels(value("--arch").as_deref(), flag("--json")),
         Some("info") => run_info(),
         _ => {
-            eoutln!("{USAGE}");
+            eprintln!("{USAGE}");
             ExitCode::from(2)
         }
     }
@@ -46,7 +46,7 @@ fn devices_for(name: Option<&str>) -> Result<Vec<Device>, String> {
         None => match Device::rocm(0) {
             Ok(gpu) => vec![gpu],
             Err(e) => {
-                eoutln!("no ROCm GPU ({e}); checking the kernels in the emulator instead");
+                eprintln!("no ROCm GPU ({e}); checking the kernels in the emulator instead");
                 vec![Device::emulator(32), Device::emulator(64)]
             }
         },
@@ -63,7 +63,7 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
     let devices = match devices_for(device) {
         Ok(d) => d,
         Err(e) => {
-            eoutln!("{e}");
+            eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -72,7 +72,7 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
         let start = std::time::Instant::now();
         let r = check::run_default(d);
         if !json {
-            eoutln!(
+            eprintln!(
                 "{d}: {} cases in {:.1}s",
                 r.len(),
                 start.elapsed().as_secs_f64()
@@ -129,7 +129,7 @@ fn run_kernels(arch: Option<&str>, json: bool) -> ExitCode {
             .iter()
             .map(|c| c.arch)
             .collect();
-        eoutln!(
+        eprintln!(
             "no code object for arch `{}`; embedded: {}",
             arch.unwrap_or("?"),
             built.join(", ")
@@ -150,7 +150,7 @@ fn run_kernels(arch: Option<&str>, json: bool) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eoutln!("{e}");
+            eprintln!("{e}");
             ExitCode::FAILURE
         }
     }
