@@ -410,6 +410,8 @@ struct Limits {
     sgpr_limited: bool,
     /// LDS a workgroup's CU (gfx9) or WGP (gfx10+) holds (`getLocalMemorySize`).
     lds_bytes: u32,
+    /// LDS allocation granule in bytes (`getLdsDwGranularity` x 4).
+    lds_granule: u32,
     /// SIMDs sharing that LDS (`getEUsPerCU`).
     simds: u32,
     /// Workgroups with barriers per CU/WGP (`getMaxWorkGroupsPerCU`).
@@ -424,47 +426,53 @@ struct Limits {
 /// Cross-checked: `occupancy` equals the `; Occupancy:` that `llc -mcpu=<arch>`
 /// prints for kernels with known VGPR/AGPR/SGPR/LDS use and
 /// `amdgpu-flat-work-group-size` on every arch of [`ARCH_MACH`], both wave
-/// sizes on gfx10+.
+/// sizes on gfx10+ (about 3000 cases).
 fn limits(arch: &str, wave_size: u32) -> Option<Limits> {
     const KIB: u32 = 1024;
-    let gfx9 = |max_waves, vgpr_file, vgpr_granule, unified_agprs, lds_bytes| Limits {
+    let gfx9 = |max_waves, vgpr_file, vgpr_granule, unified_agprs, lds_bytes, lds_granule| Limits {
         max_waves,
         vgpr_file,
         vgpr_granule,
         unified_agprs,
         sgpr_limited: true,
         lds_bytes,
+        lds_granule,
         simds: 4,
         max_barriers: 16,
     };
     match arch {
         // GCN5 and CDNA1: 256 VGPRs per lane, granule 4, 10 waves per SIMD,
-        // 64 KiB LDS per CU of 4 SIMDs. gfx908's 256 AGPRs are a second file.
+        // 64 KiB LDS per CU of 4 SIMDs in 512-byte granules. gfx908's 256
+        // AGPRs are a second file.
         "gfx900" | "gfx906" | "gfx908" | "gfx9-generic" if wave_size == 64 => {
-            Some(gfx9(10, 256, 4, false, 64 * KIB))
+            Some(gfx9(10, 256, 4, false, 64 * KIB, 512))
         }
         // CDNA2/3 (FeatureGFX90AInsts): 512 unified VGPR+AGPR per lane,
         // granule 8, 8 waves per SIMD, 64 KiB LDS per CU.
         "gfx90a" | "gfx942" | "gfx9-4-generic" if wave_size == 64 => {
-            Some(gfx9(8, 512, 8, true, 64 * KIB))
+            Some(gfx9(8, 512, 8, true, 64 * KIB, 512))
         }
-        // CDNA4: as CDNA3 but 160 KiB LDS per CU (FeatureAddressableLocalMemorySize163840).
-        "gfx950" if wave_size == 64 => Some(gfx9(8, 512, 8, true, 160 * KIB)),
+        // CDNA4: as CDNA3 but 160 KiB LDS per CU in 1280-byte granules
+        // (FeatureAddressableLocalMemorySize163840).
+        "gfx950" if wave_size == 64 => Some(gfx9(8, 512, 8, true, 160 * KIB, 1280)),
         _ if wave_size == 32 || wave_size == 64 => {
             // RDNA, figures for wave32; wave64 halves the per-lane file and
             // the granule. Max waves per SIMD: 20 on gfx10.1, 16 from gfx10.3.
             let (file, granule, max_waves) = match arch {
                 "gfx1010" | "gfx1011" | "gfx1012" | "gfx10-1-generic" => (1024, 8, 20),
-                // 1.5x VGPRs (Feature1_5xVGPRs): 1536 per lane, granule 24.
-                "gfx1100" | "gfx1101" | "gfx1151" => (1536, 24, 16),
                 "gfx1030" | "gfx1031" | "gfx1032" | "gfx1034" | "gfx1035" | "gfx1036"
                 | "gfx10-3-generic" | "gfx1102" | "gfx1103" | "gfx1150" | "gfx1152"
-                | "gfx11-generic" | "gfx1200" | "gfx1201" | "gfx12-generic" => (1024, 16, 16),
+                | "gfx11-generic" => (1024, 16, 16),
+                // 1.5x VGPRs (Feature1_5xVGPRs): 1536 per lane, granule 24.
+                "gfx1100" | "gfx1101" | "gfx1151" | "gfx1200" | "gfx1201" | "gfx12-generic" => {
+                    (1536, 24, 16)
+                }
                 _ => return None,
             };
             let halve = if wave_size == 64 { 2 } else { 1 };
             // WGP mode (rustc's and LLVM's default, no `cumode`): a workgroup
-            // may use the WGP's 4 SIMDs and 2 x 64 KiB LDS, 32 barriers.
+            // may use the WGP's 4 SIMDs and 2 x 64 KiB LDS (512-byte granules,
+            // at most 64 KiB per workgroup), 32 barriers.
             Some(Limits {
                 max_waves,
                 vgpr_file: file / halve,
@@ -472,6 +480,7 @@ fn limits(arch: &str, wave_size: u32) -> Option<Limits> {
                 unified_agprs: false,
                 sgpr_limited: false,
                 lds_bytes: 128 * KIB,
+                lds_granule: 512,
                 simds: 4,
                 max_barriers: 32,
             })
@@ -492,8 +501,8 @@ fn limits(arch: &str, wave_size: u32) -> Option<Limits> {
 /// wave takes its SGPRs rounded to 16 plus 16 from 800 per SIMD; workgroups
 /// per CU are limited by LDS, by the wave slots (and 16, or 32 on a gfx10+
 /// WGP, barriers when a workgroup has several waves), and their waves spread
-/// over the SIMDs, rounded up. The LDS allocation granule is ignored, as in
-/// LLVM.
+/// over the SIMDs, rounded up (the busiest SIMD); LDS is counted in whole
+/// allocation granules (512 bytes, 1280 on gfx950).
 ///
 /// ```
 /// use ferrocm_host::codeobject::occupancy;
@@ -538,7 +547,7 @@ pub fn occupancy(
     } else {
         (slots / waves_per_group).min(l.max_barriers)
     };
-    let groups_by_lds = l.lds_bytes / lds_bytes.max(1);
+    let groups_by_lds = l.lds_bytes / round_up(lds_bytes, l.lds_granule).max(1);
     let by_groups = if groups_by_lds == 0 {
         1
     } else {
@@ -787,15 +796,11 @@ mod tests {
                 assert!(r.occupancy >= 1 && r.vgpr > 0 && r.sgpr > 0, "{r:?}");
             }
             // The same bytes checked against every other arch are refused.
-            for (other, mach) in ARCH_MACH {
-                if *other != co.arch
-                    && Some(*mach) != ARCH_MACH.iter().find(|a| a.0 == co.arch).map(|a| a.1)
-                {
-                    assert!(matches!(
-                        parse_code_object(other, co.bytes),
-                        Err(CodeObjectError::ArchMismatch { .. })
-                    ));
-                }
+            for (other, _) in ARCH_MACH.iter().filter(|(a, _)| *a != co.arch) {
+                assert!(matches!(
+                    parse_code_object(other, co.bytes),
+                    Err(CodeObjectError::ArchMismatch { .. })
+                ));
             }
         }
     }
@@ -972,7 +977,12 @@ mod tests {
             ("gfx1030", 128, 0, 16, 0, 32, 256, 8),
             ("gfx1030", 128, 0, 16, 0, 64, 256, 4),
             ("gfx1010", 32, 0, 16, 0, 32, 256, 20),
-            ("gfx1201", 200, 0, 16, 0, 32, 256, 4),
+            ("gfx1201", 200, 0, 16, 0, 32, 256, 7),
+            ("gfx1201", 200, 0, 16, 0, 64, 256, 3),
+            // LDS counts in 512-byte granules (1280 on gfx950).
+            ("gfx942", 24, 0, 24, 12800, 64, 64, 2),
+            ("gfx942", 24, 0, 24, 12801, 64, 64, 1),
+            ("gfx950", 24, 0, 24, 16384, 64, 192, 7),
             ("gfx1201", 24, 0, 16, 65536, 32, 256, 4),
         ];
         for (arch, v, a, s, lds, wave, wg, want) in cases {

@@ -31,17 +31,9 @@ pub fn affine_body<T: Elem>(
     mul: f32,
     add: f32,
 ) {
-    let mut i = global_id_x();
-    let step = global_size_x();
-    while i < n {
-        let src = if ndim == 0 {
-            i
-        } else {
-            strided_offset(i, ndim, layout, ndim)
-        };
-        unsafe { *out.add(i as usize) = affine_apply(*inp.add(src as usize), mul, add) };
-        i += step;
-    }
+    grid_stride(n, |i| unsafe {
+        *out.add(i as usize) = affine_apply(*inp.add(input_offset(i, ndim, layout, 0)), mul, add);
+    });
 }
 
 macro_rules! affine_kernels {

@@ -81,20 +81,6 @@ cmp_ops! {
     Ge = |a, b| b.lt(a) || a.eq(b);
 }
 
-/// Offsets of element `i` in lhs and rhs.
-#[amdgpu_device]
-#[inline(always)]
-fn binary_offsets(i: u64, ndim: u32, layout: *const u64) -> (u64, u64) {
-    if ndim == 0 {
-        (i, i)
-    } else {
-        (
-            strided_offset(i, ndim, layout, ndim),
-            strided_offset(i, ndim, layout, 2 * ndim),
-        )
-    }
-}
-
 /// The body every arithmetic binary kernel instantiates.
 #[amdgpu_device]
 #[inline(always)]
@@ -106,13 +92,11 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(
     ndim: u32,
     layout: *const u64,
 ) {
-    let mut i = global_id_x();
-    let step = global_size_x();
-    while i < n {
-        let (l, r) = binary_offsets(i, ndim, layout);
-        unsafe { *out.add(i as usize) = Op::apply(*lhs.add(l as usize), *rhs.add(r as usize)) };
-        i += step;
-    }
+    grid_stride(n, |i| unsafe {
+        let a = *lhs.add(input_offset(i, ndim, layout, 0));
+        let b = *rhs.add(input_offset(i, ndim, layout, 1));
+        *out.add(i as usize) = Op::apply(a, b);
+    });
 }
 
 /// The body every comparison kernel instantiates.
@@ -126,15 +110,11 @@ pub fn cmp_body<T: Elem, Op: CmpOp>(
     ndim: u32,
     layout: *const u64,
 ) {
-    let mut i = global_id_x();
-    let step = global_size_x();
-    while i < n {
-        let (l, r) = binary_offsets(i, ndim, layout);
-        unsafe {
-            *out.add(i as usize) = Op::apply(*lhs.add(l as usize), *rhs.add(r as usize)) as u8
-        };
-        i += step;
-    }
+    grid_stride(n, |i| unsafe {
+        let a = *lhs.add(input_offset(i, ndim, layout, 0));
+        let b = *rhs.add(input_offset(i, ndim, layout, 1));
+        *out.add(i as usize) = Op::apply(a, b) as u8;
+    });
 }
 
 macro_rules! binary_kernels {

@@ -17,17 +17,9 @@ pub fn cast_body<S: Elem, D: Elem>(
     ndim: u32,
     layout: *const u64,
 ) {
-    let mut i = global_id_x();
-    let step = global_size_x();
-    while i < n {
-        let src = if ndim == 0 {
-            i
-        } else {
-            strided_offset(i, ndim, layout, ndim)
-        };
-        unsafe { *out.add(i as usize) = (*inp.add(src as usize)).convert::<D>() };
-        i += step;
-    }
+    grid_stride(n, |i| unsafe {
+        *out.add(i as usize) = (*inp.add(input_offset(i, ndim, layout, 0))).convert::<D>();
+    });
 }
 
 macro_rules! cast_kernels {

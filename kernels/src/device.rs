@@ -363,6 +363,32 @@ pub fn num_waves() -> u32 {
     workgroup_size_x().div_ceil(wave_size())
 }
 
+/// Calls `f(i)` for every `i < n` this workitem owns in a grid-stride loop
+/// (any `n`, any grid size; 64-bit indices).
+#[amdgpu_device]
+#[inline(always)]
+pub fn grid_stride(n: u64, mut f: impl FnMut(u64)) {
+    let mut i = global_id_x();
+    let step = global_size_x();
+    while i < n {
+        f(i);
+        i += step;
+    }
+}
+
+/// Offset of logical element `i` in input number `input` of an elementwise
+/// kernel: `i` itself on the contiguous fast path (`ndim == 0`), else through
+/// the strides of that input in `layout` (dims, then each input's strides).
+#[amdgpu_device]
+#[inline(always)]
+pub fn input_offset(i: u64, ndim: u32, layout: *const u64, input: u32) -> usize {
+    (if ndim == 0 {
+        i
+    } else {
+        strided_offset(i, ndim, layout, (input + 1) * ndim)
+    }) as usize
+}
+
 /// Element offset of logical index `i` in a strided layout.
 ///
 /// `layout` holds `ndim` dims followed by `ndim` strides (in elements); a
@@ -391,7 +417,7 @@ pub fn strided_offset(i: u64, ndim: u32, layout: *const u64, strides_at: u32) ->
 /// the host the file gets a `KERNELS` table (name, argument kinds, an entry
 /// point for the emulator). Kernel arguments are pointers and scalars only.
 ///
-/// ```ignore
+/// ```text
 /// kernels! {
 ///     fn fill_f32(out: *mut f32, n: u64, value: f32) { ... }
 /// }

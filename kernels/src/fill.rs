@@ -13,29 +13,16 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 #[inline(always)]
 pub fn fill_body<T: Elem>(out: *mut T, n: u64, bits: u64) {
     let v = T::from_bits64(bits);
-    let mut i = global_id_x();
-    let step = global_size_x();
-    while i < n {
-        unsafe { *out.add(i as usize) = v };
-        i += step;
-    }
+    grid_stride(n, |i| unsafe { *out.add(i as usize) = v });
 }
 
 /// Copy body: `out[i] = inp[offset(i)]`.
 #[amdgpu_device]
 #[inline(always)]
 pub fn copy_body<T: Elem>(out: *mut T, inp: *const T, n: u64, ndim: u32, layout: *const u64) {
-    let mut i = global_id_x();
-    let step = global_size_x();
-    while i < n {
-        let src = if ndim == 0 {
-            i
-        } else {
-            strided_offset(i, ndim, layout, ndim)
-        };
-        unsafe { *out.add(i as usize) = *inp.add(src as usize) };
-        i += step;
-    }
+    grid_stride(n, |i| unsafe {
+        *out.add(i as usize) = *inp.add(input_offset(i, ndim, layout, 0));
+    });
 }
 
 /// copy2d body: `out[r * dst_stride + c] = inp[r * src_stride + c]`.
@@ -49,16 +36,12 @@ pub fn copy2d_body<T: Elem>(
     src_stride: u64,
     dst_stride: u64,
 ) {
-    let n = rows * cols;
-    let mut i = global_id_x();
-    let step = global_size_x();
-    while i < n {
+    grid_stride(rows * cols, |i| {
         let (r, c) = (i / cols, i % cols);
         unsafe {
             *out.add((r * dst_stride + c) as usize) = *inp.add((r * src_stride + c) as usize)
         };
-        i += step;
-    }
+    });
 }
 
 macro_rules! fill_kernels {

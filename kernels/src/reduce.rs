@@ -133,17 +133,6 @@ pub fn block_reduce<A: Elem, Op: ReduceOp>(v: A) -> A {
     r
 }
 
-/// Offset of logical element `i` of the input.
-#[amdgpu_device]
-#[inline(always)]
-fn input_offset(i: u64, ndim: u32, layout: *const u64) -> usize {
-    (if ndim == 0 {
-        i
-    } else {
-        strided_offset(i, ndim, layout, ndim)
-    }) as usize
-}
-
 /// The body of `reduce_{sum,mean,max,min}_*`.
 #[amdgpu_device]
 #[inline(always)]
@@ -160,7 +149,7 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
         let mut acc = Op::identity::<T::Acc>();
         let mut c = workitem_id_x() as u64;
         while c < cols {
-            let x = unsafe { *inp.add(input_offset(row * cols + c, ndim, layout)) };
+            let x = unsafe { *inp.add(input_offset(row * cols + c, ndim, layout, 0)) };
             acc = Op::combine(acc, x.convert::<T::Acc>());
             c += workgroup_size_x() as u64;
         }
@@ -206,8 +195,8 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
         let mut best_i = u32::MAX;
         let mut c = workitem_id_x() as u64;
         while c < cols {
-            let x =
-                unsafe { *inp.add(input_offset(row * cols + c, ndim, layout)) }.convert::<T::Acc>();
+            let x = unsafe { *inp.add(input_offset(row * cols + c, ndim, layout, 0)) }
+                .convert::<T::Acc>();
             if arg_better::<T::Acc, MIN>(x, c as u32, best, best_i) {
                 best = x;
                 best_i = c as u32;

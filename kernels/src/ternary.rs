@@ -21,28 +21,14 @@ pub fn where_body<M: Elem, T: Elem>(
     ndim: u32,
     layout: *const u64,
 ) {
-    let mut i = global_id_x();
-    let step = global_size_x();
-    while i < n {
-        let (m, t, f) = if ndim == 0 {
-            (i, i, i)
+    grid_stride(n, |i| unsafe {
+        let pick = !(*mask.add(input_offset(i, ndim, layout, 0))).eq(M::ZERO);
+        *out.add(i as usize) = if pick {
+            *on_true.add(input_offset(i, ndim, layout, 1))
         } else {
-            (
-                strided_offset(i, ndim, layout, ndim),
-                strided_offset(i, ndim, layout, 2 * ndim),
-                strided_offset(i, ndim, layout, 3 * ndim),
-            )
+            *on_false.add(input_offset(i, ndim, layout, 2))
         };
-        unsafe {
-            let pick = !(*mask.add(m as usize)).eq(M::ZERO);
-            *out.add(i as usize) = if pick {
-                *on_true.add(t as usize)
-            } else {
-                *on_false.add(f as usize)
-            };
-        }
-        i += step;
-    }
+    });
 }
 
 macro_rules! where_kernels {

@@ -97,24 +97,10 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
     layout: *const u64,
     p: f32,
 ) {
-    let mut i = global_id_x();
-    let step = global_size_x();
-    if ndim == 0 {
-        while i < n {
-            unsafe {
-                *out.add(i as usize) = T::from_f32(Op::apply((*inp.add(i as usize)).to_f32(), p))
-            };
-            i += step;
-        }
-    } else {
-        while i < n {
-            let src = strided_offset(i, ndim, layout, ndim);
-            unsafe {
-                *out.add(i as usize) = T::from_f32(Op::apply((*inp.add(src as usize)).to_f32(), p))
-            };
-            i += step;
-        }
-    }
+    grid_stride(n, |i| unsafe {
+        let x = *inp.add(input_offset(i, ndim, layout, 0));
+        *out.add(i as usize) = T::from_f32(Op::apply(x.to_f32(), p));
+    });
 }
 
 macro_rules! unary_kernels {

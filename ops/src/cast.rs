@@ -2,9 +2,7 @@
 
 use crate::dtype::WithDType;
 use crate::error::Result;
-use crate::tensor::{BLOCK, Tensor};
-use crate::unary::{input_args, maybe_layout};
-use ferrocm_host::{Arg, LaunchConfig};
+use crate::tensor::Tensor;
 use ferrocm_kernels::elem::Elem;
 
 impl<T: WithDType> Tensor<T> {
@@ -22,20 +20,13 @@ impl<T: WithDType> Tensor<T> {
         let dev = self.device().clone();
         let mut out = dev.alloc::<D>(n)?;
         if dev.runs_kernels() {
-            if n > 0 {
-                let lb = maybe_layout(self)?;
-                let [a, b, c] = input_args(self, &lb);
-                dev.launch(
-                    // The identity cast is a copy (same signature).
-                    &if T::DTYPE == D::DTYPE {
-                        format!("copy_{}", T::DTYPE)
-                    } else {
-                        format!("cast_{}_{}", T::DTYPE, D::DTYPE)
-                    },
-                    LaunchConfig::linear(n as u64, BLOCK),
-                    &[Arg::output(&out), a, Arg::U64(n as u64), b, c],
-                )?;
-            }
+            // The identity cast is a copy (same signature).
+            let kernel = if T::DTYPE == D::DTYPE {
+                format!("copy_{}", T::DTYPE)
+            } else {
+                format!("cast_{}_{}", T::DTYPE, D::DTYPE)
+            };
+            crate::gpu::launch_map(self, &kernel, &out, &[])?;
         } else {
             let src = crate::cpu::host(&self.storage);
             crate::cpu::map_strided(out.as_mut_slice().unwrap_or_default(), &self.layout, |o| {

@@ -8,7 +8,6 @@
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
 use crate::tensor::{BLOCK, Tensor};
-use crate::unary::{input_args, maybe_layout};
 use ferrocm_host::{Arg, LaunchConfig};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::reduce::{self as k, REDUCE_LDS_BYTES, ReduceOp, arg_better};
@@ -122,22 +121,8 @@ impl<T: WithDType> Tensor<T> {
         let dev = self.device().clone();
         let mut out = dev.alloc::<T>(rows)?;
         if dev.runs_kernels() {
-            if rows > 0 {
-                let lb = maybe_layout(&view)?;
-                let [a, b, c] = input_args(&view, &lb);
-                dev.launch(
-                    &format!("reduce_{}_{}", op.name(), T::DTYPE),
-                    LaunchConfig::rows(rows as u64, BLOCK, REDUCE_LDS_BYTES),
-                    &[
-                        Arg::output(&out),
-                        a,
-                        Arg::U64(rows as u64),
-                        Arg::U64(cols as u64),
-                        b,
-                        c,
-                    ],
-                )?;
-            }
+            let kernel = format!("reduce_{}_{}", op.name(), T::DTYPE);
+            crate::gpu::launch_rows(&view, &kernel, &out, rows, cols)?;
         } else {
             let src = crate::cpu::host(&view.storage);
             let dst = out.as_mut_slice().unwrap_or_default();
@@ -190,22 +175,8 @@ impl<T: WithDType> Tensor<T> {
         let dev = self.device().clone();
         let mut out = dev.alloc::<u32>(rows)?;
         if dev.runs_kernels() {
-            if rows > 0 {
-                let lb = maybe_layout(&view)?;
-                let [a, b, c] = input_args(&view, &lb);
-                dev.launch(
-                    &format!("reduce_{op}_{}", T::DTYPE),
-                    LaunchConfig::rows(rows as u64, BLOCK, REDUCE_LDS_BYTES),
-                    &[
-                        Arg::output(&out),
-                        a,
-                        Arg::U64(rows as u64),
-                        Arg::U64(cols as u64),
-                        b,
-                        c,
-                    ],
-                )?;
-            }
+            let kernel = format!("reduce_{op}_{}", T::DTYPE);
+            crate::gpu::launch_rows(&view, &kernel, &out, rows, cols)?;
         } else {
             let src = crate::cpu::host(&view.storage);
             out.as_mut_slice()

@@ -5,8 +5,8 @@
 
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
-use crate::tensor::{BLOCK, Tensor};
-use ferrocm_host::{Arg, LaunchConfig};
+use crate::tensor::Tensor;
+use ferrocm_host::Arg;
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::unary::{self as k, UnaryOp};
 
@@ -56,37 +56,6 @@ unary_methods!(neg => Neg, abs => Abs, sqr => Sqr, sqrt => Sqrt, rsqrt => Rsqrt,
     log => Log, sin => Sin, cos => Cos, tanh => Tanh, erf => Erf, gelu => Gelu, gelu_erf => GeluErf,
     silu => Silu, relu => Relu, sigmoid => Sigmoid, sign => Sign, ceil => Ceil, floor => Floor, round => Round);
 
-/// Strided kernel arguments of one input: pointer at its offset, then ndim and layout
-/// (ndim 0 and a null layout on the contiguous fast path).
-pub(crate) fn input_args<'a, T: WithDType>(
-    t: &'a Tensor<T>,
-    layout_buf: &'a Option<ferrocm_host::DeviceBuffer<u64>>,
-) -> [Arg<'a>; 3] {
-    match layout_buf {
-        Some(l) => [
-            Arg::input_at(&t.storage, t.layout.offset()),
-            Arg::U32(t.rank() as u32),
-            Arg::input(l),
-        ],
-        None => [
-            Arg::input_at(&t.storage, t.layout.offset()),
-            Arg::U32(0),
-            Arg::Null,
-        ],
-    }
-}
-
-/// The layout buffer of an input, or None when contiguous.
-pub(crate) fn maybe_layout<T: WithDType>(
-    t: &Tensor<T>,
-) -> Result<Option<ferrocm_host::DeviceBuffer<u64>>> {
-    if t.is_contiguous() {
-        Ok(None)
-    } else {
-        Ok(Some(crate::gpu::layout_buffer(t.device(), &t.layout)?))
-    }
-}
-
 impl<T: WithDType> Tensor<T> {
     /// Applies `op` with scalar parameter `p` (the exponent of powf, alpha of elu).
     ///
@@ -107,15 +76,8 @@ impl<T: WithDType> Tensor<T> {
         let dev = self.device().clone();
         let mut out = dev.alloc::<T>(n)?;
         if dev.runs_kernels() {
-            if n > 0 {
-                let lb = maybe_layout(self)?;
-                let [a, b, c] = input_args(self, &lb);
-                dev.launch(
-                    &format!("unary_{}_{}", op.name(), T::DTYPE),
-                    LaunchConfig::linear(n as u64, BLOCK),
-                    &[Arg::output(&out), a, Arg::U64(n as u64), b, c, Arg::F32(p)],
-                )?;
-            }
+            let kernel = format!("unary_{}_{}", op.name(), T::DTYPE);
+            crate::gpu::launch_map(self, &kernel, &out, &[Arg::F32(p)])?;
         } else {
             let f = op.scalar_fn();
             let src = crate::cpu::host(&self.storage);
@@ -149,23 +111,8 @@ impl<T: WithDType> Tensor<T> {
         let dev = self.device().clone();
         let mut out = dev.alloc::<T>(n)?;
         if dev.runs_kernels() {
-            if n > 0 {
-                let lb = maybe_layout(self)?;
-                let [a, b, c] = input_args(self, &lb);
-                dev.launch(
-                    &format!("affine_{}", T::DTYPE),
-                    LaunchConfig::linear(n as u64, BLOCK),
-                    &[
-                        Arg::output(&out),
-                        a,
-                        Arg::U64(n as u64),
-                        b,
-                        c,
-                        Arg::F32(mul),
-                        Arg::F32(add),
-                    ],
-                )?;
-            }
+            let kernel = format!("affine_{}", T::DTYPE);
+            crate::gpu::launch_map(self, &kernel, &out, &[Arg::F32(mul), Arg::F32(add)])?;
         } else {
             let src = crate::cpu::host(&self.storage);
             crate::cpu::map_strided(out.as_mut_slice().unwrap_or_default(), &self.layout, |o| {
