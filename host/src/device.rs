@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use std::fmt;
+#[cfg(feature = "rocm")]
 use std::sync::Arc;
 
 /// Settings of an emulator device.
@@ -79,9 +80,7 @@ impl Device {
     pub fn rocm(ordinal: usize) -> Result<Device> {
         #[cfg(feature = "rocm")]
         {
-            Ok(Device::Rocm(Arc::new(crate::rocm::RocmDevice::new(
-                ordinal,
-            )?)))
+            Ok(Device::Rocm(rocm_device(ordinal)?))
         }
         #[cfg(not(feature = "rocm"))]
         {
@@ -268,12 +267,29 @@ pub fn gpus() -> Result<Vec<GpuInfo>> {
             });
         }
         (0..n)
-            .map(|i| crate::rocm::RocmDevice::new(i).map(|d| d.info().clone()))
+            .map(|i| rocm_device(i).map(|d| d.info().clone()))
             .collect()
     }
     #[cfg(not(feature = "rocm"))]
     Err(Error::RocmNotCompiled)
 }
 
-#[allow(unused)]
-pub(crate) type Shared<T> = Arc<T>;
+/// The one `RocmDevice` of an ordinal: every `Device::rocm(n)` handle shares
+/// its module and stream, so work queued through two handles stays ordered
+/// (buffers of equal ordinals are interchangeable, see `same_device`).
+#[cfg(feature = "rocm")]
+fn rocm_device(ordinal: usize) -> Result<Arc<crate::rocm::RocmDevice>> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<crate::rocm::RocmDevice>>>> = OnceLock::new();
+    let mut map = DEVICES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = map.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(crate::rocm::RocmDevice::new(ordinal)?);
+    map.insert(ordinal, d.clone());
+    Ok(d)
+}
