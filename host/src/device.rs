@@ -128,8 +128,10 @@ impl Device {
         }
     }
 
-    /// Waits for all work queued on the device.
+    /// Waits for all work queued on the device (counted in
+    /// [`MemoryStats::synchronizations`](crate::MemoryStats)).
     pub fn synchronize(&self) -> Result<()> {
+        self.pool().count_sync();
         match self {
             Device::Cpu | Device::Emulator(_) => Ok(()),
             #[cfg(feature = "rocm")]

@@ -3,7 +3,8 @@
 use crate::buffer::{DeviceBuffer, HostAlloc};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use ferrocm_kernels::host::{ArgKind, KernelInfo};
+use ferrocm_kernels::host::{ArgKind, KernelInfo, KernelRef};
+use std::marker::PhantomData;
 
 /// Most workitems in one workgroup (HIP's limit on every AMD GPU).
 pub const MAX_BLOCK_SIZE: u32 = 1024;
@@ -293,6 +294,7 @@ impl Device {
     ) -> Result<()> {
         let name = kernel.name;
         check_launch(self, kernel, &cfg, args)?;
+        self.pool().count_launch();
         match self {
             Device::Cpu => Err(Error::BadLaunchConfig {
                 kernel: name.into(),
@@ -306,5 +308,159 @@ impl Device {
                 r.launch(kernel, &cfg, &raw)
             }
         }
+    }
+}
+
+/// An input buffer argument for a `*const T` kernel parameter (or a null
+/// pointer, for an optional input such as the layout of a contiguous tensor).
+///
+/// ```
+/// use ferrocm_host::{Device, In};
+/// let x = Device::emulator(32).upload(&[1.0f32, 2.0]).unwrap();
+/// let _whole = In::new(&x);
+/// let _from_1 = In::at(&x, 1);
+/// let _none = In::<u64>::null();
+/// ```
+#[derive(Clone, Copy)]
+pub struct In<'a, T>(Arg<'a>, PhantomData<fn() -> T>);
+
+impl<'a, T: bytemuck::Pod> In<'a, T> {
+    /// All of `b`.
+    pub fn new(b: &'a DeviceBuffer<T>) -> Self {
+        Self(Arg::input(b), PhantomData)
+    }
+    /// `b` from element `offset` (clamped to its length).
+    pub fn at(b: &'a DeviceBuffer<T>, offset: usize) -> Self {
+        Self(Arg::input_at(b, offset), PhantomData)
+    }
+    /// A null pointer.
+    pub fn null() -> Self {
+        Self(Arg::Null, PhantomData)
+    }
+    /// `b` if given, else null.
+    pub fn opt(b: Option<&'a DeviceBuffer<T>>) -> Self {
+        b.map(Self::new).unwrap_or_else(Self::null)
+    }
+}
+
+/// An output buffer argument for a `*mut T` kernel parameter.
+///
+/// ```
+/// use ferrocm_host::{Device, Out};
+/// let y = Device::emulator(32).alloc::<u32>(4).unwrap();
+/// let _ = Out::new(&y);
+/// ```
+#[derive(Clone, Copy)]
+pub struct Out<'a, T>(Arg<'a>, PhantomData<fn() -> T>);
+
+impl<'a, T: bytemuck::Pod> Out<'a, T> {
+    /// All of `b`.
+    pub fn new(b: &'a DeviceBuffer<T>) -> Self {
+        Self(Arg::output(b), PhantomData)
+    }
+    /// `b` from element `offset` (clamped to its length).
+    pub fn at(b: &'a DeviceBuffer<T>, offset: usize) -> Self {
+        Self(Arg::output_at(b, offset), PhantomData)
+    }
+}
+
+/// The host-side value of one kernel parameter type: [`In`] for `*const T`,
+/// [`Out`] for `*mut T`, the scalar itself for `u32 i32 u64 i64 f32`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel parameter type",
+    note = "kernel parameters are `*const T`, `*mut T`, u32, i32, u64, i64 or f32"
+)]
+pub trait Param<'a> {
+    /// What the host passes.
+    type Host;
+    /// As an untyped argument.
+    fn arg(host: Self::Host) -> Arg<'a>;
+}
+
+impl<'a, T: bytemuck::Pod> Param<'a> for *const T {
+    type Host = In<'a, T>;
+    fn arg(host: In<'a, T>) -> Arg<'a> {
+        host.0
+    }
+}
+
+impl<'a, T: bytemuck::Pod> Param<'a> for *mut T {
+    type Host = Out<'a, T>;
+    fn arg(host: Out<'a, T>) -> Arg<'a> {
+        host.0
+    }
+}
+
+macro_rules! scalar_param {
+    ($($t:ty => $v:ident),*) => {$(
+        impl<'a> Param<'a> for $t {
+            type Host = $t;
+            fn arg(host: $t) -> Arg<'a> {
+                Arg::$v(host)
+            }
+        }
+    )*};
+}
+scalar_param!(u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32);
+
+/// A kernel's parameter tuple: its host-side counterpart is the tuple of
+/// each parameter's [`Param::Host`].
+pub trait Params<'a> {
+    /// The host-side tuple.
+    type Host;
+    /// Calls `f` with the untyped arguments.
+    fn with_args<R>(host: Self::Host, f: impl FnOnce(&[Arg<'a>]) -> R) -> R;
+}
+
+macro_rules! params_tuple {
+    ($($p:ident $h:ident),*) => {
+        impl<'a, $($p: Param<'a>),*> Params<'a> for ($($p,)*) {
+            type Host = ($($p::Host,)*);
+            #[allow(non_snake_case)]
+            fn with_args<R>(host: Self::Host, f: impl FnOnce(&[Arg<'a>]) -> R) -> R {
+                let ($($h,)*) = host;
+                f(&[$($p::arg($h)),*])
+            }
+        }
+    };
+}
+params_tuple!(A a);
+params_tuple!(A a, B b);
+params_tuple!(A a, B b, C c);
+params_tuple!(A a, B b, C c, D d);
+params_tuple!(A a, B b, C c, D d, E e);
+params_tuple!(A a, B b, C c, D d, E e, F f);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l);
+
+impl Device {
+    /// Launches a kernel through its typed handle: `args` is the tuple of the
+    /// host-side values of the kernel's parameters ([`In`], [`Out`], scalars),
+    /// so rustc checks their number and types where the launch is written.
+    /// The same run-time checks as [`Device::launch`] follow (devices, launch
+    /// limits). Synchronous on the emulator; queued on a GPU stream.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, In, LaunchConfig, Out};
+    /// use ferrocm_kernels::host::KernelRef;
+    /// use ferrocm_kernels::unary::unary_sqrt_f32;
+    /// let dev = Device::emulator(64);
+    /// let x = dev.upload(&[1.0f32, 4.0, 9.0]).unwrap();
+    /// let y = dev.alloc::<f32>(3).unwrap();
+    /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),
+    ///     (Out::new(&y), In::new(&x), 3, 0, In::null(), 0.0)).unwrap();
+    /// assert_eq!(y.download().unwrap(), vec![1.0, 2.0, 3.0]);
+    /// ```
+    pub fn launch_typed<'a, A: Params<'a>>(
+        &self,
+        kernel: KernelRef<A>,
+        cfg: LaunchConfig,
+        args: A::Host,
+    ) -> Result<()> {
+        A::with_args(args, |args| self.launch_kernel(kernel.info, cfg, args))
     }
 }

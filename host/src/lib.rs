@@ -23,10 +23,12 @@ pub mod device;
 mod emulator;
 pub mod error;
 pub mod launch;
+pub mod memory;
 #[cfg(feature = "rocm")]
 pub mod rocm;
 
-pub use buffer::DeviceBuffer;
+pub use buffer::{DeviceBuffer, RawBuffer};
 pub use device::{Device, EmulatorConfig, GpuInfo};
 pub use error::{Error, Result};
-pub use launch::{Arg, LaunchConfig};
+pub use launch::{Arg, In, LaunchConfig, Out, Param, Params};
+pub use memory::MemoryStats;

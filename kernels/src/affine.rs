@@ -36,8 +36,24 @@ pub fn affine_body<T: Elem>(
     });
 }
 
+#[cfg(not(target_arch = "amdgpu"))]
+use crate::host::KernelRef;
+
+/// The affine kernel of an element type (host side).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait AffineKernels: Sized + 'static {
+    /// `affine_{T}(out, inp, n, ndim, layout, mul, add)`.
+    const AFFINE: KernelRef<(*mut Self, *const Self, u64, u32, *const u64, f32, f32)>;
+}
+
 macro_rules! affine_kernels {
     ($($name:ident: $t:ty),*) => {
+        $(
+            #[cfg(not(target_arch = "amdgpu"))]
+            impl AffineKernels for $t {
+                const AFFINE: KernelRef<(*mut Self, *const Self, u64, u32, *const u64, f32, f32)> = KernelRef::of::<$name>();
+            }
+        )*
         kernels! {$(
             fn $name(out: *mut $t, inp: *const $t, n: u64, ndim: u32, layout: *const u64, mul: f32, add: f32) {
                 affine_body::<$t>(out, inp, n, ndim, layout, mul, add)

@@ -117,8 +117,89 @@ pub fn cmp_body<T: Elem, Op: CmpOp>(
     });
 }
 
+/// The parameter types of every binary kernel on element type `T`.
+#[cfg(not(target_arch = "amdgpu"))]
+pub type BinaryArgs<T> = (*mut T, *const T, *const T, u64, u32, *const u64);
+
+/// The parameter types of every comparison kernel on element type `T`.
+#[cfg(not(target_arch = "amdgpu"))]
+pub type CmpArgs<T> = (*mut u8, *const T, *const T, u64, u32, *const u64);
+
+#[cfg(not(target_arch = "amdgpu"))]
+use crate::host::KernelRef;
+
+/// The kernels of one arithmetic binary op, per dtype (host side).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait BinaryKernel: BinaryOp {
+    /// Per dtype: f32, f16, bf16, u8, u32, i64.
+    const F32: KernelRef<BinaryArgs<f32>>;
+    #[allow(missing_docs)]
+    const F16: KernelRef<BinaryArgs<F16>>;
+    #[allow(missing_docs)]
+    const BF16: KernelRef<BinaryArgs<Bf16>>;
+    #[allow(missing_docs)]
+    const U8: KernelRef<BinaryArgs<u8>>;
+    #[allow(missing_docs)]
+    const U32: KernelRef<BinaryArgs<u32>>;
+    #[allow(missing_docs)]
+    const I64: KernelRef<BinaryArgs<i64>>;
+}
+
+/// The kernels of one comparison, per dtype (host side).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait CmpKernel: CmpOp {
+    /// Per dtype: f32, f16, bf16, u8, u32, i64.
+    const F32: KernelRef<CmpArgs<f32>>;
+    #[allow(missing_docs)]
+    const F16: KernelRef<CmpArgs<F16>>;
+    #[allow(missing_docs)]
+    const BF16: KernelRef<CmpArgs<Bf16>>;
+    #[allow(missing_docs)]
+    const U8: KernelRef<CmpArgs<u8>>;
+    #[allow(missing_docs)]
+    const U32: KernelRef<CmpArgs<u32>>;
+    #[allow(missing_docs)]
+    const I64: KernelRef<CmpArgs<i64>>;
+}
+
+/// The binary and comparison kernels of op `Op` for this element type.
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait BinaryKernels: Sized + 'static {
+    /// The arithmetic kernel of `Op`.
+    fn binary<Op: BinaryKernel>() -> KernelRef<BinaryArgs<Self>>;
+    /// The comparison kernel of `Op`.
+    fn cmp<Op: CmpKernel>() -> KernelRef<CmpArgs<Self>>;
+}
+
+#[cfg(not(target_arch = "amdgpu"))]
+const _: () = {
+    macro_rules! pick {
+        ($($t:ty => $c:ident),*) => {$(
+            impl BinaryKernels for $t {
+                fn binary<Op: BinaryKernel>() -> KernelRef<BinaryArgs<Self>> { Op::$c }
+                fn cmp<Op: CmpKernel>() -> KernelRef<CmpArgs<Self>> { Op::$c }
+            }
+        )*};
+    }
+    pick!(f32 => F32, F16 => F16, Bf16 => BF16, u8 => U8, u32 => U32, i64 => I64);
+};
+
 macro_rules! binary_kernels {
-    ($($op:ident => $($name:ident: $t:ty),*;)*) => {
+    ($($op:ident => $f32:ident: f32, $f16:ident: F16, $bf16:ident: Bf16, $u8:ident: u8, $u32:ident: u32, $i64:ident: i64;)*) => {
+        $(
+            #[cfg(not(target_arch = "amdgpu"))]
+            impl BinaryKernel for $op {
+                const F32: KernelRef<BinaryArgs<f32>> = KernelRef::of::<$f32>();
+                const F16: KernelRef<BinaryArgs<F16>> = KernelRef::of::<$f16>();
+                const BF16: KernelRef<BinaryArgs<Bf16>> = KernelRef::of::<$bf16>();
+                const U8: KernelRef<BinaryArgs<u8>> = KernelRef::of::<$u8>();
+                const U32: KernelRef<BinaryArgs<u32>> = KernelRef::of::<$u32>();
+                const I64: KernelRef<BinaryArgs<i64>> = KernelRef::of::<$i64>();
+            }
+        )*
+        binary_kernels!(@kernels $($op => $f32: f32, $f16: F16, $bf16: Bf16, $u8: u8, $u32: u32, $i64: i64;)*);
+    };
+    (@kernels $($op:ident => $($name:ident: $t:ty),*;)*) => {
         kernels! {$($(
             fn $name(out: *mut $t, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64) {
                 binary_body::<$t, $op>(out, lhs, rhs, n, ndim, layout)
@@ -128,7 +209,21 @@ macro_rules! binary_kernels {
 }
 
 macro_rules! cmp_kernels {
-    ($($op:ident => $($name:ident: $t:ty),*;)*) => {
+    ($($op:ident => $f32:ident: f32, $f16:ident: F16, $bf16:ident: Bf16, $u8:ident: u8, $u32:ident: u32, $i64:ident: i64;)*) => {
+        $(
+            #[cfg(not(target_arch = "amdgpu"))]
+            impl CmpKernel for $op {
+                const F32: KernelRef<CmpArgs<f32>> = KernelRef::of::<$f32>();
+                const F16: KernelRef<CmpArgs<F16>> = KernelRef::of::<$f16>();
+                const BF16: KernelRef<CmpArgs<Bf16>> = KernelRef::of::<$bf16>();
+                const U8: KernelRef<CmpArgs<u8>> = KernelRef::of::<$u8>();
+                const U32: KernelRef<CmpArgs<u32>> = KernelRef::of::<$u32>();
+                const I64: KernelRef<CmpArgs<i64>> = KernelRef::of::<$i64>();
+            }
+        )*
+        cmp_kernels!(@kernels $($op => $f32: f32, $f16: F16, $bf16: Bf16, $u8: u8, $u32: u32, $i64: i64;)*);
+    };
+    (@kernels $($op:ident => $($name:ident: $t:ty),*;)*) => {
         kernels! { table CMP_KERNELS; $($(
             fn $name(out: *mut u8, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64) {
                 cmp_body::<$t, $op>(out, lhs, rhs, n, ndim, layout)

@@ -22,6 +22,72 @@ pub fn cast_body<S: Elem, D: Elem>(
     });
 }
 
+/// The parameter types of the cast kernel from `S` to `D` (and of the copy
+/// kernel when `S == D`).
+#[cfg(not(target_arch = "amdgpu"))]
+pub type CastArgs<S, D> = (*mut D, *const S, u64, u32, *const u64);
+
+#[cfg(not(target_arch = "amdgpu"))]
+use crate::host::KernelRef;
+
+/// The cast kernels into a target type, one per source type (host side); the
+/// identity entry is the target's `copy_*` kernel (same signature).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait CastTarget: Sized + 'static {
+    /// From f32.
+    const FROM_F32: KernelRef<CastArgs<f32, Self>>;
+    /// From f16.
+    const FROM_F16: KernelRef<CastArgs<F16, Self>>;
+    /// From bf16.
+    const FROM_BF16: KernelRef<CastArgs<Bf16, Self>>;
+    /// From u8.
+    const FROM_U8: KernelRef<CastArgs<u8, Self>>;
+    /// From u32.
+    const FROM_U32: KernelRef<CastArgs<u32, Self>>;
+    /// From i64.
+    const FROM_I64: KernelRef<CastArgs<i64, Self>>;
+}
+
+/// A cast source type: picks the kernel casting it to `D`.
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait CastSource: Sized + 'static {
+    /// The kernel.
+    fn kernel<D: CastTarget>() -> KernelRef<CastArgs<Self, D>>;
+}
+
+#[cfg(not(target_arch = "amdgpu"))]
+const _: () = {
+    macro_rules! source {
+        ($($t:ty => $c:ident),*) => {$(
+            impl CastSource for $t {
+                fn kernel<D: CastTarget>() -> KernelRef<CastArgs<Self, D>> { D::$c }
+            }
+        )*};
+    }
+    source!(f32 => FROM_F32, F16 => FROM_F16, Bf16 => FROM_BF16, u8 => FROM_U8, u32 => FROM_U32, i64 => FROM_I64);
+    macro_rules! target {
+        ($($t:ty => $f32:ident, $f16:ident, $bf16:ident, $u8:ident, $u32:ident, $i64:ident;)*) => {$(
+            impl CastTarget for $t {
+                const FROM_F32: KernelRef<CastArgs<f32, Self>> = KernelRef::of::<$f32>();
+                const FROM_F16: KernelRef<CastArgs<F16, Self>> = KernelRef::of::<$f16>();
+                const FROM_BF16: KernelRef<CastArgs<Bf16, Self>> = KernelRef::of::<$bf16>();
+                const FROM_U8: KernelRef<CastArgs<u8, Self>> = KernelRef::of::<$u8>();
+                const FROM_U32: KernelRef<CastArgs<u32, Self>> = KernelRef::of::<$u32>();
+                const FROM_I64: KernelRef<CastArgs<i64, Self>> = KernelRef::of::<$i64>();
+            }
+        )*};
+    }
+    use crate::fill::{copy_bf16, copy_f16, copy_f32, copy_i64, copy_u8, copy_u32};
+    target! {
+        f32 => copy_f32, cast_f16_f32, cast_bf16_f32, cast_u8_f32, cast_u32_f32, cast_i64_f32;
+        F16 => cast_f32_f16, copy_f16, cast_bf16_f16, cast_u8_f16, cast_u32_f16, cast_i64_f16;
+        Bf16 => cast_f32_bf16, cast_f16_bf16, copy_bf16, cast_u8_bf16, cast_u32_bf16, cast_i64_bf16;
+        u8 => cast_f32_u8, cast_f16_u8, cast_bf16_u8, copy_u8, cast_u32_u8, cast_i64_u8;
+        u32 => cast_f32_u32, cast_f16_u32, cast_bf16_u32, cast_u8_u32, copy_u32, cast_i64_u32;
+        i64 => cast_f32_i64, cast_f16_i64, cast_bf16_i64, cast_u8_i64, cast_u32_i64, copy_i64;
+    }
+};
+
 macro_rules! cast_kernels {
     ($($name:ident: $s:ty => $d:ty,)*) => {
         kernels! {$(

@@ -413,9 +413,12 @@ pub fn strided_offset(i: u64, ndim: u32, layout: *const u64, strides_at: u32) ->
     off
 }
 
-/// Declares kernels: each `fn` becomes an `#[amdgpu_global]` kernel, and on
-/// the host the file gets a `KERNELS` table (name, argument kinds, an entry
-/// point for the emulator). Kernel arguments are pointers and scalars only.
+/// Declares kernels: each `fn` becomes an `#[amdgpu_global]` kernel. On the
+/// host, each also gets a typed handle: a zero-sized type of the same name
+/// implementing [`crate::host::Kernel`] (its parameter types as `Args`, its
+/// [`crate::host::KernelInfo`] in a `static`), and the file gets a `KERNELS`
+/// table (or the name given after `table`) listing them. Kernel arguments are
+/// pointers and scalars only.
 ///
 /// ```text
 /// kernels! {
@@ -432,21 +435,35 @@ macro_rules! kernels {
             #[amdgpu_global]
             #[allow(clippy::too_many_arguments, clippy::not_unsafe_ptr_arg_deref)]
             fn $name($($arg: $ty),*) $body
+
+            #[cfg(not(target_arch = "amdgpu"))]
+            #[allow(non_camel_case_types)]
+            #[doc = concat!("Typed handle of the kernel `", stringify!($name), "` (see [`crate::host::Kernel`]).")]
+            pub struct $name {}
+
+            #[cfg(not(target_arch = "amdgpu"))]
+            const _: () = {
+                static INFO: $crate::host::KernelInfo = $crate::host::KernelInfo {
+                    name: stringify!($name),
+                    args: &[$( <$ty as $crate::host::KernelArg>::KIND ),*],
+                    entry: {
+                        fn entry(raw: &[u64]) {
+                            let mut _it = raw.iter();
+                            $name($( <$ty as $crate::host::KernelArg>::from_raw(*_it.next().unwrap()) ),*)
+                        }
+                        entry
+                    },
+                };
+                impl $crate::host::Kernel for $name {
+                    type Args = ($($ty,)*);
+                    const INFO: &'static $crate::host::KernelInfo = &INFO;
+                }
+            };
         )*
         /// Kernels this file declares.
         #[cfg(not(target_arch = "amdgpu"))]
-        pub const $table: &[$crate::host::KernelInfo] = &[
-            $( $crate::host::KernelInfo {
-                name: stringify!($name),
-                args: &[$( <$ty as $crate::host::KernelArg>::KIND ),*],
-                entry: {
-                    fn entry(raw: &[u64]) {
-                        let mut _it = raw.iter();
-                        $name($( <$ty as $crate::host::KernelArg>::from_raw(*_it.next().unwrap()) ),*)
-                    }
-                    entry
-                },
-            }, )*
+        pub static $table: &[&$crate::host::KernelInfo] = &[
+            $( <$name as $crate::host::Kernel>::INFO, )*
         ];
     };
 }

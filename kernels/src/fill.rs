@@ -44,8 +44,30 @@ pub fn copy2d_body<T: Elem>(
     });
 }
 
+#[cfg(not(target_arch = "amdgpu"))]
+use crate::host::KernelRef;
+
+/// The fill, copy and copy2d kernels of an element type (host side).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait FillKernels: Sized + 'static {
+    /// `fill_{T}(out, n, bits)`.
+    const FILL: KernelRef<(*mut Self, u64, u64)>;
+    /// `copy_{T}(out, inp, n, ndim, layout)`.
+    const COPY: KernelRef<(*mut Self, *const Self, u64, u32, *const u64)>;
+    /// `copy2d_{T}(out, inp, rows, cols, src_stride, dst_stride)`.
+    const COPY2D: KernelRef<(*mut Self, *const Self, u64, u64, u64, u64)>;
+}
+
 macro_rules! fill_kernels {
     ($($t:ty => $fill:ident, $copy:ident, $copy2d:ident;)*) => {
+        $(
+            #[cfg(not(target_arch = "amdgpu"))]
+            impl FillKernels for $t {
+                const FILL: KernelRef<(*mut Self, u64, u64)> = KernelRef::of::<$fill>();
+                const COPY: KernelRef<(*mut Self, *const Self, u64, u32, *const u64)> = KernelRef::of::<$copy>();
+                const COPY2D: KernelRef<(*mut Self, *const Self, u64, u64, u64, u64)> = KernelRef::of::<$copy2d>();
+            }
+        )*
         kernels! {$(
             fn $fill(out: *mut $t, n: u64, bits: u64) {
                 fill_body::<$t>(out, n, bits)

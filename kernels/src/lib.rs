@@ -41,6 +41,35 @@ pub mod reduce;
 pub mod ternary;
 pub mod unary;
 
+/// Every kernel family's per-dtype table, for one element type: the single
+/// bound the op library puts on a dtype's device type. A new family adds its
+/// table trait here.
+pub trait ElemKernels:
+    elem::Elem
+    + unary::UnaryKernels
+    + binary::BinaryKernels
+    + ternary::WhereValue
+    + cast::CastSource
+    + cast::CastTarget
+    + fill::FillKernels
+    + affine::AffineKernels
+    + reduce::ReduceKernels
+{
+}
+
+impl<T> ElemKernels for T where
+    T: elem::Elem
+        + unary::UnaryKernels
+        + binary::BinaryKernels
+        + ternary::WhereValue
+        + cast::CastSource
+        + cast::CastTarget
+        + fill::FillKernels
+        + affine::AffineKernels
+        + reduce::ReduceKernels
+{
+}
+
 /// One embedded AMDGPU code object.
 #[derive(Clone, Copy, Debug)]
 pub struct CodeObject {
@@ -77,6 +106,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
     ]
     .into_iter()
     .flatten()
+    .copied()
 }
 
 /// The kernel named `name`, if declared.

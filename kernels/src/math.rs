@@ -119,6 +119,28 @@ pub fn powf(x: f32, y: f32) -> f32 {
     return x.powf(y);
 }
 
+/// ln(1 + y) for y ≥ 0, accurate for tiny y (where `log(1.0 + y)` would
+/// round 1 + y to 1): log(u)·y/(u - 1) with u = 1 + y corrects the rounding
+/// of u (Goldberg, "What every computer scientist should know about
+/// floating-point arithmetic", thm. 4).
+///
+/// ```
+/// let y = 1e-10f32;
+/// assert!((ferrocm_kernels::math::ln_1p(y) - y).abs() < 1e-16);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn ln_1p(y: f32) -> f32 {
+    let u = 1.0 + y;
+    if u == 1.0 {
+        y
+    } else if u == f32::INFINITY {
+        u
+    } else {
+        log(u) * (y / (u - 1.0))
+    }
+}
+
 /// Hyperbolic tangent, within a few ulp of libm.
 ///
 /// Odd Taylor polynomial below |x| = 0.55 (no cancellation near 0), else

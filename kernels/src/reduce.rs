@@ -273,6 +273,91 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
     }
 }
 
+/// The parameter types of the value and arg reductions of element type `T`
+/// (`O` is `T` for the value reductions, `u32` for argmax/argmin).
+#[cfg(not(target_arch = "amdgpu"))]
+pub type ReduceArgs<T, O> = (*mut O, *const T, u64, u64, u32, *const u64);
+
+/// The parameter types of softmax / log_softmax on element type `T`.
+#[cfg(not(target_arch = "amdgpu"))]
+pub type SoftmaxArgs<T> = (*mut T, *const T, u64, u64);
+
+#[cfg(not(target_arch = "amdgpu"))]
+use crate::host::KernelRef;
+
+/// The kernels of one value reduction, per dtype (host side); `None` where the
+/// dtype has none (mean of an integer type).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait ReduceKernel: ReduceOp {
+    /// Per dtype: f32, f16, bf16, u8, u32, i64.
+    const F32: Option<KernelRef<ReduceArgs<f32, f32>>>;
+    #[allow(missing_docs)]
+    const F16: Option<KernelRef<ReduceArgs<F16, F16>>>;
+    #[allow(missing_docs)]
+    const BF16: Option<KernelRef<ReduceArgs<Bf16, Bf16>>>;
+    #[allow(missing_docs)]
+    const U8: Option<KernelRef<ReduceArgs<u8, u8>>>;
+    #[allow(missing_docs)]
+    const U32: Option<KernelRef<ReduceArgs<u32, u32>>>;
+    #[allow(missing_docs)]
+    const I64: Option<KernelRef<ReduceArgs<i64, i64>>>;
+}
+
+/// The reduction kernels of an element type (host side).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait ReduceKernels: Sized + 'static {
+    /// The value reduction `Op`, if this dtype has it.
+    fn reduce<Op: ReduceKernel>() -> Option<KernelRef<ReduceArgs<Self, Self>>>;
+    /// `reduce_argmax_{T}`.
+    const ARGMAX: KernelRef<ReduceArgs<Self, u32>>;
+    /// `reduce_argmin_{T}`.
+    const ARGMIN: KernelRef<ReduceArgs<Self, u32>>;
+    /// `softmax_{T}` (float types).
+    const SOFTMAX: Option<KernelRef<SoftmaxArgs<Self>>>;
+    /// `log_softmax_{T}` (float types).
+    const LOG_SOFTMAX: Option<KernelRef<SoftmaxArgs<Self>>>;
+}
+
+#[cfg(not(target_arch = "amdgpu"))]
+const _: () = {
+    macro_rules! reduce_op {
+        ($($op:ident => $($c:ident: $t:ty = $k:tt),*;)*) => {$(
+            impl ReduceKernel for $op {
+                $(const $c: Option<KernelRef<ReduceArgs<$t, $t>>> = reduce_op!(@k $k);)*
+            }
+        )*};
+        (@k None) => { None };
+        (@k $k:ident) => { Some(KernelRef::of::<$k>()) };
+    }
+    reduce_op! {
+        Sum => F32: f32 = reduce_sum_f32, F16: F16 = reduce_sum_f16, BF16: Bf16 = reduce_sum_bf16, U8: u8 = reduce_sum_u8, U32: u32 = reduce_sum_u32, I64: i64 = reduce_sum_i64;
+        Max => F32: f32 = reduce_max_f32, F16: F16 = reduce_max_f16, BF16: Bf16 = reduce_max_bf16, U8: u8 = reduce_max_u8, U32: u32 = reduce_max_u32, I64: i64 = reduce_max_i64;
+        Min => F32: f32 = reduce_min_f32, F16: F16 = reduce_min_f16, BF16: Bf16 = reduce_min_bf16, U8: u8 = reduce_min_u8, U32: u32 = reduce_min_u32, I64: i64 = reduce_min_i64;
+        Mean => F32: f32 = reduce_mean_f32, F16: F16 = reduce_mean_f16, BF16: Bf16 = reduce_mean_bf16, U8: u8 = None, U32: u32 = None, I64: i64 = None;
+    }
+    macro_rules! per_type {
+        ($($t:ty => $c:ident, $amax:ident, $amin:ident, $sm:tt, $lsm:tt;)*) => {$(
+            impl ReduceKernels for $t {
+                fn reduce<Op: ReduceKernel>() -> Option<KernelRef<ReduceArgs<Self, Self>>> { Op::$c }
+                const ARGMAX: KernelRef<ReduceArgs<Self, u32>> = KernelRef::of::<$amax>();
+                const ARGMIN: KernelRef<ReduceArgs<Self, u32>> = KernelRef::of::<$amin>();
+                const SOFTMAX: Option<KernelRef<SoftmaxArgs<Self>>> = per_type!(@k $sm);
+                const LOG_SOFTMAX: Option<KernelRef<SoftmaxArgs<Self>>> = per_type!(@k $lsm);
+            }
+        )*};
+        (@k None) => { None };
+        (@k $k:ident) => { Some(KernelRef::of::<$k>()) };
+    }
+    per_type! {
+        f32 => F32, reduce_argmax_f32, reduce_argmin_f32, softmax_f32, log_softmax_f32;
+        F16 => F16, reduce_argmax_f16, reduce_argmin_f16, softmax_f16, log_softmax_f16;
+        Bf16 => BF16, reduce_argmax_bf16, reduce_argmin_bf16, softmax_bf16, log_softmax_bf16;
+        u8 => U8, reduce_argmax_u8, reduce_argmin_u8, None, None;
+        u32 => U32, reduce_argmax_u32, reduce_argmin_u32, None, None;
+        i64 => I64, reduce_argmax_i64, reduce_argmin_i64, None, None;
+    }
+};
+
 macro_rules! reduce_kernels {
     ($($op:ident => $($name:ident: $t:ty),*;)*) => {
         kernels! {$($(

@@ -31,6 +31,70 @@ pub fn where_body<M: Elem, T: Elem>(
     });
 }
 
+/// The parameter types of the where kernel of mask type `M`, value type `T`.
+#[cfg(not(target_arch = "amdgpu"))]
+pub type WhereArgs<M, T> = (*mut T, *const M, *const T, *const T, u64, u32, *const u64);
+
+#[cfg(not(target_arch = "amdgpu"))]
+use crate::host::KernelRef;
+
+/// The where kernels of a value type, one per mask type (host side).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait WhereValue: Sized + 'static {
+    /// `where_u8_{T}`.
+    const MASK_U8: KernelRef<WhereArgs<u8, Self>>;
+    /// `where_u32_{T}`.
+    const MASK_U32: KernelRef<WhereArgs<u32, Self>>;
+    /// `where_i64_{T}`.
+    const MASK_I64: KernelRef<WhereArgs<i64, Self>>;
+}
+
+/// A mask type: picks the where kernel for value type `T`.
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait WhereMask: Sized + 'static {
+    /// The kernel.
+    fn kernel<T: WhereValue>() -> KernelRef<WhereArgs<Self, T>>;
+}
+
+#[cfg(not(target_arch = "amdgpu"))]
+const _: () = {
+    impl WhereMask for u8 {
+        fn kernel<T: WhereValue>() -> KernelRef<WhereArgs<Self, T>> {
+            T::MASK_U8
+        }
+    }
+    impl WhereMask for u32 {
+        fn kernel<T: WhereValue>() -> KernelRef<WhereArgs<Self, T>> {
+            T::MASK_U32
+        }
+    }
+    impl WhereMask for i64 {
+        fn kernel<T: WhereValue>() -> KernelRef<WhereArgs<Self, T>> {
+            T::MASK_I64
+        }
+    }
+};
+
+macro_rules! where_values {
+    ($($t:ty => $u8:ident, $u32:ident, $i64:ident;)*) => {$(
+        #[cfg(not(target_arch = "amdgpu"))]
+        impl WhereValue for $t {
+            const MASK_U8: KernelRef<WhereArgs<u8, Self>> = KernelRef::of::<$u8>();
+            const MASK_U32: KernelRef<WhereArgs<u32, Self>> = KernelRef::of::<$u32>();
+            const MASK_I64: KernelRef<WhereArgs<i64, Self>> = KernelRef::of::<$i64>();
+        }
+    )*};
+}
+
+where_values! {
+    f32 => where_u8_f32, where_u32_f32, where_i64_f32;
+    F16 => where_u8_f16, where_u32_f16, where_i64_f16;
+    Bf16 => where_u8_bf16, where_u32_bf16, where_i64_bf16;
+    u8 => where_u8_u8, where_u32_u8, where_i64_u8;
+    u32 => where_u8_u32, where_u32_u32, where_i64_u32;
+    i64 => where_u8_i64, where_u32_i64, where_i64_i64;
+}
+
 macro_rules! where_kernels {
     ($($m:ty => $($name:ident: $t:ty),*;)*) => {
         kernels! {$($(

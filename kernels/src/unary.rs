@@ -84,6 +84,15 @@ unary_ops! {
     Powf = |x, p| math::powf(x, p);
     /// x if x ≥ 0 else p(eˣ - 1)
     Elu = |x, p| if x >= 0.0 { x } else { p * (math::exp(x) - 1.0) };
+    /// ln(1 + eˣ), as PyTorch: x itself above 20; computed as
+    /// max(x, 0) + ln1p(e^-|x|) so neither side overflows nor cancels
+    Softplus = |x, p| if x > 20.0 { x } else {
+        (if x > 0.0 { x } else { 0.0 }) + math::ln_1p(math::exp(if x > 0.0 { -x } else { x }))
+    };
+    /// x if x ≥ 0 else p·x (p: the negative slope)
+    LeakyRelu = |x, p| if x < 0.0 { p * x } else { x };
+    /// x·min(max(x + 3, 0), 6)/6
+    Hardswish = |x, p| x * (x + 3.0).max(0.0).min(6.0) * (1.0 / 6.0);
 }
 
 /// The body every unary kernel instantiates.
@@ -103,8 +112,57 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
     });
 }
 
+/// The parameter types of every unary kernel on element type `T`.
+#[cfg(not(target_arch = "amdgpu"))]
+pub type UnaryArgs<T> = (*mut T, *const T, u64, u32, *const u64, f32);
+
+/// The kernels of one unary op, per float dtype (host side).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait UnaryKernel: UnaryOp {
+    /// `unary_{op}_f32`.
+    const F32: KernelRef<UnaryArgs<f32>>;
+    /// `unary_{op}_f16`.
+    const F16: KernelRef<UnaryArgs<F16>>;
+    /// `unary_{op}_bf16`.
+    const BF16: KernelRef<UnaryArgs<Bf16>>;
+}
+
+/// The unary kernel of op `Op` for this element type; `None` for the integer
+/// types (unary ops are float-only).
+#[cfg(not(target_arch = "amdgpu"))]
+pub trait UnaryKernels: Sized + 'static {
+    /// The kernel, if this dtype has one.
+    fn kernel<Op: UnaryKernel>() -> Option<KernelRef<UnaryArgs<Self>>>;
+}
+
+#[cfg(not(target_arch = "amdgpu"))]
+const _: () = {
+    macro_rules! pick {
+        ($($t:ty => $c:ident),*; $($none:ty),*) => {
+            $(impl UnaryKernels for $t {
+                fn kernel<Op: UnaryKernel>() -> Option<KernelRef<UnaryArgs<Self>>> { Some(Op::$c) }
+            })*
+            $(impl UnaryKernels for $none {
+                fn kernel<Op: UnaryKernel>() -> Option<KernelRef<UnaryArgs<Self>>> { None }
+            })*
+        };
+    }
+    pick!(f32 => F32, F16 => F16, Bf16 => BF16; u8, u32, i64);
+};
+
+#[cfg(not(target_arch = "amdgpu"))]
+use crate::host::KernelRef;
+
 macro_rules! unary_kernels {
     ($($op:ident => $f32:ident, $f16:ident, $bf16:ident;)*) => {
+        $(
+            #[cfg(not(target_arch = "amdgpu"))]
+            impl UnaryKernel for $op {
+                const F32: KernelRef<UnaryArgs<f32>> = KernelRef::of::<$f32>();
+                const F16: KernelRef<UnaryArgs<F16>> = KernelRef::of::<$f16>();
+                const BF16: KernelRef<UnaryArgs<Bf16>> = KernelRef::of::<$bf16>();
+            }
+        )*
         kernels! {
             $(
                 fn $f32(out: *mut f32, inp: *const f32, n: u64, ndim: u32, layout: *const u64, p: f32) {
@@ -145,4 +203,7 @@ unary_kernels! {
     Round => unary_round_f32, unary_round_f16, unary_round_bf16;
     Powf => unary_powf_f32, unary_powf_f16, unary_powf_bf16;
     Elu => unary_elu_f32, unary_elu_f16, unary_elu_bf16;
+    Softplus => unary_softplus_f32, unary_softplus_f16, unary_softplus_bf16;
+    LeakyRelu => unary_leaky_relu_f32, unary_leaky_relu_f16, unary_leaky_relu_bf16;
+    Hardswish => unary_hardswish_f32, unary_hardswish_f16, unary_hardswish_bf16;
 }

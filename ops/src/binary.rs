@@ -1,54 +1,42 @@
-//! Binary ops with broadcasting and comparisons: API, Cpu implementation, GPU dispatch.
+//! Binary ops with broadcasting and comparisons: API, Cpu implementation,
+//! kernel path.
 
+use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::Result;
+use crate::gpu::Strided;
 use crate::layout::broadcast_shape;
 use crate::tensor::{BLOCK, Tensor};
-use ferrocm_host::{Arg, Device, DeviceBuffer, LaunchConfig};
-use ferrocm_kernels::binary::{self as k, BinaryOp, CmpOp};
+use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
+use ferrocm_kernels::binary::{self as k, BinaryKernel, BinaryKernels, CmpKernel};
+use std::marker::PhantomData;
 
 macro_rules! op_enum {
-    ($(#[$doc:meta])* $enum:ident, $trait:ident, $ret:ty, $($v:ident => $name:literal;)*) => {
+    ($(#[$doc:meta])* $enum:ident, $method:ident -> $ret:ty, $($v:ident => $name:literal;)*) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum $enum { $(#[doc = $name] $v,)* }
         impl $enum {
             /// Every op of this kind.
             pub const ALL: &'static [$enum] = &[$($enum::$v,)*];
-            /// The op's name in kernel names.
+            /// The op's name (as in its kernels' names).
             pub fn name(self) -> &'static str { match self { $($enum::$v => $name,)* } }
-            fn apply<T: WithDType>(self, a: T, b: T) -> $ret {
-                match self { $($enum::$v => wrap::<$ret, _>(<k::$v as $trait>::apply(a.to_kernel(), b.to_kernel())),)* }
+            /// Runs the op: the one place the run-time op picks its type.
+            fn apply<T: WithDType>(self, a: &Tensor<T>, b: &Tensor<T>) -> Result<Tensor<$ret>> {
+                match self { $($enum::$v => a.$method::<k::$v>(b, self.name()),)* }
             }
         }
     };
 }
 
-/// Converts a kernel-side result (element or bool) to the host type.
-trait FromKernel<K> {
-    fn from_k(k: K) -> Self;
-}
-impl<T: WithDType> FromKernel<T::Kernel> for T {
-    fn from_k(k: T::Kernel) -> Self {
-        T::from_kernel(k)
-    }
-}
-impl FromKernel<bool> for u8 {
-    fn from_k(k: bool) -> Self {
-        k as u8
-    }
-}
-fn wrap<R: FromKernel<K>, K>(k: K) -> R {
-    R::from_k(k)
-}
-
 op_enum!(
     /// An arithmetic binary op.
-    Binary, BinaryOp, T, Add => "add"; Sub => "sub"; Mul => "mul"; Div => "div"; Maximum => "maximum"; Minimum => "minimum";
+    Binary, binary_op -> T, Add => "add"; Sub => "sub"; Mul => "mul"; Div => "div"; Maximum => "maximum"; Minimum => "minimum";
 );
 op_enum!(
     /// A comparison, giving a `Tensor<u8>` of 0/1.
-    Cmp, CmpOp, u8, Eq => "eq"; Ne => "ne"; Lt => "lt"; Le => "le"; Gt => "gt"; Ge => "ge";
+    Cmp, cmp_op -> u8, Eq => "eq"; Ne => "ne"; Lt => "lt"; Le => "le"; Gt => "gt"; Ge => "ge";
 );
 
 /// Broadcasts two tensors to their common shape (views).
@@ -66,65 +54,7 @@ pub(crate) fn broadcast_pair<A: WithDType, B: WithDType>(
     ))
 }
 
-/// Launch arguments shared by binary-shaped kernels: contiguous fast path when
-/// every input is contiguous with the output's shape.
-pub(crate) fn nary_layout(
-    device: &Device,
-    shape: &[usize],
-    layouts: &[&crate::Layout],
-) -> Result<(u32, Option<DeviceBuffer<u64>>)> {
-    if layouts.iter().all(|l| l.is_contiguous()) {
-        return Ok((0, None));
-    }
-    Ok((
-        shape.len() as u32,
-        Some(crate::gpu::layouts_buffer(device, shape, layouts)?),
-    ))
-}
-
-fn layout_arg(b: &Option<DeviceBuffer<u64>>) -> Arg<'_> {
-    b.as_ref().map(Arg::input).unwrap_or(Arg::Null)
-}
-
 impl<T: WithDType> Tensor<T> {
-    fn binary_into<R: WithDType>(
-        &self,
-        rhs: &Self,
-        kernel: String,
-        op: &'static str,
-        f: impl Fn(T, T) -> R + Sync,
-    ) -> Result<Tensor<R>> {
-        let (shape, a, b) = broadcast_pair(op, self, rhs)?;
-        let n = shape.iter().product::<usize>();
-        let dev = a.device().clone();
-        let mut out = dev.alloc::<R>(n)?;
-        if dev.runs_kernels() {
-            if n > 0 {
-                let (ndim, lb) = nary_layout(&dev, &shape, &[&a.layout, &b.layout])?;
-                dev.launch(
-                    &kernel,
-                    LaunchConfig::linear(n as u64, BLOCK),
-                    &[
-                        Arg::output(&out),
-                        Arg::input_at(&a.storage, a.layout.offset()),
-                        Arg::input_at(&b.storage, b.layout.offset()),
-                        Arg::U64(n as u64),
-                        Arg::U32(ndim),
-                        layout_arg(&lb),
-                    ],
-                )?;
-            }
-        } else {
-            let (sa, sb) = (crate::cpu::host(&a.storage), crate::cpu::host(&b.storage));
-            crate::cpu::map_strided_n(
-                out.as_mut_slice().unwrap_or_default(),
-                [&a.layout, &b.layout],
-                |[i, j]| f(sa[i], sb[j]),
-            );
-        }
-        Ok(Tensor::from_parts(out, &shape))
-    }
-
     /// `op(self, rhs)` elementwise with broadcasting.
     ///
     /// ```
@@ -136,12 +66,7 @@ impl<T: WithDType> Tensor<T> {
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     pub fn binary(&self, rhs: &Self, op: Binary) -> Result<Self> {
-        self.binary_into(
-            rhs,
-            format!("binary_{}_{}", op.name(), T::DTYPE),
-            op.name(),
-            move |x, y| op.apply::<T>(x, y),
-        )
+        op.apply(self, rhs)
     }
 
     /// `op(self, rhs)` elementwise with broadcasting, as 0/1 bytes.
@@ -154,12 +79,126 @@ impl<T: WithDType> Tensor<T> {
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     pub fn cmp(&self, rhs: &Self, op: Cmp) -> Result<Tensor<u8>> {
-        self.binary_into(
-            rhs,
-            format!("cmp_{}_{}", op.name(), T::DTYPE),
-            op.name(),
-            move |x, y| op.apply::<T>(x, y),
-        )
+        op.apply(self, rhs)
+    }
+
+    fn binary_op<O: BinaryKernel>(&self, rhs: &Self, name: &'static str) -> Result<Self> {
+        let (shape, a, b) = broadcast_pair(name, self, rhs)?;
+        let dev = a.device();
+        let out = dev.alloc::<T>(shape.iter().product())?;
+        let op = Zip::<T, T, Arith<O>> {
+            a: &a,
+            b: &b,
+            out,
+            _op: PhantomData,
+        };
+        Ok(Tensor::from_parts(backend::run(dev, op)?, &shape))
+    }
+
+    fn cmp_op<O: CmpKernel>(&self, rhs: &Self, name: &'static str) -> Result<Tensor<u8>> {
+        let (shape, a, b) = broadcast_pair(name, self, rhs)?;
+        let dev = a.device();
+        let out = dev.alloc::<u8>(shape.iter().product())?;
+        let op = Zip::<T, u8, Compare<O>> {
+            a: &a,
+            b: &b,
+            out,
+            _op: PhantomData,
+        };
+        Ok(Tensor::from_parts(backend::run(dev, op)?, &shape))
+    }
+}
+
+/// An elementwise function of two `T`s into an `R`, with its kernel per dtype:
+/// what [`Zip`] needs to run both an arithmetic op and a comparison.
+trait ZipFn<T: WithDType, R: WithDType> {
+    fn apply(a: T, b: T) -> R;
+    fn launch(
+        dev: &Device,
+        cfg: LaunchConfig,
+        args: ZipArgs<'_, T::Kernel, R::Kernel>,
+    ) -> Result<()>;
+}
+
+type ZipArgs<'a, K, R> = (
+    Out<'a, R>,
+    ferrocm_host::In<'a, K>,
+    ferrocm_host::In<'a, K>,
+    u64,
+    u32,
+    ferrocm_host::In<'a, u64>,
+);
+
+struct Arith<O>(PhantomData<O>);
+struct Compare<O>(PhantomData<O>);
+
+impl<T: WithDType, O: BinaryKernel> ZipFn<T, T> for Arith<O> {
+    #[inline(always)]
+    fn apply(a: T, b: T) -> T {
+        T::from_kernel(O::apply(a.to_kernel(), b.to_kernel()))
+    }
+    fn launch(
+        dev: &Device,
+        cfg: LaunchConfig,
+        args: ZipArgs<'_, T::Kernel, T::Kernel>,
+    ) -> Result<()> {
+        Ok(dev.launch_typed(T::Kernel::binary::<O>(), cfg, args)?)
+    }
+}
+
+impl<T: WithDType, O: CmpKernel> ZipFn<T, u8> for Compare<O> {
+    #[inline(always)]
+    fn apply(a: T, b: T) -> u8 {
+        O::apply(a.to_kernel(), b.to_kernel()) as u8
+    }
+    fn launch(dev: &Device, cfg: LaunchConfig, args: ZipArgs<'_, T::Kernel, u8>) -> Result<()> {
+        Ok(dev.launch_typed(T::Kernel::cmp::<O>(), cfg, args)?)
+    }
+}
+
+/// `out[i] = F(a[i], b[i])` over two tensors of the output's shape (broadcast views).
+struct Zip<'a, T: WithDType, R: WithDType, F> {
+    a: &'a Tensor<T>,
+    b: &'a Tensor<T>,
+    out: DeviceBuffer<R>,
+    _op: PhantomData<F>,
+}
+
+impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
+    type Output = DeviceBuffer<R>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<R>> {
+        let (sa, sb) = (
+            crate::cpu::host(self.a.buf()),
+            crate::cpu::host(self.b.buf()),
+        );
+        crate::cpu::map_strided_n(
+            crate::cpu::host_mut(&mut self.out),
+            [&self.a.layout, &self.b.layout],
+            |[i, j]| F::apply(sa[i], sb[j]),
+        );
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<R>> {
+        let n = self.out.len() as u64;
+        if n > 0 {
+            let s = Strided::new(dev, self.a.shape(), &[&self.a.layout, &self.b.layout])?;
+            let out = self.out.view_as::<R::Kernel>().expect("same size");
+            F::launch(
+                dev,
+                LaunchConfig::linear(n, BLOCK),
+                (
+                    Out::new(out),
+                    self.a.input(),
+                    self.b.input(),
+                    n,
+                    s.ndim(),
+                    s.arg(),
+                ),
+            )?;
+        }
+        Ok(self.out)
     }
 }
 

@@ -1,8 +1,12 @@
-//! Casts between the six dtypes: API, Cpu implementation, GPU dispatch.
+//! Casts between the six dtypes: API, Cpu implementation, kernel path.
 
+use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::gpu::Strided;
+use crate::tensor::{BLOCK, Tensor};
+use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
+use ferrocm_kernels::cast::CastSource;
 use ferrocm_kernels::elem::Elem;
 
 impl<T: WithDType> Tensor<T> {
@@ -16,23 +20,43 @@ impl<T: WithDType> Tensor<T> {
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     pub fn to_dtype<D: WithDType>(&self) -> Result<Tensor<D>> {
-        let n = self.elem_count();
-        let dev = self.device().clone();
-        let mut out = dev.alloc::<D>(n)?;
-        if dev.runs_kernels() {
-            // The identity cast is a copy (same signature).
-            let kernel = if T::DTYPE == D::DTYPE {
-                format!("copy_{}", T::DTYPE)
-            } else {
-                format!("cast_{}_{}", T::DTYPE, D::DTYPE)
-            };
-            crate::gpu::launch_map(self, &kernel, &out, &[])?;
-        } else {
-            let src = crate::cpu::host(&self.storage);
-            crate::cpu::map_strided(out.as_mut_slice().unwrap_or_default(), &self.layout, |o| {
-                D::from_kernel(src[o].to_kernel().convert::<D::Kernel>())
-            });
+        let dev = self.device();
+        let op = Cast {
+            x: self,
+            out: dev.alloc::<D>(self.elem_count())?,
+        };
+        Ok(Tensor::from_parts(backend::run(dev, op)?, self.shape()))
+    }
+}
+
+struct Cast<'a, T: WithDType, D: WithDType> {
+    x: &'a Tensor<T>,
+    out: DeviceBuffer<D>,
+}
+
+impl<T: WithDType, D: WithDType> Op for Cast<'_, T, D> {
+    type Output = DeviceBuffer<D>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<D>> {
+        let src = crate::cpu::host(self.x.buf());
+        crate::cpu::map_strided(crate::cpu::host_mut(&mut self.out), &self.x.layout, |o| {
+            D::from_kernel(src[o].to_kernel().convert::<D::Kernel>())
+        });
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<D>> {
+        let n = self.out.len() as u64;
+        if n > 0 {
+            let s = Strided::new(dev, self.x.shape(), &[&self.x.layout])?;
+            let out = self.out.view_as::<D::Kernel>().expect("same size");
+            // T == D picks the copy kernel (same signature).
+            dev.launch_typed(
+                T::Kernel::kernel::<D::Kernel>(),
+                LaunchConfig::linear(n, BLOCK),
+                (Out::new(out), self.x.input(), n, s.ndim(), s.arg()),
+            )?;
         }
-        Ok(Tensor::from_parts(out, self.shape()))
+        Ok(self.out)
     }
 }

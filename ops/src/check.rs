@@ -211,7 +211,11 @@ impl Runner<'_> {
         if d.is_float() {
             for &op in Unary::ALL {
                 let needs_pos = matches!(op, Unary::Sqrt | Unary::Rsqrt | Unary::Log | Unary::Powf);
-                let p = if op == Unary::Powf { 1.7 } else { 1.0 };
+                let p = match op {
+                    Unary::Powf => 1.7,
+                    Unary::LeakyRelu => 0.1,
+                    _ => 1.0,
+                };
                 self.case(op.name().into(), d, move |dev| {
                     (if needs_pos { pos(dev) } else { x(dev) })?.unary(op, p)
                 });

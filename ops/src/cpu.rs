@@ -12,6 +12,11 @@ pub(crate) fn host<T: bytemuck::Pod>(b: &DeviceBuffer<T>) -> &[T] {
     b.as_slice().unwrap_or_default()
 }
 
+/// The mutable host slice of a buffer on the Cpu device.
+pub(crate) fn host_mut<T: bytemuck::Pod>(b: &mut DeviceBuffer<T>) -> &mut [T] {
+    b.as_mut_slice().unwrap_or_default()
+}
+
 /// Storage offsets of a layout in logical order, from element `start`.
 pub(crate) struct Offsets<'a> {
     layout: &'a Layout,

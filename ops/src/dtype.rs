@@ -1,6 +1,7 @@
 //! Element types of tensors.
 
-use ferrocm_kernels::elem::{Bf16, Elem, F16};
+use ferrocm_kernels::ElemKernels;
+use ferrocm_kernels::elem::{Bf16, F16};
 use half::{bf16, f16};
 
 /// The six element types.
@@ -79,8 +80,10 @@ pub trait WithDType:
 {
     /// The dtype.
     const DTYPE: DType;
-    /// The device layer's element type.
-    type Kernel: Elem;
+    /// The device layer's element type, with every kernel family's table
+    /// for it ([`ferrocm_kernels::ElemKernels`]): how an op picks the
+    /// kernel of its dtype through the type system.
+    type Kernel: ElemKernels + bytemuck::Pod;
     /// To the device layer's type (same bits).
     fn to_kernel(self) -> Self::Kernel;
     /// From the device layer's type (same bits).

@@ -129,6 +129,26 @@ pub enum Error {
         /// Shape.
         shape: Vec<usize>,
     },
+    /// A storage or tensor of another format than the one asked for.
+    #[error("{op}: expected {expected}, got {got}")]
+    FormatMismatch {
+        /// Op.
+        op: &'static str,
+        /// Format asked for.
+        expected: crate::Format,
+        /// Format held.
+        got: crate::Format,
+    },
+    /// Operands whose dtypes must match do not (run-time typed tensors).
+    #[error("{op}: dtype mismatch {lhs} vs {rhs}")]
+    DTypeMismatch {
+        /// Op.
+        op: &'static str,
+        /// First dtype.
+        lhs: DType,
+        /// Second dtype.
+        rhs: DType,
+    },
     /// Anything the host layer reports (allocation, launch, sanitizer, GPU).
     #[error(transparent)]
     Host(#[from] ferrocm_host::Error),

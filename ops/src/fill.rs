@@ -1,11 +1,13 @@
 //! Fill, copy and copy2d (fill and copy back `Tensor::full` and
 //! `Tensor::contiguous`; copy2d is the strided 2-D block copy of candle).
 
+use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
 use crate::tensor::{BLOCK, Tensor};
-use ferrocm_host::{Arg, LaunchConfig};
+use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
+use ferrocm_kernels::fill::FillKernels;
 
 /// The bits of a value as the fill kernels take them.
 pub(crate) fn bits64<T: WithDType>(v: T) -> u64 {
@@ -32,47 +34,82 @@ impl<T: WithDType> Tensor<T> {
         src_offset: usize,
     ) -> Result<Tensor<T>> {
         let src = self.contiguous()?;
+        // Checked: a huge stride or offset is an error, not a wrapped index.
         let need = if rows == 0 || cols == 0 {
-            0
+            Some(0)
         } else {
-            src_offset + (rows - 1) * src_stride + cols
+            (rows - 1)
+                .checked_mul(src_stride)
+                .and_then(|v| v.checked_add(src_offset))
+                .and_then(|v| v.checked_add(cols))
         };
-        if need > src.elem_count() || (rows > 1 && cols > src_stride) {
+        let fits = need.is_some_and(|n| n <= src.elem_count());
+        if !fits || (rows > 1 && cols > src_stride) || rows.checked_mul(cols).is_none() {
             return Err(Error::NarrowOutOfRange {
                 op: "copy2d",
                 dim: 0,
                 start: src_offset,
-                len: need.saturating_sub(src_offset),
+                len: need.map_or(usize::MAX, |n| n.saturating_sub(src_offset)),
                 size: src.elem_count(),
             });
         }
-        let dev = src.device().clone();
-        let n = rows * cols;
-        let mut out = dev.alloc::<T>(n)?;
-        if n > 0 {
-            let base = src.layout.offset() + src_offset;
-            if dev.runs_kernels() {
-                dev.launch(
-                    &format!("copy2d_{}", T::DTYPE),
-                    LaunchConfig::linear(n as u64, BLOCK),
-                    &[
-                        Arg::output(&out),
-                        Arg::input_at(&src.storage, base),
-                        Arg::U64(rows as u64),
-                        Arg::U64(cols as u64),
-                        Arg::U64(src_stride as u64),
-                        Arg::U64(cols as u64),
-                    ],
-                )?;
-            } else {
-                let s = crate::cpu::host(&src.storage);
-                let d = out.as_mut_slice().unwrap_or_default();
-                for r in 0..rows {
-                    d[r * cols..(r + 1) * cols]
-                        .copy_from_slice(&s[base + r * src_stride..base + r * src_stride + cols]);
-                }
-            }
+        let dev = src.device();
+        let op = Copy2d {
+            src: &src,
+            rows,
+            cols,
+            src_stride,
+            src_offset,
+            out: dev.alloc::<T>(rows * cols)?,
+        };
+        Ok(Tensor::from_parts(backend::run(dev, op)?, &[rows, cols]))
+    }
+}
+
+struct Copy2d<'a, T: WithDType> {
+    src: &'a Tensor<T>,
+    rows: usize,
+    cols: usize,
+    src_stride: usize,
+    src_offset: usize,
+    out: DeviceBuffer<T>,
+}
+
+impl<T: WithDType> Op for Copy2d<'_, T> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let (rows, cols, stride) = (self.rows, self.cols, self.src_stride);
+        if rows * cols == 0 {
+            return Ok(self.out);
         }
-        Ok(Tensor::from_parts(out, &[rows, cols]))
+        let base = self.src.layout.offset() + self.src_offset;
+        let s = crate::cpu::host(self.src.buf());
+        let d = crate::cpu::host_mut(&mut self.out);
+        for r in 0..rows {
+            d[r * cols..(r + 1) * cols]
+                .copy_from_slice(&s[base + r * stride..base + r * stride + cols]);
+        }
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        if self.rows * self.cols > 0 {
+            let base = self.src.layout.offset() + self.src_offset;
+            let out = self.out.view_as::<T::Kernel>().expect("same size");
+            dev.launch_typed(
+                T::Kernel::COPY2D,
+                LaunchConfig::linear((self.rows * self.cols) as u64, BLOCK),
+                (
+                    Out::new(out),
+                    In::at(self.src.kbuf(), base),
+                    self.rows as u64,
+                    self.cols as u64,
+                    self.src_stride as u64,
+                    self.cols as u64,
+                ),
+            )?;
+        }
+        Ok(self.out)
     }
 }

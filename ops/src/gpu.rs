@@ -1,87 +1,46 @@
-//! Helpers of the GPU dispatch paths (Emulator and ROCm).
+//! Helpers of the kernel path (every device that runs kernels).
 
-use crate::dtype::WithDType;
 use crate::error::Result;
 use crate::layout::Layout;
-use crate::tensor::{BLOCK, Tensor};
-use ferrocm_host::{Arg, Device, DeviceBuffer, LaunchConfig};
-use ferrocm_kernels::reduce::REDUCE_LDS_BYTES;
+use ferrocm_host::{Device, DeviceBuffer, In};
 
-/// Uploads dims followed by the strides of each layout (all with the same
-/// shape): what strided kernels read through their `layout` argument.
-pub(crate) fn layouts_buffer(
-    device: &Device,
-    shape: &[usize],
-    layouts: &[&Layout],
-) -> Result<DeviceBuffer<u64>> {
-    let mut v: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-    for l in layouts {
-        v.extend(l.strides().iter().map(|&s| s as u64));
+/// How elementwise and row kernels read strided inputs: `ndim == 0` is the
+/// contiguous fast path (null layout); otherwise `layout` holds the dims,
+/// then each input's strides. The layout reaches the device without a
+/// blocking copy ([`Device::upload_async`]: stream-ordered, from the
+/// device's cache), so a strided op never stalls the GPU.
+pub(crate) struct Strided {
+    ndim: u32,
+    layout: Option<DeviceBuffer<u64>>,
+}
+
+impl Strided {
+    /// The layout argument of inputs `layouts` (all of logical shape `shape`):
+    /// the fast path when every one is contiguous.
+    pub(crate) fn new(device: &Device, shape: &[usize], layouts: &[&Layout]) -> Result<Self> {
+        if layouts.iter().all(|l| l.is_contiguous()) {
+            return Ok(Self {
+                ndim: 0,
+                layout: None,
+            });
+        }
+        let mut v: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        for l in layouts {
+            v.extend(l.strides().iter().map(|&s| s as u64));
+        }
+        Ok(Self {
+            ndim: shape.len() as u32,
+            layout: Some(device.upload_async(&v)?),
+        })
     }
-    Ok(device.upload(&v)?)
-}
 
-/// Dims and strides of one layout.
-pub(crate) fn layout_buffer(device: &Device, layout: &Layout) -> Result<DeviceBuffer<u64>> {
-    layouts_buffer(device, layout.shape(), &[layout])
-}
-
-/// Launches a one-input elementwise kernel with the signature
-/// `(out, inp, n, ndim, layout, extra...)` over the elements of `input`:
-/// the contiguous fast path (ndim 0, null layout) when `input` is dense.
-pub(crate) fn launch_map<T: WithDType, R: WithDType>(
-    input: &Tensor<T>,
-    kernel: &str,
-    out: &DeviceBuffer<R>,
-    extra: &[Arg],
-) -> Result<()> {
-    let n = input.elem_count();
-    if n == 0 {
-        return Ok(());
+    /// The `ndim` kernel argument.
+    pub(crate) fn ndim(&self) -> u32 {
+        self.ndim
     }
-    let dev = input.device();
-    let lb = strided_layout(input)?;
-    let mut args = vec![
-        Arg::output(out),
-        Arg::input_at(&input.storage, input.layout.offset()),
-        Arg::U64(n as u64),
-        Arg::U32(if lb.is_some() { input.rank() as u32 } else { 0 }),
-        lb.as_ref().map(Arg::input).unwrap_or(Arg::Null),
-    ];
-    args.extend_from_slice(extra);
-    Ok(dev.launch(kernel, LaunchConfig::linear(n as u64, BLOCK), &args)?)
-}
 
-/// Launches a row kernel `(out, inp, rows, cols, ndim, layout)` with one
-/// workgroup per row over `view` (logically `rows × cols`).
-pub(crate) fn launch_rows<T: WithDType, R: WithDType>(
-    view: &Tensor<T>,
-    kernel: &str,
-    out: &DeviceBuffer<R>,
-    rows: usize,
-    cols: usize,
-) -> Result<()> {
-    if rows == 0 {
-        return Ok(());
-    }
-    let lb = strided_layout(view)?;
-    let args = [
-        Arg::output(out),
-        Arg::input_at(&view.storage, view.layout.offset()),
-        Arg::U64(rows as u64),
-        Arg::U64(cols as u64),
-        Arg::U32(if lb.is_some() { view.rank() as u32 } else { 0 }),
-        lb.as_ref().map(Arg::input).unwrap_or(Arg::Null),
-    ];
-    let cfg = LaunchConfig::rows(rows as u64, BLOCK, REDUCE_LDS_BYTES);
-    Ok(view.device().launch(kernel, cfg, &args)?)
-}
-
-/// The layout buffer of a non-contiguous tensor, None for a dense one.
-fn strided_layout<T: WithDType>(t: &Tensor<T>) -> Result<Option<DeviceBuffer<u64>>> {
-    if t.is_contiguous() {
-        Ok(None)
-    } else {
-        Ok(Some(layout_buffer(t.device(), &t.layout)?))
+    /// The `layout` kernel argument.
+    pub(crate) fn arg(&self) -> In<'_, u64> {
+        In::opt(self.layout.as_ref())
     }
 }

@@ -17,27 +17,32 @@
 //! # Ok::<(), ferrocm_ops::Error>(())
 //! ```
 
+mod backend;
 pub mod binary;
 pub mod cast;
 pub mod check;
 mod cpu;
 pub mod dtype;
+pub mod dyn_tensor;
 pub mod error;
 pub mod fill;
 mod gpu;
 pub mod layout;
 pub mod reduce;
+pub mod storage;
 pub mod tensor;
 pub mod ternary;
 pub mod unary;
 
 pub use binary::{Binary, Cmp};
 pub use dtype::{DType, WithDType};
+pub use dyn_tensor::DynTensor;
 pub use error::{Error, Result};
 pub use ferrocm_host::Device;
 pub use half::{bf16, f16};
 pub use layout::Layout;
 pub use reduce::Reduce;
+pub use storage::{BlockFormat, Format, Storage};
 pub use tensor::Tensor;
 pub use ternary::MaskType;
 pub use unary::Unary;

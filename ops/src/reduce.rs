@@ -5,16 +5,23 @@
 //! of `cols` elements in logical order; the kernels read that view through its
 //! strides.
 
+use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
+use crate::gpu::Strided;
 use crate::tensor::{BLOCK, Tensor};
-use ferrocm_host::{Arg, LaunchConfig};
+use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
-use ferrocm_kernels::reduce::{self as k, REDUCE_LDS_BYTES, ReduceOp, arg_better};
+use ferrocm_kernels::host::KernelRef;
+use ferrocm_kernels::reduce::{
+    self as k, REDUCE_LDS_BYTES, ReduceArgs, ReduceKernel, ReduceKernels, arg_better,
+};
 use rayon::prelude::*;
+use std::marker::PhantomData;
 
 /// A value reduction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Reduce {
     /// Sum (f16/bf16 accumulate in f32, integers wrap).
     Sum,
@@ -83,14 +90,193 @@ fn plan<T: WithDType>(
     Ok((view, rows, cols, out_shape))
 }
 
-fn cpu_reduce<T: WithDType, Op: ReduceOp>(src: &[T], view: &Tensor<T>, cols: usize, out: &mut [T]) {
-    out.par_iter_mut().enumerate().for_each(|(r, o)| {
-        let mut acc = Op::identity::<<T::Kernel as Elem>::Acc>();
-        for off in crate::cpu::Offsets::new(&view.layout, r * cols).take(cols) {
-            acc = Op::combine(acc, src[off].to_kernel().convert());
+/// Launches a row kernel `(out, inp, rows, cols, ndim, layout)` with one
+/// workgroup per row over `view` (logically `rows × cols`).
+fn launch_rows<T: WithDType, O: bytemuck::Pod>(
+    dev: &Device,
+    kernel: KernelRef<ReduceArgs<T::Kernel, O>>,
+    view: &Tensor<T>,
+    out: &DeviceBuffer<O>,
+    rows: usize,
+    cols: usize,
+) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let s = Strided::new(dev, view.shape(), &[&view.layout])?;
+    dev.launch_typed(
+        kernel,
+        LaunchConfig::rows(rows as u64, BLOCK, REDUCE_LDS_BYTES),
+        (
+            Out::new(out),
+            view.input(),
+            rows as u64,
+            cols as u64,
+            s.ndim(),
+            s.arg(),
+        ),
+    )?;
+    Ok(())
+}
+
+/// A value reduction `R` of `view` (rows × cols, reduced dims last) into one value per row.
+struct RowReduce<'a, T: WithDType, R> {
+    name: &'static str,
+    view: &'a Tensor<T>,
+    cols: usize,
+    out: DeviceBuffer<T>,
+    _op: PhantomData<R>,
+}
+
+impl<T: WithDType, R: ReduceKernel> Op for RowReduce<'_, T, R> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let (src, cols, layout) = (
+            crate::cpu::host(self.view.buf()),
+            self.cols,
+            &self.view.layout,
+        );
+        crate::cpu::host_mut(&mut self.out)
+            .par_iter_mut()
+            .enumerate()
+            .for_each(|(r, o)| {
+                let mut acc = R::identity::<<T::Kernel as Elem>::Acc>();
+                for off in crate::cpu::Offsets::new(layout, r * cols).take(cols) {
+                    acc = R::combine(acc, src[off].to_kernel().convert());
+                }
+                *o = T::from_kernel(R::finish(acc, cols as u64).convert());
+            });
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let kernel = T::Kernel::reduce::<R>().ok_or(Error::UnsupportedDType {
+            op: self.name,
+            dtype: T::DTYPE,
+        })?;
+        let out = self.out.view_as::<T::Kernel>().expect("same size");
+        launch_rows(dev, kernel, self.view, out, out.len(), self.cols)?;
+        Ok(self.out)
+    }
+}
+
+/// argmax (`MIN = false`) or argmin of each row.
+struct ArgReduce<'a, T: WithDType, const MIN: bool> {
+    view: &'a Tensor<T>,
+    cols: usize,
+    out: DeviceBuffer<u32>,
+}
+
+impl<T: WithDType, const MIN: bool> Op for ArgReduce<'_, T, MIN> {
+    type Output = DeviceBuffer<u32>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<u32>> {
+        let (src, cols, layout) = (
+            crate::cpu::host(self.view.buf()),
+            self.cols,
+            &self.view.layout,
+        );
+        crate::cpu::host_mut(&mut self.out)
+            .par_iter_mut()
+            .enumerate()
+            .for_each(|(r, o)| {
+                let mut best = if MIN {
+                    <<T::Kernel as Elem>::Acc as Elem>::HIGHEST
+                } else {
+                    <<T::Kernel as Elem>::Acc as Elem>::LOWEST
+                };
+                let mut best_i = u32::MAX;
+                for (c, off) in crate::cpu::Offsets::new(layout, r * cols)
+                    .take(cols)
+                    .enumerate()
+                {
+                    let x = src[off].to_kernel().convert();
+                    if arg_better::<_, MIN>(x, c as u32, best, best_i) {
+                        best = x;
+                        best_i = c as u32;
+                    }
+                }
+                *o = if best_i == u32::MAX { 0 } else { best_i };
+            });
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<u32>> {
+        let kernel = if MIN {
+            T::Kernel::ARGMIN
+        } else {
+            T::Kernel::ARGMAX
+        };
+        launch_rows(dev, kernel, self.view, &self.out, self.out.len(), self.cols)?;
+        Ok(self.out)
+    }
+}
+
+/// softmax (`LOG = false`) or log_softmax over the rows of a contiguous `x`.
+struct Softmax<'a, T: WithDType, const LOG: bool> {
+    x: &'a Tensor<T>,
+    rows: usize,
+    cols: usize,
+    out: DeviceBuffer<T>,
+}
+
+impl<T: WithDType, const LOG: bool> Op for Softmax<'_, T, LOG> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let (rows, cols, off) = (self.rows, self.cols, self.x.layout.offset());
+        if rows == 0 {
+            return Ok(self.out);
         }
-        *o = T::from_kernel(Op::finish(acc, cols as u64).convert());
-    });
+        let src = &crate::cpu::host(self.x.buf())[off..off + rows * cols];
+        crate::cpu::host_mut(&mut self.out)
+            .par_chunks_mut(cols)
+            .zip(src.par_chunks(cols))
+            .for_each(|(o, s)| {
+                let m = s
+                    .iter()
+                    .fold(f32::NEG_INFINITY, |m, v| m.max(v.to_kernel().to_f32()));
+                let sum: f32 = s.iter().map(|v| (v.to_kernel().to_f32() - m).exp()).sum();
+                let log_sum = sum.ln();
+                for (o, v) in o.iter_mut().zip(s) {
+                    let d = v.to_kernel().to_f32() - m;
+                    *o = T::from_kernel(T::Kernel::from_f32(if LOG {
+                        d - log_sum
+                    } else {
+                        d.exp() / sum
+                    }));
+                }
+            });
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let op = if LOG { "log_softmax" } else { "softmax" };
+        let kernel = if LOG {
+            T::Kernel::LOG_SOFTMAX
+        } else {
+            T::Kernel::SOFTMAX
+        }
+        .ok_or(Error::UnsupportedDType {
+            op,
+            dtype: T::DTYPE,
+        })?;
+        if self.rows > 0 {
+            let out = self.out.view_as::<T::Kernel>().expect("same size");
+            dev.launch_typed(
+                kernel,
+                LaunchConfig::rows(self.rows as u64, BLOCK, REDUCE_LDS_BYTES),
+                (
+                    Out::new(out),
+                    In::at(self.x.kbuf(), self.x.layout.offset()),
+                    self.rows as u64,
+                    self.cols as u64,
+                ),
+            )?;
+        }
+        Ok(self.out)
+    }
 }
 
 impl<T: WithDType> Tensor<T> {
@@ -118,22 +304,33 @@ impl<T: WithDType> Tensor<T> {
                 dims: dims.to_vec(),
             });
         }
-        let dev = self.device().clone();
-        let mut out = dev.alloc::<T>(rows)?;
-        if dev.runs_kernels() {
-            let kernel = format!("reduce_{}_{}", op.name(), T::DTYPE);
-            crate::gpu::launch_rows(&view, &kernel, &out, rows, cols)?;
-        } else {
-            let src = crate::cpu::host(&view.storage);
-            let dst = out.as_mut_slice().unwrap_or_default();
-            match op {
-                Reduce::Sum => cpu_reduce::<T, k::Sum>(src, &view, cols, dst),
-                Reduce::Mean => cpu_reduce::<T, k::Mean>(src, &view, cols, dst),
-                Reduce::Max => cpu_reduce::<T, k::Max>(src, &view, cols, dst),
-                Reduce::Min => cpu_reduce::<T, k::Min>(src, &view, cols, dst),
-            }
-        }
+        let dev = self.device();
+        let out = dev.alloc::<T>(rows)?;
+        let out = match op {
+            Reduce::Sum => self.row_reduce::<k::Sum>(dev, op, &view, cols, out),
+            Reduce::Mean => self.row_reduce::<k::Mean>(dev, op, &view, cols, out),
+            Reduce::Max => self.row_reduce::<k::Max>(dev, op, &view, cols, out),
+            Reduce::Min => self.row_reduce::<k::Min>(dev, op, &view, cols, out),
+        }?;
         Ok(Tensor::from_parts(out, &out_shape))
+    }
+
+    fn row_reduce<R: ReduceKernel>(
+        &self,
+        dev: &Device,
+        op: Reduce,
+        view: &Tensor<T>,
+        cols: usize,
+        out: DeviceBuffer<T>,
+    ) -> Result<DeviceBuffer<T>> {
+        let op = RowReduce::<T, R> {
+            name: op.name(),
+            view,
+            cols,
+            out,
+            _op: PhantomData,
+        };
+        backend::run(dev, op)
     }
 
     /// Sum over `dims`.
@@ -172,38 +369,13 @@ impl<T: WithDType> Tensor<T> {
                 shape: self.shape().to_vec(),
             });
         }
-        let dev = self.device().clone();
-        let mut out = dev.alloc::<u32>(rows)?;
-        if dev.runs_kernels() {
-            let kernel = format!("reduce_{op}_{}", T::DTYPE);
-            crate::gpu::launch_rows(&view, &kernel, &out, rows, cols)?;
-        } else {
-            let src = crate::cpu::host(&view.storage);
-            out.as_mut_slice()
-                .unwrap_or_default()
-                .par_iter_mut()
-                .enumerate()
-                .for_each(|(r, o)| {
-                    let mut best = if MIN {
-                        <<T::Kernel as Elem>::Acc as Elem>::HIGHEST
-                    } else {
-                        <<T::Kernel as Elem>::Acc as Elem>::LOWEST
-                    };
-                    let mut best_i = u32::MAX;
-                    for (c, off) in crate::cpu::Offsets::new(&view.layout, r * cols)
-                        .take(cols)
-                        .enumerate()
-                    {
-                        let x = src[off].to_kernel().convert();
-                        if arg_better::<_, MIN>(x, c as u32, best, best_i) {
-                            best = x;
-                            best_i = c as u32;
-                        }
-                    }
-                    *o = if best_i == u32::MAX { 0 } else { best_i };
-                });
-        }
-        Ok(Tensor::from_parts(out, &out_shape))
+        let dev = self.device();
+        let op = ArgReduce::<T, MIN> {
+            view: &view,
+            cols,
+            out: dev.alloc::<u32>(rows)?,
+        };
+        Ok(Tensor::from_parts(backend::run(dev, op)?, &out_shape))
     }
 
     /// Index (u32) of the first maximum over `dims` (NaN ignored); error when a reduced dim is empty.
@@ -243,44 +415,14 @@ impl<T: WithDType> Tensor<T> {
         let cols = *x.shape().last().unwrap_or(&1);
         let n = x.elem_count();
         let rows = n.checked_div(cols).unwrap_or(0);
-        let dev = x.device().clone();
-        let mut out = dev.alloc::<T>(n)?;
-        if dev.runs_kernels() {
-            if rows > 0 {
-                dev.launch(
-                    &format!("{op}_{}", T::DTYPE),
-                    LaunchConfig::rows(rows as u64, BLOCK, REDUCE_LDS_BYTES),
-                    &[
-                        Arg::output(&out),
-                        Arg::input_at(&x.storage, x.layout.offset()),
-                        Arg::U64(rows as u64),
-                        Arg::U64(cols as u64),
-                    ],
-                )?;
-            }
-        } else if rows > 0 {
-            let src = &crate::cpu::host(&x.storage)[x.layout.offset()..x.layout.offset() + n];
-            out.as_mut_slice()
-                .unwrap_or_default()
-                .par_chunks_mut(cols)
-                .zip(src.par_chunks(cols))
-                .for_each(|(o, s)| {
-                    let m = s
-                        .iter()
-                        .fold(f32::NEG_INFINITY, |m, v| m.max(v.to_kernel().to_f32()));
-                    let sum: f32 = s.iter().map(|v| (v.to_kernel().to_f32() - m).exp()).sum();
-                    let log_sum = sum.ln();
-                    for (o, v) in o.iter_mut().zip(s) {
-                        let d = v.to_kernel().to_f32() - m;
-                        *o = T::from_kernel(T::Kernel::from_f32(if LOG {
-                            d - log_sum
-                        } else {
-                            d.exp() / sum
-                        }));
-                    }
-                });
-        }
-        Ok(Tensor::from_parts(out, x.shape()))
+        let dev = x.device();
+        let op = Softmax::<T, LOG> {
+            x: &x,
+            rows,
+            cols,
+            out: dev.alloc::<T>(n)?,
+        };
+        Ok(Tensor::from_parts(backend::run(dev, op)?, x.shape()))
     }
 
     /// Softmax over the last dim, computed as exp(x - max) / Σ exp(x - max).

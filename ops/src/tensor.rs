@@ -1,19 +1,26 @@
 //! `Tensor<T>`: a strided view of a buffer on a device.
 
+use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
+use crate::gpu::Strided;
 use crate::layout::{Layout, checked_count};
-use ferrocm_host::{Arg, Device, DeviceBuffer, LaunchConfig};
+use crate::storage::Storage;
+use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
+use ferrocm_kernels::fill::FillKernels;
 use rand::{Rng, SeedableRng};
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Workitems per workgroup of elementwise and reduction launches (a multiple
 /// of both wave sizes).
 pub const BLOCK: u32 = 256;
 
-/// An n-dimensional array of `T` on a [`Device`]. Cloning is cheap (the
-/// storage is shared); views (transpose, narrow, broadcast, reshape of
-/// contiguous data) copy nothing. Ops never modify their inputs.
+/// An n-dimensional array of `T` on a [`Device`]: the typed view of a shared
+/// [`Storage`] (see [`DynTensor`](crate::DynTensor) for the run-time typed
+/// one). Cloning is cheap (the storage is shared); views (transpose, narrow,
+/// broadcast, reshape of contiguous data) copy nothing. Ops never modify
+/// their inputs.
 ///
 /// ```
 /// use ferrocm_ops::{Device, Tensor};
@@ -25,10 +32,21 @@ pub const BLOCK: u32 = 256;
 /// assert_eq!(s.to_vec()?, vec![6.0, 15.0]);
 /// # Ok::<(), ferrocm_ops::Error>(())
 /// ```
-#[derive(Clone)]
 pub struct Tensor<T: WithDType> {
-    pub(crate) storage: Arc<DeviceBuffer<T>>,
+    /// Always `Format::Dense(T::DTYPE)`, a whole number of `T`s.
+    pub(crate) storage: Arc<Storage>,
     pub(crate) layout: Layout,
+    _t: PhantomData<T>,
+}
+
+impl<T: WithDType> Clone for Tensor<T> {
+    fn clone(&self) -> Self {
+        Self {
+            storage: self.storage.clone(),
+            layout: self.layout.clone(),
+            _t: PhantomData,
+        }
+    }
 }
 
 impl<T: WithDType> std::fmt::Debug for Tensor<T> {
@@ -46,9 +64,47 @@ impl<T: WithDType> std::fmt::Debug for Tensor<T> {
 impl<T: WithDType> Tensor<T> {
     pub(crate) fn from_parts(storage: DeviceBuffer<T>, shape: &[usize]) -> Self {
         Self {
-            storage: Arc::new(storage),
+            storage: Arc::new(Storage::dense(storage)),
             layout: Layout::contiguous(shape),
+            _t: PhantomData,
         }
+    }
+
+    /// A typed view of `storage` (checked: it must hold dense `T`s covering `layout`).
+    pub(crate) fn from_storage(storage: Arc<Storage>, layout: Layout) -> Result<Self> {
+        let len = storage.typed::<T>()?.len();
+        if layout.elem_count() > 0 && layout.storage_end() > len {
+            return Err(Error::TooLarge {
+                op: "typed view",
+                shape: layout.shape().to_vec(),
+            });
+        }
+        Ok(Self {
+            storage,
+            layout,
+            _t: PhantomData,
+        })
+    }
+
+    /// The storage as `T`s.
+    pub(crate) fn buf(&self) -> &DeviceBuffer<T> {
+        // The invariant of the field: dense T's, a whole number of them.
+        self.storage
+            .raw()
+            .typed::<T>()
+            .expect("a Tensor<T>'s storage holds T's")
+    }
+
+    /// The storage as the kernels' element type (same bits).
+    pub(crate) fn kbuf(&self) -> &DeviceBuffer<T::Kernel> {
+        self.buf()
+            .view_as::<T::Kernel>()
+            .expect("WithDType::Kernel has the size of the dtype")
+    }
+
+    /// The first element of the view, as a kernel input.
+    pub(crate) fn input(&self) -> In<'_, T::Kernel> {
+        In::at(self.kbuf(), self.layout.offset())
     }
 
     /// Dims.
@@ -93,6 +149,11 @@ impl<T: WithDType> Tensor<T> {
 
     /// The underlying buffer.
     pub fn storage(&self) -> &DeviceBuffer<T> {
+        self.buf()
+    }
+
+    /// The shared storage this tensor views (run-time format, untyped memory).
+    pub fn shared_storage(&self) -> &Arc<Storage> {
         &self.storage
     }
 
@@ -106,21 +167,9 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     pub fn full(value: T, shape: &[usize], device: &Device) -> Result<Self> {
         let n = checked_count("full", shape, size_of::<T>())?;
-        let mut buf = device.alloc::<T>(n)?;
-        if device.runs_kernels() {
-            if n > 0 {
-                let bits = crate::fill::bits64(value);
-                let name = format!("fill_{}", T::DTYPE);
-                device.launch(
-                    &name,
-                    LaunchConfig::linear(n as u64, BLOCK),
-                    &[Arg::output(&buf), Arg::U64(n as u64), Arg::U64(bits)],
-                )?;
-            }
-        } else {
-            buf.fill(value)?;
-        }
-        Ok(Self::from_parts(buf, shape))
+        let out = device.alloc::<T>(n)?;
+        let out = backend::run(device, FillOp { value, out })?;
+        Ok(Self::from_parts(out, shape))
     }
 
     /// Zeros.
@@ -197,14 +246,14 @@ impl<T: WithDType> Tensor<T> {
         Self::from_slice(&data, shape, device)
     }
 
-    /// The elements in row-major order.
+    /// The elements in row-major order (waits for the device).
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let t = self.contiguous()?;
         let n = t.elem_count();
-        if t.layout.offset() == 0 && t.storage.len() == n {
-            return Ok(t.storage.download()?);
+        if t.layout.offset() == 0 && t.buf().len() == n {
+            return Ok(t.buf().download()?);
         }
-        let all = t.storage.download()?;
+        let all = t.buf().download()?;
         Ok(all[t.layout.offset()..t.layout.offset() + n].to_vec())
     }
 
@@ -219,27 +268,9 @@ impl<T: WithDType> Tensor<T> {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
-        let n = self.elem_count();
         let dev = self.device();
-        let mut out = dev.alloc::<T>(n)?;
-        if dev.runs_kernels() {
-            let layout = crate::gpu::layout_buffer(dev, &self.layout)?;
-            dev.launch(
-                &format!("copy_{}", T::DTYPE),
-                LaunchConfig::linear(n as u64, BLOCK),
-                &[
-                    Arg::output(&out),
-                    Arg::input_at(&self.storage, self.layout.offset()),
-                    Arg::U64(n as u64),
-                    Arg::U32(self.rank() as u32),
-                    Arg::input(&layout),
-                ],
-            )?;
-        } else {
-            let src = crate::cpu::host(&self.storage);
-            let dst = out.as_mut_slice().unwrap_or_default();
-            crate::cpu::map_strided(dst, &self.layout, |o| src[o]);
-        }
+        let out = dev.alloc::<T>(self.elem_count())?;
+        let out = backend::run(dev, CopyOp { x: self, out })?;
         Ok(Self::from_parts(out, self.shape()))
     }
 
@@ -262,10 +293,7 @@ impl<T: WithDType> Tensor<T> {
             });
         }
         if let Some(layout) = self.layout.reshaped(shape) {
-            return Ok(Self {
-                storage: self.storage.clone(),
-                layout,
-            });
+            return Ok(self.with_layout(layout));
         }
         self.contiguous()?.reshape(shape)
     }
@@ -274,6 +302,7 @@ impl<T: WithDType> Tensor<T> {
         Self {
             storage: self.storage.clone(),
             layout,
+            _t: PhantomData,
         }
     }
 
@@ -310,5 +339,66 @@ impl<T: WithDType> Tensor<T> {
             });
         }
         Ok(())
+    }
+}
+
+/// `full`: every element set to one value.
+struct FillOp<T: WithDType> {
+    value: T,
+    out: DeviceBuffer<T>,
+}
+
+impl<T: WithDType> Op for FillOp<T> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        crate::cpu::host_mut(&mut self.out).fill(self.value);
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let n = self.out.len() as u64;
+        if n > 0 {
+            let bits = crate::fill::bits64(self.value);
+            let out = self.out.view_as::<T::Kernel>().expect("same size");
+            dev.launch_typed(
+                T::Kernel::FILL,
+                LaunchConfig::linear(n, BLOCK),
+                (Out::new(out), n, bits),
+            )?;
+        }
+        Ok(self.out)
+    }
+}
+
+/// `contiguous`: a strided view gathered into dense storage.
+struct CopyOp<'a, T: WithDType> {
+    x: &'a Tensor<T>,
+    out: DeviceBuffer<T>,
+}
+
+impl<T: WithDType> Op for CopyOp<'_, T> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let src = crate::cpu::host(self.x.buf());
+        crate::cpu::map_strided(crate::cpu::host_mut(&mut self.out), &self.x.layout, |o| {
+            src[o]
+        });
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let n = self.out.len() as u64;
+        if n > 0 {
+            let s = Strided::new(dev, self.x.shape(), &[&self.x.layout])?;
+            let out = self.out.view_as::<T::Kernel>().expect("same size");
+            dev.launch_typed(
+                T::Kernel::COPY,
+                LaunchConfig::linear(n, BLOCK),
+                (Out::new(out), self.x.input(), n, s.ndim(), s.arg()),
+            )?;
+        }
+        Ok(self.out)
     }
 }

@@ -1,15 +1,17 @@
-//! where_cond: API, Cpu implementation, GPU dispatch.
+//! where_cond: API, Cpu implementation, kernel path.
 
-use crate::binary::nary_layout;
+use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::Result;
+use crate::gpu::Strided;
 use crate::layout::broadcast_shape;
 use crate::tensor::{BLOCK, Tensor};
-use ferrocm_host::{Arg, LaunchConfig};
+use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
+use ferrocm_kernels::ternary::WhereMask;
 
 /// A type that can be a mask: u8, u32 or i64 (non-zero selects `on_true`).
-pub trait MaskType: WithDType {}
+pub trait MaskType: WithDType<Kernel: WhereMask> {}
 impl MaskType for u8 {}
 impl MaskType for u32 {}
 impl MaskType for i64 {}
@@ -35,49 +37,77 @@ impl<M: MaskType> Tensor<M> {
         self.same_device("where_cond", on_false)?;
         let shape = broadcast_shape("where_cond", self.shape(), on_true.shape())?;
         let shape = broadcast_shape("where_cond", &shape, on_false.shape())?;
-        let (m, t, f) = (
-            self.broadcast_as(&shape)?,
-            on_true.broadcast_as(&shape)?,
-            on_false.broadcast_as(&shape)?,
+        let op = Where {
+            mask: &self.broadcast_as(&shape)?,
+            on_true: &on_true.broadcast_as(&shape)?,
+            on_false: &on_false.broadcast_as(&shape)?,
+            out: self.device().alloc::<T>(shape.iter().product())?,
+        };
+        Ok(Tensor::from_parts(backend::run(self.device(), op)?, &shape))
+    }
+}
+
+struct Where<'a, M: MaskType, T: WithDType> {
+    mask: &'a Tensor<M>,
+    on_true: &'a Tensor<T>,
+    on_false: &'a Tensor<T>,
+    out: DeviceBuffer<T>,
+}
+
+impl<M: MaskType, T: WithDType> Op for Where<'_, M, T> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let (sm, st, sf) = (
+            crate::cpu::host(self.mask.buf()),
+            crate::cpu::host(self.on_true.buf()),
+            crate::cpu::host(self.on_false.buf()),
         );
-        let n = shape.iter().product::<usize>();
-        let dev = self.device().clone();
-        let mut out = dev.alloc::<T>(n)?;
-        if dev.runs_kernels() {
-            if n > 0 {
-                let (ndim, lb) = nary_layout(&dev, &shape, &[&m.layout, &t.layout, &f.layout])?;
-                dev.launch(
-                    &format!("where_{}_{}", M::DTYPE, T::DTYPE),
-                    LaunchConfig::linear(n as u64, BLOCK),
-                    &[
-                        Arg::output(&out),
-                        Arg::input_at(&m.storage, m.layout.offset()),
-                        Arg::input_at(&t.storage, t.layout.offset()),
-                        Arg::input_at(&f.storage, f.layout.offset()),
-                        Arg::U64(n as u64),
-                        Arg::U32(ndim),
-                        lb.as_ref().map(Arg::input).unwrap_or(Arg::Null),
-                    ],
-                )?;
-            }
-        } else {
-            let (sm, st, sf) = (
-                crate::cpu::host(&m.storage),
-                crate::cpu::host(&t.storage),
-                crate::cpu::host(&f.storage),
-            );
-            crate::cpu::map_strided_n(
-                out.as_mut_slice().unwrap_or_default(),
-                [&m.layout, &t.layout, &f.layout],
-                |[i, j, k]| {
-                    if sm[i].to_kernel().eq(M::Kernel::ZERO) {
-                        sf[k]
-                    } else {
-                        st[j]
-                    }
-                },
-            );
+        crate::cpu::map_strided_n(
+            crate::cpu::host_mut(&mut self.out),
+            [
+                &self.mask.layout,
+                &self.on_true.layout,
+                &self.on_false.layout,
+            ],
+            |[i, j, k]| {
+                if sm[i].to_kernel().eq(M::Kernel::ZERO) {
+                    sf[k]
+                } else {
+                    st[j]
+                }
+            },
+        );
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let n = self.out.len() as u64;
+        if n > 0 {
+            let s = Strided::new(
+                dev,
+                self.mask.shape(),
+                &[
+                    &self.mask.layout,
+                    &self.on_true.layout,
+                    &self.on_false.layout,
+                ],
+            )?;
+            let out = self.out.view_as::<T::Kernel>().expect("same size");
+            dev.launch_typed(
+                M::Kernel::kernel::<T::Kernel>(),
+                LaunchConfig::linear(n, BLOCK),
+                (
+                    Out::new(out),
+                    self.mask.input(),
+                    self.on_true.input(),
+                    self.on_false.input(),
+                    n,
+                    s.ndim(),
+                    s.arg(),
+                ),
+            )?;
         }
-        Ok(Tensor::from_parts(out, &shape))
+        Ok(self.out)
     }
 }

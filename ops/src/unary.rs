@@ -1,50 +1,57 @@
-//! Unary ops and affine: API, Cpu implementation, GPU dispatch.
+//! Unary ops and affine: API, Cpu implementation, kernel path.
 //!
-//! The scalar math of each op is `ferrocm_kernels::unary::*::apply`, shared
-//! by the kernels and the Cpu backend.
+//! The scalar math of each op is `ferrocm_kernels::unary::*::apply` (one
+//! definition for the kernels and the Cpu backend), monomorphised per op on
+//! both sides: no function pointer per element.
 
+use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
-use ferrocm_host::Arg;
+use crate::gpu::Strided;
+use crate::tensor::{BLOCK, Tensor};
+use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
+use ferrocm_kernels::affine::AffineKernels;
 use ferrocm_kernels::elem::Elem;
-use ferrocm_kernels::unary::{self as k, UnaryOp};
+use ferrocm_kernels::unary::{self as k, UnaryKernel, UnaryKernels};
+use std::marker::PhantomData;
 
 macro_rules! unary_enum {
-    ($($v:ident => $name:literal, $ty:ident;)*) => {
+    ($($v:ident => $name:literal;)*) => {
         /// A unary elementwise op (float dtypes).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum Unary { $(#[doc = $name] $v,)* }
 
         impl Unary {
             /// Every unary op.
             pub const ALL: &'static [Unary] = &[$(Unary::$v,)*];
 
-            /// The op's name in kernel names (`unary_{name}_{dtype}`).
+            /// The op's name (as in its kernels' names, `unary_{name}_{dtype}`).
             pub fn name(self) -> &'static str {
                 match self { $(Unary::$v => $name,)* }
             }
 
-            /// The shared scalar definition.
-            pub fn scalar_fn(self) -> fn(f32, f32) -> f32 {
-                match self { $(Unary::$v => <k::$ty as UnaryOp>::apply,)* }
+            /// Runs the op: the one place the run-time op picks its type.
+            fn apply<T: WithDType>(self, x: &Tensor<T>, p: f32) -> Result<Tensor<T>> {
+                match self { $(Unary::$v => x.unary_op::<k::$v>(self.name(), p),)* }
             }
         }
     };
 }
 
 unary_enum! {
-    Neg => "neg", Neg; Abs => "abs", Abs; Sqr => "sqr", Sqr; Sqrt => "sqrt", Sqrt; Rsqrt => "rsqrt", Rsqrt;
-    Recip => "recip", Recip; Exp => "exp", Exp; Log => "log", Log; Sin => "sin", Sin; Cos => "cos", Cos;
-    Tanh => "tanh", Tanh; Erf => "erf", Erf; Gelu => "gelu", Gelu; GeluErf => "gelu_erf", GeluErf;
-    Silu => "silu", Silu; Relu => "relu", Relu; Sigmoid => "sigmoid", Sigmoid; Sign => "sign", Sign;
-    Ceil => "ceil", Ceil; Floor => "floor", Floor; Round => "round", Round; Powf => "powf", Powf; Elu => "elu", Elu;
+    Neg => "neg"; Abs => "abs"; Sqr => "sqr"; Sqrt => "sqrt"; Rsqrt => "rsqrt";
+    Recip => "recip"; Exp => "exp"; Log => "log"; Sin => "sin"; Cos => "cos";
+    Tanh => "tanh"; Erf => "erf"; Gelu => "gelu"; GeluErf => "gelu_erf";
+    Silu => "silu"; Relu => "relu"; Sigmoid => "sigmoid"; Sign => "sign";
+    Ceil => "ceil"; Floor => "floor"; Round => "round"; Powf => "powf"; Elu => "elu";
+    Softplus => "softplus"; LeakyRelu => "leaky_relu"; Hardswish => "hardswish";
 }
 
 macro_rules! unary_methods {
-    ($($m:ident => $v:ident),*) => {
+    ($($m:ident => $v:ident: $doc:literal),*) => {
         impl<T: WithDType> Tensor<T> {$(
-            #[doc = concat!("Elementwise `", stringify!($m), "` (float dtypes).")]
+            #[doc = concat!("Elementwise ", $doc, " (float dtypes).")]
             pub fn $m(&self) -> Result<Self> {
                 self.unary(Unary::$v, 0.0)
             }
@@ -52,12 +59,19 @@ macro_rules! unary_methods {
     };
 }
 
-unary_methods!(neg => Neg, abs => Abs, sqr => Sqr, sqrt => Sqrt, rsqrt => Rsqrt, recip => Recip, exp => Exp,
-    log => Log, sin => Sin, cos => Cos, tanh => Tanh, erf => Erf, gelu => Gelu, gelu_erf => GeluErf,
-    silu => Silu, relu => Relu, sigmoid => Sigmoid, sign => Sign, ceil => Ceil, floor => Floor, round => Round);
+unary_methods!(neg => Neg: "-x", abs => Abs: "|x|", sqr => Sqr: "x²", sqrt => Sqrt: "√x",
+    rsqrt => Rsqrt: "1/√x", recip => Recip: "1/x", exp => Exp: "eˣ", log => Log: "ln x",
+    sin => Sin: "sin x", cos => Cos: "cos x", tanh => Tanh: "tanh x", erf => Erf: "erf x",
+    gelu => Gelu: "GELU (tanh approximation)", gelu_erf => GeluErf: "GELU (exact, erf)",
+    silu => Silu: "x·σ(x)", relu => Relu: "max(x, 0)", sigmoid => Sigmoid: "σ(x) = 1/(1 + e⁻ˣ)",
+    sign => Sign: "sign (-1, 0, 1; NaN stays NaN)", ceil => Ceil: "⌈x⌉", floor => Floor: "⌊x⌋",
+    round => Round: "rounding, half away from zero",
+    softplus => Softplus: "softplus ln(1 + eˣ) (x itself above 20, as PyTorch)",
+    hardswish => Hardswish: "hardswish x·min(max(x + 3, 0), 6)/6");
 
 impl<T: WithDType> Tensor<T> {
-    /// Applies `op` with scalar parameter `p` (the exponent of powf, alpha of elu).
+    /// Applies `op` with scalar parameter `p` (the exponent of powf, alpha of
+    /// elu, the negative slope of leaky_relu; ignored by the others).
     ///
     /// ```
     /// use ferrocm_ops::{Device, Tensor, Unary};
@@ -66,26 +80,26 @@ impl<T: WithDType> Tensor<T> {
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     pub fn unary(&self, op: Unary, p: f32) -> Result<Self> {
+        op.apply(self, p)
+    }
+
+    fn unary_op<U: UnaryKernel>(&self, name: &'static str, p: f32) -> Result<Self> {
         if !T::DTYPE.is_float() {
             return Err(Error::UnsupportedDType {
-                op: op.name(),
+                op: name,
                 dtype: T::DTYPE,
             });
         }
-        let n = self.elem_count();
-        let dev = self.device().clone();
-        let mut out = dev.alloc::<T>(n)?;
-        if dev.runs_kernels() {
-            let kernel = format!("unary_{}_{}", op.name(), T::DTYPE);
-            crate::gpu::launch_map(self, &kernel, &out, &[Arg::F32(p)])?;
-        } else {
-            let f = op.scalar_fn();
-            let src = crate::cpu::host(&self.storage);
-            crate::cpu::map_strided(out.as_mut_slice().unwrap_or_default(), &self.layout, |o| {
-                T::from_kernel(T::Kernel::from_f32(f(src[o].to_kernel().to_f32(), p)))
-            });
-        }
-        Ok(Tensor::from_parts(out, self.shape()))
+        let dev = self.device();
+        let out = dev.alloc::<T>(self.elem_count())?;
+        let op = UnaryMap::<T, U> {
+            name,
+            x: self,
+            p,
+            out,
+            _op: PhantomData,
+        };
+        Ok(Tensor::from_parts(backend::run(dev, op)?, self.shape()))
     }
 
     /// `x^e` elementwise.
@@ -93,9 +107,21 @@ impl<T: WithDType> Tensor<T> {
         self.unary(Unary::Powf, e)
     }
 
-    /// ELU with `alpha`.
+    /// ELU with `alpha`: x if x ≥ 0 else alpha(eˣ - 1).
     pub fn elu(&self, alpha: f32) -> Result<Self> {
         self.unary(Unary::Elu, alpha)
+    }
+
+    /// Leaky ReLU: x if x ≥ 0 else `negative_slope`·x (PyTorch's default slope is 0.01).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[-2.0f32, 3.0], &[2], &Device::emulator(64))?;
+    /// assert_eq!(x.leaky_relu(0.5)?.to_vec()?, vec![-1.0, 3.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    pub fn leaky_relu(&self, negative_slope: f32) -> Result<Self> {
+        self.unary(Unary::LeakyRelu, negative_slope)
     }
 
     /// `x * mul + add` elementwise (every dtype; integers wrap).
@@ -107,22 +133,102 @@ impl<T: WithDType> Tensor<T> {
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     pub fn affine(&self, mul: f32, add: f32) -> Result<Self> {
-        let n = self.elem_count();
-        let dev = self.device().clone();
-        let mut out = dev.alloc::<T>(n)?;
-        if dev.runs_kernels() {
-            let kernel = format!("affine_{}", T::DTYPE);
-            crate::gpu::launch_map(self, &kernel, &out, &[Arg::F32(mul), Arg::F32(add)])?;
-        } else {
-            let src = crate::cpu::host(&self.storage);
-            crate::cpu::map_strided(out.as_mut_slice().unwrap_or_default(), &self.layout, |o| {
-                T::from_kernel(ferrocm_kernels::affine::affine_apply(
-                    src[o].to_kernel(),
-                    mul,
-                    add,
-                ))
-            });
+        let dev = self.device();
+        let out = dev.alloc::<T>(self.elem_count())?;
+        let op = AffineMap {
+            x: self,
+            mul,
+            add,
+            out,
+        };
+        Ok(Tensor::from_parts(backend::run(dev, op)?, self.shape()))
+    }
+}
+
+/// One unary op `U` over a tensor.
+struct UnaryMap<'a, T: WithDType, U> {
+    name: &'static str,
+    x: &'a Tensor<T>,
+    p: f32,
+    out: DeviceBuffer<T>,
+    _op: PhantomData<U>,
+}
+
+impl<T: WithDType, U: UnaryKernel> Op for UnaryMap<'_, T, U> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let (src, p) = (crate::cpu::host(self.x.buf()), self.p);
+        crate::cpu::map_strided(crate::cpu::host_mut(&mut self.out), &self.x.layout, |o| {
+            T::from_kernel(T::Kernel::from_f32(U::apply(
+                src[o].to_kernel().to_f32(),
+                p,
+            )))
+        });
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let n = self.out.len() as u64;
+        let kernel = T::Kernel::kernel::<U>().ok_or(Error::UnsupportedDType {
+            op: self.name,
+            dtype: T::DTYPE,
+        })?;
+        if n > 0 {
+            let s = Strided::new(dev, self.x.shape(), &[&self.x.layout])?;
+            let out = self.out.view_as::<T::Kernel>().expect("same size");
+            dev.launch_typed(
+                kernel,
+                LaunchConfig::linear(n, BLOCK),
+                (Out::new(out), self.x.input(), n, s.ndim(), s.arg(), self.p),
+            )?;
         }
-        Ok(Tensor::from_parts(out, self.shape()))
+        Ok(self.out)
+    }
+}
+
+/// `x * mul + add`.
+struct AffineMap<'a, T: WithDType> {
+    x: &'a Tensor<T>,
+    mul: f32,
+    add: f32,
+    out: DeviceBuffer<T>,
+}
+
+impl<T: WithDType> Op for AffineMap<'_, T> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let (src, mul, add) = (crate::cpu::host(self.x.buf()), self.mul, self.add);
+        crate::cpu::map_strided(crate::cpu::host_mut(&mut self.out), &self.x.layout, |o| {
+            T::from_kernel(ferrocm_kernels::affine::affine_apply(
+                src[o].to_kernel(),
+                mul,
+                add,
+            ))
+        });
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let n = self.out.len() as u64;
+        if n > 0 {
+            let s = Strided::new(dev, self.x.shape(), &[&self.x.layout])?;
+            let out = self.out.view_as::<T::Kernel>().expect("same size");
+            dev.launch_typed(
+                T::Kernel::AFFINE,
+                LaunchConfig::linear(n, BLOCK),
+                (
+                    Out::new(out),
+                    self.x.input(),
+                    n,
+                    s.ndim(),
+                    s.arg(),
+                    self.mul,
+                    self.add,
+                ),
+            )?;
+        }
+        Ok(self.out)
     }
 }

@@ -105,6 +105,9 @@ scalar_arg!(f32, F32, |r| f32::from_bits(r as u32));
 
 /// One kernel as the host sees it: its symbol name, its arguments, and the
 /// host copy of its body that the emulator runs per workitem.
+///
+/// Every kernel declared with [`kernels!`](crate::kernels) has one, in a
+/// `static`, reached through the kernel's typed handle ([`Kernel::INFO`]).
 #[derive(Clone, Copy)]
 pub struct KernelInfo {
     /// Symbol name in the code objects (`{op}_{dtype}`).
@@ -123,3 +126,74 @@ impl std::fmt::Debug for KernelInfo {
             .finish()
     }
 }
+
+/// A kernel's typed handle. [`kernels!`](crate::kernels) generates, for each
+/// kernel `fn name(a: A, b: B, ...)`, a zero-sized type `name` (in the type
+/// namespace, beside the function) implementing this trait with
+/// `Args = (A, B, ...)`. The host's typed launch takes the arguments as the
+/// host-side counterparts of `Args`, so rustc checks their number and types at
+/// the call site; [`Kernel::INFO`] is a `'static` reference resolved at compile
+/// time, never looked up by name.
+///
+/// ```
+/// use ferrocm_kernels::host::Kernel;
+/// use ferrocm_kernels::unary::unary_exp_f32;
+/// assert_eq!(<unary_exp_f32 as Kernel>::INFO.name, "unary_exp_f32");
+/// fn takes_f32_map<K: Kernel<Args = (*mut f32, *const f32, u64, u32, *const u64, f32)>>() {}
+/// takes_f32_map::<unary_exp_f32>(); // a kernel of another signature would not compile
+/// ```
+pub trait Kernel: 'static {
+    /// The kernel's parameter types, as a tuple.
+    type Args: 'static;
+    /// Name, argument kinds and the emulator's entry point.
+    const INFO: &'static KernelInfo;
+}
+
+/// A kernel handle as a value: the [`KernelInfo`] of a kernel whose
+/// parameter types are `A`. Families map a dtype to one of these (see
+/// [`crate::unary::UnaryKernels`]); `None` where a family has no kernel for a
+/// dtype.
+///
+/// ```
+/// use ferrocm_kernels::host::KernelRef;
+/// use ferrocm_kernels::unary::{Exp, UnaryKernels};
+/// let k = <f32 as UnaryKernels>::kernel::<Exp>().unwrap();
+/// assert_eq!(k.info.name, "unary_exp_f32");
+/// assert!(<u8 as UnaryKernels>::kernel::<Exp>().is_none());
+/// # let _: KernelRef<_> = k;
+/// ```
+pub struct KernelRef<A> {
+    /// The kernel.
+    pub info: &'static KernelInfo,
+    _args: std::marker::PhantomData<fn(A)>,
+}
+
+impl<A> Clone for KernelRef<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for KernelRef<A> {}
+
+impl<A> std::fmt::Debug for KernelRef<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KernelRef({})", self.info.name)
+    }
+}
+
+impl<A: 'static> KernelRef<A> {
+    /// The handle of kernel type `K`.
+    pub const fn of<K: Kernel<Args = A>>() -> Self {
+        Self {
+            info: K::INFO,
+            _args: std::marker::PhantomData,
+        }
+    }
+}
+
+// The device layer's f16/bf16 are plain bits: buffers of them are Pod.
+// SAFETY: repr(transparent) over u16; every bit pattern is valid.
+unsafe impl bytemuck::Zeroable for crate::elem::F16 {}
+unsafe impl bytemuck::Pod for crate::elem::F16 {}
+unsafe impl bytemuck::Zeroable for crate::elem::Bf16 {}
+unsafe impl bytemuck::Pod for crate::elem::Bf16 {}

@@ -1,0 +1,144 @@
+//! Storage with a run-time element type: the memory every tensor views.
+//!
+//! A [`Storage`] is untyped device memory ([`RawBuffer`]) plus its
+//! [`Format`]: dense elements of a [`DType`], or blocks of a quantized format
+//! (GGML's Q4_0, Q8_0, ... later) that are no element type. [`Tensor<T>`]
+//! is the typed view of a dense storage; [`DynTensor`](crate::DynTensor) the
+//! untyped one. Both share the same `Arc<Storage>`: converting is free.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use ferrocm_host::{Device, DeviceBuffer, RawBuffer};
+
+/// A block-quantized format: `block_elems` logical elements stored in
+/// `block_bytes` bytes (e.g. GGML Q8_0: 32 elements in 34 bytes).
+///
+/// ```
+/// use ferrocm_ops::BlockFormat;
+/// let q8_0 = BlockFormat { name: "q8_0", block_elems: 32, block_bytes: 34 };
+/// assert_eq!(q8_0.bytes_for(64), Some(68));
+/// assert_eq!(q8_0.bytes_for(33), None); // not a whole number of blocks
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BlockFormat {
+    /// Name (`q4_0`, `q8_0`, ...).
+    pub name: &'static str,
+    /// Logical elements per block.
+    pub block_elems: usize,
+    /// Bytes per block.
+    pub block_bytes: usize,
+}
+
+impl BlockFormat {
+    /// Bytes holding `elems` elements, if they are a whole number of blocks.
+    pub fn bytes_for(&self, elems: usize) -> Option<usize> {
+        if self.block_elems == 0 || elems % self.block_elems != 0 {
+            return None;
+        }
+        (elems / self.block_elems).checked_mul(self.block_bytes)
+    }
+}
+
+/// What a storage holds.
+///
+/// ```
+/// use ferrocm_ops::{DType, Format};
+/// assert_eq!(Format::Dense(DType::BF16).to_string(), "bf16");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Format {
+    /// Elements of a dtype.
+    Dense(DType),
+    /// Blocks of a quantized format.
+    Blocks(BlockFormat),
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Format::Dense(d) => write!(f, "{d}"),
+            Format::Blocks(b) => write!(f, "{}", b.name),
+        }
+    }
+}
+
+/// Device memory and its format, shared (through an `Arc`) by every tensor
+/// that views it.
+///
+/// ```
+/// use ferrocm_ops::{DType, Device, Format, Tensor};
+/// let t = Tensor::from_slice(&[1u32, 2, 3], &[3], &Device::Cpu)?;
+/// let s = t.shared_storage();
+/// assert_eq!(s.format(), Format::Dense(DType::U32));
+/// assert_eq!(s.len_bytes(), 12);
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
+pub struct Storage {
+    buffer: RawBuffer,
+    format: Format,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Storage({}, {:?})", self.format, self.buffer)
+    }
+}
+
+impl Storage {
+    /// Dense storage of `T`s.
+    pub(crate) fn dense<T: crate::WithDType>(buffer: DeviceBuffer<T>) -> Self {
+        Self {
+            buffer: buffer.into_raw(),
+            format: Format::Dense(T::DTYPE),
+        }
+    }
+
+    /// Raw blocks of `format` (the byte count is checked by the caller).
+    pub(crate) fn blocks(buffer: RawBuffer, format: BlockFormat) -> Self {
+        Self {
+            buffer,
+            format: Format::Blocks(format),
+        }
+    }
+
+    /// The format.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        self.buffer.device()
+    }
+
+    /// Size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.buffer.len_bytes()
+    }
+
+    /// The untyped memory.
+    pub fn raw(&self) -> &RawBuffer {
+        &self.buffer
+    }
+
+    /// The memory as `T`s, when it holds dense `T`s.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1i64], &[1], &Device::Cpu)?;
+    /// assert!(t.shared_storage().typed::<i64>().is_ok());
+    /// assert!(t.shared_storage().typed::<u32>().is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    pub fn typed<T: crate::WithDType>(&self) -> Result<&DeviceBuffer<T>> {
+        match (self.format, self.buffer.typed::<T>()) {
+            (Format::Dense(d), Some(b)) if d == T::DTYPE => Ok(b),
+            _ => Err(Error::FormatMismatch {
+                op: "typed view",
+                expected: Format::Dense(T::DTYPE),
+                got: self.format,
+            }),
+        }
+    }
+}
