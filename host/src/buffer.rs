@@ -252,7 +252,7 @@ impl RawBuffer {
     /// This memory viewed as `T`s: `None` unless the length is a whole number
     /// of `T`s (the alignment is always 256 bytes).
     pub fn typed<T: bytemuck::Pod>(&self) -> Option<&DeviceBuffer<T>> {
-        if size_of::<T>() == 0 || self.len_bytes % size_of::<T>() != 0 {
+        if size_of::<T>() == 0 || !self.len_bytes.is_multiple_of(size_of::<T>()) {
             return None;
         }
         // SAFETY: DeviceBuffer<T> is a repr(transparent) RawBuffer; any bytes

@@ -455,6 +455,32 @@ impl Device {
     ///     (Out::new(&y), In::new(&x), 3, 0, In::null(), 0.0)).unwrap();
     /// assert_eq!(y.download().unwrap(), vec![1.0, 2.0, 3.0]);
     /// ```
+    ///
+    /// A missing argument does not compile:
+    ///
+    /// ```compile_fail
+    /// # use ferrocm_host::{Device, In, LaunchConfig, Out};
+    /// # use ferrocm_kernels::host::KernelRef;
+    /// # use ferrocm_kernels::unary::unary_sqrt_f32;
+    /// # let dev = Device::emulator(64);
+    /// # let x = dev.upload(&[1.0f32, 4.0, 9.0]).unwrap();
+    /// # let y = dev.alloc::<f32>(3).unwrap();
+    /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),
+    ///     (Out::new(&y), In::new(&x), 3, 0, 0.0)).unwrap(); // no layout
+    /// ```
+    ///
+    /// nor does a buffer of another element type:
+    ///
+    /// ```compile_fail
+    /// # use ferrocm_host::{Device, In, LaunchConfig, Out};
+    /// # use ferrocm_kernels::host::KernelRef;
+    /// # use ferrocm_kernels::unary::unary_sqrt_f32;
+    /// # let dev = Device::emulator(64);
+    /// let x = dev.upload(&[1u32, 4, 9]).unwrap();
+    /// # let y = dev.alloc::<f32>(3).unwrap();
+    /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),
+    ///     (Out::new(&y), In::new(&x), 3, 0, In::null(), 0.0)).unwrap();
+    /// ```
     pub fn launch_typed<'a, A: Params<'a>>(
         &self,
         kernel: KernelRef<A>,

@@ -92,7 +92,7 @@ unary_ops! {
     /// x if x ≥ 0 else p·x (p: the negative slope)
     LeakyRelu = |x, p| if x < 0.0 { p * x } else { x };
     /// x·min(max(x + 3, 0), 6)/6
-    Hardswish = |x, p| x * (x + 3.0).max(0.0).min(6.0) * (1.0 / 6.0);
+    Hardswish = |x, p| x * (x + 3.0).clamp(0.0, 6.0) / 6.0;
 }
 
 /// The body every unary kernel instantiates.

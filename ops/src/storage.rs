@@ -32,7 +32,7 @@ pub struct BlockFormat {
 impl BlockFormat {
     /// Bytes holding `elems` elements, if they are a whole number of blocks.
     pub fn bytes_for(&self, elems: usize) -> Option<usize> {
-        if self.block_elems == 0 || elems % self.block_elems != 0 {
+        if self.block_elems == 0 || !elems.is_multiple_of(self.block_elems) {
             return None;
         }
         (elems / self.block_elems).checked_mul(self.block_bytes)

@@ -139,6 +139,9 @@ entry_points! {
         #[check(hb)]
         fn hipEventElapsedTime(ms: *mut f32, start: hb::hipEvent_t, stop: hb::hipEvent_t) -> hb::hipError_t;
         #[check(hb)] fn hipEventDestroy(event: hb::hipEvent_t) -> hb::hipError_t;
+        #[check(hb)] fn hipEventQuery(event: hb::hipEvent_t) -> hb::hipError_t;
+        #[check(hb)] fn hipHostMalloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> hb::hipError_t;
+        #[check(hb)] fn hipHostFree(ptr: *mut c_void) -> hb::hipError_t;
     }
 }
 

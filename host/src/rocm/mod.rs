@@ -69,10 +69,12 @@
 
 mod ffi;
 
+use crate::buffer::Block;
 use crate::codeobject::{KernelResources, check_args, parse_code_object};
 use crate::device::{GpuInfo, select_code_object};
 use crate::error::{Error, Result};
 use crate::launch::LaunchConfig;
+use crate::memory::Pool;
 use ferrocm_kernels::host::{ArgKind, KernelInfo};
 use rocm_rs::hip::bindings as hb;
 use std::collections::HashMap;
@@ -274,6 +276,36 @@ impl Drop for Event {
     }
 }
 
+/// One chunk of pinned host memory for asynchronous uploads: bytes
+/// `0..used` are (or were) sources of queued copies; `done`, once recorded,
+/// completes when they have all run.
+struct StagingChunk {
+    ptr: *mut u8,
+    cap: usize,
+    used: usize,
+    done: Option<Event>,
+    hip: &'static ffi::Hip,
+}
+
+// SAFETY: pinned host memory owned by this chunk; used under the staging mutex.
+unsafe impl Send for StagingChunk {}
+
+impl Drop for StagingChunk {
+    fn drop(&mut self) {
+        // The device synchronises its stream before its fields drop, so no
+        // copy still reads this memory. Errors are ignored.
+        // SAFETY: from hipHostMalloc, freed once.
+        unsafe { (self.hip.hipHostFree)(self.ptr.cast()) };
+    }
+}
+
+/// The staging chunks of a device and the one being filled.
+#[derive(Default)]
+struct Staging {
+    chunks: Vec<StagingChunk>,
+    current: usize,
+}
+
 /// The embedded code object copied to 8-byte-aligned memory: `include_bytes!`
 /// data has alignment 1, and the runtime reads ELF headers in place. It must
 /// outlive the module loaded from it.
@@ -313,8 +345,13 @@ pub struct RocmDevice {
     /// The loaded code object's kernel metadata (argument layouts), or why it
     /// could not be read.
     kernel_meta: std::result::Result<Vec<KernelResources>, String>,
-    /// Looked-up kernels, with the argument kinds their layout was verified for.
-    functions: Mutex<HashMap<&'static str, (Function, &'static [ArgKind])>>,
+    /// Looked-up kernels by the address of their (static) `KernelInfo`, with
+    /// the argument kinds their layout was verified for.
+    functions: Mutex<HashMap<usize, (Function, &'static [ArgKind])>>,
+    /// The caching allocator and counters of this device.
+    pool: Pool<Block>,
+    /// Pinned host memory that asynchronous uploads are staged in.
+    staging: Mutex<Staging>,
     /// Serialises the lazy creation of the handles below.
     handle_init: Mutex<()>,
     // Drop order is field order: the handles (bound to the stream) go first,
@@ -456,6 +493,8 @@ impl RocmDevice {
             hip,
             kernel_meta,
             functions: Mutex::new(HashMap::new()),
+            pool: Pool::new(),
+            staging: Mutex::new(Staging::default()),
             handle_init: Mutex::new(()),
             rocblas: OnceLock::new(),
             miopen: OnceLock::new(),
@@ -531,10 +570,22 @@ impl RocmDevice {
         })
     }
 
-    /// Sets every byte of `a` to `byte` (queued on the stream).
-    pub fn memset(&self, a: &RocmAlloc, byte: u8) -> Result<()> {
+    /// The caching allocator and counters of this device.
+    pub(crate) fn pool(&self) -> &Pool<Block> {
+        &self.pool
+    }
+
+    /// Sets the first `len` bytes of `a` to `byte` (queued on the stream).
+    pub fn memset(&self, a: &RocmAlloc, byte: u8, len: usize) -> Result<()> {
         self.same_device("memset", a)?;
-        if a.bytes == 0 {
+        if len > a.bytes {
+            return Err(Error::LengthMismatch {
+                what: "memset".into(),
+                expected: a.bytes,
+                got: len,
+            });
+        }
+        if len == 0 {
             return Ok(());
         }
         self.set_device()?;
@@ -543,17 +594,18 @@ impl RocmDevice {
             (self.hip.hipMemsetAsync)(
                 a.ptr as *mut c_void,
                 c_int::from(byte),
-                a.bytes,
+                len,
                 self.stream.raw,
             )
         };
         self.check(code, "hipMemsetAsync")
     }
 
-    /// Copies `src` into `dst` (same length) and waits for the copy.
+    /// Copies `src` into the first `src.len()` bytes of `dst` and waits for
+    /// the copy.
     pub fn copy_htod(&self, dst: &RocmAlloc, src: &[u8]) -> Result<()> {
         self.same_device("copy to device", dst)?;
-        if src.len() != dst.bytes {
+        if src.len() > dst.bytes {
             return Err(Error::LengthMismatch {
                 what: "copy to device".into(),
                 expected: dst.bytes,
@@ -581,10 +633,11 @@ impl RocmDevice {
         self.check(code, "hipStreamSynchronize")
     }
 
-    /// Copies `src` (same length) into `dst` after all queued work, and waits.
+    /// Copies the first `dst.len()` bytes of `src` into `dst` after all
+    /// queued work, and waits.
     pub fn copy_dtoh(&self, src: &RocmAlloc, dst: &mut [u8]) -> Result<()> {
         self.same_device("copy to host", src)?;
-        if dst.len() != src.bytes {
+        if dst.len() > src.bytes {
             return Err(Error::LengthMismatch {
                 what: "copy to host".into(),
                 expected: src.bytes,
@@ -612,18 +665,18 @@ impl RocmDevice {
         self.check(code, "hipStreamSynchronize")
     }
 
-    /// Copies `src` into `dst` (same length; queued on the stream).
-    pub fn copy_dtod(&self, dst: &RocmAlloc, src: &RocmAlloc) -> Result<()> {
+    /// Copies the first `bytes` bytes of `src` into `dst` (queued on the stream).
+    pub fn copy_dtod(&self, dst: &RocmAlloc, src: &RocmAlloc, bytes: usize) -> Result<()> {
         self.same_device("device copy", dst)?;
         self.same_device("device copy", src)?;
-        if src.bytes != dst.bytes {
+        if bytes > src.bytes || bytes > dst.bytes {
             return Err(Error::LengthMismatch {
                 what: "device copy".into(),
-                expected: dst.bytes,
-                got: src.bytes,
+                expected: dst.bytes.min(src.bytes),
+                got: bytes,
             });
         }
-        if src.bytes == 0 {
+        if bytes == 0 {
             return Ok(());
         }
         self.set_device()?;
@@ -632,12 +685,119 @@ impl RocmDevice {
             (self.hip.hipMemcpyAsync)(
                 dst.ptr as *mut c_void,
                 src.ptr as *const c_void,
-                src.bytes,
+                bytes,
                 DEVICE_TO_DEVICE,
                 self.stream.raw,
             )
         };
         self.check(code, "hipMemcpyAsync(device to device)")
+    }
+
+    /// Copies `src` into the first `src.len()` bytes of `dst` in stream order,
+    /// without waiting: the bytes are first copied into pinned staging memory
+    /// (a pageable source would make `hipMemcpyAsync` synchronous with the
+    /// host), which is reused once an event recorded after its copies says
+    /// they ran. A new pinned chunk is allocated only when every chunk still
+    /// has copies in flight.
+    pub fn copy_htod_async(&self, dst: &RocmAlloc, src: &[u8]) -> Result<()> {
+        self.same_device("asynchronous copy to device", dst)?;
+        if src.len() > dst.bytes {
+            return Err(Error::LengthMismatch {
+                what: "asynchronous copy to device".into(),
+                expected: dst.bytes,
+                got: src.len(),
+            });
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.set_device()?;
+        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let at = self.staging_slot(&mut staging, src.len())?;
+        let current = staging.current;
+        let chunk = &mut staging.chunks[current];
+        // SAFETY: `at + src.len()` is within the chunk (staging_slot), whose
+        // earlier copies that read this range have completed.
+        let host = unsafe { chunk.ptr.add(at) };
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), host, src.len()) };
+        // SAFETY: pinned source of `src.len()` bytes kept until an event
+        // recorded after this copy completes; `dst` holds at least that many.
+        let code = unsafe {
+            (self.hip.hipMemcpyAsync)(
+                dst.ptr as *mut c_void,
+                host as *const c_void,
+                src.len(),
+                HOST_TO_DEVICE,
+                self.stream.raw,
+            )
+        };
+        self.check(code, "hipMemcpyAsync(pinned host to device)")
+    }
+
+    /// An offset in the current staging chunk with room for `len` bytes,
+    /// moving to a chunk whose copies have all run (or a new one) if needed.
+    fn staging_slot(&self, staging: &mut Staging, len: usize) -> Result<usize> {
+        const CHUNK: usize = 1 << 20;
+        let need = len.next_multiple_of(256);
+        if let Some(c) = staging.chunks.get_mut(staging.current)
+            && c.used + need <= c.cap
+        {
+            c.used += need;
+            return Ok(c.used - need);
+        }
+        // Mark the end of the current chunk's copies.
+        if let Some(c) = staging.chunks.get_mut(staging.current)
+            && c.used > 0
+            && c.done.is_none()
+        {
+            let e = self.event()?;
+            // SAFETY: our event and stream.
+            let code = unsafe { (self.hip.hipEventRecord)(e.raw, self.stream.raw) };
+            self.check(code, "hipEventRecord")?;
+            c.done = Some(e);
+        }
+        // Reuse a chunk whose copies have run.
+        for (i, c) in staging.chunks.iter_mut().enumerate() {
+            if c.cap < need {
+                continue;
+            }
+            let free = match &c.done {
+                None => c.used == 0,
+                // SAFETY: our event; hipSuccess means the work before it ran.
+                Some(e) => {
+                    let code = unsafe { (self.hip.hipEventQuery)(e.raw) };
+                    code == hb::hipError_t_hipSuccess
+                }
+            };
+            if free {
+                c.used = need;
+                c.done = None;
+                staging.current = i;
+                return Ok(0);
+            }
+        }
+        let cap = need.max(CHUNK);
+        let mut p: *mut c_void = null_mut();
+        // SAFETY: writes one pointer; flags 0 = hipHostMallocDefault.
+        let code = unsafe { (self.hip.hipHostMalloc)(&mut p, cap, 0) };
+        if code == hb::hipError_t_hipErrorOutOfMemory
+            || (code == hb::hipError_t_hipSuccess && p.is_null())
+        {
+            return Err(Error::OutOfMemory {
+                device: format!("{} (pinned host staging)", self.label),
+                bytes: cap,
+            });
+        }
+        self.check(code, "hipHostMalloc")?;
+        staging.chunks.push(StagingChunk {
+            ptr: p.cast(),
+            cap,
+            used: need,
+            done: None,
+            hip: self.hip,
+        });
+        staging.current = staging.chunks.len() - 1;
+        Ok(0)
     }
 
     /// The kernel of the loaded module, looked up once and cached. Before the
@@ -647,8 +807,9 @@ impl RocmDevice {
     /// kernel whose metadata disagrees with its [`KernelInfo`] is refused
     /// rather than launched.
     fn function(&self, kernel: &KernelInfo) -> Result<Function> {
+        let key = kernel as *const KernelInfo as usize;
         let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((f, args)) = cache.get(kernel.name)
+        if let Some((f, args)) = cache.get(&key)
             && *args == kernel.args
         {
             return Ok(*f);
@@ -672,7 +833,7 @@ impl RocmDevice {
         let code =
             unsafe { (self.hip.hipModuleGetFunction)(&mut raw, self.module.raw, c_name.as_ptr()) };
         self.check(code, &format!("hipModuleGetFunction({})", kernel.name))?;
-        cache.insert(kernel.name, (Function(raw), kernel.args));
+        cache.insert(key, (Function(raw), kernel.args));
         Ok(Function(raw))
     }
 
@@ -1181,20 +1342,26 @@ mod tests {
         let data: Vec<u8> = (0..=255).cycle().take(4099).collect();
         let a = dev.alloc(data.len()).unwrap();
         let b = dev.alloc(data.len()).unwrap();
-        dev.memset(&a, 0xab).unwrap();
+        dev.memset(&a, 0xab, data.len()).unwrap();
         let mut back = vec![0u8; data.len()];
         dev.copy_dtoh(&a, &mut back).unwrap();
         assert!(back.iter().all(|&x| x == 0xab));
         dev.copy_htod(&a, &data).unwrap();
-        dev.copy_dtod(&b, &a).unwrap();
+        dev.copy_dtod(&b, &a, data.len()).unwrap();
         dev.copy_dtoh(&b, &mut back).unwrap();
         assert_eq!(back, data);
+        // The asynchronous (pinned, staged) upload lands in stream order.
+        let rev: Vec<u8> = data.iter().rev().copied().collect();
+        dev.copy_htod_async(&a, &rev).unwrap();
+        dev.copy_dtoh(&a, &mut back).unwrap();
+        assert_eq!(back, rev);
+        let longer = vec![0u8; data.len() + 1];
         assert!(matches!(
-            dev.copy_htod(&a, &data[1..]),
+            dev.copy_htod(&a, &longer),
             Err(Error::LengthMismatch { .. })
         ));
         assert!(matches!(
-            dev.copy_dtod(&a, &empty),
+            dev.copy_dtod(&a, &empty, data.len()),
             Err(Error::LengthMismatch { .. })
         ));
         assert!(matches!(
