@@ -154,7 +154,7 @@ const _: () = {
 use crate::host::KernelRef;
 
 macro_rules! unary_kernels {
-    ($($op:ident => $f32:ident, $f16:ident, $bf16:ident;)*) => {
+    ($($op:ident($method:ident $(: $param:ident)?) => $f32:ident, $f16:ident, $bf16:ident;)*) => {
         $(
             #[cfg(not(target_arch = "amdgpu"))]
             impl UnaryKernel for $op {
@@ -179,31 +179,43 @@ macro_rules! unary_kernels {
     };
 }
 
-unary_kernels! {
-    Neg => unary_neg_f32, unary_neg_f16, unary_neg_bf16;
-    Abs => unary_abs_f32, unary_abs_f16, unary_abs_bf16;
-    Sqr => unary_sqr_f32, unary_sqr_f16, unary_sqr_bf16;
-    Sqrt => unary_sqrt_f32, unary_sqrt_f16, unary_sqrt_bf16;
-    Rsqrt => unary_rsqrt_f32, unary_rsqrt_f16, unary_rsqrt_bf16;
-    Recip => unary_recip_f32, unary_recip_f16, unary_recip_bf16;
-    Exp => unary_exp_f32, unary_exp_f16, unary_exp_bf16;
-    Log => unary_log_f32, unary_log_f16, unary_log_bf16;
-    Sin => unary_sin_f32, unary_sin_f16, unary_sin_bf16;
-    Cos => unary_cos_f32, unary_cos_f16, unary_cos_bf16;
-    Tanh => unary_tanh_f32, unary_tanh_f16, unary_tanh_bf16;
-    Erf => unary_erf_f32, unary_erf_f16, unary_erf_bf16;
-    Gelu => unary_gelu_f32, unary_gelu_f16, unary_gelu_bf16;
-    GeluErf => unary_gelu_erf_f32, unary_gelu_erf_f16, unary_gelu_erf_bf16;
-    Silu => unary_silu_f32, unary_silu_f16, unary_silu_bf16;
-    Relu => unary_relu_f32, unary_relu_f16, unary_relu_bf16;
-    Sigmoid => unary_sigmoid_f32, unary_sigmoid_f16, unary_sigmoid_bf16;
-    Sign => unary_sign_f32, unary_sign_f16, unary_sign_bf16;
-    Ceil => unary_ceil_f32, unary_ceil_f16, unary_ceil_bf16;
-    Floor => unary_floor_f32, unary_floor_f16, unary_floor_bf16;
-    Round => unary_round_f32, unary_round_f16, unary_round_bf16;
-    Powf => unary_powf_f32, unary_powf_f16, unary_powf_bf16;
-    Elu => unary_elu_f32, unary_elu_f16, unary_elu_bf16;
-    Softplus => unary_softplus_f32, unary_softplus_f16, unary_softplus_bf16;
-    LeakyRelu => unary_leaky_relu_f32, unary_leaky_relu_f16, unary_leaky_relu_bf16;
-    Hardswish => unary_hardswish_f32, unary_hardswish_f16, unary_hardswish_bf16;
+/// Every unary op, the one list a new op joins (after its struct in
+/// `unary_ops!` above): `Op(method) => kernel names;`, or
+/// `Op(method: parameter) => ...;` for an op with a scalar parameter. The
+/// list instantiates the kernels here and, through [`unary_op_list!`], the op
+/// library's `Unary` enum and `Tensor` methods.
+#[macro_export]
+macro_rules! unary_op_list {
+    ($callback:ident) => {
+        $callback! {
+            Neg(neg) => unary_neg_f32, unary_neg_f16, unary_neg_bf16;
+            Abs(abs) => unary_abs_f32, unary_abs_f16, unary_abs_bf16;
+            Sqr(sqr) => unary_sqr_f32, unary_sqr_f16, unary_sqr_bf16;
+            Sqrt(sqrt) => unary_sqrt_f32, unary_sqrt_f16, unary_sqrt_bf16;
+            Rsqrt(rsqrt) => unary_rsqrt_f32, unary_rsqrt_f16, unary_rsqrt_bf16;
+            Recip(recip) => unary_recip_f32, unary_recip_f16, unary_recip_bf16;
+            Exp(exp) => unary_exp_f32, unary_exp_f16, unary_exp_bf16;
+            Log(log) => unary_log_f32, unary_log_f16, unary_log_bf16;
+            Sin(sin) => unary_sin_f32, unary_sin_f16, unary_sin_bf16;
+            Cos(cos) => unary_cos_f32, unary_cos_f16, unary_cos_bf16;
+            Tanh(tanh) => unary_tanh_f32, unary_tanh_f16, unary_tanh_bf16;
+            Erf(erf) => unary_erf_f32, unary_erf_f16, unary_erf_bf16;
+            Gelu(gelu) => unary_gelu_f32, unary_gelu_f16, unary_gelu_bf16;
+            GeluErf(gelu_erf) => unary_gelu_erf_f32, unary_gelu_erf_f16, unary_gelu_erf_bf16;
+            Silu(silu) => unary_silu_f32, unary_silu_f16, unary_silu_bf16;
+            Relu(relu) => unary_relu_f32, unary_relu_f16, unary_relu_bf16;
+            Sigmoid(sigmoid) => unary_sigmoid_f32, unary_sigmoid_f16, unary_sigmoid_bf16;
+            Sign(sign) => unary_sign_f32, unary_sign_f16, unary_sign_bf16;
+            Ceil(ceil) => unary_ceil_f32, unary_ceil_f16, unary_ceil_bf16;
+            Floor(floor) => unary_floor_f32, unary_floor_f16, unary_floor_bf16;
+            Round(round) => unary_round_f32, unary_round_f16, unary_round_bf16;
+            Powf(powf: exponent) => unary_powf_f32, unary_powf_f16, unary_powf_bf16;
+            Elu(elu: alpha) => unary_elu_f32, unary_elu_f16, unary_elu_bf16;
+            Softplus(softplus) => unary_softplus_f32, unary_softplus_f16, unary_softplus_bf16;
+            LeakyRelu(leaky_relu: negative_slope) => unary_leaky_relu_f32, unary_leaky_relu_f16, unary_leaky_relu_bf16;
+            Hardswish(hardswish) => unary_hardswish_f32, unary_hardswish_f16, unary_hardswish_bf16;
+        }
+    };
 }
+
+unary_op_list!(unary_kernels);

@@ -16,11 +16,23 @@ use ferrocm_kernels::unary::{self as k, UnaryKernel, UnaryKernels};
 use std::marker::PhantomData;
 
 macro_rules! unary_enum {
-    ($($v:ident => $name:literal;)*) => {
-        /// A unary elementwise op (float dtypes).
+    ($($v:ident($m:ident $(: $param:ident)?) => $f32:ident, $f16:ident, $bf16:ident;)*) => {
+        /// A unary elementwise op (float dtypes). The ops, their kernels and
+        /// their `Tensor` methods all come from one list,
+        /// [`ferrocm_kernels::unary_op_list!`]; each op's formula is on its
+        /// struct in [`ferrocm_kernels::unary`].
+        ///
+        /// ```
+        /// use ferrocm_ops::{Device, Tensor, Unary};
+        /// let x = Tensor::from_slice(&[-2.0f32, 3.0], &[2], &Device::emulator(64))?;
+        /// assert_eq!(x.leaky_relu(0.5)?.to_vec()?, vec![-1.0, 3.0]);
+        /// assert_eq!(x.unary(Unary::Relu, 0.0)?.to_vec()?, vec![0.0, 3.0]);
+        /// assert_eq!(Unary::LeakyRelu.name(), "leaky_relu");
+        /// # Ok::<(), ferrocm_ops::Error>(())
+        /// ```
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[non_exhaustive]
-        pub enum Unary { $(#[doc = $name] $v,)* }
+        pub enum Unary { $(#[doc = concat!("`", stringify!($m), "`: see [`ferrocm_kernels::unary::", stringify!($v), "`]")] $v,)* }
 
         impl Unary {
             /// Every unary op.
@@ -28,7 +40,7 @@ macro_rules! unary_enum {
 
             /// The op's name (as in its kernels' names, `unary_{name}_{dtype}`).
             pub fn name(self) -> &'static str {
-                match self { $(Unary::$v => $name,)* }
+                match self { $(Unary::$v => stringify!($m),)* }
             }
 
             /// Runs the op: the one place the run-time op picks its type.
@@ -36,38 +48,29 @@ macro_rules! unary_enum {
                 match self { $(Unary::$v => x.unary_op::<k::$v>(self.name(), p),)* }
             }
         }
+
+        impl<T: WithDType> Tensor<T> {
+            $(unary_method!($v, $m $(, $param)?);)*
+        }
     };
 }
 
-unary_enum! {
-    Neg => "neg"; Abs => "abs"; Sqr => "sqr"; Sqrt => "sqrt"; Rsqrt => "rsqrt";
-    Recip => "recip"; Exp => "exp"; Log => "log"; Sin => "sin"; Cos => "cos";
-    Tanh => "tanh"; Erf => "erf"; Gelu => "gelu"; GeluErf => "gelu_erf";
-    Silu => "silu"; Relu => "relu"; Sigmoid => "sigmoid"; Sign => "sign";
-    Ceil => "ceil"; Floor => "floor"; Round => "round"; Powf => "powf"; Elu => "elu";
-    Softplus => "softplus"; LeakyRelu => "leaky_relu"; Hardswish => "hardswish";
-}
-
-macro_rules! unary_methods {
-    ($($m:ident => $v:ident: $doc:literal),*) => {
-        impl<T: WithDType> Tensor<T> {$(
-            #[doc = concat!("Elementwise ", $doc, " (float dtypes).")]
-            pub fn $m(&self) -> Result<Self> {
-                self.unary(Unary::$v, 0.0)
-            }
-        )*}
+macro_rules! unary_method {
+    ($v:ident, $m:ident) => {
+        #[doc = concat!("Elementwise `", stringify!($m), "` (float dtypes; [`ferrocm_kernels::unary::", stringify!($v), "`] gives the formula).")]
+        pub fn $m(&self) -> Result<Self> {
+            self.unary(Unary::$v, 0.0)
+        }
+    };
+    ($v:ident, $m:ident, $param:ident) => {
+        #[doc = concat!("Elementwise `", stringify!($m), "` with `", stringify!($param), "` (float dtypes; [`ferrocm_kernels::unary::", stringify!($v), "`] gives the formula).")]
+        pub fn $m(&self, $param: f32) -> Result<Self> {
+            self.unary(Unary::$v, $param)
+        }
     };
 }
 
-unary_methods!(neg => Neg: "-x", abs => Abs: "|x|", sqr => Sqr: "x²", sqrt => Sqrt: "√x",
-    rsqrt => Rsqrt: "1/√x", recip => Recip: "1/x", exp => Exp: "eˣ", log => Log: "ln x",
-    sin => Sin: "sin x", cos => Cos: "cos x", tanh => Tanh: "tanh x", erf => Erf: "erf x",
-    gelu => Gelu: "GELU (tanh approximation)", gelu_erf => GeluErf: "GELU (exact, erf)",
-    silu => Silu: "x·σ(x)", relu => Relu: "max(x, 0)", sigmoid => Sigmoid: "σ(x) = 1/(1 + e⁻ˣ)",
-    sign => Sign: "sign (-1, 0, 1; NaN stays NaN)", ceil => Ceil: "⌈x⌉", floor => Floor: "⌊x⌋",
-    round => Round: "rounding, half away from zero",
-    softplus => Softplus: "softplus ln(1 + eˣ) (x itself above 20, as PyTorch)",
-    hardswish => Hardswish: "hardswish x·min(max(x + 3, 0), 6)/6");
+ferrocm_kernels::unary_op_list!(unary_enum);
 
 impl<T: WithDType> Tensor<T> {
     /// Applies `op` with scalar parameter `p` (the exponent of powf, alpha of
@@ -100,28 +103,6 @@ impl<T: WithDType> Tensor<T> {
             _op: PhantomData,
         };
         Ok(Tensor::from_parts(backend::run(dev, op)?, self.shape()))
-    }
-
-    /// `x^e` elementwise.
-    pub fn powf(&self, e: f32) -> Result<Self> {
-        self.unary(Unary::Powf, e)
-    }
-
-    /// ELU with `alpha`: x if x ≥ 0 else alpha(eˣ - 1).
-    pub fn elu(&self, alpha: f32) -> Result<Self> {
-        self.unary(Unary::Elu, alpha)
-    }
-
-    /// Leaky ReLU: x if x ≥ 0 else `negative_slope`·x (PyTorch's default slope is 0.01).
-    ///
-    /// ```
-    /// use ferrocm_ops::{Device, Tensor};
-    /// let x = Tensor::from_slice(&[-2.0f32, 3.0], &[2], &Device::emulator(64))?;
-    /// assert_eq!(x.leaky_relu(0.5)?.to_vec()?, vec![-1.0, 3.0]);
-    /// # Ok::<(), ferrocm_ops::Error>(())
-    /// ```
-    pub fn leaky_relu(&self, negative_slope: f32) -> Result<Self> {
-        self.unary(Unary::LeakyRelu, negative_slope)
     }
 
     /// `x * mul + add` elementwise (every dtype; integers wrap).
