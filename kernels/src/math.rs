@@ -154,7 +154,8 @@ pub fn ln_1p(y: f32) -> f32 {
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
     let a = if x < 0.0 { -x } else { x };
-    if a.is_nan() {
+    // NaN stays NaN; ±0 keeps its sign (tanh is odd).
+    if a.is_nan() || a == 0.0 {
         return x;
     }
     let r = if a < 0.55 {

@@ -68,8 +68,8 @@ unary_ops! {
     GeluErf = |x, p| 0.5 * x * (1.0 + math::erf(x * core::f32::consts::FRAC_1_SQRT_2));
     /// x·σ(x)
     Silu = |x, p| x / (1.0 + math::exp(-x));
-    /// max(x, 0)
-    Relu = |x, p| if x > 0.0 { x } else { 0.0 };
+    /// max(x, 0); NaN stays NaN (as PyTorch)
+    Relu = |x, p| if x <= 0.0 { 0.0 } else { x };
     /// 1/(1 + e⁻ˣ)
     Sigmoid = |x, p| 1.0 / (1.0 + math::exp(-x));
     /// -1, 0 or 1 (NaN stays NaN)
