@@ -2404,3 +2404,75 @@ fn where_cond_masks() {
     }
     fails.finish("where_cond");
 }
+
+// ===========================================================================
+// Fill, copy (contiguous), copy2d: exact, element positions computed here
+// ===========================================================================
+
+/// `full`, `contiguous` of permuted / narrowed / broadcast views, and
+/// `copy2d`, on every device and dtype: every element must land exactly
+/// where the index arithmetic written here says.
+#[test]
+fn fill_contiguous_and_copy2d_are_exact() {
+    fn check<T: WithDType>(make: impl Fn(usize) -> T) {
+        let (d0, d1, d2) = (3usize, 5usize, 7usize);
+        let data: Vec<T> = (0..d0 * d1 * d2).map(&make).collect();
+        for dev in devices() {
+            let what = format!("{} on {dev}", std::any::type_name::<T>());
+            let full = Tensor::full(make(9), &[4, 3], &dev)
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            assert!(full.iter().all(|&v| v == make(9)), "full, {what}");
+            let t = Tensor::from_slice(&data, &[d0, d1, d2], &dev).unwrap();
+            // permute [2, 0, 1] then narrow dim 2 to 1..4: element [k, i, j] = data[i, j + 1, k].
+            let v = t.permute(&[2, 0, 1]).unwrap().narrow(2, 1, 3).unwrap();
+            let got = v.contiguous().unwrap().to_vec().unwrap();
+            let mut want = Vec::new();
+            for k in 0..d2 {
+                for i in 0..d0 {
+                    for j in 0..3 {
+                        want.push(data[(i * d1 + j + 1) * d2 + k]);
+                    }
+                }
+            }
+            assert!(
+                got == want,
+                "contiguous of a permuted, narrowed view, {what}"
+            );
+            // broadcast a [1, d2] row over 4 rows.
+            let row = t
+                .narrow(0, 1, 1)
+                .unwrap()
+                .narrow(1, 2, 1)
+                .unwrap()
+                .reshape(&[1, d2])
+                .unwrap();
+            let b = row
+                .broadcast_as(&[4, d2])
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            let want: Vec<T> = (0..4)
+                .flat_map(|_| (0..d2).map(|k| data[(d1 + 2) * d2 + k]))
+                .collect();
+            assert!(b == want, "contiguous of a broadcast view, {what}");
+            // copy2d: rows 1..3 of a [d0*d1, d2] matrix, columns 2..6.
+            let flat = Tensor::from_slice(&data, &[d0 * d1 * d2], &dev).unwrap();
+            let c = flat.copy2d(2, 4, d2, d2 + 2).unwrap().to_vec().unwrap();
+            let want: Vec<T> = (1..3)
+                .flat_map(|r| (2..6).map(move |c| (r, c)))
+                .map(|(r, c)| data[r * d2 + c])
+                .collect();
+            assert!(c == want, "copy2d, {what}");
+        }
+    }
+    check::<f32>(|i| i as f32 * 0.5 - 3.0);
+    check::<f16>(|i| f16::from_f32(i as f32 * 0.25));
+    check::<bf16>(|i| bf16::from_f32(-(i as f32)));
+    check::<u8>(|i| (i * 7) as u8);
+    check::<u32>(|i| (i as u32).wrapping_mul(2_654_435_761));
+    check::<i64>(|i| -(i as i64) * 1_000_000_007);
+}
