@@ -331,7 +331,7 @@ fn launch_arguments_are_checked_before_launch() {
         .unwrap_err();
     assert!(
         matches!(e, Error::ArgumentMismatch { .. })
-            && e.to_string().contains("takes 6 arguments, 1 given"),
+            && e.to_string().contains("takes 10 arguments, 1 given"),
         "{e}"
     );
     // Input buffer where the kernel writes.
@@ -345,6 +345,10 @@ fn launch_arguments_are_checked_before_launch() {
                 Arg::U64(4),
                 Arg::U32(0),
                 Arg::Null,
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
                 Arg::F32(0.0),
             ],
         )
@@ -365,6 +369,10 @@ fn launch_arguments_are_checked_before_launch() {
                 Arg::U64(4),
                 Arg::U32(0),
                 Arg::Null,
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
                 Arg::F32(0.0),
             ],
         )
@@ -384,6 +392,10 @@ fn launch_arguments_are_checked_before_launch() {
                 Arg::U32(4),
                 Arg::U32(0),
                 Arg::Null,
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
                 Arg::F32(0.0),
             ],
         )
@@ -398,6 +410,10 @@ fn launch_arguments_are_checked_before_launch() {
         Arg::U64(4),
         Arg::U32(0),
         Arg::Null,
+        Arg::U64(0),
+        Arg::U64(0),
+        Arg::U64(0),
+        Arg::U64(0),
         Arg::F32(0.0),
     ];
     // Block too large, LDS too large, empty grid.
@@ -456,6 +472,10 @@ fn launch_arguments_are_checked_before_launch() {
                 Arg::U64(4),
                 Arg::U32(0),
                 Arg::Null,
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
                 Arg::F32(0.0),
             ],
         )
@@ -472,6 +492,10 @@ fn launch_arguments_are_checked_before_launch() {
                 Arg::U64(4),
                 Arg::U32(0),
                 Arg::Null,
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
                 Arg::F32(0.0),
             ],
         )

@@ -120,7 +120,7 @@ fn typed_launch_checks_devices_at_run_time() {
         .launch_typed(
             KernelRef::of::<unary_exp_f32>(),
             LaunchConfig::linear(4, 64),
-            (Out::new(&y), In::new(&x), 4, 0, In::null(), 0.0),
+            (Out::new(&y), In::new(&x), 4, 0, In::null(), 0, 0, 0, 0, 0.0),
         )
         .unwrap_err();
     assert!(err.to_string().contains("unary_exp_f32"), "{err}");
@@ -167,4 +167,102 @@ fn dyn_tensors_run_ops_chosen_at_run_time() {
         back.shared_storage(),
         ints.shared_storage()
     ));
+}
+
+/// Layouts reach kernels three ways: the contiguous fast path, by value
+/// (rank ≤ 4) and from memory (rank 5 and more; reductions always). Every
+/// way, for every rank from 1 to 6, against the Cpu backend, element for
+/// element (copies and casts exactly).
+#[test]
+fn strided_layouts_of_every_rank_agree_with_the_cpu() {
+    for rank in 1..=6usize {
+        let shape: Vec<usize> = (0..rank).map(|d| 2 + (d * 3 + rank) % 4).collect();
+        let perm: Vec<usize> = (0..rank).rev().collect();
+        for dev in [Device::emulator(32), Device::emulator(64)] {
+            let x = Tensor::<f32>::randn(&shape, 0.0, 1.0, rank as u64, &Device::Cpu).unwrap();
+            let y = Tensor::<f32>::randn(&shape, 0.0, 1.0, 99, &Device::Cpu).unwrap();
+            let (xe, ye) = (x.to_device(&dev).unwrap(), y.to_device(&dev).unwrap());
+            // A permuted view, and one with a broadcast (stride 0) dim.
+            let pick = |t: &Tensor<f32>| {
+                let p = t.permute(&perm).unwrap();
+                let mut b = p.shape().to_vec();
+                b[rank - 1] = 1;
+                (
+                    p.clone(),
+                    p.narrow(rank - 1, 1, 1)
+                        .unwrap()
+                        .broadcast_as(p.shape())
+                        .unwrap(),
+                    b,
+                )
+            };
+            let ((pc, bc, _), (pe, be, _)) = (pick(&x), pick(&xe));
+            let (qc, qe) = (y.permute(&perm).unwrap(), ye.permute(&perm).unwrap());
+            let same = |what: &str, a: Vec<f32>, b: Vec<f32>| {
+                assert_eq!(a.len(), b.len(), "{what}, rank {rank}, {dev}");
+                for (k, (u, v)) in a.iter().zip(&b).enumerate() {
+                    assert!(
+                        (u - v).abs() <= 1e-6 * v.abs().max(1.0),
+                        "{what}, rank {rank}, {dev}, element {k}: {u} vs {v}"
+                    );
+                }
+            };
+            same(
+                "contiguous",
+                pe.contiguous().unwrap().to_vec().unwrap(),
+                pc.contiguous().unwrap().to_vec().unwrap(),
+            );
+            same(
+                "exp",
+                pe.exp().unwrap().to_vec().unwrap(),
+                pc.exp().unwrap().to_vec().unwrap(),
+            );
+            same(
+                "affine",
+                pe.affine(2.0, 1.0).unwrap().to_vec().unwrap(),
+                pc.affine(2.0, 1.0).unwrap().to_vec().unwrap(),
+            );
+            same(
+                "add",
+                pe.add(&qe).unwrap().to_vec().unwrap(),
+                pc.add(&qc).unwrap().to_vec().unwrap(),
+            );
+            same(
+                "mul bcast",
+                be.mul(&qe).unwrap().to_vec().unwrap(),
+                bc.mul(&qc).unwrap().to_vec().unwrap(),
+            );
+            let (me, mc) = (pe.gt(&be).unwrap(), pc.gt(&bc).unwrap());
+            assert_eq!(
+                me.to_vec().unwrap(),
+                mc.to_vec().unwrap(),
+                "gt, rank {rank}, {dev}"
+            );
+            same(
+                "where",
+                me.where_cond(&pe, &qe).unwrap().to_vec().unwrap(),
+                mc.where_cond(&pc, &qc).unwrap().to_vec().unwrap(),
+            );
+            let (ce, cc) = (
+                pe.to_dtype::<half::bf16>().unwrap(),
+                pc.to_dtype::<half::bf16>().unwrap(),
+            );
+            assert_eq!(
+                ce.to_vec().unwrap(),
+                cc.to_vec().unwrap(),
+                "cast, rank {rank}, {dev}"
+            );
+            let dims: Vec<usize> = (0..rank).step_by(2).collect();
+            same(
+                "sum",
+                pe.sum(&dims, false).unwrap().to_vec().unwrap(),
+                pc.sum(&dims, false).unwrap().to_vec().unwrap(),
+            );
+            assert_eq!(
+                pe.argmax(&[rank - 1], false).unwrap().to_vec().unwrap(),
+                pc.argmax(&[rank - 1], false).unwrap().to_vec().unwrap(),
+                "argmax, rank {rank}, {dev}"
+            );
+        }
+    }
 }

@@ -272,7 +272,8 @@ impl Device {
     /// let x = dev.upload(&[0.0f32, 1.0]).unwrap();
     /// let y = dev.alloc::<f32>(2).unwrap();
     /// dev.launch("unary_exp_f32", LaunchConfig::linear(2, 64),
-    ///     &[Arg::output(&y), Arg::input(&x), Arg::U64(2), Arg::U32(0), Arg::Null, Arg::F32(0.0)]).unwrap();
+    ///     &[Arg::output(&y), Arg::input(&x), Arg::U64(2), Arg::U32(0), Arg::Null,
+    ///       Arg::U64(0), Arg::U64(0), Arg::U64(0), Arg::U64(0), Arg::F32(0.0)]).unwrap();
     /// assert_eq!(y.download().unwrap()[0], 1.0);
     /// ```
     pub fn launch(&self, name: &str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
@@ -436,6 +437,10 @@ params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i);
 params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j);
 params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k);
 params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n, O o);
+params_tuple!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n, O o, P p);
 
 impl Device {
     /// Launches a kernel through its typed handle: `args` is the tuple of the
@@ -452,7 +457,7 @@ impl Device {
     /// let x = dev.upload(&[1.0f32, 4.0, 9.0]).unwrap();
     /// let y = dev.alloc::<f32>(3).unwrap();
     /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),
-    ///     (Out::new(&y), In::new(&x), 3, 0, In::null(), 0.0)).unwrap();
+    ///     (Out::new(&y), In::new(&x), 3, 0, In::null(), 0, 0, 0, 0, 0.0)).unwrap();
     /// assert_eq!(y.download().unwrap(), vec![1.0, 2.0, 3.0]);
     /// ```
     ///
@@ -466,7 +471,7 @@ impl Device {
     /// # let x = dev.upload(&[1.0f32, 4.0, 9.0]).unwrap();
     /// # let y = dev.alloc::<f32>(3).unwrap();
     /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),
-    ///     (Out::new(&y), In::new(&x), 3, 0, 0.0)).unwrap(); // no layout
+    ///     (Out::new(&y), In::new(&x), 3, 0, 0, 0, 0, 0, 0.0)).unwrap(); // no layout
     /// ```
     ///
     /// nor does a buffer of another element type:
@@ -479,7 +484,7 @@ impl Device {
     /// let x = dev.upload(&[1u32, 4, 9]).unwrap();
     /// # let y = dev.alloc::<f32>(3).unwrap();
     /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),
-    ///     (Out::new(&y), In::new(&x), 3, 0, In::null(), 0.0)).unwrap();
+    ///     (Out::new(&y), In::new(&x), 3, 0, In::null(), 0, 0, 0, 0, 0.0)).unwrap();
     /// ```
     pub fn launch_typed<'a, A: Params<'a>>(
         &self,

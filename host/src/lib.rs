@@ -13,7 +13,8 @@
 //! let x = dev.upload(&[1.0f32, 4.0, 9.0]).unwrap();
 //! let y = dev.alloc::<f32>(3).unwrap();
 //! dev.launch("unary_sqrt_f32", LaunchConfig::linear(3, 64),
-//!     &[Arg::output(&y), Arg::input(&x), Arg::U64(3), Arg::U32(0), Arg::Null, Arg::F32(0.0)]).unwrap();
+//!     &[Arg::output(&y), Arg::input(&x), Arg::U64(3), Arg::U32(0), Arg::Null,
+//!       Arg::U64(0), Arg::U64(0), Arg::U64(0), Arg::U64(0), Arg::F32(0.0)]).unwrap();
 //! assert_eq!(y.download().unwrap(), vec![1.0, 2.0, 3.0]);
 //! ```
 

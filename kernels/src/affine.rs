@@ -26,24 +26,39 @@ pub fn affine_body<T: Elem>(
     out: *mut T,
     inp: *const T,
     n: u64,
-    ndim: u32,
-    layout: *const u64,
+    strides: Strides<1>,
     mul: f32,
     add: f32,
 ) {
     grid_stride(n, |i| unsafe {
-        *out.add(i as usize) = affine_apply(*inp.add(input_offset(i, ndim, layout, 0)), mul, add);
+        *out.add(i as usize) = affine_apply(*inp.add(strides.offset(i, 0)), mul, add);
     });
 }
 
 #[cfg(not(target_arch = "amdgpu"))]
 use crate::host::KernelRef;
 
+/// The parameter types of the affine kernel of element type `T`.
+#[cfg(not(target_arch = "amdgpu"))]
+pub type AffineArgs<T> = (
+    *mut T,
+    *const T,
+    u64,
+    u32,
+    *const u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    f32,
+    f32,
+);
+
 /// The affine kernel of an element type (host side).
 #[cfg(not(target_arch = "amdgpu"))]
 pub trait AffineKernels: Sized + 'static {
     /// `affine_{T}(out, inp, n, ndim, layout, mul, add)`.
-    const AFFINE: KernelRef<(*mut Self, *const Self, u64, u32, *const u64, f32, f32)>;
+    const AFFINE: KernelRef<AffineArgs<Self>>;
 }
 
 macro_rules! affine_kernels {
@@ -51,12 +66,12 @@ macro_rules! affine_kernels {
         $(
             #[cfg(not(target_arch = "amdgpu"))]
             impl AffineKernels for $t {
-                const AFFINE: KernelRef<(*mut Self, *const Self, u64, u32, *const u64, f32, f32)> = KernelRef::of::<$name>();
+                const AFFINE: KernelRef<AffineArgs<Self>> = KernelRef::of::<$name>();
             }
         )*
         kernels! {$(
-            fn $name(out: *mut $t, inp: *const $t, n: u64, ndim: u32, layout: *const u64, mul: f32, add: f32) {
-                affine_body::<$t>(out, inp, n, ndim, layout, mul, add)
+            fn $name(out: *mut $t, inp: *const $t, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, l2: u64, l3: u64, mul: f32, add: f32) {
+                affine_body::<$t>(out, inp, n, Strides::new(ndim, layout, [l0, l1], [[l2, l3]]), mul, add)
             }
         )*}
     };

@@ -89,12 +89,12 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(
     lhs: *const T,
     rhs: *const T,
     n: u64,
-    ndim: u32,
-    layout: *const u64,
+    strides: Strides<2>,
 ) {
     grid_stride(n, |i| unsafe {
-        let a = *lhs.add(input_offset(i, ndim, layout, 0));
-        let b = *rhs.add(input_offset(i, ndim, layout, 1));
+        let at = strides.coords(i);
+        let a = *lhs.add(strides.at(at, 0));
+        let b = *rhs.add(strides.at(at, 1));
         *out.add(i as usize) = Op::apply(a, b);
     });
 }
@@ -107,23 +107,49 @@ pub fn cmp_body<T: Elem, Op: CmpOp>(
     lhs: *const T,
     rhs: *const T,
     n: u64,
-    ndim: u32,
-    layout: *const u64,
+    strides: Strides<2>,
 ) {
     grid_stride(n, |i| unsafe {
-        let a = *lhs.add(input_offset(i, ndim, layout, 0));
-        let b = *rhs.add(input_offset(i, ndim, layout, 1));
+        let at = strides.coords(i);
+        let a = *lhs.add(strides.at(at, 0));
+        let b = *rhs.add(strides.at(at, 1));
         *out.add(i as usize) = Op::apply(a, b) as u8;
     });
 }
 
 /// The parameter types of every binary kernel on element type `T`.
 #[cfg(not(target_arch = "amdgpu"))]
-pub type BinaryArgs<T> = (*mut T, *const T, *const T, u64, u32, *const u64);
+pub type BinaryArgs<T> = (
+    *mut T,
+    *const T,
+    *const T,
+    u64,
+    u32,
+    *const u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+);
 
 /// The parameter types of every comparison kernel on element type `T`.
 #[cfg(not(target_arch = "amdgpu"))]
-pub type CmpArgs<T> = (*mut u8, *const T, *const T, u64, u32, *const u64);
+pub type CmpArgs<T> = (
+    *mut u8,
+    *const T,
+    *const T,
+    u64,
+    u32,
+    *const u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+);
 
 #[cfg(not(target_arch = "amdgpu"))]
 use crate::host::KernelRef;
@@ -201,8 +227,8 @@ macro_rules! binary_kernels {
     };
     (@kernels $($op:ident => $($name:ident: $t:ty),*;)*) => {
         kernels! {$($(
-            fn $name(out: *mut $t, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64) {
-                binary_body::<$t, $op>(out, lhs, rhs, n, ndim, layout)
+            fn $name(out: *mut $t, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, a0: u64, a1: u64, b0: u64, b1: u64) {
+                binary_body::<$t, $op>(out, lhs, rhs, n, Strides::new(ndim, layout, [l0, l1], [[a0, a1], [b0, b1]]))
             }
         )*)*}
     };
@@ -225,8 +251,8 @@ macro_rules! cmp_kernels {
     };
     (@kernels $($op:ident => $($name:ident: $t:ty),*;)*) => {
         kernels! { table CMP_KERNELS; $($(
-            fn $name(out: *mut u8, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64) {
-                cmp_body::<$t, $op>(out, lhs, rhs, n, ndim, layout)
+            fn $name(out: *mut u8, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, a0: u64, a1: u64, b0: u64, b1: u64) {
+                cmp_body::<$t, $op>(out, lhs, rhs, n, Strides::new(ndim, layout, [l0, l1], [[a0, a1], [b0, b1]]))
             }
         )*)*}
     };

@@ -10,22 +10,16 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 /// The body every cast kernel instantiates.
 #[amdgpu_device]
 #[inline(always)]
-pub fn cast_body<S: Elem, D: Elem>(
-    out: *mut D,
-    inp: *const S,
-    n: u64,
-    ndim: u32,
-    layout: *const u64,
-) {
+pub fn cast_body<S: Elem, D: Elem>(out: *mut D, inp: *const S, n: u64, strides: Strides<1>) {
     grid_stride(n, |i| unsafe {
-        *out.add(i as usize) = (*inp.add(input_offset(i, ndim, layout, 0))).convert::<D>();
+        *out.add(i as usize) = (*inp.add(strides.offset(i, 0))).convert::<D>();
     });
 }
 
 /// The parameter types of the cast kernel from `S` to `D` (and of the copy
 /// kernel when `S == D`).
 #[cfg(not(target_arch = "amdgpu"))]
-pub type CastArgs<S, D> = (*mut D, *const S, u64, u32, *const u64);
+pub type CastArgs<S, D> = (*mut D, *const S, u64, u32, *const u64, u64, u64, u64, u64);
 
 #[cfg(not(target_arch = "amdgpu"))]
 use crate::host::KernelRef;
@@ -91,8 +85,8 @@ const _: () = {
 macro_rules! cast_kernels {
     ($($name:ident: $s:ty => $d:ty,)*) => {
         kernels! {$(
-            fn $name(out: *mut $d, inp: *const $s, n: u64, ndim: u32, layout: *const u64) {
-                cast_body::<$s, $d>(out, inp, n, ndim, layout)
+            fn $name(out: *mut $d, inp: *const $s, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, l2: u64, l3: u64) {
+                cast_body::<$s, $d>(out, inp, n, Strides::new(ndim, layout, [l0, l1], [[l2, l3]]))
             }
         )*}
     };

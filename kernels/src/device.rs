@@ -376,17 +376,113 @@ pub fn grid_stride(n: u64, mut f: impl FnMut(u64)) {
     }
 }
 
-/// Offset of logical element `i` in input number `input` of an elementwise
-/// kernel: `i` itself on the contiguous fast path (`ndim == 0`), else through
-/// the strides of that input in `layout` (dims, then each input's strides).
+/// Most dims a strided layout may have to travel by value, in the kernel
+/// arguments (beyond it, or when a dim or stride reaches 2^32, the layout is
+/// read from memory).
 #[amdgpu_device]
-#[inline(always)]
-pub fn input_offset(i: u64, ndim: u32, layout: *const u64, input: u32) -> usize {
-    (if ndim == 0 {
-        i
-    } else {
-        strided_offset(i, ndim, layout, (input + 1) * ndim)
-    }) as usize
+pub const INLINE_RANK: u32 = 4;
+
+/// How a strided kernel reads its `N` inputs, all of the output's shape:
+/// - `ndim == 0`: every input is contiguous (the fast path);
+/// - `ptr` not null: `ndim` dims, then each input's `ndim` strides, in memory;
+/// - else by value: the shape left-padded to [`INLINE_RANK`] dims (size 1,
+///   stride 0), dims and strides as u32 halves of u64 words (`dims[0]` =
+///   d0 | d1 << 32, `dims[1]` = d2 | d3 << 32, the same for each input's
+///   strides), with 32-bit index arithmetic: the host sends a layout by value
+///   only when every dim, stride and the element count fit in 32 bits.
+///
+/// On the fast path and the by-value path no memory is read for the layout,
+/// so a strided launch needs no upload before it.
+/// A logical index and, on the by-value path, its coordinates in the
+/// (padded) 4-dim shape; see [`Strides::coords`].
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct Coords {
+    i: u64,
+    c: [u32; 4],
+}
+
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct Strides<const N: usize> {
+    ndim: u32,
+    ptr: *const u64,
+    dims: [u64; 2],
+    strides: [[u64; 2]; N],
+}
+
+#[amdgpu_device]
+impl<const N: usize> Strides<N> {
+    /// From the kernel's arguments.
+    #[inline(always)]
+    pub fn new(ndim: u32, ptr: *const u64, dims: [u64; 2], strides: [[u64; 2]; N]) -> Self {
+        Self {
+            ndim,
+            ptr,
+            dims,
+            strides,
+        }
+    }
+
+    /// A layout read from memory only (`ptr` is not null whenever `ndim > 0`):
+    /// for kernels whose register budget has no room for the by-value words.
+    #[inline(always)]
+    pub fn in_memory(ndim: u32, ptr: *const u64) -> Self {
+        Self {
+            ndim,
+            ptr,
+            dims: [1 | 1 << 32; 2],
+            strides: [[0; 2]; N],
+        }
+    }
+
+    /// The logical index `i` split into its coordinates: the by-value
+    /// path's divisions, done once for every input.
+    #[inline(always)]
+    pub fn coords(&self, i: u64) -> Coords {
+        if self.ndim == 0 || !self.ptr.is_null() {
+            return Coords { i, c: [0; 4] };
+        }
+        let [d01, d23] = self.dims;
+        let mut rem = i as u32;
+        let d3 = (d23 >> 32) as u32;
+        let c3 = rem % d3;
+        rem /= d3;
+        let d2 = d23 as u32;
+        let c2 = rem % d2;
+        rem /= d2;
+        let d1 = (d01 >> 32) as u32;
+        let c1 = rem % d1;
+        // The outermost dim: what is left is already below it.
+        Coords {
+            i,
+            c: [rem / d1, c1, c2, c3],
+        }
+    }
+
+    /// Offset in input number `input` of the element at `at`.
+    #[inline(always)]
+    pub fn at(&self, at: Coords, input: usize) -> usize {
+        if self.ndim == 0 {
+            return at.i as usize;
+        }
+        if !self.ptr.is_null() {
+            return strided_offset(at.i, self.ndim, self.ptr, (input as u32 + 1) * self.ndim)
+                as usize;
+        }
+        let [s01, s23] = self.strides[input];
+        let c = at.c;
+        (c[0] as u64 * (s01 & 0xffff_ffff)
+            + c[1] as u64 * (s01 >> 32)
+            + c[2] as u64 * (s23 & 0xffff_ffff)
+            + c[3] as u64 * (s23 >> 32)) as usize
+    }
+
+    /// Offset of logical element `i` in input number `input`.
+    #[inline(always)]
+    pub fn offset(&self, i: u64, input: usize) -> usize {
+        self.at(self.coords(i), input)
+    }
 }
 
 /// Element offset of logical index `i` in a strided layout.

@@ -19,9 +19,9 @@ pub fn fill_body<T: Elem>(out: *mut T, n: u64, bits: u64) {
 /// Copy body: `out[i] = inp[offset(i)]`.
 #[amdgpu_device]
 #[inline(always)]
-pub fn copy_body<T: Elem>(out: *mut T, inp: *const T, n: u64, ndim: u32, layout: *const u64) {
+pub fn copy_body<T: Elem>(out: *mut T, inp: *const T, n: u64, strides: Strides<1>) {
     grid_stride(n, |i| unsafe {
-        *out.add(i as usize) = *inp.add(input_offset(i, ndim, layout, 0));
+        *out.add(i as usize) = *inp.add(strides.offset(i, 0));
     });
 }
 
@@ -53,7 +53,7 @@ pub trait FillKernels: Sized + 'static {
     /// `fill_{T}(out, n, bits)`.
     const FILL: KernelRef<(*mut Self, u64, u64)>;
     /// `copy_{T}(out, inp, n, ndim, layout)`.
-    const COPY: KernelRef<(*mut Self, *const Self, u64, u32, *const u64)>;
+    const COPY: KernelRef<crate::cast::CastArgs<Self, Self>>;
     /// `copy2d_{T}(out, inp, rows, cols, src_stride, dst_stride)`.
     const COPY2D: KernelRef<(*mut Self, *const Self, u64, u64, u64, u64)>;
 }
@@ -64,7 +64,7 @@ macro_rules! fill_kernels {
             #[cfg(not(target_arch = "amdgpu"))]
             impl FillKernels for $t {
                 const FILL: KernelRef<(*mut Self, u64, u64)> = KernelRef::of::<$fill>();
-                const COPY: KernelRef<(*mut Self, *const Self, u64, u32, *const u64)> = KernelRef::of::<$copy>();
+                const COPY: KernelRef<crate::cast::CastArgs<Self, Self>> = KernelRef::of::<$copy>();
                 const COPY2D: KernelRef<(*mut Self, *const Self, u64, u64, u64, u64)> = KernelRef::of::<$copy2d>();
             }
         )*
@@ -72,8 +72,8 @@ macro_rules! fill_kernels {
             fn $fill(out: *mut $t, n: u64, bits: u64) {
                 fill_body::<$t>(out, n, bits)
             }
-            fn $copy(out: *mut $t, inp: *const $t, n: u64, ndim: u32, layout: *const u64) {
-                copy_body::<$t>(out, inp, n, ndim, layout)
+            fn $copy(out: *mut $t, inp: *const $t, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, l2: u64, l3: u64) {
+                copy_body::<$t>(out, inp, n, Strides::new(ndim, layout, [l0, l1], [[l2, l3]]))
             }
             fn $copy2d(out: *mut $t, inp: *const $t, rows: u64, cols: u64, src_stride: u64, dst_stride: u64) {
                 copy2d_body::<$t>(out, inp, rows, cols, src_stride, dst_stride)

@@ -141,15 +141,14 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
     inp: *const T,
     rows: u64,
     cols: u64,
-    ndim: u32,
-    layout: *const u64,
+    strides: Strides<1>,
 ) {
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let mut acc = Op::identity::<T::Acc>();
         let mut c = workitem_id_x() as u64;
         while c < cols {
-            let x = unsafe { *inp.add(input_offset(row * cols + c, ndim, layout, 0)) };
+            let x = unsafe { *inp.add(strides.offset(row * cols + c, 0)) };
             acc = Op::combine(acc, x.convert::<T::Acc>());
             c += workgroup_size_x() as u64;
         }
@@ -184,8 +183,7 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
     inp: *const T,
     rows: u64,
     cols: u64,
-    ndim: u32,
-    layout: *const u64,
+    strides: Strides<1>,
 ) {
     let vals = lds::<T::Acc>();
     let idxs = lds_at::<u32>(INDEX_LDS_OFFSET);
@@ -195,8 +193,7 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
         let mut best_i = u32::MAX;
         let mut c = workitem_id_x() as u64;
         while c < cols {
-            let x = unsafe { *inp.add(input_offset(row * cols + c, ndim, layout, 0)) }
-                .convert::<T::Acc>();
+            let x = unsafe { *inp.add(strides.offset(row * cols + c, 0)) }.convert::<T::Acc>();
             if arg_better::<T::Acc, MIN>(x, c as u32, best, best_i) {
                 best = x;
                 best_i = c as u32;
@@ -274,7 +271,9 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
 }
 
 /// The parameter types of the value and arg reductions of element type `T`
-/// (`O` is `T` for the value reductions, `u32` for argmax/argmin).
+/// (`O` is `T` for the value reductions, `u32` for argmax/argmin). A strided
+/// input's layout is read from memory: with the by-value words, the row loop
+/// spilled SGPRs on gfx9.
 #[cfg(not(target_arch = "amdgpu"))]
 pub type ReduceArgs<T, O> = (*mut O, *const T, u64, u64, u32, *const u64);
 
@@ -362,7 +361,7 @@ macro_rules! reduce_kernels {
     ($($op:ident => $($name:ident: $t:ty),*;)*) => {
         kernels! {$($(
             fn $name(out: *mut $t, inp: *const $t, rows: u64, cols: u64, ndim: u32, layout: *const u64) {
-                reduce_body::<$t, $op>(out, inp, rows, cols, ndim, layout)
+                reduce_body::<$t, $op>(out, inp, rows, cols, Strides::in_memory(ndim, layout))
             }
         )*)*}
     };
@@ -372,7 +371,7 @@ macro_rules! arg_reduce_kernels {
     ($($min:literal => $($name:ident: $t:ty),*;)*) => {
         kernels! { table ARG_KERNELS; $($(
             fn $name(out: *mut u32, inp: *const $t, rows: u64, cols: u64, ndim: u32, layout: *const u64) {
-                arg_reduce_body::<$t, $min>(out, inp, rows, cols, ndim, layout)
+                arg_reduce_body::<$t, $min>(out, inp, rows, cols, Strides::in_memory(ndim, layout))
             }
         )*)*}
     };

@@ -18,22 +18,38 @@ pub fn where_body<M: Elem, T: Elem>(
     on_true: *const T,
     on_false: *const T,
     n: u64,
-    ndim: u32,
-    layout: *const u64,
+    strides: Strides<3>,
 ) {
     grid_stride(n, |i| unsafe {
-        let pick = !(*mask.add(input_offset(i, ndim, layout, 0))).eq(M::ZERO);
+        let at = strides.coords(i);
+        let pick = !(*mask.add(strides.at(at, 0))).eq(M::ZERO);
         *out.add(i as usize) = if pick {
-            *on_true.add(input_offset(i, ndim, layout, 1))
+            *on_true.add(strides.at(at, 1))
         } else {
-            *on_false.add(input_offset(i, ndim, layout, 2))
+            *on_false.add(strides.at(at, 2))
         };
     });
 }
 
 /// The parameter types of the where kernel of mask type `M`, value type `T`.
 #[cfg(not(target_arch = "amdgpu"))]
-pub type WhereArgs<M, T> = (*mut T, *const M, *const T, *const T, u64, u32, *const u64);
+pub type WhereArgs<M, T> = (
+    *mut T,
+    *const M,
+    *const T,
+    *const T,
+    u64,
+    u32,
+    *const u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+);
 
 #[cfg(not(target_arch = "amdgpu"))]
 use crate::host::KernelRef;
@@ -98,8 +114,8 @@ where_values! {
 macro_rules! where_kernels {
     ($($m:ty => $($name:ident: $t:ty),*;)*) => {
         kernels! {$($(
-            fn $name(out: *mut $t, mask: *const $m, on_true: *const $t, on_false: *const $t, n: u64, ndim: u32, layout: *const u64) {
-                where_body::<$m, $t>(out, mask, on_true, on_false, n, ndim, layout)
+            fn $name(out: *mut $t, mask: *const $m, on_true: *const $t, on_false: *const $t, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, m0: u64, m1: u64, t0: u64, t1: u64, f0: u64, f1: u64) {
+                where_body::<$m, $t>(out, mask, on_true, on_false, n, Strides::new(ndim, layout, [l0, l1], [[m0, m1], [t0, t1], [f0, f1]]))
             }
         )*)*}
     };

@@ -102,19 +102,29 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
     out: *mut T,
     inp: *const T,
     n: u64,
-    ndim: u32,
-    layout: *const u64,
+    strides: Strides<1>,
     p: f32,
 ) {
     grid_stride(n, |i| unsafe {
-        let x = *inp.add(input_offset(i, ndim, layout, 0));
+        let x = *inp.add(strides.offset(i, 0));
         *out.add(i as usize) = T::from_f32(Op::apply(x.to_f32(), p));
     });
 }
 
 /// The parameter types of every unary kernel on element type `T`.
 #[cfg(not(target_arch = "amdgpu"))]
-pub type UnaryArgs<T> = (*mut T, *const T, u64, u32, *const u64, f32);
+pub type UnaryArgs<T> = (
+    *mut T,
+    *const T,
+    u64,
+    u32,
+    *const u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    f32,
+);
 
 /// The kernels of one unary op, per float dtype (host side).
 #[cfg(not(target_arch = "amdgpu"))]
@@ -165,14 +175,14 @@ macro_rules! unary_kernels {
         )*
         kernels! {
             $(
-                fn $f32(out: *mut f32, inp: *const f32, n: u64, ndim: u32, layout: *const u64, p: f32) {
-                    unary_body::<f32, $op>(out, inp, n, ndim, layout, p)
+                fn $f32(out: *mut f32, inp: *const f32, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, l2: u64, l3: u64, p: f32) {
+                    unary_body::<f32, $op>(out, inp, n, Strides::new(ndim, layout, [l0, l1], [[l2, l3]]), p)
                 }
-                fn $f16(out: *mut F16, inp: *const F16, n: u64, ndim: u32, layout: *const u64, p: f32) {
-                    unary_body::<F16, $op>(out, inp, n, ndim, layout, p)
+                fn $f16(out: *mut F16, inp: *const F16, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, l2: u64, l3: u64, p: f32) {
+                    unary_body::<F16, $op>(out, inp, n, Strides::new(ndim, layout, [l0, l1], [[l2, l3]]), p)
                 }
-                fn $bf16(out: *mut Bf16, inp: *const Bf16, n: u64, ndim: u32, layout: *const u64, p: f32) {
-                    unary_body::<Bf16, $op>(out, inp, n, ndim, layout, p)
+                fn $bf16(out: *mut Bf16, inp: *const Bf16, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, l2: u64, l3: u64, p: f32) {
+                    unary_body::<Bf16, $op>(out, inp, n, Strides::new(ndim, layout, [l0, l1], [[l2, l3]]), p)
                 }
             )*
         }

@@ -127,6 +127,12 @@ type ZipArgs<'a, K, R> = (
     u64,
     u32,
     ferrocm_host::In<'a, u64>,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
 );
 
 struct Arith<O>(PhantomData<O>);
@@ -183,7 +189,8 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<R>> {
         let n = self.out.len() as u64;
         if n > 0 {
-            let s = Strided::new(dev, self.a.shape(), &[&self.a.layout, &self.b.layout])?;
+            let s = Strided::new(dev, self.a.shape(), [&self.a.layout, &self.b.layout])?;
+            let ([d0, d1], [a0, a1], [b0, b1]) = (s.dims(), s.strides(0), s.strides(1));
             let out = self.out.view_as::<R::Kernel>().expect("same size");
             F::launch(
                 dev,
@@ -195,6 +202,12 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
                     n,
                     s.ndim(),
                     s.arg(),
+                    d0,
+                    d1,
+                    a0,
+                    a1,
+                    b0,
+                    b1,
                 ),
             )?;
         }

@@ -48,13 +48,24 @@ impl<T: WithDType, D: WithDType> Op for Cast<'_, T, D> {
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<D>> {
         let n = self.out.len() as u64;
         if n > 0 {
-            let s = Strided::new(dev, self.x.shape(), &[&self.x.layout])?;
+            let s = Strided::new(dev, self.x.shape(), [&self.x.layout])?;
+            let ([d0, d1], [a0, a1]) = (s.dims(), s.strides(0));
             let out = self.out.view_as::<D::Kernel>().expect("same size");
             // T == D picks the copy kernel (same signature).
             dev.launch_typed(
                 T::Kernel::kernel::<D::Kernel>(),
                 LaunchConfig::linear(n, BLOCK),
-                (Out::new(out), self.x.input(), n, s.ndim(), s.arg()),
+                (
+                    Out::new(out),
+                    self.x.input(),
+                    n,
+                    s.ndim(),
+                    s.arg(),
+                    d0,
+                    d1,
+                    a0,
+                    a1,
+                ),
             )?;
         }
         Ok(self.out)

@@ -3,35 +3,90 @@
 use crate::error::Result;
 use crate::layout::Layout;
 use ferrocm_host::{Device, DeviceBuffer, In};
+use ferrocm_kernels::device::INLINE_RANK;
 
-/// How elementwise and row kernels read strided inputs: `ndim == 0` is the
-/// contiguous fast path (null layout); otherwise `layout` holds the dims,
-/// then each input's strides. The layout reaches the device without a
-/// blocking copy ([`Device::upload_async`]: stream-ordered, from the
-/// device's cache), so a strided op never stalls the GPU.
-pub(crate) struct Strided {
+/// How elementwise and row kernels read `N` strided inputs (see the device
+/// layer's `Strides`): `ndim == 0` is the contiguous fast path; a layout of
+/// at most [`INLINE_RANK`] dims whose dims, strides and element count fit in
+/// 32 bits travels by value in the kernel arguments; any other goes through
+/// [`Device::upload_async`] (stream-ordered, from the device's cache). A
+/// strided op never waits for the device.
+pub(crate) struct Strided<const N: usize> {
     ndim: u32,
     layout: Option<DeviceBuffer<u64>>,
+    dims: [u64; 2],
+    strides: [[u64; 2]; N],
 }
 
-impl Strided {
-    /// The layout argument of inputs `layouts` (all of logical shape `shape`):
-    /// the fast path when every one is contiguous.
-    pub(crate) fn new(device: &Device, shape: &[usize], layouts: &[&Layout]) -> Result<Self> {
+/// Two u32 halves of each of two words, from four values (outermost first).
+fn pack(v: [u64; 4]) -> [u64; 2] {
+    [v[0] | v[1] << 32, v[2] | v[3] << 32]
+}
+
+impl<const N: usize> Strided<N> {
+    /// The layout arguments of inputs `layouts`, all of logical shape `shape`.
+    pub(crate) fn new(device: &Device, shape: &[usize], layouts: [&Layout; N]) -> Result<Self> {
+        Self::build(device, shape, layouts, true)
+    }
+
+    /// The same, never by value: for kernels that read the layout only
+    /// from memory (the row reductions).
+    pub(crate) fn in_memory(
+        device: &Device,
+        shape: &[usize],
+        layouts: [&Layout; N],
+    ) -> Result<Self> {
+        Self::build(device, shape, layouts, false)
+    }
+
+    fn build(
+        device: &Device,
+        shape: &[usize],
+        layouts: [&Layout; N],
+        allow_by_value: bool,
+    ) -> Result<Self> {
+        let mut s = Self {
+            ndim: 0,
+            layout: None,
+            dims: [0; 2],
+            strides: [[0; 2]; N],
+        };
         if layouts.iter().all(|l| l.is_contiguous()) {
-            return Ok(Self {
-                ndim: 0,
-                layout: None,
-            });
+            return Ok(s);
+        }
+        s.ndim = shape.len() as u32;
+        let fits = |v: usize| v <= u32::MAX as usize;
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let by_value = allow_by_value
+            && shape.len() <= INLINE_RANK as usize
+            && n.is_some_and(fits)
+            && shape.iter().all(|&d| fits(d))
+            && layouts
+                .iter()
+                .all(|l| l.strides().iter().all(|&st| fits(st)));
+        if by_value {
+            // Left-pad to INLINE_RANK dims of size 1, stride 0.
+            let pad = INLINE_RANK as usize - shape.len();
+            let mut dims = [1u64; 4];
+            for (k, &d) in shape.iter().enumerate() {
+                dims[pad + k] = d as u64;
+            }
+            s.dims = pack(dims);
+            for (j, l) in layouts.iter().enumerate() {
+                let mut st = [0u64; 4];
+                for (k, &v) in l.strides().iter().enumerate() {
+                    st[pad + k] = v as u64;
+                }
+                s.strides[j] = pack(st);
+            }
+            return Ok(s);
         }
         let mut v: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
         for l in layouts {
-            v.extend(l.strides().iter().map(|&s| s as u64));
+            v.extend(l.strides().iter().map(|&st| st as u64));
         }
-        Ok(Self {
-            ndim: shape.len() as u32,
-            layout: Some(device.upload_async(&v)?),
-        })
+        s.layout = Some(device.upload_async(&v)?);
+        Ok(s)
     }
 
     /// The `ndim` kernel argument.
@@ -39,8 +94,47 @@ impl Strided {
         self.ndim
     }
 
-    /// The `layout` kernel argument.
+    /// The `layout` kernel argument (null unless the layout is in memory).
     pub(crate) fn arg(&self) -> In<'_, u64> {
         In::opt(self.layout.as_ref())
+    }
+
+    /// The packed dims (two words).
+    pub(crate) fn dims(&self) -> [u64; 2] {
+        self.dims
+    }
+
+    /// The packed strides of input `k` (two words).
+    pub(crate) fn strides(&self, k: usize) -> [u64; 2] {
+        self.strides[k]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_layouts_travel_by_value_and_large_ones_in_memory() {
+        let dev = Device::emulator(32);
+        let t = Layout::contiguous(&[3, 5]).transpose(0, 1).unwrap();
+        let s = Strided::new(&dev, &[5, 3], [&t]).unwrap();
+        assert_eq!((s.ndim(), s.layout.is_none()), (2, true));
+        assert_eq!(s.dims(), [1 | 1 << 32, 5 | 3 << 32]);
+        assert_eq!(s.strides(0), [0, 1 | 5 << 32]);
+        let c = Strided::new(&dev, &[5, 3], [&Layout::contiguous(&[5, 3])]).unwrap();
+        assert_eq!(c.ndim(), 0);
+        let five = Layout::contiguous(&[2, 2, 2, 2, 2])
+            .transpose(0, 4)
+            .unwrap();
+        let m = Strided::new(&dev, five.shape(), [&five]).unwrap();
+        assert!(m.layout.is_some() && m.ndim() == 5);
+        let wide = Layout::new(vec![2, 2], vec![1 << 33, 1], 0);
+        assert!(
+            Strided::new(&dev, &[2, 2], [&wide])
+                .unwrap()
+                .layout
+                .is_some()
+        );
     }
 }

@@ -103,7 +103,7 @@ fn launch_rows<T: WithDType, O: bytemuck::Pod>(
     if rows == 0 {
         return Ok(());
     }
-    let s = Strided::new(dev, view.shape(), &[&view.layout])?;
+    let s = Strided::in_memory(dev, view.shape(), [&view.layout])?;
     dev.launch_typed(
         kernel,
         LaunchConfig::rows(rows as u64, BLOCK, REDUCE_LDS_BYTES),

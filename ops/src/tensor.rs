@@ -391,12 +391,23 @@ impl<T: WithDType> Op for CopyOp<'_, T> {
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
         let n = self.out.len() as u64;
         if n > 0 {
-            let s = Strided::new(dev, self.x.shape(), &[&self.x.layout])?;
+            let s = Strided::new(dev, self.x.shape(), [&self.x.layout])?;
+            let ([d0, d1], [a0, a1]) = (s.dims(), s.strides(0));
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(
                 T::Kernel::COPY,
                 LaunchConfig::linear(n, BLOCK),
-                (Out::new(out), self.x.input(), n, s.ndim(), s.arg()),
+                (
+                    Out::new(out),
+                    self.x.input(),
+                    n,
+                    s.ndim(),
+                    s.arg(),
+                    d0,
+                    d1,
+                    a0,
+                    a1,
+                ),
             )?;
         }
         Ok(self.out)

@@ -87,12 +87,14 @@ impl<M: MaskType, T: WithDType> Op for Where<'_, M, T> {
             let s = Strided::new(
                 dev,
                 self.mask.shape(),
-                &[
+                [
                     &self.mask.layout,
                     &self.on_true.layout,
                     &self.on_false.layout,
                 ],
             )?;
+            let [d0, d1] = s.dims();
+            let ([m0, m1], [t0, t1], [f0, f1]) = (s.strides(0), s.strides(1), s.strides(2));
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(
                 M::Kernel::kernel::<T::Kernel>(),
@@ -105,6 +107,14 @@ impl<M: MaskType, T: WithDType> Op for Where<'_, M, T> {
                     n,
                     s.ndim(),
                     s.arg(),
+                    d0,
+                    d1,
+                    m0,
+                    m1,
+                    t0,
+                    t1,
+                    f0,
+                    f1,
                 ),
             )?;
         }

@@ -156,12 +156,24 @@ impl<T: WithDType, U: UnaryKernel> Op for UnaryMap<'_, T, U> {
             dtype: T::DTYPE,
         })?;
         if n > 0 {
-            let s = Strided::new(dev, self.x.shape(), &[&self.x.layout])?;
+            let s = Strided::new(dev, self.x.shape(), [&self.x.layout])?;
+            let ([d0, d1], [a0, a1]) = (s.dims(), s.strides(0));
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(
                 kernel,
                 LaunchConfig::linear(n, BLOCK),
-                (Out::new(out), self.x.input(), n, s.ndim(), s.arg(), self.p),
+                (
+                    Out::new(out),
+                    self.x.input(),
+                    n,
+                    s.ndim(),
+                    s.arg(),
+                    d0,
+                    d1,
+                    a0,
+                    a1,
+                    self.p,
+                ),
             )?;
         }
         Ok(self.out)
@@ -194,7 +206,8 @@ impl<T: WithDType> Op for AffineMap<'_, T> {
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
         let n = self.out.len() as u64;
         if n > 0 {
-            let s = Strided::new(dev, self.x.shape(), &[&self.x.layout])?;
+            let s = Strided::new(dev, self.x.shape(), [&self.x.layout])?;
+            let ([d0, d1], [a0, a1]) = (s.dims(), s.strides(0));
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(
                 T::Kernel::AFFINE,
@@ -205,6 +218,10 @@ impl<T: WithDType> Op for AffineMap<'_, T> {
                     n,
                     s.ndim(),
                     s.arg(),
+                    d0,
+                    d1,
+                    a0,
+                    a1,
                     self.mul,
                     self.add,
                 ),

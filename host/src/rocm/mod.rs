@@ -1382,6 +1382,10 @@ mod tests {
             Arg::U64(n as u64),
             Arg::U32(0),
             Arg::Null,
+            Arg::U64(0),
+            Arg::U64(0),
+            Arg::U64(0),
+            Arg::U64(0),
             Arg::F32(0.0),
         ];
         let Device::Rocm(dev) = &gpu else {

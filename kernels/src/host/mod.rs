@@ -139,7 +139,7 @@ impl std::fmt::Debug for KernelInfo {
 /// use ferrocm_kernels::host::Kernel;
 /// use ferrocm_kernels::unary::unary_exp_f32;
 /// assert_eq!(<unary_exp_f32 as Kernel>::INFO.name, "unary_exp_f32");
-/// fn takes_f32_map<K: Kernel<Args = (*mut f32, *const f32, u64, u32, *const u64, f32)>>() {}
+/// fn takes_f32_map<K: Kernel<Args = ferrocm_kernels::unary::UnaryArgs<f32>>>() {}
 /// takes_f32_map::<unary_exp_f32>(); // a kernel of another signature would not compile
 /// ```
 pub trait Kernel: 'static {
