@@ -3,9 +3,9 @@
 use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::Result;
-use crate::gpu::Strided;
-use crate::tensor::{BLOCK, Tensor};
-use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
+use crate::gpu::map1;
+use crate::tensor::Tensor;
+use ferrocm_host::{Device, DeviceBuffer};
 use ferrocm_kernels::cast::CastSource;
 use ferrocm_kernels::elem::Elem;
 
@@ -46,28 +46,10 @@ impl<T: WithDType, D: WithDType> Op for Cast<'_, T, D> {
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<D>> {
-        let n = self.out.len() as u64;
-        if n > 0 {
-            let s = Strided::new(dev, self.x.shape(), [&self.x.layout])?;
-            let ([d0, d1], [a0, a1]) = (s.dims(), s.strides(0));
-            let out = self.out.view_as::<D::Kernel>().expect("same size");
-            // T == D picks the copy kernel (same signature).
-            dev.launch_typed(
-                T::Kernel::kernel::<D::Kernel>(),
-                LaunchConfig::linear(n, BLOCK),
-                (
-                    Out::new(out),
-                    self.x.input(),
-                    n,
-                    s.ndim(),
-                    s.arg(),
-                    d0,
-                    d1,
-                    a0,
-                    a1,
-                ),
-            )?;
-        }
+        // T == D picks the copy kernel (same signature).
+        map1(dev, self.x, &self.out, |cfg, args| {
+            dev.launch_typed(T::Kernel::kernel::<D::Kernel>(), cfg, args)
+        })?;
         Ok(self.out)
     }
 }

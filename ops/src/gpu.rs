@@ -1,9 +1,56 @@
 //! Helpers of the kernel path (every device that runs kernels).
 
+use crate::dtype::WithDType;
 use crate::error::Result;
 use crate::layout::Layout;
-use ferrocm_host::{Device, DeviceBuffer, In};
+use crate::tensor::{BLOCK, Tensor};
+use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::device::INLINE_RANK;
+
+/// The arguments every one-input map kernel (unary, affine, cast, copy)
+/// starts with: `(out, inp, n, ndim, layout, dims 2 words, strides 2 words)`.
+pub(crate) type MapArgs<'a, T, R> = (
+    Out<'a, R>,
+    In<'a, T>,
+    u64,
+    u32,
+    In<'a, u64>,
+    u64,
+    u64,
+    u64,
+    u64,
+);
+
+/// The kernel path of a one-input map of `x` into `out`: nothing for an
+/// empty tensor, else `launch(config, args)` with the leading arguments (the
+/// layout on the fast path, by value or in memory), which the op completes
+/// with its own parameters and passes to its typed kernel.
+pub(crate) fn map1<T: WithDType, R: WithDType>(
+    dev: &Device,
+    x: &Tensor<T>,
+    out: &DeviceBuffer<R>,
+    launch: impl FnOnce(LaunchConfig, MapArgs<'_, T::Kernel, R::Kernel>) -> ferrocm_host::Result<()>,
+) -> Result<()> {
+    let n = out.len() as u64;
+    if n == 0 {
+        return Ok(());
+    }
+    let s = Strided::new(dev, x.shape(), [&x.layout])?;
+    let ([d0, d1], [a0, a1]) = (s.dims(), s.strides(0));
+    let out = out.view_as::<R::Kernel>().expect("same size");
+    let args = (
+        Out::new(out),
+        x.input(),
+        n,
+        s.ndim(),
+        s.arg(),
+        d0,
+        d1,
+        a0,
+        a1,
+    );
+    Ok(launch(LaunchConfig::linear(n, BLOCK), args)?)
+}
 
 /// How elementwise and row kernels read `N` strided inputs (see the device
 /// layer's `Strides`): `ndim == 0` is the contiguous fast path; a layout of

@@ -3,7 +3,7 @@
 use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
-use crate::gpu::Strided;
+use crate::gpu::map1;
 use crate::layout::{Layout, checked_count};
 use crate::storage::Storage;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
@@ -389,27 +389,9 @@ impl<T: WithDType> Op for CopyOp<'_, T> {
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
-        let n = self.out.len() as u64;
-        if n > 0 {
-            let s = Strided::new(dev, self.x.shape(), [&self.x.layout])?;
-            let ([d0, d1], [a0, a1]) = (s.dims(), s.strides(0));
-            let out = self.out.view_as::<T::Kernel>().expect("same size");
-            dev.launch_typed(
-                T::Kernel::COPY,
-                LaunchConfig::linear(n, BLOCK),
-                (
-                    Out::new(out),
-                    self.x.input(),
-                    n,
-                    s.ndim(),
-                    s.arg(),
-                    d0,
-                    d1,
-                    a0,
-                    a1,
-                ),
-            )?;
-        }
+        map1(dev, self.x, &self.out, |cfg, args| {
+            dev.launch_typed(T::Kernel::COPY, cfg, args)
+        })?;
         Ok(self.out)
     }
 }

@@ -7,9 +7,9 @@
 use crate::backend::{self, Op};
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
-use crate::gpu::Strided;
-use crate::tensor::{BLOCK, Tensor};
-use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
+use crate::gpu::map1;
+use crate::tensor::Tensor;
+use ferrocm_host::{Device, DeviceBuffer};
 use ferrocm_kernels::affine::AffineKernels;
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::unary::{self as k, UnaryKernel, UnaryKernels};
@@ -150,32 +150,18 @@ impl<T: WithDType, U: UnaryKernel> Op for UnaryMap<'_, T, U> {
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
-        let n = self.out.len() as u64;
         let kernel = T::Kernel::kernel::<U>().ok_or(Error::UnsupportedDType {
             op: self.name,
             dtype: T::DTYPE,
         })?;
-        if n > 0 {
-            let s = Strided::new(dev, self.x.shape(), [&self.x.layout])?;
-            let ([d0, d1], [a0, a1]) = (s.dims(), s.strides(0));
-            let out = self.out.view_as::<T::Kernel>().expect("same size");
-            dev.launch_typed(
-                kernel,
-                LaunchConfig::linear(n, BLOCK),
-                (
-                    Out::new(out),
-                    self.x.input(),
-                    n,
-                    s.ndim(),
-                    s.arg(),
-                    d0,
-                    d1,
-                    a0,
-                    a1,
-                    self.p,
-                ),
-            )?;
-        }
+        map1(
+            dev,
+            self.x,
+            &self.out,
+            |cfg, (o, x, n, nd, l, d0, d1, a0, a1)| {
+                dev.launch_typed(kernel, cfg, (o, x, n, nd, l, d0, d1, a0, a1, self.p))
+            },
+        )?;
         Ok(self.out)
     }
 }
@@ -204,29 +190,16 @@ impl<T: WithDType> Op for AffineMap<'_, T> {
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
-        let n = self.out.len() as u64;
-        if n > 0 {
-            let s = Strided::new(dev, self.x.shape(), [&self.x.layout])?;
-            let ([d0, d1], [a0, a1]) = (s.dims(), s.strides(0));
-            let out = self.out.view_as::<T::Kernel>().expect("same size");
-            dev.launch_typed(
-                T::Kernel::AFFINE,
-                LaunchConfig::linear(n, BLOCK),
-                (
-                    Out::new(out),
-                    self.x.input(),
-                    n,
-                    s.ndim(),
-                    s.arg(),
-                    d0,
-                    d1,
-                    a0,
-                    a1,
-                    self.mul,
-                    self.add,
-                ),
-            )?;
-        }
+        let (mul, add) = (self.mul, self.add);
+        map1(
+            dev,
+            self.x,
+            &self.out,
+            |cfg, (o, x, n, nd, l, d0, d1, a0, a1)| {
+                let args = (o, x, n, nd, l, d0, d1, a0, a1, mul, add);
+                dev.launch_typed(T::Kernel::AFFINE, cfg, args)
+            },
+        )?;
         Ok(self.out)
     }
 }
