@@ -382,6 +382,15 @@ pub fn grid_stride(n: u64, mut f: impl FnMut(u64)) {
 #[amdgpu_device]
 pub const INLINE_RANK: u32 = 4;
 
+/// A logical index and, on the by-value path, its coordinates in the
+/// (padded) 4-dim shape; see [`Strides::coords`].
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct Coords {
+    i: u64,
+    c: [u32; 4],
+}
+
 /// How a strided kernel reads its `N` inputs, all of the output's shape:
 /// - `ndim == 0`: every input is contiguous (the fast path);
 /// - `ptr` not null: `ndim` dims, then each input's `ndim` strides, in memory;
@@ -393,15 +402,6 @@ pub const INLINE_RANK: u32 = 4;
 ///
 /// On the fast path and the by-value path no memory is read for the layout,
 /// so a strided launch needs no upload before it.
-/// A logical index and, on the by-value path, its coordinates in the
-/// (padded) 4-dim shape; see [`Strides::coords`].
-#[amdgpu_device]
-#[derive(Clone, Copy)]
-pub struct Coords {
-    i: u64,
-    c: [u32; 4],
-}
-
 #[amdgpu_device]
 #[derive(Clone, Copy)]
 pub struct Strides<const N: usize> {
