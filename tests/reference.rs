@@ -480,8 +480,24 @@ fn same<T: Elt>(a: T, b: T) -> bool {
 // Harness: devices, failures, a seeded generator, the bound check
 // ===========================================================================
 
+/// The Cpu, the emulator at both wave sizes, and every GPU that answers (a
+/// build with `--features cuda` or `rocm` on a machine with one); each GPU
+/// that does not answer is skipped with a message, once.
 fn devices() -> Vec<Device> {
-    vec![Device::Cpu, Device::emulator(32), Device::emulator(64)]
+    static GPUS: std::sync::OnceLock<Vec<Device>> = std::sync::OnceLock::new();
+    let gpus = GPUS.get_or_init(|| {
+        let mut found = Vec::new();
+        for (name, dev) in [("cuda:0", Device::cuda(0)), ("rocm:0", Device::rocm(0))] {
+            match dev {
+                Ok(d) => found.push(d),
+                Err(e) => eprintln!("reference tests: skipping {name}: {e}"),
+            }
+        }
+        found
+    });
+    let mut v = vec![Device::Cpu, Device::emulator(32), Device::emulator(64)];
+    v.extend(gpus.iter().cloned());
+    v
 }
 
 /// Every failed check of one test, reported together at the end.

@@ -42,6 +42,7 @@ impl HostAlloc {
         let oom = || Error::OutOfMemory {
             device: what.to_string(),
             bytes: capacity,
+            free: None,
         };
         let total = capacity
             .checked_add(2 * red_zone)
@@ -116,6 +117,8 @@ pub(crate) enum Block {
     Host(HostAlloc),
     #[cfg(feature = "rocm")]
     Rocm(crate::rocm::RocmAlloc),
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda::CudaAlloc),
 }
 
 /// The caches of the host-memory devices: the Cpu, and the emulator per wave
@@ -138,7 +141,31 @@ impl Device {
             }
             #[cfg(feature = "rocm")]
             Device::Rocm(r) => r.pool(),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => c.pool(),
         }
+    }
+
+    /// Caps the bytes this device's allocator may hold (live buffers plus its
+    /// cache) at `limit`, or lifts the cap (`None`). An allocation past the cap
+    /// first empties the cache, then fails with [`Error::OutOfMemory`]. Two
+    /// handles on one device share the cap.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, Error};
+    /// let dev = Device::emulator_with(ferrocm_host::EmulatorConfig { wave_size: 64, sanitize: false }).unwrap();
+    /// dev.set_memory_limit(Some(dev.memory_stats().bytes_in_use + 4096));
+    /// assert!(matches!(dev.alloc::<u8>(1 << 20), Err(Error::OutOfMemory { .. })));
+    /// dev.set_memory_limit(None);
+    /// assert!(dev.alloc::<u8>(1 << 20).is_ok());
+    /// ```
+    pub fn set_memory_limit(&self, limit: Option<u64>) {
+        self.pool().set_limit(limit)
+    }
+
+    /// The cap set by [`Device::set_memory_limit`], if any.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.pool().limit()
     }
 
     /// Memory and launch statistics of this device: bytes in use and cached,
@@ -174,13 +201,34 @@ impl Device {
     pub(crate) fn alloc_raw(&self, len_bytes: usize, fill: Option<u8>) -> Result<RawBuffer> {
         let class = size_class(len_bytes);
         let pool = self.pool();
+        // A fresh block past the memory limit is out of memory (the pool then
+        // empties its cache and tries once more).
+        let within_limit = || match pool.room() {
+            Some(room) if class as u64 > room => Err(Error::OutOfMemory {
+                device: format!("{self} (memory limit {} bytes)", pool.limit().unwrap_or(0)),
+                bytes: len_bytes,
+                free: Some(room),
+            }),
+            _ => Ok(()),
+        };
         let (mut block, _reused) = match self {
             Device::Cpu | Device::Emulator(_) => {
                 let red = if self.sanitizer() { RED_ZONE } else { 0 };
-                pool.take(class, || HostAlloc::new(class, red, self).map(Block::Host))?
+                pool.take(class, || {
+                    within_limit()?;
+                    HostAlloc::new(class, red, self).map(Block::Host)
+                })?
             }
             #[cfg(feature = "rocm")]
-            Device::Rocm(r) => pool.take(class, || r.alloc(class).map(Block::Rocm))?,
+            Device::Rocm(r) => pool.take(class, || {
+                within_limit()?;
+                r.alloc(class).map(Block::Rocm)
+            })?,
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => pool.take(class, || {
+                within_limit()?;
+                c.alloc(class).map(Block::Cuda)
+            })?,
         };
         match &mut block {
             Block::Host(h) => h.prepare(len_bytes, fill),
@@ -188,6 +236,12 @@ impl Device {
             Block::Rocm(a) => {
                 if let (Some(b), Device::Rocm(r)) = (fill, self) {
                     r.memset(a, b, len_bytes)?;
+                }
+            }
+            #[cfg(feature = "cuda")]
+            Block::Cuda(a) => {
+                if let (Some(b), Device::Cuda(c)) = (fill, self) {
+                    c.memset(a, b, len_bytes)?;
                 }
             }
         }
@@ -239,12 +293,14 @@ impl RawBuffer {
         &self.device
     }
 
-    /// The address kernels see (host address for Cpu/Emulator, device address for ROCm).
+    /// The address kernels see (host address for Cpu/Emulator, device address on a GPU).
     pub fn device_ptr(&self) -> u64 {
         match self.block.as_ref() {
             Some(Block::Host(h)) => h.ptr() as u64,
             #[cfg(feature = "rocm")]
             Some(Block::Rocm(r)) => r.ptr(),
+            #[cfg(feature = "cuda")]
+            Some(Block::Cuda(c)) => c.ptr(),
             None => 0,
         }
     }
@@ -286,6 +342,14 @@ impl RawBuffer {
         }
     }
 
+    #[cfg(feature = "cuda")]
+    pub(crate) fn cuda_alloc(&self) -> Option<&crate::cuda::CudaAlloc> {
+        match self.block.as_ref() {
+            Some(Block::Cuda(c)) => Some(c),
+            _ => None,
+        }
+    }
+
     /// The bytes, for buffers in host memory.
     fn host_bytes(&self) -> Option<&[u8]> {
         // SAFETY: len_bytes initialised bytes (blocks are zeroed when made).
@@ -318,6 +382,10 @@ impl RawBuffer {
         if let (Some(a), Device::Rocm(r)) = (self.rocm_alloc(), &self.device) {
             return r.copy_dtoh(a, dst);
         }
+        #[cfg(feature = "cuda")]
+        if let (Some(a), Device::Cuda(c)) = (self.cuda_alloc(), &self.device) {
+            return c.copy_dtoh(a, dst);
+        }
         Ok(())
     }
 
@@ -338,6 +406,10 @@ impl RawBuffer {
         #[cfg(feature = "rocm")]
         if let (Some(a), Device::Rocm(r)) = (self.rocm_alloc(), &self.device) {
             return r.copy_htod(a, src);
+        }
+        #[cfg(feature = "cuda")]
+        if let (Some(a), Device::Cuda(c)) = (self.cuda_alloc(), &self.device) {
+            return c.copy_htod(a, src);
         }
         Ok(())
     }
@@ -378,6 +450,7 @@ impl Device {
             .ok_or_else(|| Error::OutOfMemory {
                 device: self.to_string(),
                 bytes: usize::MAX,
+                free: None,
             })?;
         Ok(DeviceBuffer {
             raw: self.alloc_raw(bytes, fill)?,
@@ -449,6 +522,12 @@ impl Device {
                     r.copy_htod_async(a, bytes)?;
                 }
             }
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => {
+                if let Some(a) = b.raw.cuda_alloc() {
+                    c.copy_htod_async(a, bytes)?;
+                }
+            }
         }
         Ok(b)
     }
@@ -496,7 +575,7 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
         (size_of::<U>() == size_of::<T>()).then(|| self.raw.typed::<U>())?
     }
 
-    /// The address kernels see (host address for Cpu/Emulator, device address for ROCm).
+    /// The address kernels see (host address for Cpu/Emulator, device address on a GPU).
     pub fn device_ptr(&self) -> u64 {
         self.raw.device_ptr()
     }
@@ -572,6 +651,12 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
             (self.raw.rocm_alloc(), src.raw.rocm_alloc(), src.device())
         {
             return r.copy_dtod(d, s, src.len_bytes());
+        }
+        #[cfg(feature = "cuda")]
+        if let (Some(d), Some(s), Device::Cuda(c)) =
+            (self.raw.cuda_alloc(), src.raw.cuda_alloc(), src.device())
+        {
+            return c.copy_dtod(d, s, src.len_bytes());
         }
         Ok(())
     }

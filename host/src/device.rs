@@ -1,8 +1,8 @@
-//! Devices: the CPU, the SIMT emulator, and ROCm GPUs.
+//! Devices: the CPU, the SIMT emulator, ROCm GPUs and CUDA GPUs.
 
 use crate::error::{Error, Result};
 use std::fmt;
-#[cfg(feature = "rocm")]
+#[cfg(any(feature = "rocm", feature = "cuda"))]
 use std::sync::Arc;
 
 /// Settings of an emulator device.
@@ -19,7 +19,12 @@ pub struct EmulatorConfig {
 /// - `Cpu`: host memory; ops run their native CPU implementations.
 /// - `Emulator`: host memory with red zones; kernels run in the SIMT emulator,
 ///   the very same functions that are compiled for the GPU.
-/// - `Rocm`: a GPU through HIP (feature `rocm`).
+/// - `Rocm`: an AMD GPU through HIP (feature `rocm`).
+/// - `Cuda`: an NVIDIA GPU through the CUDA driver (feature `cuda`), running
+///   the same kernels compiled to PTX.
+///
+/// Devices parse from their names (`cpu`, `emulator`, `emulator:64`,
+/// `rocm:1`, `cuda:0`; see [`Device::from_str`](std::str::FromStr)).
 ///
 /// ```
 /// use ferrocm_host::Device;
@@ -28,6 +33,7 @@ pub struct EmulatorConfig {
 /// assert_eq!(Device::Cpu.to_string(), "cpu");
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub enum Device {
     /// The host CPU.
     Cpu,
@@ -36,6 +42,9 @@ pub enum Device {
     /// A ROCm GPU.
     #[cfg(feature = "rocm")]
     Rocm(Arc<crate::rocm::RocmDevice>),
+    /// A CUDA GPU.
+    #[cfg(feature = "cuda")]
+    Cuda(Arc<crate::cuda::CudaDevice>),
 }
 
 impl Device {
@@ -89,14 +98,61 @@ impl Device {
         }
     }
 
-    /// A ROCm GPU when one answers, else the CPU.
+    /// CUDA GPU number `ordinal`.
+    ///
+    /// ```
+    /// // Without a GPU (or without the `cuda` feature) this is an error, never a panic.
+    /// let _ = ferrocm_host::Device::cuda(0);
+    /// ```
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        #[cfg(feature = "cuda")]
+        {
+            Ok(Device::Cuda(cuda_device(ordinal)?))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = ordinal;
+            Err(Error::CudaNotCompiled)
+        }
+    }
+
+    /// The device `FERROCM_DEVICE` names when it is set (an error if that
+    /// device does not parse or does not answer), else the first that answers
+    /// of a ROCm GPU, a CUDA GPU, the CPU.
+    ///
+    /// ```
+    /// let d = ferrocm_host::Device::best_or_err().unwrap_or(ferrocm_host::Device::Cpu);
+    /// println!("running on {d}");
+    /// ```
+    pub fn best_or_err() -> Result<Device> {
+        if let Ok(name) = std::env::var("FERROCM_DEVICE")
+            && !name.trim().is_empty()
+        {
+            return name.parse::<Device>().map_err(|e| match e {
+                Error::UnknownDevice { name, detail } => Error::UnknownDevice {
+                    name,
+                    detail: format!("{detail} (from FERROCM_DEVICE)"),
+                },
+                other => other,
+            });
+        }
+        Ok(Self::rocm(0)
+            .or_else(|_| Self::cuda(0))
+            .unwrap_or(Device::Cpu))
+    }
+
+    /// [`Device::best_or_err`], falling back to the CPU (with a message on
+    /// stderr) when `FERROCM_DEVICE` names a device that is not there.
     ///
     /// ```
     /// let d = ferrocm_host::Device::best();
     /// println!("running on {d}");
     /// ```
     pub fn best() -> Device {
-        Self::rocm(0).unwrap_or(Device::Cpu)
+        Self::best_or_err().unwrap_or_else(|e| {
+            eprintln!("ferrocm: {e}; using the cpu");
+            Device::Cpu
+        })
     }
 
     /// Wave size kernels see on this device (None for the CPU).
@@ -106,6 +162,8 @@ impl Device {
             Device::Emulator(c) => Some(c.wave_size),
             #[cfg(feature = "rocm")]
             Device::Rocm(r) => Some(r.info().wave_size),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => Some(c.info().wave_size),
         }
     }
 
@@ -125,6 +183,8 @@ impl Device {
             Device::Cpu | Device::Emulator(_) => 64 * 1024,
             #[cfg(feature = "rocm")]
             Device::Rocm(r) => r.info().max_lds_bytes,
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => c.info().max_lds_bytes,
         }
     }
 
@@ -136,6 +196,61 @@ impl Device {
             Device::Cpu | Device::Emulator(_) => Ok(()),
             #[cfg(feature = "rocm")]
             Device::Rocm(r) => r.synchronize(),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => c.synchronize(),
+        }
+    }
+
+    /// Whether this is a GPU (ROCm or CUDA).
+    pub fn is_gpu(&self) -> bool {
+        !matches!(self, Device::Cpu | Device::Emulator(_))
+    }
+
+    /// What `ferrocm info` shows about a GPU device (None for the CPU and
+    /// the emulator).
+    pub fn gpu_info(&self) -> Option<GpuInfo> {
+        match self {
+            Device::Cpu | Device::Emulator(_) => None,
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => Some(r.info().clone()),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => Some(c.info().clone()),
+        }
+    }
+
+    /// (free, total) device memory in bytes as the driver reports it (None
+    /// for the host devices).
+    pub fn memory_info(&self) -> Result<Option<(u64, u64)>> {
+        match self {
+            Device::Cpu | Device::Emulator(_) => Ok(None),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => r.memory_info().map(Some),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => c.memory_info().map(Some),
+        }
+    }
+
+    /// Runs `f`, which queues work on this device, and returns its duration
+    /// in milliseconds: between two GPU events on a GPU, by the host clock on
+    /// the host devices (whose work is synchronous).
+    ///
+    /// ```
+    /// use ferrocm_host::Device;
+    /// let dev = Device::emulator(32);
+    /// let ms = dev.time(|| dev.upload(&[1u8; 64]).map(drop)).unwrap();
+    /// assert!(ms >= 0.0);
+    /// ```
+    pub fn time<F: FnOnce() -> Result<()>>(&self, f: F) -> Result<f32> {
+        match self {
+            Device::Cpu | Device::Emulator(_) => {
+                let t = std::time::Instant::now();
+                f()?;
+                Ok(t.elapsed().as_secs_f32() * 1e3)
+            }
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => r.time(f),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => c.time(f),
         }
     }
 
@@ -146,6 +261,8 @@ impl Device {
             (Device::Emulator(a), Device::Emulator(b)) => a == b,
             #[cfg(feature = "rocm")]
             (Device::Rocm(a), Device::Rocm(b)) => a.ordinal() == b.ordinal(),
+            #[cfg(feature = "cuda")]
+            (Device::Cuda(a), Device::Cuda(b)) => a.ordinal() == b.ordinal(),
             _ => false,
         }
     }
@@ -177,6 +294,74 @@ impl fmt::Display for Device {
                 r.info().name,
                 r.info().arch
             ),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => write!(
+                f,
+                "cuda:{} ({}, {})",
+                c.ordinal(),
+                c.info().name,
+                c.info().arch
+            ),
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = Error;
+
+    /// `cpu`; `emulator` (wave 64, sanitizer on), `emulator:32`,
+    /// `emulator:64`, `emulator:32:nosan`; `rocm`, `rocm:N`; `cuda`,
+    /// `cuda:N` (a GPU must answer). Case-insensitive.
+    ///
+    /// ```
+    /// use ferrocm_host::Device;
+    /// assert_eq!("cpu".parse::<Device>().unwrap(), Device::Cpu);
+    /// assert_eq!("emulator:32".parse::<Device>().unwrap().wave_size(), Some(32));
+    /// assert!("tpu:0".parse::<Device>().is_err());
+    /// assert!("emulator:48".parse::<Device>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<Device> {
+        let name = s.trim().to_ascii_lowercase();
+        let bad = |detail: &str| Error::UnknownDevice {
+            name: s.to_string(),
+            detail: detail.into(),
+        };
+        let mut parts = name.split(':');
+        let kind = parts.next().unwrap_or("");
+        let arg = parts.next();
+        let extra = parts.next();
+        let ordinal = |arg: Option<&str>| -> Result<usize> {
+            match arg {
+                None | Some("") => Ok(0),
+                Some(n) => n
+                    .parse::<usize>()
+                    .map_err(|_| bad("the ordinal after `:` must be a number, as in `cuda:0`")),
+            }
+        };
+        match kind {
+            "cpu" if arg.is_none() => Ok(Device::Cpu),
+            "emulator" | "emu" => {
+                let wave = match arg {
+                    None | Some("") => 64,
+                    Some("32") => 32,
+                    Some("64") => 64,
+                    Some(_) => return Err(bad("the emulator's wave size is 32 or 64")),
+                };
+                let sanitize = match extra {
+                    None => true,
+                    Some("nosan") => false,
+                    Some(_) => return Err(bad("after the wave size only `nosan` is accepted")),
+                };
+                Device::emulator_with(EmulatorConfig {
+                    wave_size: wave,
+                    sanitize,
+                })
+            }
+            "rocm" | "hip" if extra.is_none() => Device::rocm(ordinal(arg)?),
+            "cuda" if extra.is_none() => Device::cuda(ordinal(arg)?),
+            _ => Err(bad(
+                "expected cpu, emulator[:32|:64][:nosan], rocm[:N] or cuda[:N]",
+            )),
         }
     }
 }
@@ -190,6 +375,8 @@ impl fmt::Debug for Device {
 /// What `ferrocm info` shows about a GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuInfo {
+    /// `rocm` or `cuda`.
+    pub backend: &'static str,
     /// Ordinal.
     pub ordinal: usize,
     /// Marketing name.
@@ -245,7 +432,7 @@ pub fn generic_family(arch: &str) -> Option<&'static str> {
 }
 
 /// All devices this process can use: the CPU, both emulator wave sizes, and
-/// every ROCm GPU that answers.
+/// every ROCm and CUDA GPU that answers.
 pub fn devices() -> Vec<Device> {
     #[allow(unused_mut)]
     let mut v = vec![Device::Cpu, Device::emulator(32), Device::emulator(64)];
@@ -255,25 +442,51 @@ pub fn devices() -> Vec<Device> {
             v.push(d);
         }
     }
+    #[cfg(feature = "cuda")]
+    for i in 0..crate::cuda::device_count() {
+        if let Ok(d) = Device::cuda(i) {
+            v.push(d);
+        }
+    }
     v
 }
 
-/// Info on every ROCm GPU, or why there is none.
+/// Info on every ROCm and CUDA GPU, or why there is none (each compiled-in
+/// backend's reason; [`Error::RocmNotCompiled`] when neither is compiled in).
 pub fn gpus() -> Result<Vec<GpuInfo>> {
+    #[allow(unused_mut)]
+    let mut found: Vec<GpuInfo> = Vec::new();
+    #[allow(unused_mut)]
+    let mut reasons: Vec<String> = Vec::new();
     #[cfg(feature = "rocm")]
     {
         let n = crate::rocm::device_count();
         if n == 0 {
-            return Err(Error::NoGpu {
-                reason: crate::rocm::absence_reason(),
-            });
+            reasons.push(format!("ROCm: {}", crate::rocm::absence_reason()));
         }
-        (0..n)
-            .map(|i| rocm_device(i).map(|d| d.info().clone()))
-            .collect()
+        for i in 0..n {
+            found.push(rocm_device(i)?.info().clone());
+        }
     }
-    #[cfg(not(feature = "rocm"))]
-    Err(Error::RocmNotCompiled)
+    #[cfg(feature = "cuda")]
+    {
+        let n = crate::cuda::device_count();
+        if n == 0 {
+            reasons.push(format!("CUDA: {}", crate::cuda::absence_reason()));
+        }
+        for i in 0..n {
+            found.push(cuda_device(i)?.info().clone());
+        }
+    }
+    if !found.is_empty() {
+        return Ok(found);
+    }
+    if cfg!(not(any(feature = "rocm", feature = "cuda"))) {
+        return Err(Error::RocmNotCompiled);
+    }
+    Err(Error::NoGpu {
+        reason: reasons.join("; "),
+    })
 }
 
 /// The one `RocmDevice` of an ordinal: every `Device::rocm(n)` handle shares
@@ -292,6 +505,24 @@ fn rocm_device(ordinal: usize) -> Result<Arc<crate::rocm::RocmDevice>> {
         return Ok(d.clone());
     }
     let d = Arc::new(crate::rocm::RocmDevice::new(ordinal)?);
+    map.insert(ordinal, d.clone());
+    Ok(d)
+}
+
+/// The one `CudaDevice` of an ordinal (shared like the ROCm ones).
+#[cfg(feature = "cuda")]
+fn cuda_device(ordinal: usize) -> Result<Arc<crate::cuda::CudaDevice>> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<crate::cuda::CudaDevice>>>> = OnceLock::new();
+    let mut map = DEVICES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = map.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(crate::cuda::CudaDevice::new(ordinal)?);
     map.insert(ordinal, d.clone());
     Ok(d)
 }

@@ -41,6 +41,7 @@ fn take_stack() -> Result<DefaultStack> {
     DefaultStack::new(STACK_SIZE).map_err(|e| Error::OutOfMemory {
         device: format!("emulator (coroutine stack: {e})"),
         bytes: STACK_SIZE,
+        free: None,
     })
 }
 

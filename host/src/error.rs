@@ -5,8 +5,8 @@
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Error {
-    /// No ROCm GPU answered (library missing, no device, or ordinal too large).
-    #[error("no ROCm GPU available: {reason}")]
+    /// No GPU answered (driver or library missing, no device, or ordinal too large).
+    #[error("no GPU available: {reason}")]
     NoGpu {
         /// Why.
         reason: String,
@@ -14,6 +14,17 @@ pub enum Error {
     /// The binary was built without the `rocm` feature.
     #[error("ROCm support is not compiled in (build with `--features rocm`)")]
     RocmNotCompiled,
+    /// The binary was built without the `cuda` feature.
+    #[error("CUDA support is not compiled in (build with `--features cuda`)")]
+    CudaNotCompiled,
+    /// A device name that does not parse (see `Device::from_str`).
+    #[error("unknown device `{name}`: {detail}")]
+    UnknownDevice {
+        /// The name given.
+        name: String,
+        /// What is accepted.
+        detail: String,
+    },
     /// No embedded code object fits the GPU's arch.
     #[error("no code object for {device} (arch {arch}); this build embeds: {built}")]
     NoCodeObject {
@@ -24,13 +35,19 @@ pub enum Error {
         /// The embedded archs, comma separated.
         built: String,
     },
-    /// An allocation did not fit.
-    #[error("out of memory on {device}: {bytes} bytes requested")]
+    /// An allocation did not fit (after emptying the device's cache and
+    /// trying once more).
+    #[error("out of memory on {device}: {bytes} bytes requested{}", match free {
+        Some(f) => format!(", {f} bytes free"),
+        None => String::new(),
+    })]
     OutOfMemory {
         /// Device.
         device: String,
         /// Requested size.
         bytes: usize,
+        /// Free bytes on the device (or under its memory limit), when known.
+        free: Option<u64>,
     },
     /// No kernel with this name is declared.
     #[error("unknown kernel `{kernel}`")]
@@ -134,6 +151,16 @@ pub enum Error {
         /// Device.
         device: String,
         /// The runtime's message.
+        message: String,
+    },
+    /// A CUDA driver call failed.
+    #[error("{call} failed on {device}: {message}")]
+    Cuda {
+        /// The API call.
+        call: String,
+        /// Device.
+        device: String,
+        /// The driver's error name and message.
         message: String,
     },
 }

@@ -299,14 +299,18 @@ impl Device {
         match self {
             Device::Cpu => Err(Error::BadLaunchConfig {
                 kernel: name.into(),
-                detail: "the Cpu device runs no kernels (use Device::emulator or a ROCm GPU)"
-                    .into(),
+                detail: "the Cpu device runs no kernels (use Device::emulator or a GPU)".into(),
             }),
             Device::Emulator(c) => crate::emulator::launch(c, kernel, &cfg, args),
             #[cfg(feature = "rocm")]
             Device::Rocm(r) => {
                 let raw: Vec<u64> = args.iter().map(|a| a.raw()).collect();
                 r.launch(kernel, &cfg, &raw)
+            }
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => {
+                let raw: Vec<u64> = args.iter().map(|a| a.raw()).collect();
+                c.launch(kernel, &cfg, &raw)
             }
         }
     }

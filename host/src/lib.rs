@@ -6,6 +6,8 @@
 //!   bounds, deadlock detection). This is how kernels are tested without a GPU.
 //! - `Device::Rocm` (feature `rocm`): HIP through rocm-rs, the embedded code
 //!   object matching the GPU's arch, rocBLAS and MIOpen handles.
+//! - `Device::Cuda` (feature `cuda`): NVIDIA GPUs through the CUDA driver API
+//!   (cudarc, loaded at run time), running the same kernels compiled to PTX.
 //!
 //! ```
 //! use ferrocm_host::{Arg, Device, LaunchConfig};
@@ -20,11 +22,14 @@
 
 pub mod buffer;
 pub mod codeobject;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device;
 mod emulator;
 pub mod error;
 pub mod launch;
 pub mod memory;
+pub mod ptx;
 #[cfg(feature = "rocm")]
 pub mod rocm;
 

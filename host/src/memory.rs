@@ -74,6 +74,8 @@ pub(crate) struct Pool<B> {
     inner: Mutex<PoolInner<B>>,
     synchronizations: AtomicU64,
     launches: AtomicU64,
+    /// Most bytes (in use + cached) the pool may hold; u64::MAX for no cap.
+    limit: AtomicU64,
 }
 
 struct PoolInner<B> {
@@ -98,7 +100,24 @@ impl<B> Pool<B> {
             }),
             synchronizations: AtomicU64::new(0),
             launches: AtomicU64::new(0),
+            limit: AtomicU64::new(u64::MAX),
         }
+    }
+
+    pub(crate) fn set_limit(&self, limit: Option<u64>) {
+        self.limit
+            .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    pub(crate) fn limit(&self) -> Option<u64> {
+        Some(self.limit.load(Ordering::Relaxed)).filter(|&l| l != u64::MAX)
+    }
+
+    /// Bytes a fresh block may still take under the limit (None: no limit).
+    pub(crate) fn room(&self) -> Option<u64> {
+        let limit = self.limit()?;
+        let p = self.lock();
+        Some(limit.saturating_sub(p.in_use + p.cached))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, PoolInner<B>> {

@@ -35,11 +35,11 @@ pub fn affine_body<T: Elem>(
     });
 }
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
 /// The parameter types of the affine kernel of element type `T`.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub type AffineArgs<T> = (
     *mut T,
     *const T,
@@ -55,7 +55,7 @@ pub type AffineArgs<T> = (
 );
 
 /// The affine kernel of an element type (host side).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait AffineKernels: Sized + 'static {
     /// `affine_{T}(out, inp, n, ndim, layout, mul, add)`.
     const AFFINE: KernelRef<AffineArgs<Self>>;
@@ -64,7 +64,7 @@ pub trait AffineKernels: Sized + 'static {
 macro_rules! affine_kernels {
     ($($name:ident: $t:ty),*) => {
         $(
-            #[cfg(not(target_arch = "amdgpu"))]
+            #[cfg(not(ferrocm_device))]
             impl AffineKernels for $t {
                 const AFFINE: KernelRef<AffineArgs<Self>> = KernelRef::of::<$name>();
             }

@@ -118,7 +118,7 @@ pub fn cmp_body<T: Elem, Op: CmpOp>(
 }
 
 /// The parameter types of every binary kernel on element type `T`.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub type BinaryArgs<T> = (
     *mut T,
     *const T,
@@ -135,7 +135,7 @@ pub type BinaryArgs<T> = (
 );
 
 /// The parameter types of every comparison kernel on element type `T`.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub type CmpArgs<T> = (
     *mut u8,
     *const T,
@@ -151,11 +151,11 @@ pub type CmpArgs<T> = (
     u64,
 );
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
 /// The kernels of one arithmetic binary op, per dtype (host side).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait BinaryKernel: BinaryOp {
     /// Per dtype: f32, f16, bf16, u8, u32, i64.
     const F32: KernelRef<BinaryArgs<f32>>;
@@ -172,7 +172,7 @@ pub trait BinaryKernel: BinaryOp {
 }
 
 /// The kernels of one comparison, per dtype (host side).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait CmpKernel: CmpOp {
     /// Per dtype: f32, f16, bf16, u8, u32, i64.
     const F32: KernelRef<CmpArgs<f32>>;
@@ -189,7 +189,7 @@ pub trait CmpKernel: CmpOp {
 }
 
 /// The binary and comparison kernels of op `Op` for this element type.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait BinaryKernels: Sized + 'static {
     /// The arithmetic kernel of `Op`.
     fn binary<Op: BinaryKernel>() -> KernelRef<BinaryArgs<Self>>;
@@ -197,7 +197,7 @@ pub trait BinaryKernels: Sized + 'static {
     fn cmp<Op: CmpKernel>() -> KernelRef<CmpArgs<Self>>;
 }
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 const _: () = {
     macro_rules! pick {
         ($($t:ty => $c:ident),*) => {$(
@@ -213,7 +213,7 @@ const _: () = {
 macro_rules! binary_kernels {
     ($($op:ident => $f32:ident: f32, $f16:ident: F16, $bf16:ident: Bf16, $u8:ident: u8, $u32:ident: u32, $i64:ident: i64;)*) => {
         $(
-            #[cfg(not(target_arch = "amdgpu"))]
+            #[cfg(not(ferrocm_device))]
             impl BinaryKernel for $op {
                 const F32: KernelRef<BinaryArgs<f32>> = KernelRef::of::<$f32>();
                 const F16: KernelRef<BinaryArgs<F16>> = KernelRef::of::<$f16>();
@@ -237,7 +237,7 @@ macro_rules! binary_kernels {
 macro_rules! cmp_kernels {
     ($($op:ident => $f32:ident: f32, $f16:ident: F16, $bf16:ident: Bf16, $u8:ident: u8, $u32:ident: u32, $i64:ident: i64;)*) => {
         $(
-            #[cfg(not(target_arch = "amdgpu"))]
+            #[cfg(not(ferrocm_device))]
             impl CmpKernel for $op {
                 const F32: KernelRef<CmpArgs<f32>> = KernelRef::of::<$f32>();
                 const F16: KernelRef<CmpArgs<F16>> = KernelRef::of::<$f16>();

@@ -18,15 +18,15 @@ pub fn cast_body<S: Elem, D: Elem>(out: *mut D, inp: *const S, n: u64, strides: 
 
 /// The parameter types of the cast kernel from `S` to `D` (and of the copy
 /// kernel when `S == D`).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub type CastArgs<S, D> = (*mut D, *const S, u64, u32, *const u64, u64, u64, u64, u64);
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
 /// The cast kernels into a target type, one per source type (host side); the
 /// identity entry is the target's `copy_*` kernel (same signature).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait CastTarget: Sized + 'static {
     /// From f32.
     const FROM_F32: KernelRef<CastArgs<f32, Self>>;
@@ -43,13 +43,13 @@ pub trait CastTarget: Sized + 'static {
 }
 
 /// A cast source type: picks the kernel casting it to `D`.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait CastSource: Sized + 'static {
     /// The kernel.
     fn kernel<D: CastTarget>() -> KernelRef<CastArgs<Self, D>>;
 }
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 const _: () = {
     macro_rules! source {
         ($($t:ty => $c:ident),*) => {$(

@@ -8,12 +8,37 @@
 //! the emulator, one coroutine per workitem, workgroups in parallel threads.
 //!
 //! Wave size is a runtime value ([`wave_size`]): 64 on CDNA (gfx9), 32 on RDNA
-//! (gfx10+). Kernels must be right for both.
+//! (gfx10+) and on NVIDIA GPUs (a warp). Kernels must be right for both.
+//!
+//! Three bodies, chosen by cfg: `target_arch = "amdgpu"` (AMDGPU intrinsics),
+//! `target_arch = "nvptx64"` (the same kernels compiled to PTX for NVIDIA
+//! GPUs: PTX special registers, `bar.sync`, `shfl.sync`) and, without
+//! `ferrocm_device` (the host build), the emulator. build.rs sets
+//! `--cfg ferrocm_device` for both GPU builds; kernel files test only that.
 
 use rocm_kernel_macros::amdgpu_device;
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 use crate::host::emu;
+
+/// NVPTX warp intrinsics (LLVM's NVVM names). Every warp operation names the
+/// lanes taking part: the active ones, as the emulator and AMDGPU define it.
+#[amdgpu_device]
+#[cfg(target_arch = "nvptx64")]
+mod nv {
+    unsafe extern "C" {
+        #[link_name = "llvm.nvvm.shfl.sync.bfly.i32"]
+        pub fn shfl_bfly(member_mask: u32, v: u32, lane_mask: u32, clamp: u32) -> u32;
+        #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
+        pub fn shfl_idx(member_mask: u32, v: u32, src_lane: u32, clamp: u32) -> u32;
+        #[link_name = "llvm.nvvm.vote.ballot.sync"]
+        pub fn ballot(member_mask: u32, pred: bool) -> u32;
+        #[link_name = "llvm.nvvm.read.ptx.sreg.laneid"]
+        pub fn laneid() -> u32;
+        #[link_name = "llvm.nvvm.activemask"]
+        pub fn activemask() -> u32;
+    }
+}
 
 /// Offsets in the HSA kernel dispatch packet (hsa_kernel_dispatch_packet_t).
 #[amdgpu_device]
@@ -31,7 +56,9 @@ const DISPATCH_WORKGROUP_SIZE_X: usize = 4;
 pub fn workitem_id_x() -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return core::arch::amdgpu::workitem_id_x();
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { core::arch::nvptx::_thread_idx_x() };
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.workitem_id[0]);
 }
 
@@ -41,7 +68,9 @@ pub fn workitem_id_x() -> u32 {
 pub fn workitem_id_y() -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return core::arch::amdgpu::workitem_id_y();
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { core::arch::nvptx::_thread_idx_y() };
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.workitem_id[1]);
 }
 
@@ -51,7 +80,9 @@ pub fn workitem_id_y() -> u32 {
 pub fn workgroup_id_x() -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return core::arch::amdgpu::workgroup_id_x();
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { core::arch::nvptx::_block_idx_x() };
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.workgroup_id[0]);
 }
 
@@ -61,7 +92,9 @@ pub fn workgroup_id_x() -> u32 {
 pub fn workgroup_id_y() -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return core::arch::amdgpu::workgroup_id_y();
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { core::arch::nvptx::_block_idx_y() };
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.workgroup_id[1]);
 }
 
@@ -92,7 +125,9 @@ fn dispatch_u32(offset: usize) -> u32 {
 pub fn workgroup_size_x() -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return dispatch_u16(DISPATCH_WORKGROUP_SIZE_X) as u32;
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { core::arch::nvptx::_block_dim_x() };
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.workgroup_size[0]);
 }
 
@@ -102,7 +137,9 @@ pub fn workgroup_size_x() -> u32 {
 pub fn workgroup_size_y() -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return dispatch_u16(DISPATCH_WORKGROUP_SIZE_X + 2) as u32;
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { core::arch::nvptx::_block_dim_y() };
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.workgroup_size[1]);
 }
 
@@ -113,7 +150,9 @@ pub fn num_workgroups_x() -> u32 {
     // The packet holds the grid size in workitems (HIP: blocks * block size).
     #[cfg(target_arch = "amdgpu")]
     return dispatch_u32(12).div_ceil(workgroup_size_x());
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { core::arch::nvptx::_grid_dim_x() };
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.num_workgroups[0]);
 }
 
@@ -123,7 +162,9 @@ pub fn num_workgroups_x() -> u32 {
 pub fn num_workgroups_y() -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return dispatch_u32(16).div_ceil(workgroup_size_y());
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { core::arch::nvptx::_grid_dim_y() };
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.num_workgroups[1]);
 }
 
@@ -147,7 +188,9 @@ pub fn global_size_x() -> u64 {
 pub fn wave_size() -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return core::arch::amdgpu::wavefrontsize();
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return 32;
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.wave_size);
 }
 
@@ -157,7 +200,9 @@ pub fn wave_size() -> u32 {
 pub fn lane_id() -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return core::arch::amdgpu::mbcnt_hi(!0, core::arch::amdgpu::mbcnt_lo(!0, 0));
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { nv::laneid() };
+    #[cfg(not(ferrocm_device))]
     return emu::with(|c| c.lane);
 }
 
@@ -192,7 +237,13 @@ pub fn barrier() {
         core::arch::asm!("global_inv scope:SCOPE_SE");
         compiler_fence(Ordering::SeqCst);
     }
-    #[cfg(not(target_arch = "amdgpu"))]
+    // bar.sync orders every shared and global access of the CTA's threads
+    // before it against those after it (PTX ISA, "bar"): __syncthreads.
+    #[cfg(target_arch = "nvptx64")]
+    unsafe {
+        core::arch::nvptx::_syncthreads()
+    };
+    #[cfg(not(ferrocm_device))]
     emu::barrier();
 }
 
@@ -221,9 +272,9 @@ pub fn lds<T>() -> Lds<T> {
 #[amdgpu_device]
 #[inline(always)]
 pub fn lds_at<T>(byte_offset: u32) -> Lds<T> {
-    #[cfg(target_arch = "amdgpu")]
+    #[cfg(ferrocm_device)]
     let arena = core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<u8>();
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(not(ferrocm_device))]
     let arena = emu::with(|c| c.lds);
     Lds {
         base: unsafe { arena.add(byte_offset as usize) } as *mut T,
@@ -236,7 +287,7 @@ impl<T: Copy> Lds<T> {
     /// Reads element `i`.
     #[inline(always)]
     pub fn load(self, i: u32) -> T {
-        #[cfg(not(target_arch = "amdgpu"))]
+        #[cfg(not(ferrocm_device))]
         emu::check_lds::<T>(self.byte_offset, i);
         unsafe { *self.base.add(i as usize) }
     }
@@ -244,7 +295,7 @@ impl<T: Copy> Lds<T> {
     /// Writes element `i`.
     #[inline(always)]
     pub fn store(self, i: u32, v: T) {
-        #[cfg(not(target_arch = "amdgpu"))]
+        #[cfg(not(ferrocm_device))]
         emu::check_lds::<T>(self.byte_offset, i);
         unsafe { *self.base.add(i as usize) = v }
     }
@@ -257,7 +308,9 @@ impl<T: Copy> Lds<T> {
 pub fn wave_shfl_xor(v: u32, mask: u32) -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return unsafe { core::arch::amdgpu::ds_bpermute((lane_id() ^ mask) << 2, v) };
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { nv::shfl_bfly(nv::activemask(), v, mask, 0x1f) };
+    #[cfg(not(ferrocm_device))]
     return emu::wave_op(emu::WaveOp::ShflXor(mask), v as u64) as u32;
 }
 
@@ -267,7 +320,9 @@ pub fn wave_shfl_xor(v: u32, mask: u32) -> u32 {
 pub fn wave_broadcast(v: u32, src: u32) -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return unsafe { core::arch::amdgpu::ds_bpermute(src << 2, v) };
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { nv::shfl_idx(nv::activemask(), v, src, 0x1f) };
+    #[cfg(not(ferrocm_device))]
     return emu::wave_op(emu::WaveOp::Broadcast(src), v as u64) as u32;
 }
 
@@ -277,7 +332,9 @@ pub fn wave_broadcast(v: u32, src: u32) -> u32 {
 pub fn wave_ballot(pred: bool) -> u64 {
     #[cfg(target_arch = "amdgpu")]
     return core::arch::amdgpu::ballot(pred);
-    #[cfg(not(target_arch = "amdgpu"))]
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { nv::ballot(nv::activemask(), pred) } as u64;
+    #[cfg(not(ferrocm_device))]
     return emu::wave_op(emu::WaveOp::Ballot, pred as u64);
 }
 
@@ -532,12 +589,12 @@ macro_rules! kernels {
             #[allow(clippy::too_many_arguments, clippy::not_unsafe_ptr_arg_deref)]
             fn $name($($arg: $ty),*) $body
 
-            #[cfg(not(target_arch = "amdgpu"))]
+            #[cfg(not(ferrocm_device))]
             #[allow(non_camel_case_types)]
             #[doc = concat!("Typed handle of the kernel `", stringify!($name), "` (see [`crate::host::Kernel`]).")]
             pub struct $name {}
 
-            #[cfg(not(target_arch = "amdgpu"))]
+            #[cfg(not(ferrocm_device))]
             const _: () = {
                 static INFO: $crate::host::KernelInfo = $crate::host::KernelInfo {
                     name: stringify!($name),
@@ -557,7 +614,7 @@ macro_rules! kernels {
             };
         )*
         /// Kernels this file declares.
-        #[cfg(not(target_arch = "amdgpu"))]
+        #[cfg(not(ferrocm_device))]
         pub static $table: &[&$crate::host::KernelInfo] = &[
             $( <$name as $crate::host::Kernel>::INFO, )*
         ];

@@ -44,11 +44,11 @@ pub fn copy2d_body<T: Elem>(
     });
 }
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
 /// The fill, copy and copy2d kernels of an element type (host side).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait FillKernels: Sized + 'static {
     /// `fill_{T}(out, n, bits)`.
     const FILL: KernelRef<(*mut Self, u64, u64)>;
@@ -61,7 +61,7 @@ pub trait FillKernels: Sized + 'static {
 macro_rules! fill_kernels {
     ($($t:ty => $fill:ident, $copy:ident, $copy2d:ident;)*) => {
         $(
-            #[cfg(not(target_arch = "amdgpu"))]
+            #[cfg(not(ferrocm_device))]
             impl FillKernels for $t {
                 const FILL: KernelRef<(*mut Self, u64, u64)> = KernelRef::of::<$fill>();
                 const COPY: KernelRef<crate::cast::CastArgs<Self, Self>> = KernelRef::of::<$copy>();

@@ -6,7 +6,8 @@
 //! - for the host, as plain Rust: the CPU SIMT emulator of `ferrocm-host` runs
 //!   them per workitem ([`host::KernelInfo::entry`]);
 //! - by `build.rs`, for every AMDGPU arch in `FERROCM_ARCHS`, into code objects
-//!   embedded here ([`CODE_OBJECTS`]).
+//!   embedded here ([`CODE_OBJECTS`]), and for NVIDIA GPUs into one PTX module
+//!   ([`PTX_MODULE`], target `FERROCM_PTX`, default sm_80).
 //!
 //! ```
 //! let names: Vec<&str> = ferrocm_kernels::kernels().map(|k| k.name).collect();
@@ -77,6 +78,17 @@ pub struct CodeObject {
     pub arch: &'static str,
     /// The ELF bytes, loadable with hipModuleLoadData.
     pub bytes: &'static [u8],
+}
+
+/// The embedded PTX module: every kernel compiled for `nvptx64-nvidia-cuda`
+/// from the same sources, for NVIDIA GPUs (the driver compiles it for the GPU
+/// it meets).
+#[derive(Clone, Copy, Debug)]
+pub struct PtxModule {
+    /// The PTX `.target` (`sm_80`): the oldest GPU it runs on.
+    pub target: &'static str,
+    /// The PTX text, loadable with cuModuleLoadData (NUL-terminate it first).
+    pub text: &'static str,
 }
 
 include!(concat!(env!("OUT_DIR"), "/code_objects.rs"));

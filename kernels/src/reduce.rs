@@ -274,19 +274,19 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
 /// (`O` is `T` for the value reductions, `u32` for argmax/argmin). A strided
 /// input's layout is read from memory: with the by-value words, the row loop
 /// spilled SGPRs on gfx9.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub type ReduceArgs<T, O> = (*mut O, *const T, u64, u64, u32, *const u64);
 
 /// The parameter types of softmax / log_softmax on element type `T`.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub type SoftmaxArgs<T> = (*mut T, *const T, u64, u64);
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
 /// The kernels of one value reduction, per dtype (host side); `None` where the
 /// dtype has none (mean of an integer type).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait ReduceKernel: ReduceOp {
     /// Per dtype: f32, f16, bf16, u8, u32, i64.
     const F32: Option<KernelRef<ReduceArgs<f32, f32>>>;
@@ -303,7 +303,7 @@ pub trait ReduceKernel: ReduceOp {
 }
 
 /// The reduction kernels of an element type (host side).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait ReduceKernels: Sized + 'static {
     /// The value reduction `Op`, if this dtype has it.
     fn reduce<Op: ReduceKernel>() -> Option<KernelRef<ReduceArgs<Self, Self>>>;
@@ -317,7 +317,7 @@ pub trait ReduceKernels: Sized + 'static {
     const LOG_SOFTMAX: Option<KernelRef<SoftmaxArgs<Self>>>;
 }
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 const _: () = {
     macro_rules! reduce_op {
         ($($op:ident => $($c:ident: $t:ty = $k:tt),*;)*) => {$(

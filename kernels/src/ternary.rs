@@ -32,7 +32,7 @@ pub fn where_body<M: Elem, T: Elem>(
 }
 
 /// The parameter types of the where kernel of mask type `M`, value type `T`.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub type WhereArgs<M, T> = (
     *mut T,
     *const M,
@@ -51,11 +51,11 @@ pub type WhereArgs<M, T> = (
     u64,
 );
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
 /// The where kernels of a value type, one per mask type (host side).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait WhereValue: Sized + 'static {
     /// `where_u8_{T}`.
     const MASK_U8: KernelRef<WhereArgs<u8, Self>>;
@@ -66,13 +66,13 @@ pub trait WhereValue: Sized + 'static {
 }
 
 /// A mask type: picks the where kernel for value type `T`.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait WhereMask: Sized + 'static {
     /// The kernel.
     fn kernel<T: WhereValue>() -> KernelRef<WhereArgs<Self, T>>;
 }
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 const _: () = {
     impl WhereMask for u8 {
         fn kernel<T: WhereValue>() -> KernelRef<WhereArgs<Self, T>> {
@@ -93,7 +93,7 @@ const _: () = {
 
 macro_rules! where_values {
     ($($t:ty => $u8:ident, $u32:ident, $i64:ident;)*) => {$(
-        #[cfg(not(target_arch = "amdgpu"))]
+        #[cfg(not(ferrocm_device))]
         impl WhereValue for $t {
             const MASK_U8: KernelRef<WhereArgs<u8, Self>> = KernelRef::of::<$u8>();
             const MASK_U32: KernelRef<WhereArgs<u32, Self>> = KernelRef::of::<$u32>();

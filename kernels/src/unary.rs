@@ -112,7 +112,7 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
 }
 
 /// The parameter types of every unary kernel on element type `T`.
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub type UnaryArgs<T> = (
     *mut T,
     *const T,
@@ -127,7 +127,7 @@ pub type UnaryArgs<T> = (
 );
 
 /// The kernels of one unary op, per float dtype (host side).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait UnaryKernel: UnaryOp {
     /// `unary_{op}_f32`.
     const F32: KernelRef<UnaryArgs<f32>>;
@@ -139,13 +139,13 @@ pub trait UnaryKernel: UnaryOp {
 
 /// The unary kernel of op `Op` for this element type; `None` for the integer
 /// types (unary ops are float-only).
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 pub trait UnaryKernels: Sized + 'static {
     /// The kernel, if this dtype has one.
     fn kernel<Op: UnaryKernel>() -> Option<KernelRef<UnaryArgs<Self>>>;
 }
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 const _: () = {
     macro_rules! pick {
         ($($t:ty => $c:ident),*; $($none:ty),*) => {
@@ -160,13 +160,13 @@ const _: () = {
     pick!(f32 => F32, F16 => F16, Bf16 => BF16; u8, u32, i64);
 };
 
-#[cfg(not(target_arch = "amdgpu"))]
+#[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
 macro_rules! unary_kernels {
     ($($op:ident($method:ident $(: $param:ident)?) => $f32:ident, $f16:ident, $bf16:ident;)*) => {
         $(
-            #[cfg(not(target_arch = "amdgpu"))]
+            #[cfg(not(ferrocm_device))]
             impl UnaryKernel for $op {
                 const F32: KernelRef<UnaryArgs<f32>> = KernelRef::of::<$f32>();
                 const F16: KernelRef<UnaryArgs<F16>> = KernelRef::of::<$f16>();

@@ -79,7 +79,6 @@ pub(crate) trait Op: Sized {
     /// Our kernels: every device that runs them.
     fn kernels(self, device: &Device) -> Result<Self::Output>;
     /// A vendor library's implementation. The default declines.
-    #[cfg_attr(not(feature = "rocm"), allow(dead_code))]
     fn vendor(self, _libs: &Libraries) -> Vendor<Self> {
         Vendor::Fallback(self)
     }
@@ -91,8 +90,9 @@ pub(crate) fn run<O: Op>(device: &Device, op: O) -> Result<O::Output> {
     match device {
         Device::Cpu => op.cpu(),
         Device::Emulator(_) => op.kernels(device),
-        #[cfg(feature = "rocm")]
-        Device::Rocm(_) => match op.vendor(&Libraries { device }) {
+        // A GPU (ROCm, CUDA): its vendor library where the op has a use for
+        // one, else our kernels.
+        _ => match op.vendor(&Libraries { device }) {
             Vendor::Done(r) => r,
             Vendor::Fallback(op) => op.kernels(device),
         },

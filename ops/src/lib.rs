@@ -18,6 +18,7 @@
 //! ```
 
 mod backend;
+pub mod bench;
 pub mod binary;
 pub mod cast;
 pub mod check;

@@ -274,6 +274,24 @@ impl<T: WithDType> Tensor<T> {
         Ok(Self::from_parts(out, self.shape()))
     }
 
+    /// A contiguous copy in new memory, whatever the layout (the `copy_{dtype}`
+    /// kernel on GPUs).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1u8, 2, 3], &[3], &Device::emulator(32))?;
+    /// let c = t.copy()?;
+    /// assert_eq!(c.to_vec()?, vec![1, 2, 3]);
+    /// assert!(!std::sync::Arc::ptr_eq(c.shared_storage(), t.shared_storage()));
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    pub fn copy(&self) -> Result<Self> {
+        let dev = self.device();
+        let out = dev.alloc::<T>(self.elem_count())?;
+        let out = backend::run(dev, CopyOp { x: self, out })?;
+        Ok(Self::from_parts(out, self.shape()))
+    }
+
     /// The same elements with another shape (a view when contiguous, else a copy).
     ///
     /// ```

@@ -98,6 +98,7 @@ entry_points! {
         #[check(hb)] fn hipRuntimeGetVersion(version: *mut c_int) -> hb::hipError_t;
         #[check(hb)] fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> hb::hipError_t;
         #[check(hb)] fn hipFree(ptr: *mut c_void) -> hb::hipError_t;
+        #[check(hb)] fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> hb::hipError_t;
         #[check(hb)]
         fn hipMemsetAsync(dst: *mut c_void, value: c_int, bytes: usize, stream: hb::hipStream_t) -> hb::hipError_t;
         #[check(hb)]

@@ -449,6 +449,7 @@ impl RocmDevice {
         let code_object = ferrocm_kernels::code_object(chosen).ok_or_else(no_code_object)?;
 
         let info = GpuInfo {
+            backend: "rocm",
             ordinal,
             name: name.clone(),
             arch,
@@ -538,6 +539,16 @@ impl RocmDevice {
         }
     }
 
+    /// (free, total) device memory in bytes (`hipMemGetInfo`).
+    pub fn memory_info(&self) -> Result<(u64, u64)> {
+        self.set_device()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: writes two integers.
+        let code = unsafe { (self.hip.hipMemGetInfo)(&mut free, &mut total) };
+        self.check(code, "hipMemGetInfo")?;
+        Ok((free as u64, total as u64))
+    }
+
     /// Waits until all work queued on the device's stream has finished.
     pub fn synchronize(&self) -> Result<()> {
         self.set_device()?;
@@ -560,6 +571,7 @@ impl RocmDevice {
             return Err(Error::OutOfMemory {
                 device: self.label.clone(),
                 bytes,
+                free: self.memory_info().ok().map(|(free, _)| free),
             });
         }
         self.check(code, "hipMalloc")?;
@@ -786,6 +798,7 @@ impl RocmDevice {
             return Err(Error::OutOfMemory {
                 device: format!("{} (pinned host staging)", self.label),
                 bytes: cap,
+                free: None,
             });
         }
         self.check(code, "hipHostMalloc")?;

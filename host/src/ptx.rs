@@ -1,0 +1,177 @@
+//! Reading the embedded PTX module: its kernels (`.entry`) with their
+//! parameter sizes, and whether any function uses local memory.
+//!
+//! The CUDA device checks each kernel's parameters here against its
+//! [`KernelInfo`] before its first launch (`cuLaunchKernel` reads one value
+//! of the parameter's size per pointer it is given, so a mismatch would be a
+//! silent wrong argument). The tests check every declared kernel against the
+//! module and that nothing spills to local memory.
+
+use ferrocm_kernels::host::{ArgKind, KernelInfo};
+
+/// One `.entry` of a PTX module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtxEntry {
+    /// The kernel's name.
+    pub name: String,
+    /// Size in bytes of each `.param`, in order.
+    pub param_bytes: Vec<u32>,
+}
+
+/// Every `.entry` of `ptx`, in order.
+///
+/// ```
+/// let ptx = ".visible .entry k(\n\t.param .u64 .ptr .align 1 k_param_0,\n\t.param .f32 k_param_1\n)\n{\n\tret;\n}\n";
+/// let e = ferrocm_host::ptx::entries(ptx);
+/// assert_eq!(e[0].name, "k");
+/// assert_eq!(e[0].param_bytes, vec![8, 4]);
+/// ```
+pub fn entries(ptx: &str) -> Vec<PtxEntry> {
+    let mut out = Vec::new();
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry ") {
+        let after = &rest[at + ".entry ".len()..];
+        let name_end = after
+            .find(|c: char| c == '(' || c.is_whitespace())
+            .unwrap_or(after.len());
+        let name = after[..name_end].to_string();
+        let params_text = match (after.find('('), after.find(')')) {
+            (Some(open), Some(close)) if open < close => &after[open + 1..close],
+            _ => "",
+        };
+        let param_bytes = params_text
+            .split(',')
+            .filter_map(|p| {
+                let p = p.trim();
+                let ty = p.strip_prefix(".param")?.split_whitespace().next()?;
+                Some(match ty {
+                    ".u8" | ".s8" | ".b8" => 1,
+                    ".u16" | ".s16" | ".b16" | ".f16" => 2,
+                    ".u32" | ".s32" | ".b32" | ".f32" => 4,
+                    _ => 8,
+                })
+            })
+            .collect();
+        out.push(PtxEntry { name, param_bytes });
+        rest = &after[name_end..];
+    }
+    out
+}
+
+/// Names of the functions (kernels or not) that declare or access local
+/// memory (`.local`: a stack frame, i.e. spilled or address-taken values).
+///
+/// ```
+/// assert!(ferrocm_host::ptx::local_memory_users(".visible .entry k()\n{\n\tret;\n}\n").is_empty());
+/// ```
+pub fn local_memory_users(ptx: &str) -> Vec<String> {
+    let mut users = Vec::new();
+    let mut current = String::new();
+    for line in ptx.lines() {
+        let t = line.trim();
+        for kw in [".entry ", ".func "] {
+            if let Some(at) = t.find(kw) {
+                let name = &t[at + kw.len()..];
+                let end = name
+                    .find(|c: char| c == '(' || c.is_whitespace())
+                    .unwrap_or(name.len());
+                current = name[..end].to_string();
+            }
+        }
+        if (t.contains(".local") || t.contains("__local_depot"))
+            && !t.starts_with("//")
+            && !users.contains(&current)
+        {
+            users.push(current.clone());
+        }
+    }
+    users
+}
+
+/// The parameter sizes a kernel's [`KernelInfo`] implies: 8 bytes per
+/// pointer and 64-bit scalar, 4 per 32-bit scalar.
+pub fn expected_param_bytes(kernel: &KernelInfo) -> Vec<u32> {
+    kernel
+        .args
+        .iter()
+        .map(|a| match a {
+            ArgKind::Ptr { .. } | ArgKind::U64 | ArgKind::I64 => 8,
+            ArgKind::U32 | ArgKind::I32 | ArgKind::F32 => 4,
+        })
+        .collect()
+}
+
+/// Checks `kernel` against its `.entry` in `ptx`: Err names what differs.
+pub fn check_entry(entries: &[PtxEntry], kernel: &KernelInfo) -> Result<(), String> {
+    let entry = entries
+        .iter()
+        .find(|e| e.name == kernel.name)
+        .ok_or_else(|| format!("`{}` is not in the PTX module", kernel.name))?;
+    let want = expected_param_bytes(kernel);
+    if entry.param_bytes != want {
+        return Err(format!(
+            "`{}`: the PTX declares parameters of {:?} bytes, the kernel's signature {:?}",
+            kernel.name, entry.param_bytes, want
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module() -> &'static str {
+        ferrocm_kernels::PTX_MODULE
+            .expect("this build embeds no PTX module (FERROCM_PTX=off)")
+            .text
+    }
+
+    /// The static check: every declared kernel is in the PTX with the
+    /// parameters its signature implies, and the module holds nothing else.
+    #[test]
+    fn every_kernel_is_in_the_ptx_with_its_signature() {
+        let entries = entries(module());
+        let mut errors = Vec::new();
+        for k in ferrocm_kernels::kernels() {
+            if let Err(e) = check_entry(&entries, k) {
+                errors.push(e);
+            }
+        }
+        for e in &entries {
+            if ferrocm_kernels::kernel(&e.name).is_none() {
+                errors.push(format!("the PTX has `{}`, which no file declares", e.name));
+            }
+        }
+        assert!(errors.is_empty(), "{}", errors.join("\n"));
+        assert_eq!(entries.len(), ferrocm_kernels::kernels().count());
+    }
+
+    /// No kernel keeps a stack frame in local memory (spills, arrays indexed
+    /// at run time): the GPU-side half of this check is `ferrocm kernels
+    /// --device cuda`, which reads each loaded kernel's local size.
+    #[test]
+    fn no_kernel_uses_local_memory() {
+        let users = local_memory_users(module());
+        assert!(users.is_empty(), "local memory in: {users:?}");
+    }
+
+    #[test]
+    fn the_module_targets_sm_80_or_newer() {
+        let m = ferrocm_kernels::PTX_MODULE.unwrap();
+        assert!(module().contains(&format!(".target {}", m.target)));
+        assert!(module().contains(".address_size 64"));
+    }
+
+    #[test]
+    fn parses_params_and_locals() {
+        let ptx = "\
+.visible .entry a(\n\t.param .u64 .ptr .align 1 a_param_0,\n\t.param .u32 a_param_1,\n\t.param .u64 a_param_2\n)\n{\n\t.local .align 4 .b8 __local_depot0[16];\n}\n\
+.visible .entry b()\n{\n\tret;\n}\n";
+        let e = entries(ptx);
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].param_bytes, vec![8, 4, 8]);
+        assert!(e[1].param_bytes.is_empty());
+        assert_eq!(local_memory_users(ptx), vec!["a".to_string()]);
+    }
+}

@@ -1,0 +1,233 @@
+//! `ferrocm bench`: every kernel family timed on one device at fixed sizes,
+//! as a share of that device's copy bandwidth measured in the same run, and
+//! against the Cpu backend on the same machine.
+//!
+//! Times are GPU-event times ([`Device::time`]; the host clock on the host
+//! devices) of one op call each, the median of several after a warm-up. The
+//! bytes counted are the fewest an op must move: each input read once, each
+//! output written once. The floor is that over the copy bandwidth, measured
+//! here as a device-to-device copy of the largest input (bytes read plus
+//! written).
+
+use crate::{Device, Result, Tensor, bf16};
+
+/// One timed op.
+#[derive(Clone, Debug)]
+pub struct BenchRow {
+    /// Op and dtype, e.g. `softmax f32`.
+    pub op: String,
+    /// Input shape.
+    pub shape: Vec<usize>,
+    /// Bytes the op must move (inputs read once, outputs written once).
+    pub bytes: u64,
+    /// Median device time in milliseconds.
+    pub ms: f64,
+    /// Bytes per second over the median time, in GB/s.
+    pub gbps: f64,
+    /// `gbps` as a percentage of the copy bandwidth measured in the same run.
+    pub pct_of_copy: f64,
+    /// The Cpu backend's time for the same op, when measured.
+    pub cpu_ms: Option<f64>,
+}
+
+/// What one `ferrocm bench` run measured.
+#[derive(Clone, Debug)]
+pub struct BenchReport {
+    /// The device timed.
+    pub device: String,
+    /// Device-to-device copy bandwidth (read + written), GB/s.
+    pub copy_gbps: f64,
+    /// One row per op and size.
+    pub rows: Vec<BenchRow>,
+}
+
+/// Settings of a run.
+#[derive(Clone, Copy, Debug)]
+pub struct BenchConfig {
+    /// Rows x cols of the large inputs (the anchors table uses 16384 x 4096).
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Timed repetitions per op (the median is reported).
+    pub reps: usize,
+    /// Also time the Cpu backend on the same ops (one run each).
+    pub compare_cpu: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            rows: 16384,
+            cols: 4096,
+            reps: 20,
+            compare_cpu: true,
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median milliseconds of `f` on `dev` over `reps` runs after two warm-ups.
+fn time_op(dev: &Device, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..2 {
+        f()?;
+    }
+    dev.synchronize()?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let mut err = None;
+        let ms = dev.time(|| {
+            if let Err(e) = f() {
+                err = Some(e);
+            }
+            Ok(())
+        })?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        times.push(ms as f64);
+    }
+    Ok(median(times))
+}
+
+/// The ops and their byte counts, run on whatever device the inputs are on.
+struct Inputs {
+    x: Tensor<f32>,
+    y: Tensor<f32>,
+    xb: Tensor<bf16>,
+    mask: Tensor<u8>,
+}
+
+impl Inputs {
+    fn new(rows: usize, cols: usize, dev: &Device) -> Result<Self> {
+        Ok(Self {
+            x: Tensor::<f32>::randn(&[rows, cols], 0.0, 1.0, 1, dev)?,
+            y: Tensor::<f32>::randn(&[rows, cols], 0.0, 1.0, 2, dev)?,
+            xb: Tensor::<f32>::randn(&[rows, cols], 0.0, 1.0, 3, dev)?.to_dtype::<bf16>()?,
+            mask: Tensor::<u8>::rand(&[rows, cols], 0.0, 2.0, 4, dev)?,
+        })
+    }
+}
+
+type OpFn = fn(&Inputs) -> Result<()>;
+
+/// (name, bytes per element of the [rows, cols] input moved, op).
+fn ops() -> Vec<(&'static str, f64, OpFn)> {
+    vec![
+        ("fill f32", 4.0, |i| {
+            Tensor::<f32>::full(1.5, i.x.shape(), i.x.device()).map(drop)
+        }),
+        ("copy f32", 8.0, |i| i.x.copy().map(drop)),
+        ("cast f32->bf16", 6.0, |i| i.x.to_dtype::<bf16>().map(drop)),
+        ("cast bf16->f32", 6.0, |i| i.xb.to_dtype::<f32>().map(drop)),
+        ("affine f32", 8.0, |i| i.x.affine(2.0, 1.0).map(drop)),
+        ("exp f32", 8.0, |i| i.x.exp().map(drop)),
+        ("gelu f32", 8.0, |i| i.x.gelu().map(drop)),
+        ("exp bf16", 4.0, |i| i.xb.exp().map(drop)),
+        ("add f32", 12.0, |i| i.x.add(&i.y).map(drop)),
+        ("mul f32", 12.0, |i| i.x.mul(&i.y).map(drop)),
+        ("where f32", 13.0, |i| {
+            i.mask.where_cond(&i.x, &i.y).map(drop)
+        }),
+        ("sum last dim f32", 4.0, |i| i.x.sum(&[1], false).map(drop)),
+        ("sum first dim f32", 4.0, |i| i.x.sum(&[0], false).map(drop)),
+        ("max last dim f32", 4.0, |i| i.x.max(&[1], false).map(drop)),
+        ("argmax last dim f32", 4.0, |i| {
+            i.x.argmax(&[1], false).map(drop)
+        }),
+        ("softmax f32", 8.0, |i| i.x.softmax().map(drop)),
+        ("log_softmax f32", 8.0, |i| i.x.log_softmax().map(drop)),
+        ("softmax bf16", 4.0, |i| i.xb.softmax().map(drop)),
+        ("transpose+contiguous f32", 8.0, |i| {
+            i.x.transpose(0, 1)?.contiguous().map(drop)
+        }),
+    ]
+}
+
+/// Times every op family on `dev` (and, with `compare_cpu`, on the Cpu).
+///
+/// ```no_run
+/// use ferrocm_ops::{Device, bench};
+/// let cfg = bench::BenchConfig { rows: 256, cols: 256, reps: 3, compare_cpu: false };
+/// let report = bench::run(&Device::emulator(32), cfg).unwrap();
+/// assert!(report.rows.iter().all(|r| r.ms > 0.0));
+/// ```
+pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
+    let elems = (cfg.rows * cfg.cols) as u64;
+    // Copy bandwidth: a device-to-device copy of one f32 input.
+    let src = dev.alloc_zeroed::<f32>(elems as usize)?;
+    let mut dst = dev.alloc::<f32>(elems as usize)?;
+    let copy_ms = time_op(dev, cfg.reps, || Ok(dst.copy_from(&src)?))?;
+    drop((src, dst));
+    let copy_gbps = (2 * elems * 4) as f64 / (copy_ms * 1e-3) / 1e9;
+
+    let inputs = Inputs::new(cfg.rows, cfg.cols, dev)?;
+    let cpu_inputs = if cfg.compare_cpu && dev.runs_kernels() {
+        Some(Inputs::new(cfg.rows, cfg.cols, &Device::Cpu)?)
+    } else {
+        None
+    };
+    let mut rows = Vec::new();
+    for (name, bytes_per_elem, op) in ops() {
+        let bytes = (bytes_per_elem * elems as f64) as u64;
+        let ms = time_op(dev, cfg.reps, || op(&inputs))?;
+        let cpu_ms = match &cpu_inputs {
+            Some(ci) => Some(time_op(&Device::Cpu, 1, || op(ci))?),
+            None => None,
+        };
+        let gbps = bytes as f64 / (ms * 1e-3) / 1e9;
+        rows.push(BenchRow {
+            op: name.into(),
+            shape: vec![cfg.rows, cfg.cols],
+            bytes,
+            ms,
+            gbps,
+            pct_of_copy: 100.0 * gbps / copy_gbps,
+            cpu_ms,
+        });
+    }
+    Ok(BenchReport {
+        device: dev.to_string(),
+        copy_gbps,
+        rows,
+    })
+}
+
+/// The report as a table.
+pub fn format_table(r: &BenchReport) -> String {
+    let mut s = format!(
+        "device: {}\ncopy (device to device, read + write): {:.0} GB/s\n{:<26} {:>12} {:>10} {:>9} {:>8} {:>11} {:>9}\n",
+        r.device, r.copy_gbps, "op", "shape", "ms", "GB/s", "% copy", "cpu ms", "speedup"
+    );
+    for row in &r.rows {
+        let shape = format!("{}x{}", row.shape[0], row.shape[1]);
+        let (cpu, speedup) = match row.cpu_ms {
+            Some(c) => (format!("{c:.2}"), format!("{:.1}x", c / row.ms)),
+            None => ("-".into(), "-".into()),
+        };
+        s += &format!(
+            "{:<26} {:>12} {:>10.4} {:>9.0} {:>8.1} {:>11} {:>9}\n",
+            row.op, shape, row.ms, row.gbps, row.pct_of_copy, cpu, speedup
+        );
+    }
+    s
+}
+
+/// The report as JSON: `{device, copy_gbps, rows: [{op, shape, bytes, ms,
+/// gbps, pct_of_copy, cpu_ms}]}`.
+pub fn to_json(r: &BenchReport) -> String {
+    let rows: Vec<_> = r
+        .rows
+        .iter()
+        .map(|row| {
+            serde_json::json!({
+                "op": row.op, "shape": row.shape, "bytes": row.bytes, "ms": row.ms,
+                "gbps": row.gbps, "pct_of_copy": row.pct_of_copy, "cpu_ms": row.cpu_ms,
+            })
+        })
+        .collect();
+    serde_json::json!({"device": r.device, "copy_gbps": r.copy_gbps, "rows": rows}).to_string()
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds, here, everything a GPU run needs into gpu-bundle/ (ignored by git):
+# the release `ferrocm` binary with the `cuda` feature, the test executables
+# that run on the CUDA device, and scripts/gpu-run.sh. The GPU machine needs
+# no Rust toolchain: copy the folder there (or carry it with the device tool)
+# and run `bash gpu-bundle/gpu-run.sh LOGDIR`.
+#
+# Only the PTX module matters on an NVIDIA GPU: the bundle embeds one AMDGPU
+# arch (gfx942) to stay small; debug info is stripped for the same reason.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export FERROCM_ARCHS="${FERROCM_ARCHS:-gfx942}"
+export CARGO_PROFILE_RELEASE_STRIP=debuginfo
+export CARGO_PROFILE_RELEASE_DEBUG=false
+out=gpu-bundle
+rm -rf "$out"
+mkdir -p "$out"
+cargo build --release --features cuda --bin ferrocm
+cp target/release/ferrocm "$out/"
+# Test executables: the reference tests (every op against f64 formulas, on
+# every device that answers) and the host crate's unit tests (CUDA discovery,
+# the PTX checks).
+cargo test --release --features cuda --no-run --message-format=json \
+    -p ferrocm --test reference -p ferrocm-host --lib 2>/dev/null |
+    python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        name = m["target"]["name"]
+        kind = m["target"]["kind"][0]
+        dst = "'"$out"'/test-" + name + ("-lib" if kind == "lib" else "")
+        shutil.copy(m["executable"], dst)
+        print("bundled", dst)
+'
+cp scripts/gpu-run.sh "$out/"
+du -sh "$out"/*
