@@ -37,4 +37,6 @@ for line in sys.stdin:
         print("bundled", dst)
 '
 cp scripts/gpu-run.sh "$out/"
+# Symbols are not needed there; the bundle must stay small to travel.
+strip "$out"/ferrocm "$out"/test-* 2>/dev/null || true
 du -sh "$out"/*

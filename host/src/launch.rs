@@ -43,6 +43,22 @@ impl LaunchConfig {
         }
     }
 
+    /// Workgroups for an elementwise kernel over `n` elements that loops
+    /// with [`grid_stride_batched`](ferrocm_kernels::device::grid_stride_batched):
+    /// one workitem per [`GRID_STRIDE_BATCH`](ferrocm_kernels::device::GRID_STRIDE_BATCH)
+    /// elements, capped at 65536 workgroups.
+    ///
+    /// ```
+    /// use ferrocm_host::LaunchConfig;
+    /// assert_eq!(LaunchConfig::elementwise(4096, 256).grid, [4, 1, 1]);
+    /// ```
+    pub fn elementwise(n: u64, block: u32) -> Self {
+        Self::linear(
+            n.div_ceil(ferrocm_kernels::device::GRID_STRIDE_BATCH),
+            block,
+        )
+    }
+
     /// One workgroup per row (capped at 65536: kernels loop over rows), with
     /// `lds_bytes` of LDS.
     pub fn rows(rows: u64, block: u32, lds_bytes: u32) -> Self {

@@ -30,9 +30,12 @@ pub fn affine_body<T: Elem>(
     mul: f32,
     add: f32,
 ) {
-    grid_stride(n, |i| unsafe {
-        *out.add(i as usize) = affine_apply(*inp.add(strides.offset(i, 0)), mul, add);
-    });
+    grid_stride_batched(
+        n,
+        strides.is_contiguous(),
+        |i| unsafe { *inp.add(strides.offset(i, 0)) },
+        |i, x| unsafe { *out.add(i as usize) = affine_apply(x, mul, add) },
+    );
 }
 
 #[cfg(not(ferrocm_device))]

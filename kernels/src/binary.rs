@@ -91,12 +91,15 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(
     n: u64,
     strides: Strides<2>,
 ) {
-    grid_stride(n, |i| unsafe {
-        let at = strides.coords(i);
-        let a = *lhs.add(strides.at(at, 0));
-        let b = *rhs.add(strides.at(at, 1));
-        *out.add(i as usize) = Op::apply(a, b);
-    });
+    grid_stride_batched(
+        n,
+        strides.is_contiguous(),
+        |i| unsafe {
+            let at = strides.coords(i);
+            (*lhs.add(strides.at(at, 0)), *rhs.add(strides.at(at, 1)))
+        },
+        |i, (a, b)| unsafe { *out.add(i as usize) = Op::apply(a, b) },
+    );
 }
 
 /// The body every comparison kernel instantiates.
@@ -109,12 +112,15 @@ pub fn cmp_body<T: Elem, Op: CmpOp>(
     n: u64,
     strides: Strides<2>,
 ) {
-    grid_stride(n, |i| unsafe {
-        let at = strides.coords(i);
-        let a = *lhs.add(strides.at(at, 0));
-        let b = *rhs.add(strides.at(at, 1));
-        *out.add(i as usize) = Op::apply(a, b) as u8;
-    });
+    grid_stride_batched(
+        n,
+        strides.is_contiguous(),
+        |i| unsafe {
+            let at = strides.coords(i);
+            (*lhs.add(strides.at(at, 0)), *rhs.add(strides.at(at, 1)))
+        },
+        |i, (a, b)| unsafe { *out.add(i as usize) = Op::apply(a, b) as u8 },
+    );
 }
 
 /// The parameter types of every binary kernel on element type `T`.

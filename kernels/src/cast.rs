@@ -11,9 +11,12 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 #[amdgpu_device]
 #[inline(always)]
 pub fn cast_body<S: Elem, D: Elem>(out: *mut D, inp: *const S, n: u64, strides: Strides<1>) {
-    grid_stride(n, |i| unsafe {
-        *out.add(i as usize) = (*inp.add(strides.offset(i, 0))).convert::<D>();
-    });
+    grid_stride_batched(
+        n,
+        strides.is_contiguous(),
+        |i| unsafe { *inp.add(strides.offset(i, 0)) },
+        |i, x| unsafe { *out.add(i as usize) = x.convert::<D>() },
+    );
 }
 
 /// The parameter types of the cast kernel from `S` to `D` (and of the copy

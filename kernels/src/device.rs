@@ -22,10 +22,27 @@ use rocm_kernel_macros::amdgpu_device;
 use crate::host::emu;
 
 /// NVPTX warp intrinsics (LLVM's NVVM names). Every warp operation names the
-/// lanes taking part: the active ones, as the emulator and AMDGPU define it.
+/// lanes taking part: every lane of the warp the block has, as the device
+/// layer's contract says (all lanes of the wave call a wave op together).
 #[amdgpu_device]
 #[cfg(target_arch = "nvptx64")]
 mod nv {
+    /// The lanes of this warp that exist in the block (all 32 but in a last,
+    /// partial warp). `shfl.sync`/`vote.sync` wait for every lane the mask
+    /// names: with the lanes merely converged at this instant
+    /// (`activemask`), lanes that left a divergent loop late would be missed
+    /// and their values read as garbage (Volta's independent scheduling).
+    #[inline(always)]
+    pub fn warp_mask() -> u32 {
+        use core::arch::nvptx::*;
+        unsafe {
+            let tid = _thread_idx_x() + _thread_idx_y() * _block_dim_x();
+            let size = _block_dim_x() * _block_dim_y();
+            let left = size - (tid & !31);
+            if left >= 32 { !0 } else { (1u32 << left) - 1 }
+        }
+    }
+
     unsafe extern "C" {
         #[link_name = "llvm.nvvm.shfl.sync.bfly.i32"]
         pub fn shfl_bfly(member_mask: u32, v: u32, lane_mask: u32, clamp: u32) -> u32;
@@ -35,8 +52,6 @@ mod nv {
         pub fn ballot(member_mask: u32, pred: bool) -> u32;
         #[link_name = "llvm.nvvm.read.ptx.sreg.laneid"]
         pub fn laneid() -> u32;
-        #[link_name = "llvm.nvvm.activemask"]
-        pub fn activemask() -> u32;
     }
 }
 
@@ -309,7 +324,7 @@ pub fn wave_shfl_xor(v: u32, mask: u32) -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return unsafe { core::arch::amdgpu::ds_bpermute((lane_id() ^ mask) << 2, v) };
     #[cfg(target_arch = "nvptx64")]
-    return unsafe { nv::shfl_bfly(nv::activemask(), v, mask, 0x1f) };
+    return unsafe { nv::shfl_bfly(nv::warp_mask(), v, mask, 0x1f) };
     #[cfg(not(ferrocm_device))]
     return emu::wave_op(emu::WaveOp::ShflXor(mask), v as u64) as u32;
 }
@@ -321,7 +336,7 @@ pub fn wave_broadcast(v: u32, src: u32) -> u32 {
     #[cfg(target_arch = "amdgpu")]
     return unsafe { core::arch::amdgpu::ds_bpermute(src << 2, v) };
     #[cfg(target_arch = "nvptx64")]
-    return unsafe { nv::shfl_idx(nv::activemask(), v, src, 0x1f) };
+    return unsafe { nv::shfl_idx(nv::warp_mask(), v, src, 0x1f) };
     #[cfg(not(ferrocm_device))]
     return emu::wave_op(emu::WaveOp::Broadcast(src), v as u64) as u32;
 }
@@ -333,7 +348,7 @@ pub fn wave_ballot(pred: bool) -> u64 {
     #[cfg(target_arch = "amdgpu")]
     return core::arch::amdgpu::ballot(pred);
     #[cfg(target_arch = "nvptx64")]
-    return unsafe { nv::ballot(nv::activemask(), pred) } as u64;
+    return unsafe { nv::ballot(nv::warp_mask(), pred) } as u64;
     #[cfg(not(ferrocm_device))]
     return emu::wave_op(emu::WaveOp::Ballot, pred as u64);
 }
@@ -429,6 +444,52 @@ pub fn grid_stride(n: u64, mut f: impl FnMut(u64)) {
     let step = global_size_x();
     while i < n {
         f(i);
+        i += step;
+    }
+}
+
+/// Elements each workitem loads before it stores any, in
+/// [`grid_stride_batched`]: the memory-level parallelism a bandwidth-bound
+/// kernel needs (a GPU keeps ~14 KB of loads in flight per SM/CU at full
+/// bandwidth; one 4-byte load per workitem is a quarter of that). Launches
+/// size their grid by `n / GRID_STRIDE_BATCH` workitems.
+#[amdgpu_device]
+pub const GRID_STRIDE_BATCH: u64 = 4;
+
+/// [`grid_stride`] in batches: each workitem loads the values of
+/// [`GRID_STRIDE_BATCH`] of its indices (`i`, `i + step`, ...; coalesced
+/// across the wave) with `load`, and only then computes and stores them with
+/// `store`, so the loads are in flight together. Any `n`, any grid.
+///
+/// `load` must only read and `store` only write the output at its index:
+/// the reordering is then invisible. With `batch` false (pass
+/// `strides.is_contiguous()`), one element per iteration: a strided input's
+/// index arithmetic already holds the registers (batching it made gfx942
+/// spill SGPRs), and LLVM specialises `load` for each branch.
+#[amdgpu_device]
+#[inline(always)]
+pub fn grid_stride_batched<V: Copy>(
+    n: u64,
+    batch: bool,
+    load: impl Fn(u64) -> V,
+    mut store: impl FnMut(u64, V),
+) {
+    let step = global_size_x();
+    let mut i = global_id_x();
+    while batch && i + 3 * step < n {
+        let v0 = load(i);
+        let v1 = load(i + step);
+        let v2 = load(i + 2 * step);
+        let v3 = load(i + 3 * step);
+        store(i, v0);
+        store(i + step, v1);
+        store(i + 2 * step, v2);
+        store(i + 3 * step, v3);
+        i += 4 * step;
+    }
+    while i < n {
+        let v = load(i);
+        store(i, v);
         i += step;
     }
 }
@@ -533,6 +594,12 @@ impl<const N: usize> Strides<N> {
             + c[1] as u64 * (s01 >> 32)
             + c[2] as u64 * (s23 & 0xffff_ffff)
             + c[3] as u64 * (s23 >> 32)) as usize
+    }
+
+    /// Whether every input is contiguous (the fast path: offset = index).
+    #[inline(always)]
+    pub fn is_contiguous(&self) -> bool {
+        self.ndim == 0
     }
 
     /// Offset of logical element `i` in input number `input`.

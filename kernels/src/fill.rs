@@ -13,16 +13,19 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 #[inline(always)]
 pub fn fill_body<T: Elem>(out: *mut T, n: u64, bits: u64) {
     let v = T::from_bits64(bits);
-    grid_stride(n, |i| unsafe { *out.add(i as usize) = v });
+    grid_stride_batched(n, true, |_| v, |i, v| unsafe { *out.add(i as usize) = v });
 }
 
 /// Copy body: `out[i] = inp[offset(i)]`.
 #[amdgpu_device]
 #[inline(always)]
 pub fn copy_body<T: Elem>(out: *mut T, inp: *const T, n: u64, strides: Strides<1>) {
-    grid_stride(n, |i| unsafe {
-        *out.add(i as usize) = *inp.add(strides.offset(i, 0));
-    });
+    grid_stride_batched(
+        n,
+        strides.is_contiguous(),
+        |i| unsafe { *inp.add(strides.offset(i, 0)) },
+        |i, x| unsafe { *out.add(i as usize) = x },
+    );
 }
 
 /// copy2d body: `out[r * dst_stride + c] = inp[r * src_stride + c]`.

@@ -146,11 +146,24 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let mut acc = Op::identity::<T::Acc>();
+        let bs = workgroup_size_x() as u64;
+        let load = |c: u64| unsafe { *inp.add(strides.offset(row * cols + c, 0)) };
         let mut c = workitem_id_x() as u64;
+        // Contiguous rows: four loads in flight before they are combined (in
+        // column order). Strided rows one at a time (registers, see
+        // `grid_stride_batched`).
+        let batch = strides.is_contiguous();
+        while batch && c + 3 * bs < cols {
+            let (x0, x1, x2, x3) = (load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs));
+            acc = Op::combine(acc, x0.convert::<T::Acc>());
+            acc = Op::combine(acc, x1.convert::<T::Acc>());
+            acc = Op::combine(acc, x2.convert::<T::Acc>());
+            acc = Op::combine(acc, x3.convert::<T::Acc>());
+            c += 4 * bs;
+        }
         while c < cols {
-            let x = unsafe { *inp.add(strides.offset(row * cols + c, 0)) };
-            acc = Op::combine(acc, x.convert::<T::Acc>());
-            c += workgroup_size_x() as u64;
+            acc = Op::combine(acc, load(c).convert::<T::Acc>());
+            c += bs;
         }
         let r = block_reduce::<T::Acc, Op>(acc);
         if workitem_id_x() == 0 {
@@ -191,14 +204,32 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
     while row < rows {
         let mut best = if MIN { T::Acc::HIGHEST } else { T::Acc::LOWEST };
         let mut best_i = u32::MAX;
+        let bs = workgroup_size_x() as u64;
+        let load =
+            |c: u64| unsafe { *inp.add(strides.offset(row * cols + c, 0)) }.convert::<T::Acc>();
         let mut c = workitem_id_x() as u64;
+        // Contiguous rows: four loads in flight, then compared in column order.
+        let batch = strides.is_contiguous();
+        while batch && c + 3 * bs < cols {
+            let xs = [load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs)];
+            let mut k = 0;
+            while k < 4 {
+                let ck = (c + k as u64 * bs) as u32;
+                if arg_better::<T::Acc, MIN>(xs[k], ck, best, best_i) {
+                    best = xs[k];
+                    best_i = ck;
+                }
+                k += 1;
+            }
+            c += 4 * bs;
+        }
         while c < cols {
-            let x = unsafe { *inp.add(strides.offset(row * cols + c, 0)) }.convert::<T::Acc>();
+            let x = load(c);
             if arg_better::<T::Acc, MIN>(x, c as u32, best, best_i) {
                 best = x;
                 best_i = c as u32;
             }
-            c += workgroup_size_x() as u64;
+            c += bs;
         }
         let mut offset = wave_size() / 2;
         while offset > 0 {
@@ -234,36 +265,71 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
     }
 }
 
-/// The body of `softmax_*` (`LOG = false`) and `log_softmax_*` (`LOG = true`):
-/// max, then the sum of exp(x - max), then the output, each pass over the row.
-/// The input is contiguous `rows × cols` (the op library makes it so): the
-/// strided index arithmetic of three passes made gfx942 spill SGPRs.
+/// The body of `softmax_*` (`LOG = false`) and `log_softmax_*` (`LOG = true`),
+/// in two passes over the row: the running maximum and the sum of
+/// exp(x - max) together (online softmax: the sum is rescaled when the maximum
+/// grows), combined over the workgroup, then the output. Rows with NaN or
+/// only -inf give NaN, as the three-pass formula did. The input is contiguous
+/// `rows × cols` (the op library makes it so).
 #[amdgpu_device]
 #[inline(always)]
 pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: u64, cols: u64) {
     let mut row = workgroup_id_x() as u64;
     let bs = workgroup_size_x() as u64;
     while row < rows {
+        let base = row * cols;
+        let load = |c: u64| unsafe { *inp.add((base + c) as usize) }.to_f32();
         let mut m = f32::NEG_INFINITY;
-        let mut c = workitem_id_x() as u64;
-        while c < cols {
-            m = m.max(unsafe { *inp.add((row * cols + c) as usize) }.to_f32());
-            c += bs;
-        }
-        let m = block_reduce::<f32, Max>(m);
         let mut s = 0.0f32;
-        c = workitem_id_x() as u64;
+        // -inf adds nothing (e^-inf = 0 against any finite maximum; a row of
+        // -inf only gives NaN in the output pass, as the formula does).
+        let mut add = |x: f32| {
+            if x > m {
+                s = s * math::exp(m - x) + 1.0;
+                m = x;
+            } else if x != f32::NEG_INFINITY {
+                s += math::exp(x - m);
+            }
+        };
+        let mut c = workitem_id_x() as u64;
+        while c + 3 * bs < cols {
+            let (x0, x1, x2, x3) = (load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs));
+            add(x0);
+            add(x1);
+            add(x2);
+            add(x3);
+            c += 4 * bs;
+        }
         while c < cols {
-            s += math::exp(unsafe { *inp.add((row * cols + c) as usize) }.to_f32() - m);
+            add(load(c));
             c += bs;
         }
-        let s = block_reduce::<f32, Sum>(s);
-        let log_s = math::log(s);
+        let row_max = block_reduce::<f32, Max>(m);
+        // This workitem's sum, rescaled to the row's maximum (0 when it saw
+        // no element: m = -inf, s = 0).
+        let mine = if s == 0.0 {
+            0.0
+        } else {
+            s * math::exp(m - row_max)
+        };
+        let total = block_reduce::<f32, Sum>(mine);
+        let log_s = math::log(total);
+        let store = |c: u64, x: f32| {
+            let x = x - row_max;
+            let y = if LOG { x - log_s } else { math::exp(x) / total };
+            unsafe { *out.add((base + c) as usize) = T::from_f32(y) };
+        };
         c = workitem_id_x() as u64;
+        while c + 3 * bs < cols {
+            let (x0, x1, x2, x3) = (load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs));
+            store(c, x0);
+            store(c + bs, x1);
+            store(c + 2 * bs, x2);
+            store(c + 3 * bs, x3);
+            c += 4 * bs;
+        }
         while c < cols {
-            let x = unsafe { *inp.add((row * cols + c) as usize) }.to_f32() - m;
-            let y = if LOG { x - log_s } else { math::exp(x) / s };
-            unsafe { *out.add((row * cols + c) as usize) = T::from_f32(y) };
+            store(c, load(c));
             c += bs;
         }
         row += num_workgroups_x() as u64;

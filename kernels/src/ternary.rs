@@ -20,15 +20,20 @@ pub fn where_body<M: Elem, T: Elem>(
     n: u64,
     strides: Strides<3>,
 ) {
-    grid_stride(n, |i| unsafe {
-        let at = strides.coords(i);
-        let pick = !(*mask.add(strides.at(at, 0))).eq(M::ZERO);
-        *out.add(i as usize) = if pick {
-            *on_true.add(strides.at(at, 1))
-        } else {
-            *on_false.add(strides.at(at, 2))
-        };
-    });
+    grid_stride_batched(
+        n,
+        strides.is_contiguous(),
+        |i| unsafe {
+            let at = strides.coords(i);
+            let pick = !(*mask.add(strides.at(at, 0))).eq(M::ZERO);
+            if pick {
+                *on_true.add(strides.at(at, 1))
+            } else {
+                *on_false.add(strides.at(at, 2))
+            }
+        },
+        |i, v| unsafe { *out.add(i as usize) = v },
+    );
 }
 
 /// The parameter types of the where kernel of mask type `M`, value type `T`.

@@ -105,10 +105,12 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
     strides: Strides<1>,
     p: f32,
 ) {
-    grid_stride(n, |i| unsafe {
-        let x = *inp.add(strides.offset(i, 0));
-        *out.add(i as usize) = T::from_f32(Op::apply(x.to_f32(), p));
-    });
+    grid_stride_batched(
+        n,
+        strides.is_contiguous(),
+        |i| unsafe { *inp.add(strides.offset(i, 0)) },
+        |i, x| unsafe { *out.add(i as usize) = T::from_f32(Op::apply(x.to_f32(), p)) },
+    );
 }
 
 /// The parameter types of every unary kernel on element type `T`.

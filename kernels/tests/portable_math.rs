@@ -100,6 +100,7 @@ fn exp_within_1_ulp() {
     // |x| up to 104 (beyond: inf or 0), every binade from the subnormals.
     let xs: Vec<f32> = sweep(1, 104f32.to_bits(), 4099, true);
     check("exp", &xs, pm::exp_f32, f64::exp);
+    check("exp (f32 fma)", &xs, pm::exp_f32_fma, f64::exp);
 }
 
 #[test]

@@ -194,7 +194,7 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
             let out = self.out.view_as::<R::Kernel>().expect("same size");
             F::launch(
                 dev,
-                LaunchConfig::linear(n, BLOCK),
+                LaunchConfig::elementwise(n, BLOCK),
                 (
                     Out::new(out),
                     self.a.input(),

@@ -49,7 +49,7 @@ pub(crate) fn map1<T: WithDType, R: WithDType>(
         a0,
         a1,
     );
-    Ok(launch(LaunchConfig::linear(n, BLOCK), args)?)
+    Ok(launch(LaunchConfig::elementwise(n, BLOCK), args)?)
 }
 
 /// How elementwise and row kernels read `N` strided inputs (see the device

@@ -381,7 +381,7 @@ impl<T: WithDType> Op for FillOp<T> {
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(
                 T::Kernel::FILL,
-                LaunchConfig::linear(n, BLOCK),
+                LaunchConfig::elementwise(n, BLOCK),
                 (Out::new(out), n, bits),
             )?;
         }
