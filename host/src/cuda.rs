@@ -98,6 +98,7 @@ pub struct CudaDevice {
     /// Kernel parameter sizes per entry, read from the PTX.
     entries: Vec<crate::ptx::PtxEntry>,
     functions: Mutex<HashMap<usize, Handle<sys::CUfunction>>>,
+    resources: Mutex<HashMap<usize, KernelResources>>,
     pool: Pool<Block>,
     info: GpuInfo,
 }
@@ -227,7 +228,7 @@ impl CudaDevice {
             ordinal,
             name,
             arch: arch.clone(),
-            arch_full: format!("{arch} (compute capability {major}.{minor})"),
+            arch_full: format!("compute capability {major}.{minor}"),
             compute_units: sms.max(0) as u32,
             total_memory: total as u64,
             wave_size: warp.max(0) as u32,
@@ -243,6 +244,7 @@ impl CudaDevice {
             module: Handle(module),
             entries: crate::ptx::entries(ptx.text),
             functions: Mutex::new(HashMap::new()),
+            resources: Mutex::new(HashMap::new()),
             pool: Pool::new(),
             info,
         })
@@ -449,6 +451,15 @@ impl CudaDevice {
     /// Registers, local (stack) bytes and static shared bytes of a kernel as
     /// the driver compiled it for this GPU.
     pub fn kernel_resources(&self, kernel: &KernelInfo) -> Result<KernelResources> {
+        let key = kernel as *const KernelInfo as usize;
+        if let Some(r) = self
+            .resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(*r);
+        }
         self.current()?;
         let f = self.function(kernel)?;
         use sys::CUfunction_attribute as F;
@@ -459,14 +470,19 @@ impl CudaDevice {
                 &format!("cuFuncGetAttribute({what})"),
             )
         };
-        Ok(KernelResources {
+        let r = KernelResources {
             registers: get(F::CU_FUNC_ATTRIBUTE_NUM_REGS, "registers")?.max(0) as u32,
             local_bytes: get(F::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, "local size")?.max(0) as u32,
             static_shared_bytes: get(F::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "shared size")?.max(0)
                 as u32,
             max_threads: get(F::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "max threads")?.max(0)
                 as u32,
-        })
+        };
+        self.resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, r);
+        Ok(r)
     }
 
     /// Queues `kernel` on the stream. `raw_args` holds one 64-bit slot per
@@ -491,6 +507,18 @@ impl CudaDevice {
         }
         self.current()?;
         let f = self.function(kernel)?;
+        let max_threads = self.kernel_resources(kernel)?.max_threads;
+        if cfg.block_size() > max_threads as u64 {
+            return Err(Error::BadLaunchConfig {
+                kernel: kernel.name.into(),
+                detail: format!(
+                    "block {:?} has {} threads; the driver's compile for {} allows {max_threads}",
+                    cfg.block,
+                    cfg.block_size(),
+                    self.info.arch
+                ),
+            });
+        }
         let mut slots: Vec<u64> = raw_args.to_vec();
         let mut params: Vec<*mut c_void> = slots
             .iter_mut()

@@ -28,6 +28,8 @@ pub struct BenchRow {
     pub pct_of_copy: f64,
     /// The Cpu backend's time for the same op, when measured.
     pub cpu_ms: Option<f64>,
+    /// Why the op could not be timed (the other rows are still measured).
+    pub error: Option<String>,
 }
 
 /// What one `ferrocm bench` run measured.
@@ -173,10 +175,13 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     let mut rows = Vec::new();
     for (name, bytes_per_elem, op) in ops() {
         let bytes = (bytes_per_elem * elems as f64) as u64;
-        let ms = time_op(dev, cfg.reps, || op(&inputs))?;
+        let (ms, error) = match time_op(dev, cfg.reps, || op(&inputs)) {
+            Ok(ms) => (ms, None),
+            Err(e) => (f64::NAN, Some(e.to_string())),
+        };
         let cpu_ms = match &cpu_inputs {
-            Some(ci) => Some(time_op(&Device::Cpu, 1, || op(ci))?),
-            None => None,
+            Some(ci) if error.is_none() => Some(time_op(&Device::Cpu, 1, || op(ci))?),
+            _ => None,
         };
         let gbps = bytes as f64 / (ms * 1e-3) / 1e9;
         rows.push(BenchRow {
@@ -187,6 +192,7 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
             gbps,
             pct_of_copy: 100.0 * gbps / copy_gbps,
             cpu_ms,
+            error,
         });
     }
     Ok(BenchReport {
@@ -208,6 +214,10 @@ pub fn format_table(r: &BenchReport) -> String {
             Some(c) => (format!("{c:.2}"), format!("{:.1}x", c / row.ms)),
             None => ("-".into(), "-".into()),
         };
+        if let Some(e) = &row.error {
+            s += &format!("{:<26} {:>12} failed: {e}\n", row.op, shape);
+            continue;
+        }
         s += &format!(
             "{:<26} {:>12} {:>10.4} {:>9.0} {:>8.1} {:>11} {:>9}\n",
             row.op, shape, row.ms, row.gbps, row.pct_of_copy, cpu, speedup
@@ -217,7 +227,7 @@ pub fn format_table(r: &BenchReport) -> String {
 }
 
 /// The report as JSON: `{device, copy_gbps, rows: [{op, shape, bytes, ms,
-/// gbps, pct_of_copy, cpu_ms}]}`.
+/// gbps, pct_of_copy, cpu_ms, error}]}` (`ms` of a failed op is null).
 pub fn to_json(r: &BenchReport) -> String {
     let rows: Vec<_> = r
         .rows
@@ -226,6 +236,7 @@ pub fn to_json(r: &BenchReport) -> String {
             serde_json::json!({
                 "op": row.op, "shape": row.shape, "bytes": row.bytes, "ms": row.ms,
                 "gbps": row.gbps, "pct_of_copy": row.pct_of_copy, "cpu_ms": row.cpu_ms,
+                "error": row.error,
             })
         })
         .collect();

@@ -407,9 +407,64 @@ impl<T: WithDType> Op for CopyOp<'_, T> {
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        if let Some((batch, rows, cols)) = transposed_matrices(&self.x.layout) {
+            // A transposed view of contiguous matrices: the tiled transpose
+            // reads and writes whole rows (the gather kernel would read one
+            // element per 4-byte column stride).
+            let tiles = (batch * rows.div_ceil(32) * cols.div_ceil(32)) as u64;
+            let cfg = LaunchConfig {
+                grid: [tiles.clamp(1, 65536) as u32, 1, 1],
+                block: [BLOCK, 1, 1],
+                lds_bytes: ferrocm_kernels::fill::transpose_lds_bytes(size_of::<T>() as u32),
+            };
+            let out = self.out.view_as::<T::Kernel>().expect("same size");
+            dev.launch_typed(
+                T::Kernel::TRANSPOSE,
+                cfg,
+                (
+                    Out::new(out),
+                    In::at(self.x.kbuf(), self.x.layout.offset()),
+                    batch as u64,
+                    rows as u64,
+                    cols as u64,
+                ),
+            )?;
+            return Ok(self.out);
+        }
         map1(dev, self.x, &self.out, |cfg, args| {
             dev.launch_typed(T::Kernel::COPY, cfg, args)
         })?;
         Ok(self.out)
     }
+}
+
+/// `Some((batch, rows, cols))` when `layout` views `batch` contiguous
+/// `rows × cols` matrices with their last two dims swapped (a transpose of
+/// the last two dims of a contiguous tensor): its contiguous copy is those
+/// matrices transposed.
+///
+/// ```ignore
+/// // [3, 2] viewing a contiguous [2, 3] through transpose(0, 1): strides [1, 3].
+/// assert_eq!(transposed_matrices(&t.transpose(0, 1)?.layout), Some((1, 2, 3)));
+/// ```
+fn transposed_matrices(layout: &Layout) -> Option<(usize, usize, usize)> {
+    let (shape, strides) = (layout.shape(), layout.strides());
+    let n = shape.len();
+    if n < 2 {
+        return None;
+    }
+    let (a, b) = (shape[n - 2], shape[n - 1]);
+    if a < 2 || b < 2 || strides[n - 2] != 1 || strides[n - 1] != a {
+        return None;
+    }
+    let mut expected = a * b;
+    let mut batch = 1;
+    for d in (0..n - 2).rev() {
+        if shape[d] != 1 && strides[d] != expected {
+            return None;
+        }
+        expected *= shape[d];
+        batch *= shape[d];
+    }
+    Some((batch, b, a))
 }
