@@ -4,13 +4,16 @@ use criterion::Criterion;
 use ferrocm::Device;
 use std::time::Duration;
 
-/// The Cpu always; the ROCm GPU when one answers (else a message says why not).
+/// The Cpu always; each GPU (ROCm, CUDA) when one answers (else a message
+/// says why not).
 #[allow(dead_code)] // not every bench measures the GPU
 pub fn devices() -> Vec<Device> {
     let mut v = vec![Device::Cpu];
-    match Device::rocm(0) {
-        Ok(gpu) => v.push(gpu),
-        Err(e) => eprintln!("GPU benches skipped: {e}"),
+    for (name, gpu) in [("rocm:0", Device::rocm(0)), ("cuda:0", Device::cuda(0))] {
+        match gpu {
+            Ok(gpu) => v.push(gpu),
+            Err(e) => eprintln!("{name} benches skipped: {e}"),
+        }
     }
     v
 }

@@ -156,24 +156,33 @@ impl CudaDevice {
             });
         }
         let label = format!("cuda:{ordinal}");
-        fn check<T>(r: std::result::Result<T, cu::DriverError>, call: &str) -> Result<T> {
+        fn check<T>(
+            label: &str,
+            r: std::result::Result<T, cu::DriverError>,
+            call: &str,
+        ) -> Result<T> {
             r.map_err(|e| Error::Cuda {
                 call: call.into(),
-                device: "cuda (opening)".into(),
+                device: label.into(),
                 message: describe(&e),
             })
         }
-        let dev = check(cu::device::get(ordinal as i32), "cuDeviceGet")?;
+        let dev = check(&label, cu::device::get(ordinal as i32), "cuDeviceGet")?;
         // SAFETY: a valid device handle.
         let ctx = check(
+            &label,
             unsafe { cu::primary_ctx::retain(dev) },
             "cuDevicePrimaryCtxRetain",
         )?;
         // SAFETY: the context just retained.
-        check(unsafe { cu::ctx::set_current(ctx) }, "cuCtxSetCurrent")?;
+        check(
+            &label,
+            unsafe { cu::ctx::set_current(ctx) },
+            "cuCtxSetCurrent",
+        )?;
         let attr = |a: sys::CUdevice_attribute, name: &str| -> Result<i32> {
             // SAFETY: a valid device handle.
-            check(unsafe { cu::device::get_attribute(dev, a) }, name)
+            check(&label, unsafe { cu::device::get_attribute(dev, a) }, name)
         };
         use sys::CUdevice_attribute as A;
         let major = attr(
@@ -196,9 +205,13 @@ impl CudaDevice {
             A::CU_DEVICE_ATTRIBUTE_WARP_SIZE,
             "cuDeviceGetAttribute(warp)",
         )?;
-        let name = check(cu::device::get_name(dev), "cuDeviceGetName")?;
+        let name = check(&label, cu::device::get_name(dev), "cuDeviceGetName")?;
         // SAFETY: a valid device handle.
-        let total = check(unsafe { cu::device::total_mem(dev) }, "cuDeviceTotalMem")?;
+        let total = check(
+            &label,
+            unsafe { cu::device::total_mem(dev) },
+            "cuDeviceTotalMem",
+        )?;
         let arch = format!("sm_{major}{minor}");
 
         let ptx = ferrocm_kernels::PTX_MODULE.ok_or_else(|| Error::NoCodeObject {
@@ -215,6 +228,7 @@ impl CudaDevice {
             });
         }
         let stream = check(
+            &label,
             cu::stream::create(cu::stream::StreamKind::NonBlocking),
             "cuStreamCreate",
         )?;
