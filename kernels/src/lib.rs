@@ -113,6 +113,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         fill::KERNELS,
         affine::KERNELS,
         reduce::KERNELS,
+        reduce::COL_KERNELS,
         reduce::ARG_KERNELS,
         reduce::SOFTMAX_KERNELS,
     ]

@@ -1,6 +1,9 @@
 //! Row reductions and softmax, one workgroup per row (looping over rows when
 //! there are more rows than workgroups):
 //! - `reduce_{sum,max,min}_{dtype}` for every dtype, `reduce_mean_{f32,f16,bf16}`;
+//! - `reduce_cols_{sum,max,min}_{dtype}`, `reduce_cols_mean_{f32,f16,bf16}`:
+//!   the same reductions over the leading dims of a contiguous input
+//!   (columns), coalesced;
 //! - `reduce_argmax_{dtype}`, `reduce_argmin_{dtype}` (u32 index of the first
 //!   extreme element, NaNs ignored; 0 when every element is NaN);
 //! - `softmax_{f32,f16,bf16}`, `log_softmax_{...}`, numerically stable, over
@@ -170,6 +173,75 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
             unsafe { *out.add(row as usize) = Op::finish(r, cols).convert::<T>() };
         }
         row += num_workgroups_x() as u64;
+    }
+}
+
+/// Columns one workgroup of `reduce_cols_*` covers: one per lane of a
+/// 32-wide segment of a row (128 bytes of f32: whole cache lines).
+#[amdgpu_device]
+pub const COL_TILE: u32 = 32;
+
+/// Workgroup size of `reduce_cols_*` launches (any multiple of [`COL_TILE`]
+/// up to this works) and the LDS they need: one partial per workitem.
+#[amdgpu_device]
+pub const COL_BLOCK: u32 = 512;
+
+/// LDS of a `reduce_cols_*` launch of [`COL_BLOCK`] workitems (8-byte partials).
+#[amdgpu_device]
+pub const COL_LDS_BYTES: u32 = COL_BLOCK * 8;
+
+/// The body of `reduce_cols_{sum,mean,max,min}_*`: `inp` is a contiguous
+/// `rows × cols` matrix and `out[c]` the reduction of column `c` (the
+/// reduced dims lead and the kept dims trail: `sum(&[0])` of a contiguous
+/// tensor). The row kernel would read such a column with a stride of a whole
+/// row; here each workgroup takes [`COL_TILE`] adjacent columns, its waves
+/// read whole row segments (coalesced) of every `groups`-th row, four loads
+/// in flight, and the per-group partials are combined through LDS in a fixed
+/// order (deterministic).
+#[amdgpu_device]
+#[inline(always)]
+pub fn reduce_cols_body<T: Elem, Op: ReduceOp>(out: *mut T, inp: *const T, rows: u64, cols: u64) {
+    let partials = lds::<T::Acc>();
+    let tid = workitem_id_x();
+    let lane = tid % COL_TILE;
+    let group = tid / COL_TILE;
+    let groups = workgroup_size_x() / COL_TILE;
+    let g = groups as u64;
+    let tiles = cols.div_ceil(COL_TILE as u64);
+    let mut t = workgroup_id_x() as u64;
+    while t < tiles {
+        let c = t * COL_TILE as u64 + lane as u64;
+        let mut acc = Op::identity::<T::Acc>();
+        if c < cols {
+            let load = |r: u64| unsafe { *inp.add((r * cols + c) as usize) }.convert::<T::Acc>();
+            let mut r = group as u64;
+            while r + 3 * g < rows {
+                let (x0, x1, x2, x3) = (load(r), load(r + g), load(r + 2 * g), load(r + 3 * g));
+                acc = Op::combine(acc, x0);
+                acc = Op::combine(acc, x1);
+                acc = Op::combine(acc, x2);
+                acc = Op::combine(acc, x3);
+                r += 4 * g;
+            }
+            while r < rows {
+                acc = Op::combine(acc, load(r));
+                r += g;
+            }
+        }
+        partials.store(group * COL_TILE + lane, acc);
+        barrier();
+        if group == 0 && c < cols {
+            let mut total = Op::identity::<T::Acc>();
+            let mut k = 0;
+            while k < groups {
+                total = Op::combine(total, partials.load(k * COL_TILE + lane));
+                k += 1;
+            }
+            unsafe { *out.add(c as usize) = Op::finish(total, rows).convert::<T>() };
+        }
+        // The partials are reused by the next tile.
+        barrier();
+        t += num_workgroups_x() as u64;
     }
 }
 
@@ -343,6 +415,11 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
 #[cfg(not(ferrocm_device))]
 pub type ReduceArgs<T, O> = (*mut O, *const T, u64, u64, u32, *const u64);
 
+/// The parameter types of the column reductions on element type `T`:
+/// `(out, inp, rows, cols)`.
+#[cfg(not(ferrocm_device))]
+pub type ColReduceArgs<T> = (*mut T, *const T, u64, u64);
+
 /// The parameter types of softmax / log_softmax on element type `T`.
 #[cfg(not(ferrocm_device))]
 pub type SoftmaxArgs<T> = (*mut T, *const T, u64, u64);
@@ -366,6 +443,18 @@ pub trait ReduceKernel: ReduceOp {
     const U32: Option<KernelRef<ReduceArgs<u32, u32>>>;
     #[allow(missing_docs)]
     const I64: Option<KernelRef<ReduceArgs<i64, i64>>>;
+    /// The column reductions (`reduce_cols_*`), per dtype.
+    const COLS_F32: Option<KernelRef<ColReduceArgs<f32>>>;
+    #[allow(missing_docs)]
+    const COLS_F16: Option<KernelRef<ColReduceArgs<F16>>>;
+    #[allow(missing_docs)]
+    const COLS_BF16: Option<KernelRef<ColReduceArgs<Bf16>>>;
+    #[allow(missing_docs)]
+    const COLS_U8: Option<KernelRef<ColReduceArgs<u8>>>;
+    #[allow(missing_docs)]
+    const COLS_U32: Option<KernelRef<ColReduceArgs<u32>>>;
+    #[allow(missing_docs)]
+    const COLS_I64: Option<KernelRef<ColReduceArgs<i64>>>;
 }
 
 /// The reduction kernels of an element type (host side).
@@ -373,6 +462,8 @@ pub trait ReduceKernel: ReduceOp {
 pub trait ReduceKernels: Sized + 'static {
     /// The value reduction `Op`, if this dtype has it.
     fn reduce<Op: ReduceKernel>() -> Option<KernelRef<ReduceArgs<Self, Self>>>;
+    /// The column reduction `Op` (`reduce_cols_*`), if this dtype has it.
+    fn reduce_cols<Op: ReduceKernel>() -> Option<KernelRef<ColReduceArgs<Self>>>;
     /// `reduce_argmax_{T}`.
     const ARGMAX: KernelRef<ReduceArgs<Self, u32>>;
     /// `reduce_argmin_{T}`.
@@ -386,24 +477,26 @@ pub trait ReduceKernels: Sized + 'static {
 #[cfg(not(ferrocm_device))]
 const _: () = {
     macro_rules! reduce_op {
-        ($($op:ident => $($c:ident: $t:ty = $k:tt),*;)*) => {$(
+        ($($op:ident => $($c:ident, $cc:ident: $t:ty = $k:tt, $kc:tt),*;)*) => {$(
             impl ReduceKernel for $op {
                 $(const $c: Option<KernelRef<ReduceArgs<$t, $t>>> = reduce_op!(@k $k);)*
+                $(const $cc: Option<KernelRef<ColReduceArgs<$t>>> = reduce_op!(@k $kc);)*
             }
         )*};
         (@k None) => { None };
         (@k $k:ident) => { Some(KernelRef::of::<$k>()) };
     }
     reduce_op! {
-        Sum => F32: f32 = reduce_sum_f32, F16: F16 = reduce_sum_f16, BF16: Bf16 = reduce_sum_bf16, U8: u8 = reduce_sum_u8, U32: u32 = reduce_sum_u32, I64: i64 = reduce_sum_i64;
-        Max => F32: f32 = reduce_max_f32, F16: F16 = reduce_max_f16, BF16: Bf16 = reduce_max_bf16, U8: u8 = reduce_max_u8, U32: u32 = reduce_max_u32, I64: i64 = reduce_max_i64;
-        Min => F32: f32 = reduce_min_f32, F16: F16 = reduce_min_f16, BF16: Bf16 = reduce_min_bf16, U8: u8 = reduce_min_u8, U32: u32 = reduce_min_u32, I64: i64 = reduce_min_i64;
-        Mean => F32: f32 = reduce_mean_f32, F16: F16 = reduce_mean_f16, BF16: Bf16 = reduce_mean_bf16, U8: u8 = None, U32: u32 = None, I64: i64 = None;
+        Sum => F32, COLS_F32: f32 = reduce_sum_f32, reduce_cols_sum_f32, F16, COLS_F16: F16 = reduce_sum_f16, reduce_cols_sum_f16, BF16, COLS_BF16: Bf16 = reduce_sum_bf16, reduce_cols_sum_bf16, U8, COLS_U8: u8 = reduce_sum_u8, reduce_cols_sum_u8, U32, COLS_U32: u32 = reduce_sum_u32, reduce_cols_sum_u32, I64, COLS_I64: i64 = reduce_sum_i64, reduce_cols_sum_i64;
+        Max => F32, COLS_F32: f32 = reduce_max_f32, reduce_cols_max_f32, F16, COLS_F16: F16 = reduce_max_f16, reduce_cols_max_f16, BF16, COLS_BF16: Bf16 = reduce_max_bf16, reduce_cols_max_bf16, U8, COLS_U8: u8 = reduce_max_u8, reduce_cols_max_u8, U32, COLS_U32: u32 = reduce_max_u32, reduce_cols_max_u32, I64, COLS_I64: i64 = reduce_max_i64, reduce_cols_max_i64;
+        Min => F32, COLS_F32: f32 = reduce_min_f32, reduce_cols_min_f32, F16, COLS_F16: F16 = reduce_min_f16, reduce_cols_min_f16, BF16, COLS_BF16: Bf16 = reduce_min_bf16, reduce_cols_min_bf16, U8, COLS_U8: u8 = reduce_min_u8, reduce_cols_min_u8, U32, COLS_U32: u32 = reduce_min_u32, reduce_cols_min_u32, I64, COLS_I64: i64 = reduce_min_i64, reduce_cols_min_i64;
+        Mean => F32, COLS_F32: f32 = reduce_mean_f32, reduce_cols_mean_f32, F16, COLS_F16: F16 = reduce_mean_f16, reduce_cols_mean_f16, BF16, COLS_BF16: Bf16 = reduce_mean_bf16, reduce_cols_mean_bf16, U8, COLS_U8: u8 = None, None, U32, COLS_U32: u32 = None, None, I64, COLS_I64: i64 = None, None;
     }
     macro_rules! per_type {
-        ($($t:ty => $c:ident, $amax:ident, $amin:ident, $sm:tt, $lsm:tt;)*) => {$(
+        ($($t:ty => $c:ident, $cc:ident, $amax:ident, $amin:ident, $sm:tt, $lsm:tt;)*) => {$(
             impl ReduceKernels for $t {
                 fn reduce<Op: ReduceKernel>() -> Option<KernelRef<ReduceArgs<Self, Self>>> { Op::$c }
+                fn reduce_cols<Op: ReduceKernel>() -> Option<KernelRef<ColReduceArgs<Self>>> { Op::$cc }
                 const ARGMAX: KernelRef<ReduceArgs<Self, u32>> = KernelRef::of::<$amax>();
                 const ARGMIN: KernelRef<ReduceArgs<Self, u32>> = KernelRef::of::<$amin>();
                 const SOFTMAX: Option<KernelRef<SoftmaxArgs<Self>>> = per_type!(@k $sm);
@@ -414,12 +507,12 @@ const _: () = {
         (@k $k:ident) => { Some(KernelRef::of::<$k>()) };
     }
     per_type! {
-        f32 => F32, reduce_argmax_f32, reduce_argmin_f32, softmax_f32, log_softmax_f32;
-        F16 => F16, reduce_argmax_f16, reduce_argmin_f16, softmax_f16, log_softmax_f16;
-        Bf16 => BF16, reduce_argmax_bf16, reduce_argmin_bf16, softmax_bf16, log_softmax_bf16;
-        u8 => U8, reduce_argmax_u8, reduce_argmin_u8, None, None;
-        u32 => U32, reduce_argmax_u32, reduce_argmin_u32, None, None;
-        i64 => I64, reduce_argmax_i64, reduce_argmin_i64, None, None;
+        f32 => F32, COLS_F32, reduce_argmax_f32, reduce_argmin_f32, softmax_f32, log_softmax_f32;
+        F16 => F16, COLS_F16, reduce_argmax_f16, reduce_argmin_f16, softmax_f16, log_softmax_f16;
+        Bf16 => BF16, COLS_BF16, reduce_argmax_bf16, reduce_argmin_bf16, softmax_bf16, log_softmax_bf16;
+        u8 => U8, COLS_U8, reduce_argmax_u8, reduce_argmin_u8, None, None;
+        u32 => U32, COLS_U32, reduce_argmax_u32, reduce_argmin_u32, None, None;
+        i64 => I64, COLS_I64, reduce_argmax_i64, reduce_argmin_i64, None, None;
     }
 };
 
@@ -428,6 +521,16 @@ macro_rules! reduce_kernels {
         kernels! {$($(
             fn $name(out: *mut $t, inp: *const $t, rows: u64, cols: u64, ndim: u32, layout: *const u64) {
                 reduce_body::<$t, $op>(out, inp, rows, cols, Strides::in_memory(ndim, layout))
+            }
+        )*)*}
+    };
+}
+
+macro_rules! col_reduce_kernels {
+    ($($op:ident => $($name:ident: $t:ty),*;)*) => {
+        kernels! { table COL_KERNELS; $($(
+            fn $name(out: *mut $t, inp: *const $t, rows: u64, cols: u64) {
+                reduce_cols_body::<$t, $op>(out, inp, rows, cols)
             }
         )*)*}
     };
@@ -458,6 +561,13 @@ reduce_kernels! {
     Max => reduce_max_f32: f32, reduce_max_f16: F16, reduce_max_bf16: Bf16, reduce_max_u8: u8, reduce_max_u32: u32, reduce_max_i64: i64;
     Min => reduce_min_f32: f32, reduce_min_f16: F16, reduce_min_bf16: Bf16, reduce_min_u8: u8, reduce_min_u32: u32, reduce_min_i64: i64;
     Mean => reduce_mean_f32: f32, reduce_mean_f16: F16, reduce_mean_bf16: Bf16;
+}
+
+col_reduce_kernels! {
+    Sum => reduce_cols_sum_f32: f32, reduce_cols_sum_f16: F16, reduce_cols_sum_bf16: Bf16, reduce_cols_sum_u8: u8, reduce_cols_sum_u32: u32, reduce_cols_sum_i64: i64;
+    Max => reduce_cols_max_f32: f32, reduce_cols_max_f16: F16, reduce_cols_max_bf16: Bf16, reduce_cols_max_u8: u8, reduce_cols_max_u32: u32, reduce_cols_max_i64: i64;
+    Min => reduce_cols_min_f32: f32, reduce_cols_min_f16: F16, reduce_cols_min_bf16: Bf16, reduce_cols_min_u8: u8, reduce_cols_min_u32: u32, reduce_cols_min_i64: i64;
+    Mean => reduce_cols_mean_f32: f32, reduce_cols_mean_f16: F16, reduce_cols_mean_bf16: Bf16;
 }
 
 arg_reduce_kernels! {

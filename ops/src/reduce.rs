@@ -14,7 +14,8 @@ use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::host::KernelRef;
 use ferrocm_kernels::reduce::{
-    self as k, REDUCE_LDS_BYTES, ReduceArgs, ReduceKernel, ReduceKernels, arg_better,
+    self as k, COL_BLOCK, COL_LDS_BYTES, COL_TILE, REDUCE_LDS_BYTES, ReduceArgs, ReduceKernel,
+    ReduceKernels, arg_better,
 };
 use rayon::prelude::*;
 use std::marker::PhantomData;
@@ -151,14 +152,64 @@ impl<T: WithDType, R: ReduceKernel> Op for RowReduce<'_, T, R> {
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
-        let kernel = T::Kernel::reduce::<R>().ok_or(Error::UnsupportedDType {
+        let unsupported = Error::UnsupportedDType {
             op: self.name,
             dtype: T::DTYPE,
-        })?;
+        };
         let out = self.out.view_as::<T::Kernel>().expect("same size");
-        launch_rows(dev, kernel, self.view, out, out.len(), self.cols)?;
+        let rows = out.len();
+        if rows > 1 && self.cols > 1 && reduces_leading_dims(self.view, rows, self.cols) {
+            // Memory holds `cols` reduced rows of `rows` kept elements: reduce
+            // columns, coalesced (the row kernel would stride by a whole row).
+            let kernel = T::Kernel::reduce_cols::<R>().ok_or(unsupported)?;
+            let groups = (rows as u64).div_ceil(COL_TILE as u64);
+            dev.launch_typed(
+                kernel,
+                LaunchConfig::rows(groups, COL_BLOCK, COL_LDS_BYTES),
+                (
+                    Out::new(out),
+                    In::at(self.view.kbuf(), self.view.layout.offset()),
+                    self.cols as u64,
+                    rows as u64,
+                ),
+            )?;
+            return Ok(self.out);
+        }
+        let kernel = T::Kernel::reduce::<R>().ok_or(unsupported)?;
+        launch_rows(dev, kernel, self.view, out, rows, self.cols)?;
         Ok(self.out)
     }
+}
+
+/// Whether `view` (logically `rows × cols`: kept dims, then reduced dims)
+/// lies in memory as a contiguous `cols × rows` matrix: the reduced dims of a
+/// contiguous tensor were its leading dims (`sum(&[0])`, a mean over a batch).
+///
+/// ```ignore
+/// // [4, 3] reduced over dim 0: the view is [3, 4] with strides [1, 3].
+/// assert!(reduces_leading_dims(&x.permute(&[1, 0])?, 3, 4));
+/// ```
+fn reduces_leading_dims<T: WithDType>(view: &Tensor<T>, rows: usize, cols: usize) -> bool {
+    let (shape, strides) = (view.shape(), view.layout.strides());
+    // The split between kept and reduced dims: the first where the trailing
+    // product is `cols` (size-1 dims on either side do not matter).
+    let mut split = shape.len();
+    let mut trailing = 1;
+    while split > 0 && trailing < cols {
+        split -= 1;
+        trailing *= shape[split];
+    }
+    if trailing != cols || shape[..split].iter().product::<usize>() != rows {
+        return false;
+    }
+    let mut expected = 1;
+    for d in (0..split).rev().chain((split..shape.len()).rev()) {
+        if shape[d] != 1 && strides[d] != expected {
+            return false;
+        }
+        expected *= shape[d];
+    }
+    true
 }
 
 /// argmax (`MIN = false`) or argmin of each row.
