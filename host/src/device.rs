@@ -489,40 +489,42 @@ pub fn gpus() -> Result<Vec<GpuInfo>> {
     })
 }
 
-/// The one `RocmDevice` of an ordinal: every `Device::rocm(n)` handle shares
-/// its module and stream, so work queued through two handles stays ordered
-/// (buffers of equal ordinals are interchangeable, see `same_device`).
-#[cfg(feature = "rocm")]
-fn rocm_device(ordinal: usize) -> Result<Arc<crate::rocm::RocmDevice>> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<crate::rocm::RocmDevice>>>> = OnceLock::new();
-    let mut map = DEVICES
+/// The GPU devices opened so far, one per ordinal: every handle of an
+/// ordinal shares its module and stream, so work queued through two handles
+/// stays ordered (buffers of equal ordinals are interchangeable, see
+/// `same_device`).
+#[cfg(any(feature = "rocm", feature = "cuda"))]
+type Opened<D> = std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<usize, Arc<D>>>>;
+
+/// The device of `ordinal` in `opened`, opened with `open` the first time.
+#[cfg(any(feature = "rocm", feature = "cuda"))]
+fn shared_device<D>(
+    opened: &'static Opened<D>,
+    ordinal: usize,
+    open: impl FnOnce(usize) -> Result<D>,
+) -> Result<Arc<D>> {
+    let mut map = opened
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     if let Some(d) = map.get(&ordinal) {
         return Ok(d.clone());
     }
-    let d = Arc::new(crate::rocm::RocmDevice::new(ordinal)?);
+    let d = Arc::new(open(ordinal)?);
     map.insert(ordinal, d.clone());
     Ok(d)
 }
 
-/// The one `CudaDevice` of an ordinal (shared like the ROCm ones).
+/// The one `RocmDevice` of an ordinal.
+#[cfg(feature = "rocm")]
+fn rocm_device(ordinal: usize) -> Result<Arc<crate::rocm::RocmDevice>> {
+    static OPENED: Opened<crate::rocm::RocmDevice> = std::sync::OnceLock::new();
+    shared_device(&OPENED, ordinal, crate::rocm::RocmDevice::new)
+}
+
+/// The one `CudaDevice` of an ordinal.
 #[cfg(feature = "cuda")]
 fn cuda_device(ordinal: usize) -> Result<Arc<crate::cuda::CudaDevice>> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<crate::cuda::CudaDevice>>>> = OnceLock::new();
-    let mut map = DEVICES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(d) = map.get(&ordinal) {
-        return Ok(d.clone());
-    }
-    let d = Arc::new(crate::cuda::CudaDevice::new(ordinal)?);
-    map.insert(ordinal, d.clone());
-    Ok(d)
+    static OPENED: Opened<crate::cuda::CudaDevice> = std::sync::OnceLock::new();
+    shared_device(&OPENED, ordinal, crate::cuda::CudaDevice::new)
 }
