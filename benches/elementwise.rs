@@ -1,75 +1,118 @@
-//! Elementwise op families on a 4096 x 4096 input: Cpu and, when present, the
-//! ROCm GPU. Throughput is bytes read + written per second.
+//! Elementwise op families on 4096 x 4096 inputs: one criterion group per
+//! family, each op measured on the Cpu and on every GPU that answers, side by
+//! side (`target/criterion/<family>/report/index.html` plots them together).
+//! Throughput is bytes read + written per second.
 
-use criterion::{Throughput, criterion_group, criterion_main};
-use ferrocm::ops::{Tensor, Unary};
-use ferrocm::{Device, f16};
+use criterion::{BenchmarkId, Throughput, criterion_group, criterion_main};
+use ferrocm::ops::Tensor;
+use ferrocm::{Device, bf16, f16};
 
 #[path = "common.rs"]
 mod common;
 
 const N: usize = 4096;
 
+/// One device's inputs.
+struct Inputs {
+    dev: Device,
+    x: Tensor<f32>,
+    y: Tensor<f32>,
+    xb: Tensor<bf16>,
+    yb: Tensor<bf16>,
+    mask: Tensor<u8>,
+}
+
+type Run = fn(&Inputs);
+/// A family: its name and its ops (name, bytes moved, the op).
+type Family = (&'static str, Vec<(&'static str, usize, Run)>);
+
 fn elementwise(c: &mut criterion::Criterion) {
-    for dev in common::devices() {
-        let x = Tensor::<f32>::randn(&[N, N], 0.0, 1.0, 1, &dev).unwrap();
-        let y = Tensor::<f32>::randn(&[N, N], 0.0, 1.0, 2, &dev).unwrap();
-        let mask = Tensor::<u8>::rand(&[N, N], 0.0, 2.0, 3, &dev).unwrap();
-        let bytes = (N * N * 4) as u64;
-        let mut g = c.benchmark_group(format!("elementwise/{dev}"));
-        let sync = |d: &Device| d.synchronize().unwrap();
-        g.throughput(Throughput::Bytes(2 * bytes));
-        g.bench_function("unary_exp_f32", |b| {
-            b.iter(|| {
-                x.exp().unwrap();
-                sync(&dev)
-            })
-        });
-        g.bench_function("unary_gelu_f32", |b| {
-            b.iter(|| {
-                x.unary(Unary::Gelu, 0.0).unwrap();
-                sync(&dev)
-            })
-        });
-        g.bench_function("affine_f32", |b| {
-            b.iter(|| {
-                x.affine(2.0, 1.0).unwrap();
-                sync(&dev)
-            })
-        });
-        g.bench_function("copy_transposed_f32", |b| {
-            b.iter(|| {
-                x.transpose(0, 1).unwrap().contiguous().unwrap();
-                sync(&dev)
-            })
-        });
-        g.throughput(Throughput::Bytes(bytes + bytes / 2));
-        g.bench_function("cast_f32_f16", |b| {
-            b.iter(|| {
-                x.to_dtype::<f16>().unwrap();
-                sync(&dev)
-            })
-        });
-        g.throughput(Throughput::Bytes(3 * bytes));
-        g.bench_function("binary_add_f32", |b| {
-            b.iter(|| {
-                x.add(&y).unwrap();
-                sync(&dev)
-            })
-        });
-        g.bench_function("cmp_lt_f32", |b| {
-            b.iter(|| {
-                x.lt(&y).unwrap();
-                sync(&dev)
-            })
-        });
-        g.throughput(Throughput::Bytes(3 * bytes + bytes / 4));
-        g.bench_function("where_u8_f32", |b| {
-            b.iter(|| {
-                mask.where_cond(&x, &y).unwrap();
-                sync(&dev)
-            })
-        });
+    let inputs: Vec<Inputs> = common::devices()
+        .into_iter()
+        .map(|dev| Inputs {
+            x: Tensor::randn(&[N, N], 0.0, 1.0, 1, &dev).unwrap(),
+            y: Tensor::randn(&[N, N], 0.0, 1.0, 2, &dev).unwrap(),
+            xb: Tensor::randn(&[N, N], 0.0, 1.0, 1, &dev).unwrap(),
+            yb: Tensor::randn(&[N, N], 0.0, 1.0, 2, &dev).unwrap(),
+            mask: Tensor::rand(&[N, N], 0.0, 2.0, 3, &dev).unwrap(),
+            dev,
+        })
+        .collect();
+    let f = N * N * 4;
+    let h = N * N * 2;
+    let families: [Family; 7] = [
+        (
+            "unary",
+            vec![
+                ("exp_f32", 2 * f, |i| drop(i.x.exp().unwrap())),
+                ("gelu_f32", 2 * f, |i| drop(i.x.gelu().unwrap())),
+                ("silu_f32", 2 * f, |i| drop(i.x.silu().unwrap())),
+                ("exp_bf16", 2 * h, |i| drop(i.xb.exp().unwrap())),
+            ],
+        ),
+        (
+            "affine",
+            vec![
+                ("affine_f32", 2 * f, |i| drop(i.x.affine(2.0, 1.0).unwrap())),
+                ("affine_bf16", 2 * h, |i| {
+                    drop(i.xb.affine(2.0, 1.0).unwrap())
+                }),
+            ],
+        ),
+        (
+            "cast",
+            vec![
+                ("f32_to_f16", f + h, |i| {
+                    drop(i.x.to_dtype::<f16>().unwrap())
+                }),
+                ("bf16_to_f32", f + h, |i| {
+                    drop(i.xb.to_dtype::<f32>().unwrap())
+                }),
+            ],
+        ),
+        (
+            "binary",
+            vec![
+                ("add_f32", 3 * f, |i| drop(i.x.add(&i.y).unwrap())),
+                ("mul_bf16", 3 * h, |i| drop(i.xb.mul(&i.yb).unwrap())),
+                ("lt_f32", 2 * f + N * N, |i| drop(i.x.lt(&i.y).unwrap())),
+            ],
+        ),
+        (
+            "where",
+            vec![("where_u8_f32", 3 * f + N * N, |i| {
+                drop(i.mask.where_cond(&i.x, &i.y).unwrap())
+            })],
+        ),
+        (
+            "copy",
+            vec![
+                ("copy_f32", 2 * f, |i| drop(i.x.copy().unwrap())),
+                ("transpose_f32", 2 * f, |i| {
+                    drop(i.x.transpose(0, 1).unwrap().contiguous().unwrap())
+                }),
+            ],
+        ),
+        (
+            "fill",
+            vec![("zeros_f32", f, |i| {
+                drop(Tensor::<f32>::zeros(&[N, N], &i.dev).unwrap())
+            })],
+        ),
+    ];
+    for (family, ops) in families {
+        let mut g = c.benchmark_group(family);
+        for (op, bytes, run) in ops {
+            g.throughput(Throughput::Bytes(bytes as u64));
+            for i in &inputs {
+                g.bench_with_input(BenchmarkId::new(op, &i.dev), i, |b, i| {
+                    b.iter(|| {
+                        run(i);
+                        i.dev.synchronize().unwrap()
+                    })
+                });
+            }
+        }
         g.finish();
     }
 }

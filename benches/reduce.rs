@@ -1,51 +1,82 @@
-//! Reductions and softmax on a 4096 x 4096 f32 input: Cpu and, when present,
-//! the ROCm GPU. Throughput is bytes read per second.
+//! Reductions and softmax on 4096 x 4096 inputs: one criterion group per
+//! family, each op on the Cpu and on every GPU that answers, side by side
+//! (`target/criterion/<family>/report/index.html`). Throughput is bytes read
+//! per second.
 
-use criterion::{Throughput, criterion_group, criterion_main};
-use ferrocm::Device;
+use criterion::{BenchmarkId, Throughput, criterion_group, criterion_main};
 use ferrocm::ops::Tensor;
+use ferrocm::{Device, bf16};
 
 #[path = "common.rs"]
 mod common;
 
 const N: usize = 4096;
 
+struct Inputs {
+    dev: Device,
+    x: Tensor<f32>,
+    xb: Tensor<bf16>,
+}
+
+type Run = fn(&Inputs);
+/// A family: its name and its ops (name, bytes moved, the op).
+type Family = (&'static str, Vec<(&'static str, usize, Run)>);
+
 fn reduce(c: &mut criterion::Criterion) {
-    for dev in common::devices() {
-        let x = Tensor::<f32>::randn(&[N, N], 0.0, 1.0, 1, &dev).unwrap();
-        let mut g = c.benchmark_group(format!("reduce/{dev}"));
-        let sync = |d: &Device| d.synchronize().unwrap();
-        g.throughput(Throughput::Bytes((N * N * 4) as u64));
-        g.bench_function("sum_last_dim_f32", |b| {
-            b.iter(|| {
-                x.sum(&[1], false).unwrap();
-                sync(&dev)
-            })
-        });
-        g.bench_function("sum_first_dim_f32", |b| {
-            b.iter(|| {
-                x.sum(&[0], false).unwrap();
-                sync(&dev)
-            })
-        });
-        g.bench_function("max_last_dim_f32", |b| {
-            b.iter(|| {
-                x.max(&[1], false).unwrap();
-                sync(&dev)
-            })
-        });
-        g.bench_function("argmax_last_dim_f32", |b| {
-            b.iter(|| {
-                x.argmax(&[1], false).unwrap();
-                sync(&dev)
-            })
-        });
-        g.bench_function("softmax_f32", |b| {
-            b.iter(|| {
-                x.softmax().unwrap();
-                sync(&dev)
-            })
-        });
+    let inputs: Vec<Inputs> = common::devices()
+        .into_iter()
+        .map(|dev| Inputs {
+            x: Tensor::randn(&[N, N], 0.0, 1.0, 1, &dev).unwrap(),
+            xb: Tensor::randn(&[N, N], 0.0, 1.0, 1, &dev).unwrap(),
+            dev,
+        })
+        .collect();
+    let (f, h) = (N * N * 4, N * N * 2);
+    let families: [Family; 2] = [
+        (
+            "reduce",
+            vec![
+                ("sum_last_dim_f32", f, |i| {
+                    drop(i.x.sum(&[1], false).unwrap())
+                }),
+                ("sum_first_dim_f32", f, |i| {
+                    drop(i.x.sum(&[0], false).unwrap())
+                }),
+                ("sum_last_dim_bf16", h, |i| {
+                    drop(i.xb.sum(&[1], false).unwrap())
+                }),
+                ("max_last_dim_f32", f, |i| {
+                    drop(i.x.max(&[1], false).unwrap())
+                }),
+                ("argmax_last_dim_f32", f, |i| {
+                    drop(i.x.argmax(&[1], false).unwrap())
+                }),
+            ],
+        ),
+        (
+            "softmax",
+            vec![
+                ("softmax_f32", 2 * f, |i| drop(i.x.softmax().unwrap())),
+                ("log_softmax_f32", 2 * f, |i| {
+                    drop(i.x.log_softmax().unwrap())
+                }),
+                ("softmax_bf16", 2 * h, |i| drop(i.xb.softmax().unwrap())),
+            ],
+        ),
+    ];
+    for (family, ops) in families {
+        let mut g = c.benchmark_group(family);
+        for (op, bytes, run) in ops {
+            g.throughput(Throughput::Bytes(bytes as u64));
+            for i in &inputs {
+                g.bench_with_input(BenchmarkId::new(op, &i.dev), i, |b, i| {
+                    b.iter(|| {
+                        run(i);
+                        i.dev.synchronize().unwrap()
+                    })
+                });
+            }
+        }
         g.finish();
     }
 }

@@ -374,27 +374,27 @@ pub fn wave_sum_f32(v: f32) -> f32 {
     acc
 }
 
-/// Maximum of `v` over the wave (NaN ignored as in `f32::max`), in every lane.
+/// Maximum of `v` over the wave (NaN if any lane holds one, as [`Elem::max`]), in every lane.
 #[amdgpu_device]
 #[inline(always)]
 pub fn wave_max_f32(v: f32) -> f32 {
     let mut acc = v;
     let mut offset = wave_size() / 2;
     while offset > 0 {
-        acc = acc.max(wave_shfl_xor_f32(acc, offset));
+        acc = crate::elem::Elem::max(acc, wave_shfl_xor_f32(acc, offset));
         offset /= 2;
     }
     acc
 }
 
-/// Minimum of `v` over the wave (NaN ignored as in `f32::min`), in every lane.
+/// Minimum of `v` over the wave (NaN if any lane holds one), in every lane.
 #[amdgpu_device]
 #[inline(always)]
 pub fn wave_min_f32(v: f32) -> f32 {
     let mut acc = v;
     let mut offset = wave_size() / 2;
     while offset > 0 {
-        acc = acc.min(wave_shfl_xor_f32(acc, offset));
+        acc = crate::elem::Elem::min(acc, wave_shfl_xor_f32(acc, offset));
         offset /= 2;
     }
     acc

@@ -131,7 +131,7 @@ pub trait Elem: Copy + 'static {
     /// Whether this is a float type.
     const IS_FLOAT: bool;
     /// The accumulator of reductions: f32 for float types, i64 for integers.
-    type Acc: Elem;
+    type Acc: Elem + Send + Sync;
     /// To f32 (`as` for integers).
     fn to_f32(self) -> f32;
     /// From f32 (`as`, saturating, for integers; RNE for f16/bf16).
@@ -148,9 +148,10 @@ pub trait Elem: Copy + 'static {
     fn mul(self, o: Self) -> Self;
     /// `self / o`.
     fn div(self, o: Self) -> Self;
-    /// The larger (NaN ignored, as `f32::max`).
+    /// The larger; NaN if either is NaN (PyTorch's `maximum`, not `f32::max`,
+    /// which drops NaN: a NaN in a model's activations must show).
     fn max(self, o: Self) -> Self;
-    /// The smaller (NaN ignored, as `f32::min`).
+    /// The smaller; NaN if either is NaN.
     fn min(self, o: Self) -> Self;
     /// `self < o`.
     fn lt(self, o: Self) -> bool;
@@ -219,11 +220,15 @@ macro_rules! float_elem {
             }
             #[inline(always)]
             fn max(self, o: Self) -> Self {
-                Self::from_f32(self.to_f32().max(o.to_f32()))
+                // NaN propagates from either side (PyTorch's maximum); a
+                // compare and a select, so loops vectorise it.
+                let (a, b) = (self.to_f32(), o.to_f32());
+                if b > a || b != b { o } else { self }
             }
             #[inline(always)]
             fn min(self, o: Self) -> Self {
-                Self::from_f32(self.to_f32().min(o.to_f32()))
+                let (a, b) = (self.to_f32(), o.to_f32());
+                if b < a || b != b { o } else { self }
             }
             #[inline(always)]
             fn lt(self, o: Self) -> bool {

@@ -69,16 +69,24 @@ macro_rules! unary_math {
     };
 }
 
-unary_math!(
-    /// e^x.
-    ///
-    /// ```
-    /// assert_eq!(ferrocm_kernels::math::exp(0.0), 1.0);
-    /// ```
-    exp,
-    exp,
-    exp_f32_fma
-);
+/// e^x.
+///
+/// AMDGPU: `llvm.exp.f32`. Everywhere else (NVPTX, the emulator, the Cpu
+/// backend) [`portable::exp_f32_fma`], within 1 ulp: plain arithmetic, so the
+/// Cpu backend's loops vectorise it (libm's `expf` is a call per element),
+/// and the three agree bit for bit.
+///
+/// ```
+/// assert_eq!(ferrocm_kernels::math::exp(0.0), 1.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    #[cfg(target_arch = "amdgpu")]
+    return unsafe { llvm::exp(x) };
+    #[cfg(not(target_arch = "amdgpu"))]
+    return portable::exp_f32_fma(x);
+}
 unary_math!(
     /// Natural logarithm.
     log,

@@ -5,7 +5,7 @@
 //!   the same reductions over the leading dims of a contiguous input
 //!   (columns), coalesced;
 //! - `reduce_argmax_{dtype}`, `reduce_argmin_{dtype}` (u32 index of the first
-//!   extreme element, NaNs ignored; 0 when every element is NaN);
+//!   extreme element; of the first NaN when the row holds one, as PyTorch);
 //! - `softmax_{f32,f16,bf16}`, `log_softmax_{...}`, numerically stable, over
 //!   contiguous rows.
 //!
@@ -43,6 +43,67 @@ pub trait ReduceOp {
     fn finish<A: Elem>(acc: A, _cols: u64) -> A {
         acc
     }
+    /// Whether each workitem's running float sum is compensated
+    /// ([`Compensated`]): sum and mean.
+    const COMPENSATED: bool = false;
+}
+
+/// A float running sum with Neumaier's compensation: the rounding error of
+/// each addition is kept in `err` and added back at the end, so a workitem's
+/// sum over thousands of elements (a 1M-wide row over 256 workitems) stays
+/// within a few ulp instead of drifting by its length times an ulp.
+/// Infinities and NaN pass through as in a plain sum.
+///
+/// ```
+/// use ferrocm_kernels::reduce::Compensated;
+/// let mut s = Compensated::ZERO;
+/// s.add(1.0);
+/// for _ in 0..1000 { s.add(1e-8); } // each lost in a plain f32 sum
+/// assert!((s.value() - 1.00001).abs() < 1e-7);
+/// ```
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct Compensated {
+    /// The running sum.
+    pub sum: f32,
+    /// The rounding errors of the additions so far.
+    pub err: f32,
+}
+
+#[amdgpu_device]
+impl Compensated {
+    /// Nothing added yet.
+    pub const ZERO: Self = Self { sum: 0.0, err: 0.0 };
+
+    /// Adds `x`.
+    #[inline(always)]
+    pub fn add(&mut self, x: f32) {
+        let t = self.sum + x;
+        let abs = |v: f32| if v < 0.0 { -v } else { v };
+        let e = if abs(self.sum) >= abs(x) {
+            (self.sum - t) + x
+        } else {
+            (x - t) + self.sum
+        };
+        // Past overflow the error term would be inf - inf: keep it finite.
+        if t.is_finite() {
+            self.err += e;
+        }
+        self.sum = t;
+    }
+
+    /// Multiplies the sum by `f` (the rescale of an online softmax).
+    #[inline(always)]
+    pub fn scale(&mut self, f: f32) {
+        self.sum *= f;
+        self.err *= f;
+    }
+
+    /// The compensated sum.
+    #[inline(always)]
+    pub fn value(self) -> f32 {
+        self.sum + self.err
+    }
 }
 
 /// Sum.
@@ -50,6 +111,7 @@ pub trait ReduceOp {
 pub struct Sum;
 #[amdgpu_device]
 impl ReduceOp for Sum {
+    const COMPENSATED: bool = true;
     #[inline(always)]
     fn identity<A: Elem>() -> A {
         A::ZERO
@@ -65,6 +127,7 @@ impl ReduceOp for Sum {
 pub struct Mean;
 #[amdgpu_device]
 impl ReduceOp for Mean {
+    const COMPENSATED: bool = true;
     #[inline(always)]
     fn identity<A: Elem>() -> A {
         A::ZERO
@@ -79,7 +142,7 @@ impl ReduceOp for Mean {
     }
 }
 
-/// Maximum (NaN ignored).
+/// Maximum (NaN if the slice holds one).
 #[amdgpu_device]
 pub struct Max;
 #[amdgpu_device]
@@ -94,7 +157,7 @@ impl ReduceOp for Max {
     }
 }
 
-/// Minimum (NaN ignored).
+/// Minimum (NaN if the slice holds one).
 #[amdgpu_device]
 pub struct Min;
 #[amdgpu_device]
@@ -149,6 +212,15 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let mut acc = Op::identity::<T::Acc>();
+        let mut sum = Compensated::ZERO;
+        let compensated = Op::COMPENSATED && T::Acc::IS_FLOAT;
+        let mut add = |x: T| {
+            if compensated {
+                sum.add(x.to_f32());
+            } else {
+                acc = Op::combine(acc, x.convert::<T::Acc>());
+            }
+        };
         let bs = workgroup_size_x() as u64;
         let load = |c: u64| unsafe { *inp.add(strides.offset(row * cols + c, 0)) };
         let mut c = workitem_id_x() as u64;
@@ -158,15 +230,18 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
         let batch = strides.is_contiguous();
         while batch && c + 3 * bs < cols {
             let (x0, x1, x2, x3) = (load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs));
-            acc = Op::combine(acc, x0.convert::<T::Acc>());
-            acc = Op::combine(acc, x1.convert::<T::Acc>());
-            acc = Op::combine(acc, x2.convert::<T::Acc>());
-            acc = Op::combine(acc, x3.convert::<T::Acc>());
+            add(x0);
+            add(x1);
+            add(x2);
+            add(x3);
             c += 4 * bs;
         }
         while c < cols {
-            acc = Op::combine(acc, load(c).convert::<T::Acc>());
+            add(load(c));
             c += bs;
+        }
+        if compensated {
+            acc = T::Acc::from_f32(sum.value());
         }
         let r = block_reduce::<T::Acc, Op>(acc);
         if workitem_id_x() == 0 {
@@ -215,20 +290,32 @@ pub fn reduce_cols_body<T: Elem, Op: ReduceOp>(out: *mut T, inp: *const T, rows:
     while t < tiles {
         let c = t * COL_TILE as u64 + lane as u64;
         let mut acc = Op::identity::<T::Acc>();
+        let mut sum = Compensated::ZERO;
+        let compensated = Op::COMPENSATED && T::Acc::IS_FLOAT;
         if c < cols {
-            let load = |r: u64| unsafe { *inp.add((r * cols + c) as usize) }.convert::<T::Acc>();
+            let mut add = |x: T| {
+                if compensated {
+                    sum.add(x.to_f32());
+                } else {
+                    acc = Op::combine(acc, x.convert::<T::Acc>());
+                }
+            };
+            let load = |r: u64| unsafe { *inp.add((r * cols + c) as usize) };
             let mut r = group as u64;
             while r + 3 * g < rows {
                 let (x0, x1, x2, x3) = (load(r), load(r + g), load(r + 2 * g), load(r + 3 * g));
-                acc = Op::combine(acc, x0);
-                acc = Op::combine(acc, x1);
-                acc = Op::combine(acc, x2);
-                acc = Op::combine(acc, x3);
+                add(x0);
+                add(x1);
+                add(x2);
+                add(x3);
                 r += 4 * g;
             }
             while r < rows {
-                acc = Op::combine(acc, load(r));
+                add(load(r));
                 r += g;
+            }
+            if compensated {
+                acc = T::Acc::from_f32(sum.value());
             }
         }
         partials.store(group * COL_TILE + lane, acc);
@@ -248,16 +335,19 @@ pub fn reduce_cols_body<T: Elem, Op: ReduceOp>(out: *mut T, inp: *const T, rows:
     }
 }
 
-/// Whether candidate (`v`, `i`) beats (`best`, `best_i`): larger (or smaller
-/// for `MIN`), or equal with a smaller index; NaN never wins.
+/// Whether candidate (`v`, `i`) beats (`best`, `best_i`) (`best_i ==
+/// u32::MAX`: nothing yet): NaN beats any number and the lower index wins
+/// between NaNs (argmax/argmin give the first NaN, as PyTorch); else larger
+/// (smaller for `MIN`), or equal with a smaller index.
 #[amdgpu_device]
 #[inline(always)]
 pub fn arg_better<A: Elem, const MIN: bool>(v: A, i: u32, best: A, best_i: u32) -> bool {
-    if v.is_nan() {
-        return false;
+    if best_i == u32::MAX {
+        return i != u32::MAX;
     }
-    if best.is_nan() || best_i == u32::MAX {
-        return true;
+    let (v_nan, best_nan) = (v.is_nan(), best.is_nan());
+    if v_nan || best_nan {
+        return v_nan && (!best_nan || i < best_i);
     }
     let strictly = if MIN { v.lt(best) } else { best.lt(v) };
     strictly || (v.eq(best) && i < best_i)
@@ -355,15 +445,17 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
         let base = row * cols;
         let load = |c: u64| unsafe { *inp.add((base + c) as usize) }.to_f32();
         let mut m = f32::NEG_INFINITY;
-        let mut s = 0.0f32;
+        // The sum of e^(x - m), compensated (rows up to 1M stay within 1e-6).
+        let mut s = Compensated::ZERO;
         // -inf adds nothing (e^-inf = 0 against any finite maximum; a row of
         // -inf only gives NaN in the output pass, as the formula does).
         let mut add = |x: f32| {
             if x > m {
-                s = s * math::exp(m - x) + 1.0;
+                s.scale(math::exp(m - x));
+                s.add(1.0);
                 m = x;
             } else if x != f32::NEG_INFINITY {
-                s += math::exp(x - m);
+                s.add(math::exp(x - m));
             }
         };
         let mut c = workitem_id_x() as u64;
@@ -382,6 +474,7 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
         let row_max = block_reduce::<f32, Max>(m);
         // This workitem's sum, rescaled to the row's maximum (0 when it saw
         // no element: m = -inf, s = 0).
+        let s = s.value();
         let mine = if s == 0.0 {
             0.0
         } else {

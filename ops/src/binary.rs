@@ -162,6 +162,16 @@ impl<T: WithDType, O: CmpKernel> ZipFn<T, u8> for Compare<O> {
     }
 }
 
+/// [`ZipFn`] `F` as the Cpu's per-element function.
+struct ZipCall<F>(PhantomData<fn() -> F>);
+
+impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> crate::cpu::Func2<T, T, R> for ZipCall<F> {
+    #[inline(always)]
+    fn call(&self, a: T, b: T) -> R {
+        F::apply(a, b)
+    }
+}
+
 /// `out[i] = F(a[i], b[i])` over two tensors of the output's shape (broadcast views).
 struct Zip<'a, T: WithDType, R: WithDType, F> {
     a: &'a Tensor<T>,
@@ -178,10 +188,11 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
             crate::cpu::host(self.a.buf()),
             crate::cpu::host(self.b.buf()),
         );
-        crate::cpu::map_strided_n(
+        crate::cpu::map2(
             crate::cpu::host_mut(&mut self.out),
-            [&self.a.layout, &self.b.layout],
-            |[i, j]| F::apply(sa[i], sb[j]),
+            (sa, &self.a.layout),
+            (sb, &self.b.layout),
+            &ZipCall::<F>(PhantomData),
         );
         Ok(self.out)
     }

@@ -39,9 +39,8 @@ impl<T: WithDType, D: WithDType> Op for Cast<'_, T, D> {
 
     fn cpu(mut self) -> Result<DeviceBuffer<D>> {
         let src = crate::cpu::host(self.x.buf());
-        crate::cpu::map_strided(crate::cpu::host_mut(&mut self.out), &self.x.layout, |o| {
-            D::from_kernel(src[o].to_kernel().convert::<D::Kernel>())
-        });
+        let f = CastFn::<T, D>(std::marker::PhantomData);
+        crate::cpu::map1(crate::cpu::host_mut(&mut self.out), src, &self.x.layout, &f);
         Ok(self.out)
     }
 
@@ -51,5 +50,15 @@ impl<T: WithDType, D: WithDType> Op for Cast<'_, T, D> {
             dev.launch_typed(T::Kernel::kernel::<D::Kernel>(), cfg, args)
         })?;
         Ok(self.out)
+    }
+}
+
+/// The Cpu's per-element conversion (Rust's `as`, round to nearest even for f16/bf16).
+struct CastFn<T, D>(std::marker::PhantomData<fn() -> (T, D)>);
+
+impl<T: WithDType, D: WithDType> crate::cpu::Func1<T, D> for CastFn<T, D> {
+    #[inline(always)]
+    fn call(&self, x: T) -> D {
+        D::from_kernel(x.to_kernel().convert::<D::Kernel>())
     }
 }

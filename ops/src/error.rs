@@ -140,6 +140,15 @@ pub enum Error {
         got: crate::Format,
     },
     /// Operands whose dtypes must match do not (run-time typed tensors).
+    /// A parameter outside its domain (`rand` with `lo > hi`, `randn` with a
+    /// negative or NaN std).
+    #[error("{op}: {what}")]
+    BadParameter {
+        /// The op.
+        op: &'static str,
+        /// What is wrong, with the values.
+        what: String,
+    },
     #[error("{op}: dtype mismatch {lhs} vs {rhs}")]
     DTypeMismatch {
         /// Op.

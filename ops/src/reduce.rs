@@ -13,9 +13,10 @@ use crate::tensor::{BLOCK, Tensor};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::host::KernelRef;
+use ferrocm_kernels::math;
 use ferrocm_kernels::reduce::{
     self as k, COL_BLOCK, COL_LDS_BYTES, COL_TILE, REDUCE_LDS_BYTES, ReduceArgs, ReduceKernel,
-    ReduceKernels, arg_better,
+    ReduceKernels, ReduceOp,
 };
 use rayon::prelude::*;
 use std::marker::PhantomData;
@@ -28,9 +29,9 @@ pub enum Reduce {
     Sum,
     /// Mean (float dtypes).
     Mean,
-    /// Maximum (NaN ignored).
+    /// Maximum (NaN when the reduced slice holds a NaN, as PyTorch).
     Max,
-    /// Minimum (NaN ignored).
+    /// Minimum (NaN when the reduced slice holds a NaN).
     Min,
 }
 
@@ -133,21 +134,21 @@ impl<T: WithDType, R: ReduceKernel> Op for RowReduce<'_, T, R> {
     type Output = DeviceBuffer<T>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
-        let (src, cols, layout) = (
-            crate::cpu::host(self.view.buf()),
-            self.cols,
-            &self.view.layout,
-        );
-        crate::cpu::host_mut(&mut self.out)
-            .par_iter_mut()
-            .enumerate()
-            .for_each(|(r, o)| {
-                let mut acc = R::identity::<<T::Kernel as Elem>::Acc>();
-                for off in crate::cpu::Offsets::new(layout, r * cols).take(cols) {
-                    acc = R::combine(acc, src[off].to_kernel().convert());
-                }
-                *o = T::from_kernel(R::finish(acc, cols as u64).convert());
-            });
+        let (src, cols, view) = (crate::cpu::host(self.view.buf()), self.cols, self.view);
+        let out = crate::cpu::host_mut(&mut self.out);
+        let r = ReduceFold::<T, R>(PhantomData);
+        let finish = |a: Acc<T>| T::from_kernel(R::finish(a, cols as u64).convert());
+        let rows = out.len();
+        if rows > 1 && cols > 1 && reduces_leading_dims(view, rows, cols) {
+            // `cols` reduced rows of `rows` kept elements each.
+            let off = view.layout.offset();
+            let src = &src[off..off + rows * cols];
+            crate::cpu::fold_columns(out, src, cols, &r, finish);
+            return Ok(self.out);
+        }
+        for_each_row(out, src, view, cols, |o, row| {
+            *o = finish(crate::cpu::vectorized(FoldRow(row, &r)))
+        });
         Ok(self.out)
     }
 
@@ -212,6 +213,146 @@ fn reduces_leading_dims<T: WithDType>(view: &Tensor<T>, rows: usize, cols: usize
     true
 }
 
+/// The reduction accumulator of `T` (f32 for float types, i64 for integers).
+type Acc<T> = <<T as WithDType>::Kernel as Elem>::Acc;
+
+/// Calls `f(out[r], row r)` for each row of `view` (logically `out.len() ×
+/// cols`, reduced dims last), parallel over groups of rows; a strided row is
+/// gathered into a per-task buffer first, so `f` always sees a slice.
+fn for_each_row<T: WithDType, O: Send>(
+    out: &mut [O],
+    src: &[T],
+    view: &Tensor<T>,
+    cols: usize,
+    f: impl Fn(&mut O, &[T]) + Sync,
+) {
+    let rows_per_task = (1 << 14) / cols.max(1) + 1;
+    let contiguous = view.layout.is_contiguous();
+    let (walk, off) = (crate::cpu::Walk::new([&view.layout]), view.layout.offset());
+    out.par_chunks_mut(rows_per_task)
+        .enumerate()
+        .for_each_init(Vec::new, |buf, (t, o)| {
+            for (k, o) in o.iter_mut().enumerate() {
+                let r = t * rows_per_task + k;
+                if contiguous {
+                    f(o, &src[off + r * cols..off + (r + 1) * cols]);
+                } else {
+                    crate::cpu::gather(buf, src, &walk, r * cols, cols);
+                    f(o, buf);
+                }
+            }
+        });
+}
+
+/// Reduction `R` of `T` on the Cpu: [`ReduceOp`]'s identity and combine in
+/// `T`'s accumulator.
+struct ReduceFold<T, R>(PhantomData<fn() -> (T, R)>);
+
+impl<T: WithDType, R: ReduceOp> crate::cpu::Fold<T> for ReduceFold<T, R> {
+    type Acc = Acc<T>;
+    #[inline(always)]
+    fn identity(&self) -> Acc<T> {
+        R::identity()
+    }
+    #[inline(always)]
+    fn convert(&self, x: T) -> Acc<T> {
+        x.to_kernel().convert()
+    }
+    #[inline(always)]
+    fn combine(&self, a: Acc<T>, b: Acc<T>) -> Acc<T> {
+        R::combine(a, b)
+    }
+}
+
+/// One row folded (pairwise, vectorised).
+struct FoldRow<'a, T, F>(&'a [T], &'a F);
+
+impl<T: Copy, F: crate::cpu::Fold<T>> crate::cpu::Task for FoldRow<'_, T, F> {
+    type Out = F::Acc;
+    #[inline(always)]
+    fn run(self) -> F::Acc {
+        crate::cpu::fold(self.0, self.1)
+    }
+}
+
+/// argmax (`MIN = false`) or argmin of one row: the extreme value first
+/// (vectorised; NaN wins, as in max/min), then the first index holding it
+/// (PyTorch's rule: the first NaN, else the first of equal extremes).
+struct ArgRow<'a, T, const MIN: bool>(&'a [T]);
+
+impl<T: WithDType, const MIN: bool> crate::cpu::Task for ArgRow<'_, T, MIN> {
+    type Out = u32;
+    #[inline(always)]
+    fn run(self) -> u32 {
+        let row = self.0;
+        let best = if MIN {
+            crate::cpu::fold(row, &ReduceFold::<T, k::Min>(PhantomData))
+        } else {
+            crate::cpu::fold(row, &ReduceFold::<T, k::Max>(PhantomData))
+        };
+        let acc = |x: &T| x.to_kernel().convert::<Acc<T>>();
+        let at = if best.is_nan() {
+            row.iter().position(|x| acc(x).is_nan())
+        } else {
+            row.iter().position(|x| acc(x).eq(best))
+        };
+        at.unwrap_or(0) as u32
+    }
+}
+
+/// softmax / log_softmax of one row on the Cpu: the maximum (NaN-propagating:
+/// a NaN anywhere makes every output NaN; a row of -inf gives NaN too, as on
+/// the GPU), e^(x - max) into `exps`, their pairwise sum, then the outputs.
+struct SoftmaxRow<'a, T, const LOG: bool> {
+    x: &'a [T],
+    out: &'a mut [T],
+    exps: &'a mut Vec<f32>,
+}
+
+/// f32 sum for [`crate::cpu::fold`].
+struct SumF32;
+
+impl crate::cpu::Fold<f32> for SumF32 {
+    type Acc = f32;
+    #[inline(always)]
+    fn identity(&self) -> f32 {
+        0.0
+    }
+    #[inline(always)]
+    fn convert(&self, x: f32) -> f32 {
+        x
+    }
+    #[inline(always)]
+    fn combine(&self, a: f32, b: f32) -> f32 {
+        a + b
+    }
+}
+
+impl<T: WithDType, const LOG: bool> crate::cpu::Task for SoftmaxRow<'_, T, LOG> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        let m = crate::cpu::fold(self.x, &ReduceFold::<T, k::Max>(PhantomData)).to_f32();
+        let f = |x: &T| x.to_kernel().to_f32();
+        self.exps.clear();
+        self.exps.resize(self.x.len(), 0.0);
+        for (e, x) in self.exps.iter_mut().zip(self.x) {
+            *e = math::exp(f(x) - m);
+        }
+        let sum = crate::cpu::fold(self.exps, &SumF32);
+        if LOG {
+            let log_sum = math::log(sum);
+            for (o, x) in self.out.iter_mut().zip(self.x) {
+                *o = T::from_kernel(T::Kernel::from_f32(f(x) - m - log_sum));
+            }
+        } else {
+            for (o, e) in self.out.iter_mut().zip(self.exps.iter()) {
+                *o = T::from_kernel(T::Kernel::from_f32(e / sum));
+            }
+        }
+    }
+}
+
 /// argmax (`MIN = false`) or argmin of each row.
 struct ArgReduce<'a, T: WithDType, const MIN: bool> {
     view: &'a Tensor<T>,
@@ -223,33 +364,14 @@ impl<T: WithDType, const MIN: bool> Op for ArgReduce<'_, T, MIN> {
     type Output = DeviceBuffer<u32>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<u32>> {
-        let (src, cols, layout) = (
-            crate::cpu::host(self.view.buf()),
-            self.cols,
-            &self.view.layout,
+        let (src, cols, view) = (crate::cpu::host(self.view.buf()), self.cols, self.view);
+        for_each_row(
+            crate::cpu::host_mut(&mut self.out),
+            src,
+            view,
+            cols,
+            |o, row| *o = crate::cpu::vectorized(ArgRow::<T, MIN>(row)),
         );
-        crate::cpu::host_mut(&mut self.out)
-            .par_iter_mut()
-            .enumerate()
-            .for_each(|(r, o)| {
-                let mut best = if MIN {
-                    <<T::Kernel as Elem>::Acc as Elem>::HIGHEST
-                } else {
-                    <<T::Kernel as Elem>::Acc as Elem>::LOWEST
-                };
-                let mut best_i = u32::MAX;
-                for (c, off) in crate::cpu::Offsets::new(layout, r * cols)
-                    .take(cols)
-                    .enumerate()
-                {
-                    let x = src[off].to_kernel().convert();
-                    if arg_better::<_, MIN>(x, c as u32, best, best_i) {
-                        best = x;
-                        best_i = c as u32;
-                    }
-                }
-                *o = if best_i == u32::MAX { 0 } else { best_i };
-            });
         Ok(self.out)
     }
 
@@ -277,27 +399,15 @@ impl<T: WithDType, const LOG: bool> Op for Softmax<'_, T, LOG> {
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let (rows, cols, off) = (self.rows, self.cols, self.x.layout.offset());
-        if rows == 0 {
+        if rows == 0 || cols == 0 {
             return Ok(self.out);
         }
         let src = &crate::cpu::host(self.x.buf())[off..off + rows * cols];
         crate::cpu::host_mut(&mut self.out)
             .par_chunks_mut(cols)
             .zip(src.par_chunks(cols))
-            .for_each(|(o, s)| {
-                let m = s
-                    .iter()
-                    .fold(f32::NEG_INFINITY, |m, v| m.max(v.to_kernel().to_f32()));
-                let sum: f32 = s.iter().map(|v| (v.to_kernel().to_f32() - m).exp()).sum();
-                let log_sum = sum.ln();
-                for (o, v) in o.iter_mut().zip(s) {
-                    let d = v.to_kernel().to_f32() - m;
-                    *o = T::from_kernel(T::Kernel::from_f32(if LOG {
-                        d - log_sum
-                    } else {
-                        d.exp() / sum
-                    }));
-                }
+            .for_each_init(Vec::new, |exps, (out, x)| {
+                crate::cpu::vectorized(SoftmaxRow::<T, LOG> { x, out, exps })
             });
         Ok(self.out)
     }
@@ -429,7 +539,8 @@ impl<T: WithDType> Tensor<T> {
         Ok(Tensor::from_parts(backend::run(dev, op)?, &out_shape))
     }
 
-    /// Index (u32) of the first maximum over `dims` (NaN ignored); error when a reduced dim is empty.
+    /// Index (u32) of the first maximum over `dims`, or of the first NaN when
+    /// the slice holds one (PyTorch's rule); error when a reduced dim is empty.
     ///
     /// ```
     /// use ferrocm_ops::{Device, Tensor};
@@ -441,7 +552,7 @@ impl<T: WithDType> Tensor<T> {
         self.arg_reduce::<false>(dims, keepdim)
     }
 
-    /// Index (u32) of the first minimum over `dims` (NaN ignored).
+    /// Index (u32) of the first minimum over `dims`, or of the first NaN.
     pub fn argmin(&self, dims: &[usize], keepdim: bool) -> Result<Tensor<u32>> {
         self.arg_reduce::<true>(dims, keepdim)
     }
@@ -455,12 +566,8 @@ impl<T: WithDType> Tensor<T> {
             });
         }
         if self.rank() == 0 {
-            return Err(Error::DimOutOfRange {
-                op,
-                dim: 0,
-                rank: 0,
-                shape: vec![],
-            });
+            // One element over a dim of one: softmax 1, log_softmax 0 (as PyTorch).
+            return self.reshape(&[1])?.softmax_impl::<LOG>()?.reshape(&[]);
         }
         let x = self.contiguous()?;
         let cols = *x.shape().last().unwrap_or(&1);

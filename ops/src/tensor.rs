@@ -221,24 +221,68 @@ impl<T: WithDType> Tensor<T> {
     }
 
     /// Uniform values in `[lo, hi)` from a seeded generator (the same seed
-    /// gives the same tensor on every device).
+    /// gives the same tensor on every device); `lo == hi` gives `lo`.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::<f32>::rand(&[1000], -1.0, 1.0, 7, &Device::Cpu)?;
+    /// assert!(x.to_vec()?.iter().all(|v| (-1.0..1.0).contains(v)));
+    /// assert!(Tensor::<f32>::rand(&[2], 1.0, 0.0, 7, &Device::Cpu).is_err()); // lo > hi
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadParameter`] when `lo` or `hi` is not finite or `lo > hi`;
+    /// [`Error::TooLarge`] when the shape does not fit in memory.
     pub fn rand(shape: &[usize], lo: f64, hi: f64, seed: u64, device: &Device) -> Result<Self> {
+        if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+            return Err(Error::BadParameter {
+                op: "rand",
+                what: format!("needs finite lo <= hi, got lo = {lo}, hi = {hi}"),
+            });
+        }
         let n = checked_count("rand", shape, size_of::<T>())?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let data: Vec<T> = (0..n)
-            .map(|_| T::from_f64(rng.random_range(lo..hi.max(lo + f64::EPSILON))))
+            .map(|_| {
+                T::from_f64(if lo == hi {
+                    lo
+                } else {
+                    rng.random_range(lo..hi)
+                })
+            })
             .collect();
         Self::from_slice(&data, shape, device)
     }
 
     /// Normal values with `mean` and `std` from a seeded generator.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::<f32>::randn(&[4], 0.0, 1.0, 7, &Device::Cpu)?;
+    /// assert_eq!(x.shape(), &[4]);
+    /// assert!(Tensor::<f32>::randn(&[4], 0.0, -1.0, 7, &Device::Cpu).is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadParameter`] when `mean` is not finite or `std` is negative,
+    /// NaN or infinite; [`Error::TooLarge`] when the shape does not fit.
     pub fn randn(shape: &[usize], mean: f64, std: f64, seed: u64, device: &Device) -> Result<Self> {
         use rand_distr::Distribution;
+        if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
+            return Err(Error::BadParameter {
+                op: "randn",
+                what: format!(
+                    "needs a finite mean and a finite std >= 0, got mean = {mean}, std = {std}"
+                ),
+            });
+        }
         let n = checked_count("randn", shape, size_of::<T>())?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let normal = rand_distr::Normal::new(mean, std.abs()).map_err(|_| Error::TooLarge {
+        let normal = rand_distr::Normal::new(mean, std).map_err(|e| Error::BadParameter {
             op: "randn",
-            shape: shape.to_vec(),
+            what: e.to_string(),
         })?;
         let data: Vec<T> = (0..n)
             .map(|_| T::from_f64(normal.sample(&mut rng)))
@@ -400,9 +444,12 @@ impl<T: WithDType> Op for CopyOp<'_, T> {
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let src = crate::cpu::host(self.x.buf());
-        crate::cpu::map_strided(crate::cpu::host_mut(&mut self.out), &self.x.layout, |o| {
-            src[o]
-        });
+        crate::cpu::map1(
+            crate::cpu::host_mut(&mut self.out),
+            src,
+            &self.x.layout,
+            &Same,
+        );
         Ok(self.out)
     }
 
@@ -467,4 +514,14 @@ fn transposed_matrices(layout: &Layout) -> Option<(usize, usize, usize)> {
         batch *= shape[d];
     }
     Some((batch, b, a))
+}
+
+/// The identity, per element (the Cpu's gather of `contiguous`).
+struct Same;
+
+impl<T: Copy> crate::cpu::Func1<T, T> for Same {
+    #[inline(always)]
+    fn call(&self, x: T) -> T {
+        x
+    }
 }

@@ -63,20 +63,12 @@ impl<M: MaskType, T: WithDType> Op for Where<'_, M, T> {
             crate::cpu::host(self.on_true.buf()),
             crate::cpu::host(self.on_false.buf()),
         );
-        crate::cpu::map_strided_n(
+        crate::cpu::map3(
             crate::cpu::host_mut(&mut self.out),
-            [
-                &self.mask.layout,
-                &self.on_true.layout,
-                &self.on_false.layout,
-            ],
-            |[i, j, k]| {
-                if sm[i].to_kernel().eq(M::Kernel::ZERO) {
-                    sf[k]
-                } else {
-                    st[j]
-                }
-            },
+            (sm, &self.mask.layout),
+            (st, &self.on_true.layout),
+            (sf, &self.on_false.layout),
+            &Select,
         );
         Ok(self.out)
     }
@@ -119,5 +111,19 @@ impl<M: MaskType, T: WithDType> Op for Where<'_, M, T> {
             )?;
         }
         Ok(self.out)
+    }
+}
+
+/// `where` per element: `t` where the mask is nonzero, else `f`.
+struct Select;
+
+impl<M: WithDType, T: Copy> crate::cpu::Func3<M, T, T, T> for Select {
+    #[inline(always)]
+    fn call(&self, m: M, t: T, f: T) -> T {
+        if m.to_kernel().eq(M::Kernel::ZERO) {
+            f
+        } else {
+            t
+        }
     }
 }

@@ -140,12 +140,8 @@ impl<T: WithDType, U: UnaryKernel> Op for UnaryMap<'_, T, U> {
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let (src, p) = (crate::cpu::host(self.x.buf()), self.p);
-        crate::cpu::map_strided(crate::cpu::host_mut(&mut self.out), &self.x.layout, |o| {
-            T::from_kernel(T::Kernel::from_f32(U::apply(
-                src[o].to_kernel().to_f32(),
-                p,
-            )))
-        });
+        let f = UnaryFn::<T, U>(p, PhantomData);
+        crate::cpu::map1(crate::cpu::host_mut(&mut self.out), src, &self.x.layout, &f);
         Ok(self.out)
     }
 
@@ -179,13 +175,12 @@ impl<T: WithDType> Op for AffineMap<'_, T> {
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let (src, mul, add) = (crate::cpu::host(self.x.buf()), self.mul, self.add);
-        crate::cpu::map_strided(crate::cpu::host_mut(&mut self.out), &self.x.layout, |o| {
-            T::from_kernel(ferrocm_kernels::affine::affine_apply(
-                src[o].to_kernel(),
-                mul,
-                add,
-            ))
-        });
+        let f = AffineFn::<T> {
+            mul,
+            add,
+            _t: PhantomData,
+        };
+        crate::cpu::map1(crate::cpu::host_mut(&mut self.out), src, &self.x.layout, &f);
         Ok(self.out)
     }
 
@@ -201,5 +196,36 @@ impl<T: WithDType> Op for AffineMap<'_, T> {
             },
         )?;
         Ok(self.out)
+    }
+}
+
+/// The Cpu's per-element function of unary op `U` with parameter `p`.
+struct UnaryFn<T, U>(f32, PhantomData<fn() -> (T, U)>);
+
+impl<T: WithDType, U: UnaryKernel> crate::cpu::Func1<T, T> for UnaryFn<T, U> {
+    #[inline(always)]
+    fn call(&self, x: T) -> T {
+        T::from_kernel(T::Kernel::from_f32(U::apply(
+            x.to_kernel().to_f32(),
+            self.0,
+        )))
+    }
+}
+
+/// The Cpu's per-element function of `affine`.
+struct AffineFn<T> {
+    mul: f32,
+    add: f32,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: WithDType> crate::cpu::Func1<T, T> for AffineFn<T> {
+    #[inline(always)]
+    fn call(&self, x: T) -> T {
+        T::from_kernel(ferrocm_kernels::affine::affine_apply(
+            x.to_kernel(),
+            self.mul,
+            self.add,
+        ))
     }
 }

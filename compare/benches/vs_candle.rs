@@ -1,0 +1,223 @@
+//! ferrocm's Cpu backend against candle-core's CPU backend on the same inputs
+//! in one process: each op's median time on both, the ratio (candle time /
+//! ferrocm time, above 1 = ferrocm faster), ferrocm's bandwidth as a share of
+//! this machine's memcpy bandwidth measured in the same run, and the geometric
+//! mean per dtype.
+//!
+//! ```text
+//! CARGO_TARGET_DIR=target cargo bench --manifest-path compare/Cargo.toml
+//! VS_CANDLE_N=2048 VS_CANDLE_REPS=5 VS_CANDLE_FILTER=softmax ...   # smaller, fewer, some
+//! ```
+
+use candle_core::{D, DType as CDType, Device as CDevice, Tensor as CTensor};
+use ferrocm::{Device, Tensor, bf16};
+use std::time::Instant;
+
+/// One op on both sides: its name, its family, bytes moved (read + written),
+/// and the two closures.
+struct Case<'a> {
+    name: &'static str,
+    bytes: usize,
+    ferrocm: Box<dyn Fn() + 'a>,
+    candle: Box<dyn Fn() + 'a>,
+}
+
+fn median_ms(reps: usize, f: &dyn Fn()) -> f64 {
+    f(); // warm up: caches, the allocator, rayon's threads
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(|a, b| a.total_cmp(b));
+    t[reps / 2]
+}
+
+/// memcpy bandwidth (bytes read + written per second) of a 64 MiB copy, the
+/// better of one thread and all threads in parallel.
+fn memcpy_gbs(reps: usize) -> (f64, f64) {
+    let n = 16 << 20;
+    let src = vec![1.0f32; n];
+    let dst = vec![0.0f32; n];
+    let one = median_ms(reps, &|| {
+        // SAFETY: dst is a distinct allocation of n elements.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_ptr() as *mut f32, n) };
+        std::hint::black_box(&dst);
+    });
+    // All threads: rayon's pool, 1 MiB pieces (as the ops' own loops).
+    let mut dst2 = vec![0.0f32; n];
+    let cell = std::cell::RefCell::new(&mut dst2);
+    let all = median_ms(reps, &|| {
+        use rayon::prelude::*;
+        let mut d = cell.borrow_mut();
+        d.par_chunks_mut(1 << 18)
+            .zip(src.par_chunks(1 << 18))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    });
+    let gbs = |ms: f64| (2 * n * 4) as f64 / ms / 1e6;
+    (gbs(one), gbs(all))
+}
+
+fn cases<'a, T: ferrocm::ops::WithDType>(
+    x: &'a Tensor<T>,
+    y: &'a Tensor<T>,
+    mask: &'a Tensor<u8>,
+    cx: &'a CTensor,
+    cy: &'a CTensor,
+    cmask: &'a CTensor,
+) -> Vec<Case<'a>> {
+    let n = x.elem_count();
+    let e = size_of::<T>();
+    let (one, two, three) = (n * e, 2 * n * e, 3 * n * e);
+    let cast_to = if T::DTYPE == ferrocm::DType::F32 {
+        CDType::BF16
+    } else {
+        CDType::F32
+    };
+    macro_rules! case {
+        ($name:expr, $bytes:expr, |$f:ident| $fe:expr, |$c:ident| $ce:expr) => {
+            Case {
+                name: $name,
+                bytes: $bytes,
+                ferrocm: Box::new(move || {
+                    let $f = x;
+                    std::hint::black_box($fe.unwrap());
+                }),
+                candle: Box::new(move || {
+                    let $c = cx;
+                    std::hint::black_box($ce.unwrap());
+                }),
+            }
+        };
+    }
+    vec![
+        case!("copy", two, |x| x.copy(), |c| c.copy()),
+        case!(
+            "cast",
+            one + n * (6 - e),
+            |x| if T::DTYPE == ferrocm::DType::F32 {
+                x.to_dtype::<bf16>().map(|_| ())
+            } else {
+                x.to_dtype::<f32>().map(|_| ())
+            },
+            |c| c.to_dtype(cast_to)
+        ),
+        case!("affine", two, |x| x.affine(2.0, 1.0), |c| c.affine(2.0, 1.0)),
+        case!("add", three, |x| x.add(y), |c| c.add(cy)),
+        case!("mul", three, |x| x.mul(y), |c| c.mul(cy)),
+        case!("maximum", three, |x| x.maximum(y), |c| c.maximum(cy)),
+        case!("lt", two + n, |x| x.lt(y), |c| c.lt(cy)),
+        case!(
+            "where",
+            three + n,
+            |x| mask.where_cond(x, y),
+            |c| cmask.where_cond(c, cy)
+        ),
+        case!("exp", two, |x| x.exp(), |c| c.exp()),
+        case!("tanh", two, |x| x.tanh(), |c| c.tanh()),
+        case!("gelu", two, |x| x.gelu(), |c| c.gelu()),
+        case!("gelu_erf", two, |x| x.gelu_erf(), |c| c.gelu_erf()),
+        case!("silu", two, |x| x.silu(), |c| c.silu()),
+        case!("sqrt", two, |x| x.abs().and_then(|a| a.sqrt()), |c| c
+            .abs()
+            .and_then(|a| a.sqrt())),
+        case!(
+            "sum_last",
+            one,
+            |x| x.sum(&[1], true),
+            |c| c.sum_keepdim(1)
+        ),
+        case!(
+            "sum_first",
+            one,
+            |x| x.sum(&[0], true),
+            |c| c.sum_keepdim(0)
+        ),
+        case!(
+            "max_last",
+            one,
+            |x| x.max(&[1], true),
+            |c| c.max_keepdim(1)
+        ),
+        case!(
+            "argmax_last",
+            one,
+            |x| x.argmax(&[1], true),
+            |c| c.argmax_keepdim(1)
+        ),
+        case!(
+            "softmax",
+            two,
+            |x| x.softmax(),
+            |c| candle_nn::ops::softmax_last_dim(c)
+        ),
+        case!(
+            "log_softmax",
+            two,
+            |x| x.log_softmax(),
+            |c| candle_nn::ops::log_softmax(c, D::Minus1)
+        ),
+        case!(
+            "transpose",
+            two,
+            |x| x.transpose(0, 1).and_then(|t| t.contiguous()),
+            |c| c.t().and_then(|t| t.contiguous())
+        ),
+    ]
+}
+
+fn main() {
+    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let n = env("VS_CANDLE_N", 4096);
+    let reps = env("VS_CANDLE_REPS", 9);
+    let filter = std::env::var("VS_CANDLE_FILTER").unwrap_or_default();
+    let dev = Device::Cpu;
+    let cdev = CDevice::Cpu;
+    let (one, all) = memcpy_gbs(reps);
+    let memcpy = one.max(all);
+    println!(
+        "{n}x{n}, median of {reps}, {} threads; memcpy {one:.1} GB/s on one thread, {all:.1} GB/s on all (read + written bytes)",
+        rayon_threads()
+    );
+    let xs = Tensor::<f32>::randn(&[n, n], 0.0, 1.0, 1, &dev).unwrap();
+    let ys = Tensor::<f32>::randn(&[n, n], 0.0, 1.0, 2, &dev).unwrap();
+    let mask = Tensor::<u8>::rand(&[n, n], 0.0, 2.0, 3, &dev).unwrap();
+    let c = |t: &Tensor<f32>| CTensor::from_vec(t.to_vec().unwrap(), (n, n), &cdev).unwrap();
+    let cmask = CTensor::from_vec(mask.to_vec().unwrap(), (n, n), &cdev).unwrap();
+    let (cx, cy) = (c(&xs), c(&ys));
+    let (xb, yb) = (xs.to_dtype::<bf16>().unwrap(), ys.to_dtype::<bf16>().unwrap());
+    let (cxb, cyb) = (cx.to_dtype(CDType::BF16).unwrap(), cy.to_dtype(CDType::BF16).unwrap());
+    let mut all_ratios = vec![];
+    for (dtype, list) in [
+        ("f32", cases(&xs, &ys, &mask, &cx, &cy, &cmask)),
+        ("bf16", cases(&xb, &yb, &mask, &cxb, &cyb, &cmask)),
+    ] {
+        println!("\n{dtype:<5} {:<12} {:>10} {:>10} {:>7} {:>9} {:>8}", "op", "candle ms", "ferrocm ms", "ratio", "GB/s", "% memcpy");
+        let mut ratios = vec![];
+        for case in list.iter().filter(|c| c.name.contains(&filter)) {
+            let tc = median_ms(reps, &*case.candle);
+            let tf = median_ms(reps, &*case.ferrocm);
+            let gbs = case.bytes as f64 / tf / 1e6;
+            ratios.push(tc / tf);
+            println!(
+                "{dtype:<5} {:<12} {tc:>10.2} {tf:>10.2} {:>6.2}x {gbs:>9.1} {:>7.0}%",
+                case.name,
+                tc / tf,
+                100.0 * gbs / memcpy
+            );
+        }
+        println!("{dtype:<5} geometric mean {:.2}x over {} ops, lowest {:.2}x", geomean(&ratios), ratios.len(), ratios.iter().cloned().fold(f64::INFINITY, f64::min));
+        all_ratios.extend(ratios);
+    }
+    println!("\nall   geometric mean {:.2}x over {} ops", geomean(&all_ratios), all_ratios.len());
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn geomean(r: &[f64]) -> f64 {
+    (r.iter().map(|r| r.ln()).sum::<f64>() / r.len().max(1) as f64).exp()
+}

@@ -1,0 +1,413 @@
+//! PyTorch's NaN rules and long-row accuracy, on every device (the Cpu, the
+//! emulator at wave 32 and 64, and any GPU that answers), against references
+//! written here: exact expected values for the NaN rules, f64 sums for the
+//! accuracy bounds.
+//!
+//! - maximum/minimum propagate NaN from either side;
+//! - max/min reductions are NaN when the reduced slice holds a NaN;
+//! - argmax/argmin give the index of the first NaN, else of the first extreme;
+//! - sum, mean and softmax's normalising sum stay within 1e-6 relative of an
+//!   f64 reference on rows of up to 1M elements (pairwise on the Cpu,
+//!   compensated per workitem in the kernels).
+
+use ferrocm::{Device, Tensor, bf16, f16};
+use rand::{Rng, SeedableRng};
+
+fn devices() -> Vec<Device> {
+    static GPUS: std::sync::OnceLock<Vec<Device>> = std::sync::OnceLock::new();
+    let gpus = GPUS.get_or_init(|| {
+        let mut found = Vec::new();
+        for (name, dev) in [("cuda:0", Device::cuda(0)), ("rocm:0", Device::rocm(0))] {
+            match dev {
+                Ok(d) => found.push(d),
+                Err(e) => eprintln!("nan_and_accuracy: skipping {name}: {e}"),
+            }
+        }
+        found
+    });
+    let mut v = vec![Device::Cpu, Device::emulator(32), Device::emulator(64)];
+    v.extend(gpus.iter().cloned());
+    v
+}
+
+const NAN: f32 = f32::NAN;
+const INF: f32 = f32::INFINITY;
+
+/// Bitwise-equal or both NaN.
+fn same(a: f32, b: f32) -> bool {
+    (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits() || (a == b && a != 0.0)
+}
+
+fn to_f32<T: ferrocm::ops::WithDType>(t: &Tensor<T>) -> Vec<f32> {
+    t.to_vec()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_f64() as f32)
+        .collect()
+}
+
+fn from_f32<T: ferrocm::ops::WithDType>(v: &[f32], shape: &[usize], dev: &Device) -> Tensor<T> {
+    let data: Vec<T> = v.iter().map(|x| T::from_f64(*x as f64)).collect();
+    Tensor::from_slice(&data, shape, dev).unwrap()
+}
+
+fn maximum_minimum_for<T: ferrocm::ops::WithDType>(dev: &Device) {
+    let a = [1.0, NAN, 3.0, -INF, NAN, 0.5, -2.0];
+    let b = [NAN, 2.0, 1.0, 0.0, NAN, 0.5, INF];
+    let max = [NAN, NAN, 3.0, 0.0, NAN, 0.5, INF];
+    let min = [NAN, NAN, 1.0, -INF, NAN, 0.5, -2.0];
+    let (ta, tb) = (from_f32::<T>(&a, &[7], dev), from_f32::<T>(&b, &[7], dev));
+    let got_max = to_f32(&ta.maximum(&tb).unwrap());
+    let got_min = to_f32(&ta.minimum(&tb).unwrap());
+    for i in 0..7 {
+        assert!(
+            same(got_max[i], max[i]),
+            "{dev} {:?} maximum[{i}] = {} (want {})",
+            T::DTYPE,
+            got_max[i],
+            max[i]
+        );
+        assert!(
+            same(got_min[i], min[i]),
+            "{dev} {:?} minimum[{i}] = {} (want {})",
+            T::DTYPE,
+            got_min[i],
+            min[i]
+        );
+    }
+    // Broadcast: a NaN scalar against a row, and a row against a NaN-free scalar.
+    let nan = from_f32::<T>(&[NAN], &[1], dev);
+    assert!(
+        to_f32(&ta.maximum(&nan).unwrap())
+            .iter()
+            .all(|v| v.is_nan()),
+        "{dev}: maximum with a NaN scalar"
+    );
+    let zero = from_f32::<T>(&[0.0], &[1], dev);
+    let got = to_f32(&ta.minimum(&zero).unwrap());
+    assert!(
+        got[1].is_nan() && got[4].is_nan() && got[0] == 0.0 && got[3] == -INF,
+        "{dev}: {got:?}"
+    );
+}
+
+#[test]
+fn maximum_and_minimum_propagate_nan() {
+    for dev in devices() {
+        maximum_minimum_for::<f32>(&dev);
+        maximum_minimum_for::<f16>(&dev);
+        maximum_minimum_for::<bf16>(&dev);
+    }
+}
+
+/// Rows of `cols` values with NaNs placed at `nans` of some rows, and ties.
+fn rows_with_nans(rows: usize, cols: usize, seed: u64) -> (Vec<f32>, Vec<Vec<usize>>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut v: Vec<f32> = (0..rows * cols)
+        .map(|_| rng.random_range(-100i32..100) as f32)
+        .collect();
+    let mut nan_at = vec![vec![]; rows];
+    for r in 0..rows {
+        let picks: &[usize] = match r % 4 {
+            0 => &[],
+            1 => &[cols - 1],               // the last element only
+            2 => &[cols / 2, 0, cols - 1],  // several: the first is 0
+            _ => &[cols / 3, 2 * cols / 3], // first is cols / 3
+        };
+        for &c in picks {
+            v[r * cols + c] = NAN;
+            nan_at[r].push(c);
+        }
+        nan_at[r].sort();
+    }
+    (v, nan_at)
+}
+
+fn check_reductions<T: ferrocm::ops::WithDType>(dev: &Device, rows: usize, cols: usize) {
+    let (v, nan_at) = rows_with_nans(rows, cols, cols as u64);
+    // As [rows, cols] over dim 1, and transposed ([cols, rows] over dim 0:
+    // the column path on every device).
+    let x = from_f32::<T>(&v, &[rows, cols], dev);
+    let xt = x.transpose(0, 1).unwrap().contiguous().unwrap();
+    for (t, dim) in [(&x, 1usize), (&xt, 0)] {
+        let max = to_f32(&t.max(&[dim], false).unwrap());
+        let min = to_f32(&t.min(&[dim], false).unwrap());
+        let amax = t.argmax(&[dim], false).unwrap().to_vec().unwrap();
+        let amin = t.argmin(&[dim], false).unwrap().to_vec().unwrap();
+        for r in 0..rows {
+            let row = &v[r * cols..(r + 1) * cols];
+            let ctx = format!("{dev} {:?} {rows}x{cols} dim {dim} row {r}", T::DTYPE);
+            if let Some(&first) = nan_at[r].first() {
+                assert!(
+                    max[r].is_nan() && min[r].is_nan(),
+                    "{ctx}: max {} min {}",
+                    max[r],
+                    min[r]
+                );
+                assert_eq!(amax[r] as usize, first, "{ctx}: argmax is the first NaN");
+                assert_eq!(amin[r] as usize, first, "{ctx}: argmin is the first NaN");
+            } else {
+                let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                let n = row.iter().cloned().fold(f32::INFINITY, f32::min);
+                assert_eq!((max[r], min[r]), (m, n), "{ctx}");
+                // Integers in -100..100 repeat: the first of the ties.
+                assert_eq!(
+                    amax[r] as usize,
+                    row.iter().position(|x| *x == m).unwrap(),
+                    "{ctx}: argmax"
+                );
+                assert_eq!(
+                    amin[r] as usize,
+                    row.iter().position(|x| *x == n).unwrap(),
+                    "{ctx}: argmin"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn max_min_argmax_argmin_follow_pytorch_nan_rules() {
+    for dev in devices() {
+        // Short rows, rows longer than a workgroup, an odd prime length.
+        for (rows, cols) in [(8, 5), (4, 3001), (5, 1031)] {
+            check_reductions::<f32>(&dev, rows, cols);
+            check_reductions::<bf16>(&dev, rows, cols);
+        }
+        check_reductions::<f16>(&dev, 8, 257);
+    }
+}
+
+#[test]
+fn relu_keeps_nan() {
+    for dev in devices() {
+        let x = Tensor::from_slice(&[NAN, -1.0f32, 2.0], &[3], &dev).unwrap();
+        let y = x.relu().unwrap().to_vec().unwrap();
+        assert!(y[0].is_nan() && y[1] == 0.0 && y[2] == 2.0, "{dev}: {y:?}");
+    }
+}
+
+/// Positive values (no cancellation: the relative error of the sum is the
+/// summation's own), as the f32 values the device holds.
+fn positive(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(0.0f32..1.0)).collect()
+}
+
+const ROW: usize = 1 << 20;
+
+#[test]
+fn sums_of_a_million_elements_stay_within_1e6() {
+    let v = positive(ROW, 11);
+    let exact: f64 = v.iter().map(|x| *x as f64).sum();
+    // Rounded to bf16 by the test (bf16 inputs are exact in f32).
+    let vb: Vec<f32> = v.iter().map(|x| bf16::from_f32(*x).to_f32()).collect();
+    let exact_b: f64 = vb.iter().map(|x| *x as f64).sum();
+    for dev in devices() {
+        let rel = |got: f64, want: f64| ((got - want) / want).abs();
+        let x = Tensor::from_slice(&v, &[1, ROW], &dev).unwrap();
+        let sum = x.sum(&[1], false).unwrap().to_vec().unwrap()[0] as f64;
+        assert!(
+            rel(sum, exact) <= 1e-6,
+            "{dev}: sum {sum} vs {exact} ({:.2e})",
+            rel(sum, exact)
+        );
+        let mean = x.mean(&[1], false).unwrap().to_vec().unwrap()[0] as f64;
+        let want = exact / ROW as f64;
+        assert!(
+            rel(mean, want) <= 1e-6,
+            "{dev}: mean {mean} vs {want} ({:.2e})",
+            rel(mean, want)
+        );
+        // The same million as the leading dim of [ROW, 2] (the column path).
+        let pairs: Vec<f32> = v.iter().flat_map(|x| [*x, 2.0 * *x]).collect();
+        let xc = Tensor::from_slice(&pairs, &[ROW, 2], &dev).unwrap();
+        let s = xc.sum(&[0], false).unwrap().to_vec().unwrap();
+        assert!(
+            rel(s[0] as f64, exact) <= 1e-6,
+            "{dev}: column sum {} vs {exact}",
+            s[0]
+        );
+        assert!(
+            rel(s[1] as f64, 2.0 * exact) <= 1e-6,
+            "{dev}: column sum {} vs {}",
+            s[1],
+            2.0 * exact
+        );
+        // bf16 accumulates in f32: its sum is the f64 sum rounded to bf16 (or
+        // its neighbour, when the f64 sum lies within 1e-6 of a tie).
+        let xb = Tensor::from_slice(
+            &vb.iter().map(|x| bf16::from_f32(*x)).collect::<Vec<_>>(),
+            &[1, ROW],
+            &dev,
+        )
+        .unwrap();
+        let sb = xb.sum(&[1], false).unwrap().to_vec().unwrap()[0].to_f64();
+        let ulp = bf16::from_f64(exact_b).to_f64() * 2f64.powi(-8);
+        assert!(
+            (sb - exact_b).abs() <= ulp,
+            "{dev}: bf16 sum {sb} vs {exact_b}"
+        );
+    }
+}
+
+#[test]
+fn softmax_of_wide_rows_sums_to_one() {
+    for (cols, seed) in [(100_000, 5), (ROW, 6)] {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let v: Vec<f32> = (0..cols).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+        for dev in devices() {
+            let x = Tensor::from_slice(&v, &[1, cols], &dev).unwrap();
+            let s: f64 = x
+                .softmax()
+                .unwrap()
+                .to_vec()
+                .unwrap()
+                .iter()
+                .map(|p| *p as f64)
+                .sum();
+            assert!((s - 1.0).abs() <= 1e-6, "{dev} {cols}: softmax sums to {s}");
+            let l: f64 = x
+                .log_softmax()
+                .unwrap()
+                .to_vec()
+                .unwrap()
+                .iter()
+                .map(|p| (*p as f64).exp())
+                .sum();
+            assert!(
+                (l - 1.0).abs() <= 1e-6,
+                "{dev} {cols}: exp(log_softmax) sums to {l}"
+            );
+        }
+    }
+}
+
+#[test]
+fn softmax_of_a_scalar() {
+    for dev in devices() {
+        let x = Tensor::from_slice(&[3.5f32], &[], &dev).unwrap();
+        let s = x.softmax().unwrap();
+        assert_eq!(
+            (s.shape(), s.to_vec().unwrap()),
+            (&[][..], vec![1.0]),
+            "{dev}"
+        );
+        let l = x.log_softmax().unwrap();
+        assert_eq!(
+            (l.shape(), l.to_vec().unwrap()),
+            (&[][..], vec![0.0]),
+            "{dev}"
+        );
+    }
+}
+
+#[test]
+fn rand_and_randn_reject_bad_parameters() {
+    let dev = Device::Cpu;
+    for (lo, hi) in [
+        (1.0, 0.0),
+        (f64::NAN, 1.0),
+        (0.0, f64::NAN),
+        (f64::NEG_INFINITY, 0.0),
+        (0.0, f64::INFINITY),
+    ] {
+        let e = Tensor::<f32>::rand(&[3], lo, hi, 1, &dev).unwrap_err();
+        assert!(
+            matches!(e, ferrocm::ops::Error::BadParameter { op: "rand", .. }),
+            "{lo}..{hi}: {e}"
+        );
+        assert!(e.to_string().contains(&format!("{lo}")), "{e}");
+    }
+    assert_eq!(
+        Tensor::<f32>::rand(&[3], 2.0, 2.0, 1, &dev)
+            .unwrap()
+            .to_vec()
+            .unwrap(),
+        vec![2.0; 3]
+    );
+    for (mean, std) in [
+        (0.0, -1.0),
+        (0.0, f64::NAN),
+        (f64::NAN, 1.0),
+        (0.0, f64::INFINITY),
+    ] {
+        let e = Tensor::<f32>::randn(&[3], mean, std, 1, &dev).unwrap_err();
+        assert!(
+            matches!(e, ferrocm::ops::Error::BadParameter { op: "randn", .. }),
+            "{mean}, {std}: {e}"
+        );
+    }
+    assert_eq!(
+        Tensor::<f32>::randn(&[2], 1.5, 0.0, 1, &dev)
+            .unwrap()
+            .to_vec()
+            .unwrap(),
+        vec![1.5; 2]
+    );
+}
+
+/// The Cpu's strided walk (dims merged, runs along the innermost dim) against
+/// index arithmetic written here, on views that merge, do not merge,
+/// broadcast in the middle and at the end, and start at an offset.
+#[test]
+fn cpu_walks_every_view_shape() {
+    let dev = Device::Cpu;
+    let base: Vec<f32> = (0..2 * 3 * 5 * 7).map(|v| v as f32).collect();
+    let x = Tensor::from_slice(&base, &[2, 3, 5, 7], &dev).unwrap();
+    let views = [
+        x.permute(&[0, 1, 3, 2]).unwrap(),
+        x.permute(&[3, 2, 1, 0]).unwrap(),
+        x.narrow(2, 1, 3).unwrap(),
+        x.narrow(3, 2, 4).unwrap().narrow(0, 1, 1).unwrap(),
+        x.narrow(1, 1, 1)
+            .unwrap()
+            .broadcast_as(&[4, 2, 3, 5, 7])
+            .unwrap(),
+        x.narrow(3, 0, 1)
+            .unwrap()
+            .broadcast_as(&[2, 3, 5, 6])
+            .unwrap(),
+        x.reshape(&[6, 35]).unwrap().transpose(0, 1).unwrap(),
+    ];
+    for v in &views {
+        let (shape, strides, off) = (
+            v.shape().to_vec(),
+            v.layout().strides().to_vec(),
+            v.layout().offset(),
+        );
+        let n: usize = shape.iter().product();
+        let want: Vec<f32> = (0..n)
+            .map(|mut i| {
+                let mut o = off;
+                for d in (0..shape.len()).rev() {
+                    o += (i % shape[d]) * strides[d];
+                    i /= shape[d];
+                }
+                base[o]
+            })
+            .collect();
+        assert_eq!(
+            v.contiguous().unwrap().to_vec().unwrap(),
+            want,
+            "{shape:?} {strides:?}"
+        );
+        let sum: Vec<f32> = want.iter().map(|w| w + w).collect();
+        assert_eq!(
+            v.add(v).unwrap().to_vec().unwrap(),
+            sum,
+            "{shape:?} {strides:?}"
+        );
+        let ex: Vec<f32> = want.iter().map(|w| (w / 100.0).exp()).collect();
+        let got = v
+            .affine(0.01, 0.0)
+            .unwrap()
+            .exp()
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        for (g, e) in got.iter().zip(&ex) {
+            assert!((g - e).abs() <= 2.0 * f32::EPSILON * e, "{g} vs {e}");
+        }
+    }
+}
