@@ -408,10 +408,11 @@ const FOLD_BLOCK: usize = 32 * LANES;
 pub(crate) fn fold<X: Copy, R: Fold<X>>(xs: &[X], r: &R) -> R::Acc {
     if xs.len() <= FOLD_BLOCK {
         let mut lanes = [r.identity(); LANES];
-        if size_of::<X>() < size_of::<R::Acc>() {
+        if size_of::<X>() < size_of::<R::Acc>() && xs.len() >= 4 * LANES {
             // Widened first, in a loop of its own: f16/bf16 widen 8 at a
             // time there, where inside the lane loop they did not vectorise
-            // (bf16 sums ran at a third of f32's bandwidth).
+            // (bf16 sums ran at a third of f32's bandwidth). Short rows skip
+            // it (the block's initialisation would cost more than it saves).
             let mut block = [r.identity(); FOLD_BLOCK];
             let block = &mut block[..xs.len()];
             for (b, x) in block.iter_mut().zip(xs) {
