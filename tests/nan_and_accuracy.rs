@@ -411,3 +411,27 @@ fn cpu_walks_every_view_shape() {
         }
     }
 }
+
+/// Transposed copies (the Cpu's 32 x 32 tiles, the kernel's LDS tiles) over
+/// several tiles with partial edges and a batch, against index arithmetic.
+#[test]
+fn transposed_copies_span_tiles() {
+    let (b, r, c) = (3, 70, 45);
+    let base: Vec<u32> = (0..(b * r * c) as u32).collect();
+    for dev in devices() {
+        let x = Tensor::from_slice(&base, &[b, r, c], &dev).unwrap();
+        let got = x
+            .permute(&[0, 2, 1])
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        let want: Vec<u32> = (0..b)
+            .flat_map(|m| {
+                (0..c).flat_map(move |j| (0..r).map(move |i| (m * r * c + i * c + j) as u32))
+            })
+            .collect();
+        assert_eq!(got, want, "{dev}");
+    }
+}

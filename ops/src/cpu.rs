@@ -567,3 +567,43 @@ fn fold_rows<X: Copy + Sync, R: Fold<X>>(
         lo
     }
 }
+
+/// `out` = the `rows × cols` matrices of `src` (contiguous, one after the
+/// other) transposed, in 32 x 32 tiles: each tile's 32 source rows stay in
+/// cache while its columns are written out as rows. Parallel over matrices
+/// and over 32-row strips of each output matrix.
+pub(crate) fn transpose<T: Copy + Send + Sync>(out: &mut [T], src: &[T], rows: usize, cols: usize) {
+    const TILE: usize = 32;
+    let size = rows * cols;
+    if size == 0 {
+        return;
+    }
+    out.par_chunks_mut(size)
+        .zip(src.par_chunks(size))
+        .for_each(|(out, src)| {
+            // Output strip s holds output rows (source columns) s*TILE.. .
+            out.par_chunks_mut(TILE * rows)
+                .enumerate()
+                .for_each(|(s, strip)| {
+                    let c0 = s * TILE;
+                    let tc = strip.len() / rows;
+                    // The tile's source rows are copied into a local block
+                    // (whole-row reads), then written out column by column
+                    // from there: the strided reads stay inside 4 KiB.
+                    let mut tile = [[src[0]; TILE]; TILE];
+                    for r0 in (0..rows).step_by(TILE) {
+                        let tr = TILE.min(rows - r0);
+                        for (r, t) in tile.iter_mut().enumerate().take(tr) {
+                            let at = (r0 + r) * cols + c0;
+                            t[..tc].copy_from_slice(&src[at..at + tc]);
+                        }
+                        for c in 0..tc {
+                            let dst = &mut strip[c * rows + r0..c * rows + r0 + tr];
+                            for (d, t) in dst.iter_mut().zip(&tile) {
+                                *d = t[c];
+                            }
+                        }
+                    }
+                })
+        });
+}
