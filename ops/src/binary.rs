@@ -242,3 +242,111 @@ binary_methods!(add => binary(Binary::Add) -> Tensor<T>, sub => binary(Binary::S
     maximum => binary(Binary::Maximum) -> Tensor<T>, minimum => binary(Binary::Minimum) -> Tensor<T>,
     eq => cmp(Cmp::Eq) -> Tensor<u8>, ne => cmp(Cmp::Ne) -> Tensor<u8>, lt => cmp(Cmp::Lt) -> Tensor<u8>,
     le => cmp(Cmp::Le) -> Tensor<u8>, gt => cmp(Cmp::Gt) -> Tensor<u8>, ge => cmp(Cmp::Ge) -> Tensor<u8>);
+
+macro_rules! scalar_methods {
+    ($($m:ident => $op:ident),*) => {
+        impl<T: WithDType> Tensor<T> {$(
+            #[doc = concat!("Elementwise `", stringify!($op), "` with the scalar `rhs` (broadcast; every dtype, integers wrap).")]
+            ///
+            /// ```
+            /// use ferrocm_ops::{Device, Tensor};
+            /// let x = Tensor::from_slice(&[1u32, 6], &[2], &Device::Cpu)?;
+            #[doc = concat!("assert_eq!(x.", stringify!($m), "(2)?.shape(), &[2]);")]
+            /// # Ok::<(), ferrocm_ops::Error>(())
+            /// ```
+            ///
+            /// # Errors
+            /// Device errors (allocation) only.
+            pub fn $m(&self, rhs: T) -> Result<Self> {
+                let s = Tensor::full(rhs, &[], self.device())?;
+                self.binary(&s, Binary::$op)
+            }
+        )*}
+    };
+}
+
+scalar_methods!(add_scalar => Add, sub_scalar => Sub, mul_scalar => Mul, div_scalar => Div,
+    maximum_scalar => Maximum, minimum_scalar => Minimum);
+
+/// `std::ops` on tensors, as candle has them: `&a + &b`, `&a * 2.0`, `-&a`.
+/// An op that can fail returns `Result<Tensor<T>>` (shapes that do not
+/// broadcast, tensors on different devices, a full device), so chains read
+/// `((&a + &b)? * 2.0)?`.
+///
+/// ```
+/// use ferrocm_ops::{Device, Tensor};
+/// let dev = Device::Cpu;
+/// let a = Tensor::from_slice(&[1.0f32, 2.0], &[2], &dev)?;
+/// let b = Tensor::from_slice(&[10.0f32], &[1], &dev)?;
+/// let c = ((&a + &b)? * 2.0)?;
+/// assert_eq!(c.to_vec()?, vec![22.0, 24.0]);
+/// assert_eq!((-&a)?.to_vec()?, vec![-1.0, -2.0]);
+/// assert!((&a + &Tensor::zeros(&[3], &dev)?).is_err()); // [2] and [3] do not broadcast
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
+mod operators {
+    use super::*;
+    use std::ops::{Add, Div, Mul, Neg, Sub};
+
+    macro_rules! tensor_op {
+        ($($tr:ident $f:ident => $m:ident, $s:ident;)*) => {$(
+            impl<T: WithDType> $tr<&Tensor<T>> for &Tensor<T> {
+                type Output = Result<Tensor<T>>;
+                fn $f(self, rhs: &Tensor<T>) -> Result<Tensor<T>> {
+                    Tensor::$m(self, rhs)
+                }
+            }
+            impl<T: WithDType> $tr<Tensor<T>> for Tensor<T> {
+                type Output = Result<Tensor<T>>;
+                fn $f(self, rhs: Tensor<T>) -> Result<Tensor<T>> {
+                    Tensor::$m(&self, &rhs)
+                }
+            }
+            impl<T: WithDType> $tr<T> for &Tensor<T> {
+                type Output = Result<Tensor<T>>;
+                fn $f(self, rhs: T) -> Result<Tensor<T>> {
+                    self.$s(rhs)
+                }
+            }
+            impl<T: WithDType> $tr<T> for Tensor<T> {
+                type Output = Result<Tensor<T>>;
+                fn $f(self, rhs: T) -> Result<Tensor<T>> {
+                    self.$s(rhs)
+                }
+            }
+            /// Chains: `(a + b)? ...` needs no `?` in between when the left side is a `Result`.
+            impl<T: WithDType> $tr<&Tensor<T>> for Result<Tensor<T>> {
+                type Output = Result<Tensor<T>>;
+                fn $f(self, rhs: &Tensor<T>) -> Result<Tensor<T>> {
+                    Tensor::$m(&self?, rhs)
+                }
+            }
+        )*};
+    }
+
+    tensor_op! {
+        Add add => add, add_scalar;
+        Sub sub => sub, sub_scalar;
+        Mul mul => mul, mul_scalar;
+        Div div => div, div_scalar;
+    }
+
+    impl<T: WithDType> Neg for &Tensor<T> {
+        type Output = Result<Tensor<T>>;
+        /// `0 - x` for every dtype (wrapping for unsigned integers; -0.0 for 0.0 is kept by `neg()`, the float op).
+        fn neg(self) -> Result<Tensor<T>> {
+            if T::DTYPE.is_float() {
+                self.unary(crate::Unary::Neg, 0.0)
+            } else {
+                Tensor::sub(&Tensor::zeros(&[], self.device())?, self)
+            }
+        }
+    }
+
+    impl<T: WithDType> Neg for Tensor<T> {
+        type Output = Result<Tensor<T>>;
+        fn neg(self) -> Result<Tensor<T>> {
+            -&self
+        }
+    }
+}

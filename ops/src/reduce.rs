@@ -599,4 +599,57 @@ impl<T: WithDType> Tensor<T> {
     pub fn log_softmax(&self) -> Result<Self> {
         self.softmax_impl::<true>()
     }
+
+    /// Softmax over `dim` (negative counts from the end: -1 is the last
+    /// dim). Another dim than the last is moved last, made contiguous and
+    /// moved back (two copies).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[0.0f32, 5.0, 0.0, 5.0], &[2, 2], &Device::Cpu)?;
+    /// assert_eq!(x.softmax_dim(0)?.to_vec()?, vec![0.5, 0.5, 0.5, 0.5]);
+    /// assert_eq!(x.softmax_dim(-1)?.to_vec()?, x.softmax()?.to_vec()?);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`] when `dim` is not in `-rank..rank`;
+    /// [`Error::UnsupportedDType`] for integer dtypes.
+    pub fn softmax_dim(&self, dim: isize) -> Result<Self> {
+        self.softmax_over::<false>(dim)
+    }
+
+    /// Log-softmax over `dim` (negative counts from the end), as
+    /// [`Tensor::softmax_dim`].
+    ///
+    /// # Errors
+    /// As [`Tensor::softmax_dim`].
+    pub fn log_softmax_dim(&self, dim: isize) -> Result<Self> {
+        self.softmax_over::<true>(dim)
+    }
+
+    fn softmax_over<const LOG: bool>(&self, dim: isize) -> Result<Self> {
+        let op = if LOG { "log_softmax" } else { "softmax" };
+        let rank = self.rank();
+        // A rank-0 tensor has one dim of one for this purpose (as PyTorch).
+        let r = rank.max(1) as isize;
+        let d = if dim < 0 { dim + r } else { dim };
+        if !(0..r).contains(&d) {
+            return Err(Error::DimOutOfRange {
+                op,
+                dim: dim.unsigned_abs(),
+                rank,
+                shape: self.shape().to_vec(),
+            });
+        }
+        let d = d as usize;
+        if rank == 0 || d == rank - 1 {
+            return self.softmax_impl::<LOG>();
+        }
+        let moved = self.transpose(d, rank - 1)?;
+        moved
+            .softmax_impl::<LOG>()?
+            .transpose(d, rank - 1)?
+            .contiguous()
+    }
 }

@@ -529,3 +529,147 @@ impl<T: Copy> crate::cpu::Func1<T, T> for Same {
         x
     }
 }
+
+impl<T: WithDType> Tensor<T> {
+    /// The value of a one-element tensor (any rank: `[]`, `[1]`, `[1, 1]`...).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &Device::Cpu)?;
+    /// assert_eq!(x.sum(&[0], false)?.to_scalar()?, 6.0);
+    /// assert!(x.to_scalar().is_err()); // three elements
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when the tensor does not hold exactly one
+    /// element; device errors from reading it back.
+    pub fn to_scalar(&self) -> Result<T> {
+        if self.elem_count() != 1 {
+            return Err(Error::ShapeMismatch {
+                op: "to_scalar",
+                lhs: self.shape().to_vec(),
+                rhs: vec![],
+            });
+        }
+        Ok(self.to_vec()?[0])
+    }
+
+    /// Whether `self` and `other` (broadcast to one shape) are elementwise
+    /// close: `|a - b| <= atol + rtol * |b|`, as `torch.allclose` (NaN is
+    /// never close to anything, infinities only to themselves). Compared in
+    /// f64 on the host after reading both back.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let a = Tensor::from_slice(&[1.0f32, 2.0], &[2], &Device::Cpu)?;
+    /// let b = Tensor::from_slice(&[1.0f32, 2.000_001], &[2], &Device::Cpu)?;
+    /// assert!(a.allclose(&b, 1e-5, 1e-8)?);
+    /// assert!(!a.allclose(&b.affine(1.0, 1.0)?, 1e-5, 1e-8)?);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BroadcastIncompatible`] when the shapes do not broadcast,
+    /// [`Error::DeviceMismatch`] across devices, device errors on read-back.
+    pub fn allclose(&self, other: &Self, rtol: f64, atol: f64) -> Result<bool> {
+        let (_, a, b) = crate::binary::broadcast_pair("allclose", self, other)?;
+        let (a, b) = (a.to_vec()?, b.to_vec()?);
+        Ok(a.iter().zip(&b).all(|(x, y)| {
+            let (x, y) = (x.to_f64(), y.to_f64());
+            x == y || (x - y).abs() <= atol + rtol * y.abs()
+        }))
+    }
+}
+
+/// The values, as PyTorch prints them: nested brackets, floats with four
+/// decimals (scientific notation for very large or small magnitudes), and
+/// tensors of more than 1000 elements summarised (the first and last three
+/// of each long dim around `...`). Reads the values back from the device
+/// (waits for it); a device error is printed in place of the values.
+///
+/// ```
+/// use ferrocm_ops::{Device, Tensor};
+/// let x = Tensor::from_slice(&[1.0f32, -2.5, 3.0, 4.0], &[2, 2], &Device::Cpu)?;
+/// assert_eq!(x.to_string(), "tensor([[ 1.0000, -2.5000],\n        [ 3.0000,  4.0000]], dtype=f32, device=cpu)");
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
+impl<T: WithDType> std::fmt::Display for Tensor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let values = match self.to_vec() {
+            Ok(v) => v,
+            Err(e) => {
+                return write!(
+                    f,
+                    "tensor(<{e}>, dtype={}, device={})",
+                    T::DTYPE,
+                    self.device()
+                );
+            }
+        };
+        let text: Vec<String> = values
+            .iter()
+            .map(|v| {
+                let x = v.to_f64();
+                if !T::DTYPE.is_float() {
+                    format!("{x}")
+                } else if x.is_finite() && x != 0.0 && (x.abs() >= 1e8 || x.abs() < 1e-4) {
+                    format!("{x:.4e}")
+                } else {
+                    format!("{x:.4}")
+                }
+            })
+            .collect();
+        let width = text.iter().map(|s| s.len()).max().unwrap_or(0);
+        let summarise = values.len() > 1000;
+        write!(f, "tensor(")?;
+        display_dim(f, &text, self.shape(), 0, 0, width, summarise)?;
+        write!(f, ", dtype={}, device={})", T::DTYPE, self.device())
+    }
+}
+
+/// Dim `d` of the values from element `start` (row-major), PyTorch's layout.
+fn display_dim(
+    f: &mut std::fmt::Formatter<'_>,
+    text: &[String],
+    shape: &[usize],
+    d: usize,
+    start: usize,
+    width: usize,
+    summarise: bool,
+) -> std::fmt::Result {
+    if d == shape.len() {
+        return write!(f, "{:>width$}", text[start]);
+    }
+    let inner: usize = shape[d + 1..].iter().product();
+    let n = shape[d];
+    let shown: Vec<Option<usize>> = if summarise && n > 6 {
+        (0..3)
+            .map(Some)
+            .chain([None])
+            .chain((n - 3..n).map(Some))
+            .collect()
+    } else {
+        (0..n).map(Some).collect()
+    };
+    write!(f, "[")?;
+    for (k, i) in shown.iter().enumerate() {
+        if k > 0 {
+            if d + 1 == shape.len() {
+                write!(f, ", ")?;
+            } else {
+                write!(
+                    f,
+                    ",{}{}",
+                    "\n".repeat(shape.len() - d - 1),
+                    " ".repeat(d + 8)
+                )?;
+            }
+        }
+        match i {
+            Some(i) => display_dim(f, text, shape, d + 1, start + i * inner, width, summarise)?,
+            None => write!(f, "...")?,
+        }
+    }
+    write!(f, "]")
+}
