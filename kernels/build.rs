@@ -93,7 +93,30 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 const DEFAULT_PTX_TARGET: &str = "sm_80";
 const PTX_TARGETS: &[&str] = &["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"];
 
+/// The nightly ferrocm is built and tested with (rust-toolchain.toml).
+const PINNED_NIGHTLY: &str = "nightly-2026-10-15";
+
+/// Fails first, in one line that says so, when the compiler is not a
+/// nightly: the device builds need -Zbuild-std, and the error stable gives
+/// for it ("-Z is only accepted on nightly") came far down a long log.
+fn check_toolchain() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let version = Command::new(&rustc)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    if !version.contains("nightly") && !version.contains("-dev") {
+        fail(&format!(
+            "ferrocm needs a nightly Rust toolchain ({PINNED_NIGHTLY}, with rust-src, llvm-tools and llvm-bitcode-linker); this build runs `{version}`\n\
+             Its kernels are compiled for amdgcn and nvptx64 with -Zbuild-std, which only a nightly accepts.\n\
+             Pin it in your project: a rust-toolchain.toml with channel = \"{PINNED_NIGHTLY}\" and components = [\"rust-src\", \"llvm-tools\", \"llvm-bitcode-linker\"] (ferrocm's README, \"Use ferrocm as a dependency\")."
+        ));
+    }
+}
+
 fn main() {
+    check_toolchain();
     let manifest = PathBuf::from(env("CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env("OUT_DIR"));
     let src = manifest.join("src");

@@ -12,10 +12,13 @@
 //! let dev = Device::best(); // a ROCm GPU if one answers, else the CPU
 //! let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &dev)?;
 //! assert_eq!(x.affine(2.0, 1.0)?.to_vec()?, vec![3.0, 5.0, 7.0]);
-//! # Ok::<(), ferrocm::ops::Error>(())
+//! # Ok::<(), ferrocm::Error>(())
 //! ```
 
 pub use ferrocm_host as host;
+pub use ferrocm_host::EmulatorConfig;
 pub use ferrocm_kernels as kernels;
 pub use ferrocm_ops as ops;
-pub use ferrocm_ops::{DType, Device, Tensor, bf16, f16};
+pub use ferrocm_ops::{
+    Binary, Cmp, DType, Device, DynTensor, Error, Reduce, Result, Tensor, Unary, bf16, f16,
+};

@@ -1,5 +1,10 @@
 //! `ferrocm check`: every op × dtype on a device against the Cpu backend.
 //!
+//! This is ferrocm's self-test (what the CLI's `check` and `bench` run), public
+//! so that tools and a GPU machine's test run can call it; it is not part of
+//! the op API a model uses, and its case list and report format may change
+//! with any release.
+//!
 //! The same seeded inputs are built on both devices; each op's result is
 //! compared element by element with a per-dtype tolerance. The test suite runs
 //! the same cases over many layouts ([`InputLayout`]) on the emulator.
