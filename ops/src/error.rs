@@ -80,7 +80,8 @@ pub enum Error {
         to: Vec<usize>,
     },
     /// A narrow past the end of a dim.
-    #[error("{op}: range {start}..{end} out of bounds for dim {dim} of size {size}", end = start + len)]
+    // The end is printed as start + len only when that does not overflow.
+    #[error("{op}: range {start}..{} out of bounds for dim {dim} of size {size}", start.checked_add(*len).map_or_else(|| format!("{start} + {len} (overflows)"), |e| e.to_string()))]
     NarrowOutOfRange {
         /// Op.
         op: &'static str,

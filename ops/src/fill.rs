@@ -43,15 +43,26 @@ impl<T: WithDType> Tensor<T> {
                 .and_then(|v| v.checked_add(src_offset))
                 .and_then(|v| v.checked_add(cols))
         };
-        let fits = need.is_some_and(|n| n <= src.elem_count());
-        if !fits || (rows > 1 && cols > src_stride) || rows.checked_mul(cols).is_none() {
-            return Err(Error::NarrowOutOfRange {
-                op: "copy2d",
-                dim: 0,
-                start: src_offset,
-                len: need.map_or(usize::MAX, |n| n.saturating_sub(src_offset)),
-                size: src.elem_count(),
-            });
+        let size = src.elem_count();
+        let what = if rows > 1 && cols > src_stride {
+            Some(format!(
+                "rows of {cols} elements overlap at a stride of {src_stride}"
+            ))
+        } else if rows.checked_mul(cols).is_none() {
+            Some(format!("{rows} x {cols} elements overflow"))
+        } else {
+            match need {
+                None => Some(format!(
+                    "{rows} rows at stride {src_stride} from offset {src_offset} overflow the index range"
+                )),
+                Some(n) if n > size => Some(format!(
+                    "{rows} rows of {cols} at stride {src_stride} from offset {src_offset} need {n} elements, the source has {size}"
+                )),
+                Some(_) => None,
+            }
+        };
+        if let Some(what) = what {
+            return Err(Error::BadParameter { op: "copy2d", what });
         }
         let dev = src.device();
         let op = Copy2d {

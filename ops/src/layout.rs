@@ -191,6 +191,8 @@ impl Layout {
         if shape.len() < self.rank() {
             return Err(err());
         }
+        // A shape whose element count overflows is no view at all.
+        checked_count("broadcast_as", shape, 1)?;
         let lead = shape.len() - self.rank();
         let mut strides = vec![0; shape.len()];
         for (k, &target) in shape.iter().enumerate().skip(lead) {

@@ -466,6 +466,7 @@ impl<T: WithDType> Tensor<T> {
             });
         }
         let dev = self.device();
+        crate::layout::checked_count(op.name(), &out_shape, size_of::<T>())?;
         let out = dev.alloc::<T>(rows)?;
         let out = match op {
             Reduce::Sum => self.row_reduce::<k::Sum>(dev, op, &view, cols, out),
@@ -534,7 +535,10 @@ impl<T: WithDType> Tensor<T> {
         let op = ArgReduce::<T, MIN> {
             view: &view,
             cols,
-            out: dev.alloc::<u32>(rows)?,
+            out: {
+                crate::layout::checked_count(op, &out_shape, size_of::<u32>())?;
+                dev.alloc::<u32>(rows)?
+            },
         };
         Ok(Tensor::from_parts(backend::run(dev, op)?, &out_shape))
     }
