@@ -25,3 +25,36 @@ pub fn criterion() -> Criterion {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3))
 }
+
+/// One device's inputs of a bench file.
+#[allow(dead_code)] // not every bench runs families
+pub trait OnDevice {
+    fn device(&self) -> &Device;
+}
+
+/// An op family: its name and ops (name, bytes moved per run, the op).
+#[allow(dead_code)]
+pub type Family<I> = (&'static str, Vec<(&'static str, usize, fn(&I))>);
+
+/// One criterion group per family; in it each op on every device's inputs,
+/// side by side (`BenchmarkId(op, device)`), throughput in bytes, each run
+/// waited for.
+#[allow(dead_code)]
+pub fn run_families<I: OnDevice>(c: &mut Criterion, inputs: &[I], families: Vec<Family<I>>) {
+    use criterion::{BenchmarkId, Throughput};
+    for (family, ops) in families {
+        let mut g = c.benchmark_group(family);
+        for (op, bytes, run) in ops {
+            g.throughput(Throughput::Bytes(bytes as u64));
+            for i in inputs {
+                g.bench_with_input(BenchmarkId::new(op, i.device()), i, |b, i| {
+                    b.iter(|| {
+                        run(i);
+                        i.device().synchronize().unwrap()
+                    })
+                });
+            }
+        }
+        g.finish();
+    }
+}

@@ -3,7 +3,7 @@
 //! side (`target/criterion/<family>/report/index.html` plots them together).
 //! Throughput is bytes read + written per second.
 
-use criterion::{BenchmarkId, Throughput, criterion_group, criterion_main};
+use criterion::{criterion_group, criterion_main};
 use ferrocm::ops::Tensor;
 use ferrocm::{Device, bf16, f16};
 
@@ -22,9 +22,11 @@ struct Inputs {
     mask: Tensor<u8>,
 }
 
-type Run = fn(&Inputs);
-/// A family: its name and its ops (name, bytes moved, the op).
-type Family = (&'static str, Vec<(&'static str, usize, Run)>);
+impl common::OnDevice for Inputs {
+    fn device(&self) -> &Device {
+        &self.dev
+    }
+}
 
 fn elementwise(c: &mut criterion::Criterion) {
     let inputs: Vec<Inputs> = common::devices()
@@ -40,7 +42,7 @@ fn elementwise(c: &mut criterion::Criterion) {
         .collect();
     let f = N * N * 4;
     let h = N * N * 2;
-    let families: [Family; 7] = [
+    let families: [common::Family<Inputs>; 7] = [
         (
             "unary",
             vec![
@@ -100,21 +102,7 @@ fn elementwise(c: &mut criterion::Criterion) {
             })],
         ),
     ];
-    for (family, ops) in families {
-        let mut g = c.benchmark_group(family);
-        for (op, bytes, run) in ops {
-            g.throughput(Throughput::Bytes(bytes as u64));
-            for i in &inputs {
-                g.bench_with_input(BenchmarkId::new(op, &i.dev), i, |b, i| {
-                    b.iter(|| {
-                        run(i);
-                        i.dev.synchronize().unwrap()
-                    })
-                });
-            }
-        }
-        g.finish();
-    }
+    common::run_families(c, &inputs, families.into());
 }
 
 criterion_group! { name = benches; config = common::criterion(); targets = elementwise }

@@ -3,7 +3,7 @@
 //! (`target/criterion/<family>/report/index.html`). Throughput is bytes read
 //! per second.
 
-use criterion::{BenchmarkId, Throughput, criterion_group, criterion_main};
+use criterion::{criterion_group, criterion_main};
 use ferrocm::ops::Tensor;
 use ferrocm::{Device, bf16};
 
@@ -18,9 +18,11 @@ struct Inputs {
     xb: Tensor<bf16>,
 }
 
-type Run = fn(&Inputs);
-/// A family: its name and its ops (name, bytes moved, the op).
-type Family = (&'static str, Vec<(&'static str, usize, Run)>);
+impl common::OnDevice for Inputs {
+    fn device(&self) -> &Device {
+        &self.dev
+    }
+}
 
 fn reduce(c: &mut criterion::Criterion) {
     let inputs: Vec<Inputs> = common::devices()
@@ -32,7 +34,7 @@ fn reduce(c: &mut criterion::Criterion) {
         })
         .collect();
     let (f, h) = (N * N * 4, N * N * 2);
-    let families: [Family; 2] = [
+    let families: [common::Family<Inputs>; 2] = [
         (
             "reduce",
             vec![
@@ -64,21 +66,7 @@ fn reduce(c: &mut criterion::Criterion) {
             ],
         ),
     ];
-    for (family, ops) in families {
-        let mut g = c.benchmark_group(family);
-        for (op, bytes, run) in ops {
-            g.throughput(Throughput::Bytes(bytes as u64));
-            for i in &inputs {
-                g.bench_with_input(BenchmarkId::new(op, &i.dev), i, |b, i| {
-                    b.iter(|| {
-                        run(i);
-                        i.dev.synchronize().unwrap()
-                    })
-                });
-            }
-        }
-        g.finish();
-    }
+    common::run_families(c, &inputs, families.into());
 }
 
 criterion_group! { name = benches; config = common::criterion(); targets = reduce }

@@ -10,25 +10,11 @@
 //!   f64 reference on rows of up to 1M elements (pairwise on the Cpu,
 //!   compensated per workitem in the kernels).
 
+mod common;
 use ferrocm::{Device, Tensor, bf16, f16};
 use rand::{Rng, SeedableRng};
 
-fn devices() -> Vec<Device> {
-    static GPUS: std::sync::OnceLock<Vec<Device>> = std::sync::OnceLock::new();
-    let gpus = GPUS.get_or_init(|| {
-        let mut found = Vec::new();
-        for (name, dev) in [("cuda:0", Device::cuda(0)), ("rocm:0", Device::rocm(0))] {
-            match dev {
-                Ok(d) => found.push(d),
-                Err(e) => eprintln!("nan_and_accuracy: skipping {name}: {e}"),
-            }
-        }
-        found
-    });
-    let mut v = vec![Device::Cpu, Device::emulator(32), Device::emulator(64)];
-    v.extend(gpus.iter().cloned());
-    v
-}
+use common::devices;
 
 const NAN: f32 = f32::NAN;
 const INF: f32 = f32::INFINITY;

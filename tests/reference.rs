@@ -11,6 +11,7 @@
 //! what was expected and the bound. Bounds are derived from the arithmetic
 //! the op must do (stated next to each op), not fitted to the implementation.
 
+mod common;
 use ferrocm::ops::{Error, MaskType, WithDType};
 use ferrocm::{Device, Tensor, bf16, f16};
 use std::collections::HashSet;
@@ -480,25 +481,9 @@ fn same<T: Elt>(a: T, b: T) -> bool {
 // Harness: devices, failures, a seeded generator, the bound check
 // ===========================================================================
 
-/// The Cpu, the emulator at both wave sizes, and every GPU that answers (a
-/// build with `--features cuda` or `rocm` on a machine with one); each GPU
-/// that does not answer is skipped with a message, once.
-fn devices() -> Vec<Device> {
-    static GPUS: std::sync::OnceLock<Vec<Device>> = std::sync::OnceLock::new();
-    let gpus = GPUS.get_or_init(|| {
-        let mut found = Vec::new();
-        for (name, dev) in [("cuda:0", Device::cuda(0)), ("rocm:0", Device::rocm(0))] {
-            match dev {
-                Ok(d) => found.push(d),
-                Err(e) => eprintln!("reference tests: skipping {name}: {e}"),
-            }
-        }
-        found
-    });
-    let mut v = vec![Device::Cpu, Device::emulator(32), Device::emulator(64)];
-    v.extend(gpus.iter().cloned());
-    v
-}
+// The Cpu, the emulator at both wave sizes, and every GPU that answers (a
+// build with `--features cuda` or `rocm` on a machine with one).
+use common::devices;
 
 /// Every failed check of one test, reported together at the end.
 #[derive(Default)]

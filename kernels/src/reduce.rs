@@ -172,6 +172,52 @@ impl ReduceOp for Min {
     }
 }
 
+/// A workitem's running reduction `Op` of `T`s: Neumaier-compensated in f32
+/// for float sums and means (`Op::COMPENSATED`), else `Op::combine` in
+/// `T::Acc` (integer sums wrap, max/min propagate NaN).
+#[amdgpu_device]
+pub struct Running<T: Elem, Op> {
+    acc: T::Acc,
+    sum: Compensated,
+    _op: core::marker::PhantomData<Op>,
+}
+
+#[amdgpu_device]
+impl<T: Elem, Op: ReduceOp> Running<T, Op> {
+    const COMPENSATED: bool = Op::COMPENSATED && T::Acc::IS_FLOAT;
+
+    /// Nothing reduced yet.
+    #[inline(always)]
+    #[allow(clippy::new_without_default)] // device code: no trait impls needed
+    pub fn new() -> Self {
+        Self {
+            acc: Op::identity::<T::Acc>(),
+            sum: Compensated::ZERO,
+            _op: core::marker::PhantomData,
+        }
+    }
+
+    /// Reduces `x` in.
+    #[inline(always)]
+    pub fn add(&mut self, x: T) {
+        if Self::COMPENSATED {
+            self.sum.add(x.to_f32());
+        } else {
+            self.acc = Op::combine(self.acc, x.convert::<T::Acc>());
+        }
+    }
+
+    /// The result so far, in `T::Acc`.
+    #[inline(always)]
+    pub fn value(self) -> T::Acc {
+        if Self::COMPENSATED {
+            T::Acc::from_f32(self.sum.value())
+        } else {
+            self.acc
+        }
+    }
+}
+
 /// Combines `v` over the whole workgroup; every workitem gets the result.
 /// Uses wave butterflies, then one LDS slot per wave and two barriers.
 #[amdgpu_device]
@@ -211,16 +257,7 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
 ) {
     let mut row = workgroup_id_x() as u64;
     while row < rows {
-        let mut acc = Op::identity::<T::Acc>();
-        let mut sum = Compensated::ZERO;
-        let compensated = Op::COMPENSATED && T::Acc::IS_FLOAT;
-        let mut add = |x: T| {
-            if compensated {
-                sum.add(x.to_f32());
-            } else {
-                acc = Op::combine(acc, x.convert::<T::Acc>());
-            }
-        };
+        let mut acc = Running::<T, Op>::new();
         let bs = workgroup_size_x() as u64;
         let load = |c: u64| unsafe { *inp.add(strides.offset(row * cols + c, 0)) };
         let mut c = workitem_id_x() as u64;
@@ -230,20 +267,17 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
         let batch = strides.is_contiguous();
         while batch && c + 3 * bs < cols {
             let (x0, x1, x2, x3) = (load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs));
-            add(x0);
-            add(x1);
-            add(x2);
-            add(x3);
+            acc.add(x0);
+            acc.add(x1);
+            acc.add(x2);
+            acc.add(x3);
             c += 4 * bs;
         }
         while c < cols {
-            add(load(c));
+            acc.add(load(c));
             c += bs;
         }
-        if compensated {
-            acc = T::Acc::from_f32(sum.value());
-        }
-        let r = block_reduce::<T::Acc, Op>(acc);
+        let r = block_reduce::<T::Acc, Op>(acc.value());
         if workitem_id_x() == 0 {
             unsafe { *out.add(row as usize) = Op::finish(r, cols).convert::<T>() };
         }
@@ -289,36 +323,24 @@ pub fn reduce_cols_body<T: Elem, Op: ReduceOp>(out: *mut T, inp: *const T, rows:
     let mut t = workgroup_id_x() as u64;
     while t < tiles {
         let c = t * COL_TILE as u64 + lane as u64;
-        let mut acc = Op::identity::<T::Acc>();
-        let mut sum = Compensated::ZERO;
-        let compensated = Op::COMPENSATED && T::Acc::IS_FLOAT;
+        let mut acc = Running::<T, Op>::new();
         if c < cols {
-            let mut add = |x: T| {
-                if compensated {
-                    sum.add(x.to_f32());
-                } else {
-                    acc = Op::combine(acc, x.convert::<T::Acc>());
-                }
-            };
             let load = |r: u64| unsafe { *inp.add((r * cols + c) as usize) };
             let mut r = group as u64;
             while r + 3 * g < rows {
                 let (x0, x1, x2, x3) = (load(r), load(r + g), load(r + 2 * g), load(r + 3 * g));
-                add(x0);
-                add(x1);
-                add(x2);
-                add(x3);
+                acc.add(x0);
+                acc.add(x1);
+                acc.add(x2);
+                acc.add(x3);
                 r += 4 * g;
             }
             while r < rows {
-                add(load(r));
+                acc.add(load(r));
                 r += g;
             }
-            if compensated {
-                acc = T::Acc::from_f32(sum.value());
-            }
         }
-        partials.store(group * COL_TILE + lane, acc);
+        partials.store(group * COL_TILE + lane, acc.value());
         barrier();
         if group == 0 && c < cols {
             let mut total = Op::identity::<T::Acc>();
