@@ -310,6 +310,28 @@ impl<D: Copy, M: Copy, A: Copy, F: Func3<M, A, A, D>> Task
     }
 }
 
+/// Runs [`MapChunk`]s over `dst` in parallel: the one driver of the maps below.
+fn map_chunks<const N: usize, D: Copy + Send, S: Copy + Send + Sync, F: Sync>(
+    dst: &mut [D],
+    layouts: [&Layout; N],
+    srcs: S,
+    f: &F,
+) where
+    for<'a> MapChunk<'a, N, D, S, F>: Task<Out = ()>,
+{
+    let walk = Walk::new(layouts);
+    dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, dst)| {
+        let (walk, start) = (&walk, c * CHUNK);
+        vectorized(MapChunk {
+            walk,
+            dst,
+            start,
+            srcs,
+            f,
+        })
+    });
+}
+
 /// `dst[i] = f(src[element i of layout])`, parallel and vectorised.
 pub(crate) fn map1<X: Copy + Sync, D: Copy + Send>(
     dst: &mut [D],
@@ -317,17 +339,7 @@ pub(crate) fn map1<X: Copy + Sync, D: Copy + Send>(
     layout: &Layout,
     f: &impl Func1<X, D>,
 ) {
-    let walk = Walk::new([layout]);
-    dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, dst)| {
-        let (walk, start) = (&walk, c * CHUNK);
-        vectorized(MapChunk {
-            walk,
-            dst,
-            start,
-            srcs: src,
-            f,
-        })
-    });
+    map_chunks(dst, [layout], src, f);
 }
 
 /// `dst[i] = f(a[i], b[i])` over two views of the output's shape (broadcast
@@ -338,17 +350,7 @@ pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, D: Copy + Send>(
     (b, lb): (&[B], &Layout),
     f: &impl Func2<A, B, D>,
 ) {
-    let walk = Walk::new([la, lb]);
-    dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, dst)| {
-        let (walk, start) = (&walk, c * CHUNK);
-        vectorized(MapChunk {
-            walk,
-            dst,
-            start,
-            srcs: (a, b),
-            f,
-        })
-    });
+    map_chunks(dst, [la, lb], (a, b), f);
 }
 
 /// `dst[i] = f(m[i], a[i], b[i])` over three views of the output's shape.
@@ -359,17 +361,7 @@ pub(crate) fn map3<M: Copy + Sync, A: Copy + Sync, D: Copy + Send>(
     (b, lb): (&[A], &Layout),
     f: &impl Func3<M, A, A, D>,
 ) {
-    let walk = Walk::new([lm, la, lb]);
-    dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, dst)| {
-        let (walk, start) = (&walk, c * CHUNK);
-        vectorized(MapChunk {
-            walk,
-            dst,
-            start,
-            srcs: (m, a, b),
-            f,
-        })
-    });
+    map_chunks(dst, [lm, la, lb], (m, a, b), f);
 }
 
 /// Copies the elements `start..start + len` (logical order) of `layout` into
