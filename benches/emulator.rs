@@ -4,7 +4,7 @@
 
 use criterion::{Throughput, criterion_group, criterion_main};
 use ferrocm::Device;
-use ferrocm::host::EmulatorConfig;
+use ferrocm::host::{EmulatorConfig, WaveSize};
 use ferrocm::ops::Tensor;
 
 #[path = "common.rs"]
@@ -16,10 +16,9 @@ fn emulator(c: &mut criterion::Criterion) {
     g.throughput(Throughput::Elements(n as u64));
     for sanitize in [false, true] {
         let dev = Device::emulator_with(EmulatorConfig {
-            wave_size: 64,
+            wave_size: WaveSize::Wave64,
             sanitize,
-        })
-        .unwrap();
+        });
         let x = Tensor::<f32>::randn(&[n], 0.0, 1.0, 1, &dev).unwrap();
         let m = x.reshape(&[1024, 1024]).unwrap();
         let tag = if sanitize { "sanitizer" } else { "plain" };

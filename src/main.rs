@@ -1,5 +1,6 @@
 //! The `ferrocm` command: `check`, `bench`, `kernels`, `info`.
 
+use ferrocm::WaveSize;
 use ferrocm::host::{self, Device};
 use ferrocm::ops::{bench, check};
 use std::io::Write;
@@ -75,13 +76,19 @@ fn devices_for(name: Option<&str>) -> Result<Vec<Device>, String> {
                         .map(|e| e.to_string())
                         .unwrap_or_default()
                 );
-                vec![Device::emulator(32), Device::emulator(64)]
+                vec![
+                    Device::emulator(WaveSize::Wave32),
+                    Device::emulator(WaveSize::Wave64),
+                ]
             }
         },
         // Both wave sizes.
-        Some("emulator") => vec![Device::emulator(32), Device::emulator(64)],
-        Some("emulator32") => vec![Device::emulator(32)],
-        Some("emulator64") => vec![Device::emulator(64)],
+        Some("emulator") => vec![
+            Device::emulator(WaveSize::Wave32),
+            Device::emulator(WaveSize::Wave64),
+        ],
+        Some("emulator32") => vec![Device::emulator(WaveSize::Wave32)],
+        Some("emulator64") => vec![Device::emulator(WaveSize::Wave64)],
         Some(other) => vec![
             other
                 .parse::<Device>()

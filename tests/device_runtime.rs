@@ -4,6 +4,7 @@
 //! machine with a GPU (a `cuda` or `rocm` build) the GPU parts run too.
 
 use ferrocm::Device;
+use ferrocm::WaveSize;
 use ferrocm::host::{self, EmulatorConfig, Error as HostError};
 use ferrocm::ops::{Error, Tensor};
 
@@ -79,10 +80,9 @@ fn gpu_discovery_reports_why_there_is_none() {
 fn memory_limit_gives_out_of_memory_and_keeps_live_tensors() {
     // A device of its own (wave 32, no sanitizer): no other test shares its pool.
     let dev = Device::emulator_with(EmulatorConfig {
-        wave_size: 32,
+        wave_size: WaveSize::Wave32,
         sanitize: false,
-    })
-    .unwrap();
+    });
     let x = Tensor::<f32>::arange(0, 1000, &dev).unwrap();
     dev.empty_cache();
     let held = dev.memory_stats().bytes_in_use;
@@ -126,7 +126,7 @@ fn ferrocm_device_env_is_honoured() {
 
 #[test]
 fn time_measures_queued_work() {
-    let dev = Device::emulator(32);
+    let dev = Device::emulator(WaveSize::Wave32);
     let x = Tensor::<f32>::ones(&[64, 64], &dev).unwrap();
     let ms = dev
         .time(|| {

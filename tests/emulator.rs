@@ -4,6 +4,7 @@
 //! hand-made `KernelInfo`: they are not `#[amdgpu_global]`, so they never reach
 //! the shipped code objects.
 
+use ferrocm::WaveSize;
 use ferrocm::host::{Arg, Device, EmulatorConfig, Error, LaunchConfig};
 use ferrocm::kernels::device::*;
 use ferrocm::kernels::host::{KernelArg, KernelInfo};
@@ -101,13 +102,13 @@ test_kernel!(PANICS = fn panics(out: *mut u32, n: u64) {
     unsafe { *out.add(global_id_x() as usize % n as usize) = v[global_id_x() as usize] };
 });
 
-fn emu(wave: u32) -> Device {
+fn emu(wave: WaveSize) -> Device {
     Device::emulator(wave)
 }
 
 #[test]
 fn out_of_bounds_write_is_caught_by_red_zones() {
-    for wave in [32, 64] {
+    for wave in WaveSize::ALL {
         let dev = emu(wave);
         let out = dev.alloc::<f32>(100).unwrap();
         let err = dev
@@ -130,7 +131,7 @@ fn out_of_bounds_write_is_caught_by_red_zones() {
 
 #[test]
 fn unwritten_outputs_stay_poisoned() {
-    let dev = emu(64);
+    let dev = emu(WaveSize::Wave64);
     let out = dev.alloc::<f32>(10).unwrap();
     dev.launch_kernel(
         &SKIPS_ODD,
@@ -146,10 +147,9 @@ fn unwritten_outputs_stay_poisoned() {
     );
     // Without the sanitizer fresh buffers are zeroed, and the bug is invisible.
     let plain = Device::emulator_with(EmulatorConfig {
-        wave_size: 64,
+        wave_size: WaveSize::Wave64,
         sanitize: false,
-    })
-    .unwrap();
+    });
     let out = plain.alloc::<f32>(10).unwrap();
     plain
         .launch_kernel(
@@ -163,7 +163,7 @@ fn unwritten_outputs_stay_poisoned() {
 
 #[test]
 fn lds_overrun_is_caught() {
-    let dev = emu(32);
+    let dev = emu(WaveSize::Wave32);
     let out = dev.alloc::<f32>(128).unwrap();
     let cfg = LaunchConfig {
         grid: [1, 1, 1],
@@ -190,7 +190,7 @@ fn lds_overrun_is_caught() {
 
 #[test]
 fn barrier_not_reached_by_all_is_a_deadlock_error_not_a_hang() {
-    let dev = emu(64);
+    let dev = emu(WaveSize::Wave64);
     let out = dev.alloc::<u32>(512).unwrap();
     let start = Instant::now();
     let err = dev
@@ -215,7 +215,7 @@ fn barrier_not_reached_by_all_is_a_deadlock_error_not_a_hang() {
 
 #[test]
 fn divergent_wave_op_is_reported() {
-    let dev = emu(32);
+    let dev = emu(WaveSize::Wave32);
     let out = dev.alloc::<f32>(64).unwrap();
     let err = dev
         .launch_kernel(
@@ -229,7 +229,7 @@ fn divergent_wave_op_is_reported() {
 
 #[test]
 fn kernel_panic_is_an_error_naming_the_workitem() {
-    let dev = emu(64);
+    let dev = emu(WaveSize::Wave64);
     let out = dev.alloc::<u32>(8).unwrap();
     match dev
         .launch_kernel(
@@ -255,7 +255,7 @@ fn kernel_panic_is_an_error_naming_the_workitem() {
 
 #[test]
 fn wave_ops_are_lockstep_for_both_wave_sizes() {
-    for wave in [32u32, 64] {
+    for wave in WaveSize::ALL {
         let dev = emu(wave);
         let n = 128usize;
         let sum = dev.alloc::<f32>(n).unwrap();
@@ -303,7 +303,7 @@ fn wave_ops_are_lockstep_for_both_wave_sizes() {
 
 #[test]
 fn barriers_and_lds_work_across_waves() {
-    for wave in [32, 64] {
+    for wave in WaveSize::ALL {
         let dev = emu(wave);
         let data: Vec<f32> = (0..1024).map(|i| (i % 7) as f32).collect();
         let inp = dev.upload(&data).unwrap();
@@ -322,7 +322,7 @@ fn barriers_and_lds_work_across_waves() {
 
 #[test]
 fn launch_arguments_are_checked_before_launch() {
-    let dev = emu(64);
+    let dev = emu(WaveSize::Wave64);
     let f = dev.alloc::<f32>(4).unwrap();
     let cfg = LaunchConfig::linear(4, 64);
     // Wrong count.
@@ -461,7 +461,7 @@ fn launch_arguments_are_checked_before_launch() {
         dev.launch("no_such_kernel", cfg, &good).unwrap_err(),
         Error::UnknownKernel { .. }
     ));
-    let other = Device::emulator(32).alloc::<f32>(4).unwrap();
+    let other = Device::emulator(WaveSize::Wave32).alloc::<f32>(4).unwrap();
     let e = dev
         .launch(
             "unary_exp_f32",

@@ -2,10 +2,15 @@
 //! ops, `to_scalar`, `allclose`, `Display`, softmax over any dim. Expected
 //! values are written here.
 
+use ferrocm::WaveSize;
 use ferrocm::{Device, Tensor};
 
 fn devices() -> Vec<Device> {
-    vec![Device::Cpu, Device::emulator(32), Device::emulator(64)]
+    vec![
+        Device::Cpu,
+        Device::emulator(WaveSize::Wave32),
+        Device::emulator(WaveSize::Wave64),
+    ]
 }
 
 #[test]

@@ -1,11 +1,11 @@
 //! Bad input gets a typed error naming the op and the values, never a panic.
 
 use ferrocm::ops::{Error, Reduce, Tensor, Unary};
-use ferrocm::{Device, f16};
+use ferrocm::{Device, WaveSize, f16};
 use rand::{Rng, SeedableRng};
 
 fn emu() -> Device {
-    Device::emulator(64)
+    Device::emulator(WaveSize::Wave64)
 }
 
 #[test]
@@ -46,7 +46,7 @@ fn device_mismatch() {
         e.to_string().contains("cpu") && e.to_string().contains("emulator"),
         "{e}"
     );
-    let w32 = Tensor::<f32>::zeros(&[3], &Device::emulator(32)).unwrap();
+    let w32 = Tensor::<f32>::zeros(&[3], &Device::emulator(WaveSize::Wave32)).unwrap();
     assert!(b.add(&w32).is_err());
 }
 

@@ -9,7 +9,7 @@
 use ferrocm::host::{EmulatorConfig, In, LaunchConfig, MemoryStats, Out};
 use ferrocm::kernels::host::KernelRef;
 use ferrocm::ops::{Binary, DType, DynTensor, Reduce, Unary};
-use ferrocm::{Device, Tensor};
+use ferrocm::{Device, Tensor, WaveSize};
 
 /// 100 ops over strided and broadcast views: transposes, narrows and
 /// broadcasts feed unary, binary, affine, cast, where, reductions and copies.
@@ -45,10 +45,9 @@ fn delta(after: MemoryStats, before: MemoryStats) -> (u64, u64, u64) {
 #[test]
 fn a_chain_of_100_strided_ops_after_warm_up_neither_synchronises_nor_allocates() {
     let dev = Device::emulator_with(EmulatorConfig {
-        wave_size: 32,
+        wave_size: WaveSize::Wave32,
         sanitize: false,
-    })
-    .unwrap();
+    });
     let x = Tensor::<f32>::randn(&[30, 40], 0.0, 1.0, 1, &dev).unwrap();
     let y = Tensor::<f32>::randn(&[40, 33], 0.0, 1.0, 2, &dev).unwrap();
     chain_of_100_strided_ops(&x, &y); // warm-up: fills the cache
@@ -87,7 +86,7 @@ fn a_chain_of_100_strided_ops_after_warm_up_neither_synchronises_nor_allocates()
 
 #[test]
 fn the_cache_reports_use_peak_and_empties() {
-    let dev = Device::emulator(64);
+    let dev = Device::emulator(WaveSize::Wave64);
     let a = dev.alloc::<f32>(1 << 16).unwrap();
     let s = dev.memory_stats();
     assert!(s.bytes_in_use >= 1 << 18);
@@ -100,7 +99,7 @@ fn the_cache_reports_use_peak_and_empties() {
 
 #[test]
 fn a_reused_block_is_poisoned_again_and_keeps_its_red_zones() {
-    let dev = Device::emulator(32); // sanitizer on
+    let dev = Device::emulator(WaveSize::Wave32); // sanitizer on
     let mut a = dev.alloc::<u32>(100).unwrap();
     a.write(&[7; 100]).unwrap();
     drop(a);
@@ -113,7 +112,7 @@ fn a_reused_block_is_poisoned_again_and_keeps_its_red_zones() {
 #[test]
 fn typed_launch_checks_devices_at_run_time() {
     use ferrocm::kernels::unary::unary_exp_f32;
-    let emu = Device::emulator(64);
+    let emu = Device::emulator(WaveSize::Wave64);
     let x = Device::Cpu.upload(&[0.0f32; 4]).unwrap(); // wrong device
     let y = emu.alloc::<f32>(4).unwrap();
     let err = emu
@@ -128,7 +127,7 @@ fn typed_launch_checks_devices_at_run_time() {
 
 #[test]
 fn dyn_tensors_run_ops_chosen_at_run_time() {
-    let dev = Device::emulator(32);
+    let dev = Device::emulator(WaveSize::Wave32);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let x: DynTensor = Tensor::from_slice(&[1.0f32, 4.0, 9.0, 16.0], &[2, 2], &dev)
             .unwrap()
@@ -178,7 +177,10 @@ fn strided_layouts_of_every_rank_agree_with_the_cpu() {
     for rank in 1..=6usize {
         let shape: Vec<usize> = (0..rank).map(|d| 2 + (d * 3 + rank) % 4).collect();
         let perm: Vec<usize> = (0..rank).rev().collect();
-        for dev in [Device::emulator(32), Device::emulator(64)] {
+        for dev in [
+            Device::emulator(WaveSize::Wave32),
+            Device::emulator(WaveSize::Wave64),
+        ] {
             let x = Tensor::<f32>::randn(&shape, 0.0, 1.0, rank as u64, &Device::Cpu).unwrap();
             let y = Tensor::<f32>::randn(&shape, 0.0, 1.0, 99, &Device::Cpu).unwrap();
             let (xe, ye) = (x.to_device(&dev).unwrap(), y.to_device(&dev).unwrap());

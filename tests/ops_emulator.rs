@@ -3,7 +3,7 @@
 //! broadcast, empty, size 1, odd and prime sizes, rows longer than a workgroup.
 
 use ferrocm::ops::check::{CaseResult, InputLayout, Inputs, run};
-use ferrocm::{Device, host::EmulatorConfig};
+use ferrocm::{Device, WaveSize, host::EmulatorConfig};
 
 fn assert_all_pass(results: &[CaseResult]) {
     let failed: Vec<String> = results
@@ -26,12 +26,11 @@ fn assert_all_pass(results: &[CaseResult]) {
     assert!(results.len() > 100);
 }
 
-fn emulator(wave: u32) -> Device {
+fn emulator(wave: WaveSize) -> Device {
     let d = Device::emulator_with(EmulatorConfig {
         wave_size: wave,
         sanitize: true,
-    })
-    .unwrap();
+    });
     assert!(d.sanitizer());
     d
 }
@@ -40,7 +39,7 @@ macro_rules! layout_tests {
     ($($name:ident: $rows:expr, $cols:expr, $layout:ident;)*) => {$(
         #[test]
         fn $name() {
-            for wave in [32, 64] {
+            for wave in WaveSize::ALL {
                 assert_all_pass(&run(&emulator(wave), Inputs { rows: $rows, cols: $cols, layout: InputLayout::$layout }));
             }
         }

@@ -1,8 +1,8 @@
 //! Property tests: random shapes and strides (seeded), emulator against Cpu.
 
-use ferrocm::Device;
 use ferrocm::ops::check::{compare, tolerance};
 use ferrocm::ops::{DType, Tensor};
+use ferrocm::{Device, WaveSize};
 use rand::{Rng, SeedableRng};
 
 fn random_view(rng: &mut rand::rngs::StdRng, seed: u64, dev: &Device) -> Tensor<f32> {
@@ -29,7 +29,7 @@ fn random_strided_views_agree_with_cpu() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(2024);
     let tol = tolerance(DType::F32);
     for case in 0..60 {
-        let wave = if case % 2 == 0 { 32 } else { 64 };
+        let wave = WaveSize::ALL[(case % 2) as usize];
         let emu = Device::emulator(wave);
         let mut r1 = rng.clone();
         let a_cpu = random_view(&mut r1, case, &Device::Cpu);

@@ -2,11 +2,16 @@
 //! is a typed error naming the op and the values now, on the Cpu and the
 //! emulator.
 
+use ferrocm::WaveSize;
 use ferrocm::ops::Error;
 use ferrocm::{Device, Tensor};
 
 fn devices() -> Vec<Device> {
-    vec![Device::Cpu, Device::emulator(32), Device::emulator(64)]
+    vec![
+        Device::Cpu,
+        Device::emulator(WaveSize::Wave32),
+        Device::emulator(WaveSize::Wave64),
+    ]
 }
 
 #[test]

@@ -137,7 +137,9 @@ impl Device {
         match self {
             Device::Cpu => &HOST_POOLS[0],
             Device::Emulator(c) => {
-                &HOST_POOLS[1 + (c.wave_size == 64) as usize * 2 + c.sanitize as usize]
+                &HOST_POOLS[1
+                    + (c.wave_size == crate::WaveSize::Wave64) as usize * 2
+                    + c.sanitize as usize]
             }
             #[cfg(feature = "rocm")]
             Device::Rocm(r) => r.pool(),
@@ -153,7 +155,7 @@ impl Device {
     ///
     /// ```
     /// use ferrocm_host::{Device, Error};
-    /// let dev = Device::emulator_with(ferrocm_host::EmulatorConfig { wave_size: 64, sanitize: false }).unwrap();
+    /// let dev = Device::emulator_with(ferrocm_host::EmulatorConfig { wave_size: WaveSize::Wave64, sanitize: false }).unwrap();
     /// dev.set_memory_limit(Some(dev.memory_stats().bytes_in_use + 4096));
     /// assert!(matches!(dev.alloc::<u8>(1 << 20), Err(Error::OutOfMemory { .. })));
     /// dev.set_memory_limit(None);
@@ -185,8 +187,9 @@ impl Device {
     /// untouched. On a GPU, `hipFree` waits for the device.
     ///
     /// ```
+    /// # use ferrocm_host::WaveSize;
     /// use ferrocm_host::Device;
-    /// let dev = Device::emulator(32);
+    /// let dev = Device::emulator(WaveSize::Wave32);
     /// drop(dev.alloc::<u8>(100).unwrap());
     /// dev.empty_cache();
     /// assert_eq!(dev.memory_stats().bytes_cached, 0);
@@ -422,8 +425,9 @@ impl RawBuffer {
 /// values: under the sanitizer they are filled with [`POISON`].
 ///
 /// ```
+/// # use ferrocm_host::WaveSize;
 /// use ferrocm_host::Device;
-/// let dev = Device::emulator(32);
+/// let dev = Device::emulator(WaveSize::Wave32);
 /// let buf = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
 /// assert_eq!(buf.len(), 3);
 /// assert_eq!(buf.download().unwrap(), vec![1.0, 2.0, 3.0]);
@@ -474,7 +478,8 @@ impl Device {
     /// A zero-filled buffer of `len` elements.
     ///
     /// ```
-    /// let b = ferrocm_host::Device::emulator(64).alloc_zeroed::<f32>(2).unwrap();
+    /// # use ferrocm_host::WaveSize;
+    /// let b = ferrocm_host::Device::emulator(WaveSize::Wave64).alloc_zeroed::<f32>(2).unwrap();
     /// assert_eq!(b.download().unwrap(), vec![0.0, 0.0]);
     /// ```
     pub fn alloc_zeroed<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
@@ -500,8 +505,9 @@ impl Device {
     /// plain copy. Small metadata (a strided layout) reaches kernels this way.
     ///
     /// ```
+    /// # use ferrocm_host::WaveSize;
     /// use ferrocm_host::Device;
-    /// let dev = Device::emulator(32);
+    /// let dev = Device::emulator(WaveSize::Wave32);
     /// let syncs = dev.memory_stats().synchronizations;
     /// let b = dev.upload_async(&[4u64, 1]).unwrap();
     /// assert_eq!(dev.memory_stats().synchronizations, syncs);
@@ -664,9 +670,10 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     /// Copies the buffer to another device.
     ///
     /// ```
+    /// # use ferrocm_host::WaveSize;
     /// use ferrocm_host::Device;
     /// let b = Device::Cpu.upload(&[1.5f32]).unwrap();
-    /// let e = b.to_device(&Device::emulator(32)).unwrap();
+    /// let e = b.to_device(&Device::emulator(WaveSize::Wave32)).unwrap();
     /// assert_eq!(e.download().unwrap(), vec![1.5]);
     /// ```
     pub fn to_device(&self, device: &Device) -> Result<DeviceBuffer<T>> {

@@ -5,11 +5,70 @@ use std::fmt;
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 use std::sync::Arc;
 
+/// The wave (warp) width the emulator runs kernels with: the two widths AMD
+/// GPUs have, so a wrong width is not representable.
+///
+/// ```
+/// use ferrocm_host::{Device, WaveSize};
+/// assert_eq!(WaveSize::Wave64.lanes(), 64);
+/// assert_eq!(WaveSize::try_from(32).unwrap(), WaveSize::Wave32);
+/// assert!(WaveSize::try_from(48).is_err());
+/// let _rdna_like = Device::emulator(WaveSize::Wave32);
+/// ```
+/// # use ferrocm_host::WaveSize;
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaveSize {
+    /// 32 lanes (RDNA; also NVIDIA's warp).
+    Wave32,
+    /// 64 lanes (CDNA and GCN).
+    Wave64,
+}
+
+impl WaveSize {
+    /// Both wave sizes, for tests that run on each.
+    pub const ALL: [WaveSize; 2] = [WaveSize::Wave32, WaveSize::Wave64];
+
+    /// Lanes per wave: 32 or 64.
+    pub const fn lanes(self) -> u32 {
+        match self {
+            WaveSize::Wave32 => 32,
+            WaveSize::Wave64 => 64,
+        }
+    }
+}
+
+impl TryFrom<u32> for WaveSize {
+    type Error = Error;
+    /// 32 or 64; anything else is [`Error::UnknownDevice`].
+    fn try_from(lanes: u32) -> Result<Self> {
+        match lanes {
+            32 => Ok(WaveSize::Wave32),
+            64 => Ok(WaveSize::Wave64),
+            _ => Err(Error::UnknownDevice {
+                name: format!("emulator:{lanes}"),
+                detail: "the emulator's wave size is 32 or 64".into(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for WaveSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.lanes())
+    }
+}
+
 /// Settings of an emulator device.
+///
+/// ```
+/// use ferrocm_host::{Device, EmulatorConfig, WaveSize};
+/// let fast = Device::emulator_with(EmulatorConfig { wave_size: WaveSize::Wave64, sanitize: false });
+/// assert_eq!(fast.to_string(), "emulator(wave64)");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EmulatorConfig {
     /// Wave size: 32 (RDNA) or 64 (CDNA).
-    pub wave_size: u32,
+    pub wave_size: WaveSize,
     /// Red zones, poisoned allocations and LDS bounds checks.
     pub sanitize: bool,
 }
@@ -28,7 +87,8 @@ pub struct EmulatorConfig {
 ///
 /// ```
 /// use ferrocm_host::Device;
-/// let emu = Device::emulator(64);
+/// use ferrocm_host::WaveSize;
+/// let emu = Device::emulator(WaveSize::Wave64);
 /// assert_eq!(emu.wave_size(), Some(64));
 /// assert_eq!(Device::Cpu.to_string(), "cpu");
 /// ```
@@ -48,36 +108,32 @@ pub enum Device {
 }
 
 impl Device {
-    /// An emulator with the given wave size (32 or 64) and the sanitizer on.
+    /// An emulator with the given wave size and the sanitizer on.
     ///
-    /// # Panics
-    /// If `wave_size` is not 32 or 64 (a programming error, not input); use
-    /// [`Device::emulator_with`] to get an error instead.
-    pub fn emulator(wave_size: u32) -> Device {
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// let emu = Device::emulator(WaveSize::Wave32);
+    /// assert_eq!(emu.wave_size(), Some(32));
+    /// // From a number or a name, a wrong width is an error:
+    /// assert!(WaveSize::try_from(48).is_err());
+    /// assert!("emulator:48".parse::<Device>().is_err());
+    /// ```
+    ///
+    /// A plain number does not compile (no width is assumed):
+    ///
+    /// ```compile_fail
+    /// let _ = ferrocm_host::Device::emulator(48);
+    /// ```
+    pub fn emulator(wave_size: WaveSize) -> Device {
         Self::emulator_with(EmulatorConfig {
             wave_size,
             sanitize: true,
         })
-        .expect("wave size must be 32 or 64")
     }
 
-    /// An emulator with explicit settings.
-    ///
-    /// ```
-    /// use ferrocm_host::{Device, EmulatorConfig};
-    /// assert!(Device::emulator_with(EmulatorConfig { wave_size: 48, sanitize: false }).is_err());
-    /// ```
-    pub fn emulator_with(config: EmulatorConfig) -> Result<Device> {
-        if config.wave_size != 32 && config.wave_size != 64 {
-            return Err(Error::BadLaunchConfig {
-                kernel: "-".into(),
-                detail: format!(
-                    "emulator wave size must be 32 or 64, got {}",
-                    config.wave_size
-                ),
-            });
-        }
-        Ok(Device::Emulator(config))
+    /// An emulator with explicit settings (see [`EmulatorConfig`]).
+    pub fn emulator_with(config: EmulatorConfig) -> Device {
+        Device::Emulator(config)
     }
 
     /// ROCm GPU number `ordinal`.
@@ -159,7 +215,7 @@ impl Device {
     pub fn wave_size(&self) -> Option<u32> {
         match self {
             Device::Cpu => None,
-            Device::Emulator(c) => Some(c.wave_size),
+            Device::Emulator(c) => Some(c.wave_size.lanes()),
             #[cfg(feature = "rocm")]
             Device::Rocm(r) => Some(r.info().wave_size),
             #[cfg(feature = "cuda")]
@@ -235,8 +291,9 @@ impl Device {
     /// the host devices (whose work is synchronous).
     ///
     /// ```
+    /// # use ferrocm_host::WaveSize;
     /// use ferrocm_host::Device;
-    /// let dev = Device::emulator(32);
+    /// let dev = Device::emulator(WaveSize::Wave32);
     /// let ms = dev.time(|| dev.upload(&[1u8; 64]).map(drop)).unwrap();
     /// assert!(ms >= 0.0);
     /// ```
@@ -320,6 +377,7 @@ impl std::str::FromStr for Device {
     /// assert!("tpu:0".parse::<Device>().is_err());
     /// assert!("emulator:48".parse::<Device>().is_err());
     /// ```
+    /// # use ferrocm_host::WaveSize;
     fn from_str(s: &str) -> Result<Device> {
         let name = s.trim().to_ascii_lowercase();
         let bad = |detail: &str| Error::UnknownDevice {
@@ -342,9 +400,9 @@ impl std::str::FromStr for Device {
             "cpu" if arg.is_none() => Ok(Device::Cpu),
             "emulator" | "emu" => {
                 let wave = match arg {
-                    None | Some("") => 64,
-                    Some("32") => 32,
-                    Some("64") => 64,
+                    None | Some("") => WaveSize::Wave64,
+                    Some("32") => WaveSize::Wave32,
+                    Some("64") => WaveSize::Wave64,
                     Some(_) => return Err(bad("the emulator's wave size is 32 or 64")),
                 };
                 let sanitize = match extra {
@@ -352,10 +410,10 @@ impl std::str::FromStr for Device {
                     Some("nosan") => false,
                     Some(_) => return Err(bad("after the wave size only `nosan` is accepted")),
                 };
-                Device::emulator_with(EmulatorConfig {
+                Ok(Device::emulator_with(EmulatorConfig {
                     wave_size: wave,
                     sanitize,
-                })
+                }))
             }
             "rocm" | "hip" if extra.is_none() => Device::rocm(ordinal(arg)?),
             "cuda" if extra.is_none() => Device::cuda(ordinal(arg)?),
@@ -406,6 +464,7 @@ pub struct GpuInfo {
 /// assert_eq!(select_code_object("gfx942:sramecc+:xnack-", &["gfx942"]), Some("gfx942"));
 /// assert_eq!(select_code_object("gfx803", &["gfx942"]), None);
 /// ```
+/// # use ferrocm_host::WaveSize;
 pub fn select_code_object<'a>(device_arch: &str, built: &[&'a str]) -> Option<&'a str> {
     let arch = device_arch.split(':').next().unwrap_or(device_arch);
     if let Some(a) = built.iter().find(|a| **a == arch) {
@@ -435,7 +494,11 @@ pub fn generic_family(arch: &str) -> Option<&'static str> {
 /// every ROCm and CUDA GPU that answers.
 pub fn devices() -> Vec<Device> {
     #[allow(unused_mut)]
-    let mut v = vec![Device::Cpu, Device::emulator(32), Device::emulator(64)];
+    let mut v = vec![
+        Device::Cpu,
+        Device::emulator(WaveSize::Wave32),
+        Device::emulator(WaveSize::Wave64),
+    ];
     #[cfg(feature = "rocm")]
     for i in 0..crate::rocm::device_count() {
         if let Ok(d) = Device::rocm(i) {

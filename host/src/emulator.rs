@@ -133,7 +133,7 @@ fn run_group(
     raw: &[u64],
 ) -> Result<()> {
     let n = cfg.block_size() as usize;
-    let ws = config.wave_size as usize;
+    let ws = config.wave_size.lanes() as usize;
     let red = if config.sanitize { LDS_RED_ZONE } else { 0 };
     let lds_len = cfg.lds_bytes as usize;
     // u64 backing keeps the arena 8-byte aligned.
@@ -163,7 +163,7 @@ fn run_group(
                 workgroup_size: cfg.block,
                 num_workgroups: cfg.grid,
                 lane: (i % ws) as u32,
-                wave_size: config.wave_size,
+                wave_size: config.wave_size.lanes(),
                 lds: lds_ptr,
                 lds_len,
                 // SAFETY (lifetime erased): `group` outlives every coroutine below.

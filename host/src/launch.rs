@@ -93,8 +93,9 @@ pub struct BufferArg<'a> {
 /// One kernel argument.
 ///
 /// ```
+/// # use ferrocm_host::WaveSize;
 /// use ferrocm_host::{Arg, Device};
-/// let dev = Device::emulator(32);
+/// let dev = Device::emulator(WaveSize::Wave32);
 /// let x = dev.upload(&[1.0f32; 8]).unwrap();
 /// let args = [Arg::input(&x), Arg::U64(8), Arg::F32(2.0)];
 /// assert_eq!(args.len(), 3);
@@ -283,8 +284,9 @@ impl Device {
     /// the device's limits. Synchronous on the emulator; queued on a GPU stream.
     ///
     /// ```
+    /// # use ferrocm_host::WaveSize;
     /// use ferrocm_host::{Arg, Device, LaunchConfig};
-    /// let dev = Device::emulator(64);
+    /// let dev = Device::emulator(WaveSize::Wave64);
     /// let x = dev.upload(&[0.0f32, 1.0]).unwrap();
     /// let y = dev.alloc::<f32>(2).unwrap();
     /// dev.launch("unary_exp_f32", LaunchConfig::linear(2, 64),
@@ -336,8 +338,9 @@ impl Device {
 /// pointer, for an optional input such as the layout of a contiguous tensor).
 ///
 /// ```
+/// # use ferrocm_host::WaveSize;
 /// use ferrocm_host::{Device, In};
-/// let x = Device::emulator(32).upload(&[1.0f32, 2.0]).unwrap();
+/// let x = Device::emulator(WaveSize::Wave32).upload(&[1.0f32, 2.0]).unwrap();
 /// let _whole = In::new(&x);
 /// let _from_1 = In::at(&x, 1);
 /// let _none = In::<u64>::null();
@@ -367,8 +370,9 @@ impl<'a, T: bytemuck::Pod> In<'a, T> {
 /// An output buffer argument for a `*mut T` kernel parameter.
 ///
 /// ```
+/// # use ferrocm_host::WaveSize;
 /// use ferrocm_host::{Device, Out};
-/// let y = Device::emulator(32).alloc::<u32>(4).unwrap();
+/// let y = Device::emulator(WaveSize::Wave32).alloc::<u32>(4).unwrap();
 /// let _ = Out::new(&y);
 /// ```
 #[derive(Clone, Copy)]
@@ -470,16 +474,18 @@ impl Device {
     /// limits). Synchronous on the emulator; queued on a GPU stream.
     ///
     /// ```
+    /// # use ferrocm_host::WaveSize;
     /// use ferrocm_host::{Device, In, LaunchConfig, Out};
     /// use ferrocm_kernels::host::KernelRef;
     /// use ferrocm_kernels::unary::unary_sqrt_f32;
-    /// let dev = Device::emulator(64);
+    /// let dev = Device::emulator(WaveSize::Wave64);
     /// let x = dev.upload(&[1.0f32, 4.0, 9.0]).unwrap();
     /// let y = dev.alloc::<f32>(3).unwrap();
     /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),
     ///     (Out::new(&y), In::new(&x), 3, 0, In::null(), 0, 0, 0, 0, 0.0)).unwrap();
     /// assert_eq!(y.download().unwrap(), vec![1.0, 2.0, 3.0]);
     /// ```
+    /// # use ferrocm_host::WaveSize;
     ///
     /// A missing argument does not compile:
     ///
@@ -487,12 +493,13 @@ impl Device {
     /// # use ferrocm_host::{Device, In, LaunchConfig, Out};
     /// # use ferrocm_kernels::host::KernelRef;
     /// # use ferrocm_kernels::unary::unary_sqrt_f32;
-    /// # let dev = Device::emulator(64);
+    /// # let dev = Device::emulator(WaveSize::Wave64);
     /// # let x = dev.upload(&[1.0f32, 4.0, 9.0]).unwrap();
     /// # let y = dev.alloc::<f32>(3).unwrap();
     /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),
     ///     (Out::new(&y), In::new(&x), 3, 0, 0, 0, 0, 0, 0.0)).unwrap(); // no layout
     /// ```
+    /// # use ferrocm_host::WaveSize;
     ///
     /// nor does a buffer of another element type:
     ///
@@ -500,7 +507,7 @@ impl Device {
     /// # use ferrocm_host::{Device, In, LaunchConfig, Out};
     /// # use ferrocm_kernels::host::KernelRef;
     /// # use ferrocm_kernels::unary::unary_sqrt_f32;
-    /// # let dev = Device::emulator(64);
+    /// # let dev = Device::emulator(WaveSize::Wave64);
     /// let x = dev.upload(&[1u32, 4, 9]).unwrap();
     /// # let y = dev.alloc::<f32>(3).unwrap();
     /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),

@@ -10,8 +10,9 @@
 //!   (cudarc, loaded at run time), running the same kernels compiled to PTX.
 //!
 //! ```
+//! # use ferrocm_host::WaveSize;
 //! use ferrocm_host::{Arg, Device, LaunchConfig};
-//! let dev = Device::emulator(32);
+//! let dev = Device::emulator(WaveSize::Wave32);
 //! let x = dev.upload(&[1.0f32, 4.0, 9.0]).unwrap();
 //! let y = dev.alloc::<f32>(3).unwrap();
 //! dev.launch("unary_sqrt_f32", LaunchConfig::linear(3, 64),
@@ -34,7 +35,7 @@ pub mod ptx;
 pub mod rocm;
 
 pub use buffer::{DeviceBuffer, RawBuffer};
-pub use device::{Device, EmulatorConfig, GpuInfo};
+pub use device::{Device, EmulatorConfig, GpuInfo, WaveSize};
 pub use error::{Error, Result};
 pub use launch::{Arg, In, LaunchConfig, Out, Param, Params};
 pub use memory::MemoryStats;

@@ -10,8 +10,9 @@
 //! that reads it can only be written by work queued later.
 //!
 //! ```
+//! # use ferrocm_host::WaveSize;
 //! use ferrocm_host::Device;
-//! let dev = Device::emulator(64);
+//! let dev = Device::emulator(WaveSize::Wave64);
 //! dev.empty_cache();
 //! let a = dev.alloc::<f32>(1000).unwrap();
 //! drop(a);                               // back to the cache

@@ -152,9 +152,10 @@ fn ops() -> Vec<(&'static str, f64, OpFn)> {
 /// Times every op family on `dev` (and, with `compare_cpu`, on the Cpu).
 ///
 /// ```no_run
+/// # use ferrocm_ops::WaveSize;
 /// use ferrocm_ops::{Device, bench};
 /// let cfg = bench::BenchConfig { rows: 256, cols: 256, reps: 3, compare_cpu: false };
-/// let report = bench::run(&Device::emulator(32), cfg).unwrap();
+/// let report = bench::run(&Device::emulator(WaveSize::Wave32), cfg).unwrap();
 /// assert!(report.rows.iter().all(|r| r.ms > 0.0));
 /// ```
 pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {

@@ -58,8 +58,9 @@ impl<T: WithDType> Tensor<T> {
     /// `op(self, rhs)` elementwise with broadcasting.
     ///
     /// ```
+    /// # use ferrocm_ops::WaveSize;
     /// use ferrocm_ops::{Binary, Device, Tensor};
-    /// let dev = Device::emulator(32);
+    /// let dev = Device::emulator(WaveSize::Wave32);
     /// let a = Tensor::from_slice(&[1i64, 2, 3, 4], &[2, 2], &dev)?;
     /// let b = Tensor::from_slice(&[10i64, 20], &[2], &dev)?; // broadcast over rows
     /// assert_eq!(a.binary(&b, Binary::Mul)?.to_vec()?, vec![10, 40, 30, 80]);

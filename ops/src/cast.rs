@@ -14,8 +14,9 @@ impl<T: WithDType> Tensor<T> {
     /// saturates, NaN to 0; int to int wraps; to f16/bf16 rounds to nearest even).
     ///
     /// ```
+    /// # use ferrocm_ops::WaveSize;
     /// use ferrocm_ops::{Device, Tensor};
-    /// let x = Tensor::from_slice(&[1.7f32, -3.2, 300.0], &[3], &Device::emulator(32))?;
+    /// let x = Tensor::from_slice(&[1.7f32, -3.2, 300.0], &[3], &Device::emulator(WaveSize::Wave32))?;
     /// assert_eq!(x.to_dtype::<u8>()?.to_vec()?, vec![1, 0, 255]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```

@@ -94,6 +94,7 @@ pub struct CaseResult {
 /// let (abs, _, ok) = compare(&[1.0f32, f32::NAN], &[1.0, f32::NAN], Tolerance { abs: 0.0, rel: 0.0 });
 /// assert!(ok && abs == 0.0);
 /// ```
+/// # use ferrocm_ops::WaveSize;
 pub fn compare<T: WithDType>(got: &[T], want: &[T], tol: Tolerance) -> (f64, f64, bool) {
     if got.len() != want.len() {
         return (f64::INFINITY, f64::INFINITY, false);
@@ -319,7 +320,7 @@ pub fn run(device: &Device, inputs: Inputs) -> Vec<CaseResult> {
 /// a workgroup) and a transposed `[13, 1031]` (prime sizes, strided input).
 ///
 /// ```no_run
-/// let results = ferrocm_ops::check::run_default(&ferrocm_ops::Device::emulator(64));
+/// let results = ferrocm_ops::check::run_default(&ferrocm_ops::Device::emulator(WaveSize::Wave64));
 /// assert!(results.iter().all(|r| r.passed));
 /// ```
 pub fn run_default(device: &Device) -> Vec<CaseResult> {

@@ -18,8 +18,9 @@ use std::sync::Arc;
 /// A strided view of a [`Storage`] whose format is known at run time.
 ///
 /// ```
+/// # use ferrocm_ops::WaveSize;
 /// use ferrocm_ops::{DType, Device, DynTensor, Tensor, Unary};
-/// let dev = Device::emulator(32);
+/// let dev = Device::emulator(WaveSize::Wave32);
 /// let t = Tensor::from_slice(&[1.0f32, 4.0, 9.0], &[3], &dev)?;
 /// let d: DynTensor = t.into();                      // free: same storage
 /// assert_eq!(d.dtype()?, DType::F32);

@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn small_layouts_travel_by_value_and_large_ones_in_memory() {
-        let dev = Device::emulator(32);
+        let dev = Device::emulator(WaveSize::Wave32);
         let t = Layout::contiguous(&[3, 5]).transpose(0, 1).unwrap();
         let s = Strided::new(&dev, &[5, 3], [&t]).unwrap();
         assert_eq!((s.ndim(), s.layout.is_none()), (2, true));

@@ -6,8 +6,9 @@
 //! file holds the op's API, its CPU implementation and its GPU dispatch.
 //!
 //! ```
+//! # use ferrocm_ops::WaveSize;
 //! use ferrocm_ops::{Device, Tensor};
-//! let dev = Device::emulator(64);
+//! let dev = Device::emulator(WaveSize::Wave64);
 //! let x = Tensor::<f32>::randn(&[4, 8], 0.0, 1.0, 42, &dev)?;
 //! let y = x.exp()?.sum(&[1], false)?;
 //! let cpu = x.to_device(&Device::Cpu)?.exp()?.sum(&[1], false)?;
@@ -39,7 +40,7 @@ pub use binary::{Binary, Cmp};
 pub use dtype::{DType, WithDType};
 pub use dyn_tensor::DynTensor;
 pub use error::{Error, Result};
-pub use ferrocm_host::Device;
+pub use ferrocm_host::{Device, WaveSize};
 pub use half::{bf16, f16};
 pub use layout::Layout;
 pub use reduce::Reduce;

@@ -444,8 +444,9 @@ impl<T: WithDType> Tensor<T> {
     /// Reduces `dims` with `op`; `keepdim` keeps them as size-1 dims.
     ///
     /// ```
+    /// # use ferrocm_ops::WaveSize;
     /// use ferrocm_ops::{Device, Reduce, Tensor};
-    /// let x = Tensor::from_slice(&[1.0f32, 5.0, 3.0, 2.0], &[2, 2], &Device::emulator(32))?;
+    /// let x = Tensor::from_slice(&[1.0f32, 5.0, 3.0, 2.0], &[2, 2], &Device::emulator(WaveSize::Wave32))?;
     /// assert_eq!(x.reduce(Reduce::Max, &[0], false)?.to_vec()?, vec![3.0, 5.0]);
     /// assert_eq!(x.reduce(Reduce::Sum, &[0, 1], true)?.shape(), &[1, 1]);
     /// # Ok::<(), ferrocm_ops::Error>(())
@@ -547,8 +548,9 @@ impl<T: WithDType> Tensor<T> {
     /// the slice holds one (PyTorch's rule); error when a reduced dim is empty.
     ///
     /// ```
+    /// # use ferrocm_ops::WaveSize;
     /// use ferrocm_ops::{Device, Tensor};
-    /// let x = Tensor::from_slice(&[1u8, 9, 9, 2], &[4], &Device::emulator(64))?;
+    /// let x = Tensor::from_slice(&[1u8, 9, 9, 2], &[4], &Device::emulator(WaveSize::Wave64))?;
     /// assert_eq!(x.argmax(&[0], false)?.to_vec()?, vec![1]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
@@ -590,8 +592,9 @@ impl<T: WithDType> Tensor<T> {
     /// Softmax over the last dim, computed as exp(x - max) / Σ exp(x - max).
     ///
     /// ```
+    /// # use ferrocm_ops::WaveSize;
     /// use ferrocm_ops::{Device, Tensor};
-    /// let x = Tensor::from_slice(&[0.0f32, 0.0], &[1, 2], &Device::emulator(32))?;
+    /// let x = Tensor::from_slice(&[0.0f32, 0.0], &[1, 2], &Device::emulator(WaveSize::Wave32))?;
     /// assert_eq!(x.softmax()?.to_vec()?, vec![0.5, 0.5]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```

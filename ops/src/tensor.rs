@@ -23,8 +23,9 @@ pub const BLOCK: u32 = 256;
 /// their inputs.
 ///
 /// ```
+/// # use ferrocm_ops::WaveSize;
 /// use ferrocm_ops::{Device, Tensor};
-/// let dev = Device::emulator(64);
+/// let dev = Device::emulator(WaveSize::Wave64);
 /// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &dev)?;
 /// let b = a.transpose(0, 1)?;          // [3, 2] view, no copy
 /// assert_eq!(b.to_vec()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
@@ -322,8 +323,9 @@ impl<T: WithDType> Tensor<T> {
     /// kernel on GPUs).
     ///
     /// ```
+    /// # use ferrocm_ops::WaveSize;
     /// use ferrocm_ops::{Device, Tensor};
-    /// let t = Tensor::from_slice(&[1u8, 2, 3], &[3], &Device::emulator(32))?;
+    /// let t = Tensor::from_slice(&[1u8, 2, 3], &[3], &Device::emulator(WaveSize::Wave32))?;
     /// let c = t.copy()?;
     /// assert_eq!(c.to_vec()?, vec![1, 2, 3]);
     /// assert!(!std::sync::Arc::ptr_eq(c.shared_storage(), t.shared_storage()));

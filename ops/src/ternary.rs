@@ -20,8 +20,9 @@ impl<M: MaskType> Tensor<M> {
     /// `mask != 0 ? on_true : on_false` elementwise, all three broadcast to one shape.
     ///
     /// ```
+    /// # use ferrocm_ops::WaveSize;
     /// use ferrocm_ops::{Device, Tensor};
-    /// let dev = Device::emulator(64);
+    /// let dev = Device::emulator(WaveSize::Wave64);
     /// let m = Tensor::from_slice(&[1u8, 0, 1], &[3], &dev)?;
     /// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &dev)?;
     /// let b = Tensor::from_slice(&[-1.0f32], &[1], &dev)?;

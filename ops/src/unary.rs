@@ -23,8 +23,9 @@ macro_rules! unary_enum {
         /// struct in [`ferrocm_kernels::unary`].
         ///
         /// ```
+        /// # use ferrocm_ops::WaveSize;
         /// use ferrocm_ops::{Device, Tensor, Unary};
-        /// let x = Tensor::from_slice(&[-2.0f32, 3.0], &[2], &Device::emulator(64))?;
+        /// let x = Tensor::from_slice(&[-2.0f32, 3.0], &[2], &Device::emulator(WaveSize::Wave64))?;
         /// assert_eq!(x.leaky_relu(0.5)?.to_vec()?, vec![-1.0, 3.0]);
         /// assert_eq!(x.unary(Unary::Relu, 0.0)?.to_vec()?, vec![0.0, 3.0]);
         /// assert_eq!(Unary::LeakyRelu.name(), "leaky_relu");
@@ -77,8 +78,9 @@ impl<T: WithDType> Tensor<T> {
     /// elu, the negative slope of leaky_relu; ignored by the others).
     ///
     /// ```
+    /// # use ferrocm_ops::WaveSize;
     /// use ferrocm_ops::{Device, Tensor, Unary};
-    /// let x = Tensor::from_slice(&[1.0f32, 4.0], &[2], &Device::emulator(32))?;
+    /// let x = Tensor::from_slice(&[1.0f32, 4.0], &[2], &Device::emulator(WaveSize::Wave32))?;
     /// assert_eq!(x.unary(Unary::Sqrt, 0.0)?.to_vec()?, vec![1.0, 2.0]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
@@ -108,8 +110,9 @@ impl<T: WithDType> Tensor<T> {
     /// `x * mul + add` elementwise (every dtype; integers wrap).
     ///
     /// ```
+    /// # use ferrocm_ops::WaveSize;
     /// use ferrocm_ops::{Device, Tensor};
-    /// let x = Tensor::from_slice(&[1u32, 2], &[2], &Device::emulator(64))?;
+    /// let x = Tensor::from_slice(&[1u32, 2], &[2], &Device::emulator(WaveSize::Wave64))?;
     /// assert_eq!(x.affine(3.0, 1.0)?.to_vec()?, vec![4, 7]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```

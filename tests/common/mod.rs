@@ -1,6 +1,7 @@
 //! Shared by the test files that run on every device.
 
 use ferrocm::Device;
+use ferrocm::WaveSize;
 
 /// The Cpu, the emulator at wave 32 and 64, and every GPU that answers
 /// (opened once per test binary; a GPU that does not answer is reported
@@ -17,7 +18,11 @@ pub fn devices() -> Vec<Device> {
         }
         found
     });
-    let mut v = vec![Device::Cpu, Device::emulator(32), Device::emulator(64)];
+    let mut v = vec![
+        Device::Cpu,
+        Device::emulator(WaveSize::Wave32),
+        Device::emulator(WaveSize::Wave64),
+    ];
     v.extend(gpus.iter().cloned());
     v
 }
