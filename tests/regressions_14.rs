@@ -90,3 +90,76 @@ fn reductions_into_a_shape_too_large_say_so() {
         );
     }
 }
+
+/// Every method that takes a dim takes a negative one (counted from the
+/// end, as PyTorch); results are those of the positive dim, values checked
+/// against sums written out here.
+#[test]
+fn negative_dims_name_the_same_dims_as_positive_ones() {
+    for dev in devices() {
+        // x[i][j][k] = 100 i + 10 j + k, shape [2, 3, 4].
+        let data: Vec<f32> = (0..24)
+            .map(|n| (100 * (n / 12) + 10 * ((n / 4) % 3) + n % 4) as f32)
+            .collect();
+        let x = Tensor::from_slice(&data, &[2, 3, 4], &dev).unwrap();
+        // Sum over k: 4 * (100 i + 10 j) + 6.
+        let want: Vec<f32> = (0..6)
+            .map(|r| (4 * (100 * (r / 3) + 10 * (r % 3)) + 6) as f32)
+            .collect();
+        assert_eq!(x.sum(&[-1], false).unwrap().to_vec().unwrap(), want);
+        assert_eq!(x.sum([2i64], false).unwrap().to_vec().unwrap(), want);
+        assert_eq!(
+            x.max(&[-3, -1], true).unwrap().shape(),
+            x.max(&[0, 2], true).unwrap().shape()
+        );
+        assert_eq!(
+            x.argmax(&[-2], false).unwrap().to_vec().unwrap(),
+            vec![2; 8]
+        );
+        let t = x.transpose(0, -1).unwrap();
+        assert_eq!(t.shape(), &[4, 3, 2]);
+        assert_eq!(
+            t.to_vec().unwrap(),
+            x.transpose(0, 2).unwrap().to_vec().unwrap()
+        );
+        assert_eq!(x.permute([-1, 0, 1]).unwrap().shape(), &[4, 2, 3]);
+        let n = x.narrow(-1, 1, 2).unwrap();
+        assert_eq!(n.to_vec().unwrap()[..2], [1.0, 2.0]);
+        assert_eq!(
+            x.softmax_dim(-2).unwrap().to_vec().unwrap(),
+            x.softmax_dim(1).unwrap().to_vec().unwrap()
+        );
+        let dims: Vec<usize> = vec![0, 1];
+        assert_eq!(x.sum(&dims, false).unwrap().shape(), &[4]);
+
+        // Out of range either way: the dim as given, the rank and the shape.
+        for (e, given) in [
+            (x.sum(&[-4], false).unwrap_err(), -4),
+            (x.transpose(3, 0).unwrap_err(), 3),
+            (x.narrow(-7, 0, 1).unwrap_err(), -7),
+            (x.permute([0, 1, 5]).unwrap_err(), 5),
+            (
+                x.log_softmax_dim(usize::MAX).unwrap_err(),
+                usize::MAX as i128,
+            ),
+        ] {
+            match e {
+                Error::DimOutOfRange { dim, rank: 3, .. } => assert_eq!(dim, given),
+                other => panic!("{other}"),
+            }
+        }
+        // -1 and 2 are the same dim.
+        assert!(matches!(
+            x.sum(&[-1, 2], false),
+            Err(Error::DuplicateDim { dim: 2, .. })
+        ));
+        let d = x.to_dyn();
+        assert_eq!(
+            d.reduce(ferrocm::Reduce::Sum, &[-1], false)
+                .unwrap()
+                .shape(),
+            &[2, 3]
+        );
+        assert_eq!(d.transpose(-1, -2).unwrap().shape(), &[2, 4, 3]);
+    }
+}

@@ -7,6 +7,7 @@
 //! a quantized format is a `DynTensor` too; elementwise ops refuse it with
 //! [`Error::FormatMismatch`] until the quantized ops land.
 
+use crate::dim::{Dim, Dims, resolve};
 use crate::dtype::{DType, WithDType};
 use crate::error::{Error, Result};
 use crate::layout::{Layout, checked_count};
@@ -271,18 +272,20 @@ impl DynTensor {
     }
 
     /// Reduces `dims` with `op`, see [`Tensor::reduce`].
-    pub fn reduce(&self, op: Reduce, dims: &[usize], keepdim: bool) -> Result<Self> {
-        with_dtype!(self, op.name(), |t| Ok(t.reduce(op, dims, keepdim)?.into()))
+    pub fn reduce(&self, op: Reduce, dims: impl Dims, keepdim: bool) -> Result<Self> {
+        with_dtype!(self, op.name(), |t| Ok(t
+            .reduce(op, &dims, keepdim)?
+            .into()))
     }
 
     /// Index (u32) of the first maximum over `dims`.
-    pub fn argmax(&self, dims: &[usize], keepdim: bool) -> Result<Self> {
-        with_dtype!(self, "argmax", |t| Ok(t.argmax(dims, keepdim)?.into()))
+    pub fn argmax(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
+        with_dtype!(self, "argmax", |t| Ok(t.argmax(&dims, keepdim)?.into()))
     }
 
     /// Index (u32) of the first minimum over `dims`.
-    pub fn argmin(&self, dims: &[usize], keepdim: bool) -> Result<Self> {
-        with_dtype!(self, "argmin", |t| Ok(t.argmin(dims, keepdim)?.into()))
+    pub fn argmin(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
+        with_dtype!(self, "argmin", |t| Ok(t.argmin(&dims, keepdim)?.into()))
     }
 
     /// Softmax over the last dim (float dtypes).
@@ -332,17 +335,23 @@ impl DynTensor {
     }
 
     /// Swaps two dims (a view).
-    pub fn transpose(&self, d0: usize, d1: usize) -> Result<Self> {
+    pub fn transpose(&self, d0: impl Dim, d1: impl Dim) -> Result<Self> {
+        let (d0, d1) = (
+            resolve("transpose", d0, self.shape())?,
+            resolve("transpose", d1, self.shape())?,
+        );
         self.dense_view("transpose", self.layout.transpose(d0, d1))
     }
 
     /// Reorders dims (a view).
-    pub fn permute(&self, perm: &[usize]) -> Result<Self> {
-        self.dense_view("permute", self.layout.permute(perm))
+    pub fn permute(&self, perm: impl Dims) -> Result<Self> {
+        let perm = perm.resolve("permute", self.shape())?;
+        self.dense_view("permute", self.layout.permute(&perm))
     }
 
     /// Elements `start..start + len` along `dim` (a view).
-    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Self> {
+    pub fn narrow(&self, dim: impl Dim, start: usize, len: usize) -> Result<Self> {
+        let dim = resolve("narrow", dim, self.shape())?;
         self.dense_view("narrow", self.layout.narrow(dim, start, len))
     }
 

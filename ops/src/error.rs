@@ -42,8 +42,8 @@ pub enum Error {
     DimOutOfRange {
         /// Op.
         op: &'static str,
-        /// The dim given.
-        dim: usize,
+        /// The dim as given (negative counts from the end).
+        dim: i128,
         /// The rank.
         rank: usize,
         /// The shape.

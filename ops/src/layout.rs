@@ -121,7 +121,7 @@ impl Layout {
         if dim >= self.rank() {
             return Err(Error::DimOutOfRange {
                 op,
-                dim,
+                dim: dim as i128,
                 rank: self.rank(),
                 shape: self.shape.clone(),
             });

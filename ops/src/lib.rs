@@ -24,6 +24,7 @@ pub mod binary;
 pub mod cast;
 pub mod check;
 mod cpu;
+pub mod dim;
 pub mod dtype;
 pub mod dyn_tensor;
 pub mod error;
@@ -37,6 +38,7 @@ pub mod ternary;
 pub mod unary;
 
 pub use binary::{Binary, Cmp};
+pub use dim::{Dim, Dims};
 pub use dtype::{DType, WithDType};
 pub use dyn_tensor::DynTensor;
 pub use error::{Error, Result};

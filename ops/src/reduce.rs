@@ -6,6 +6,7 @@
 //! strides.
 
 use crate::backend::{self, Op};
+use crate::dim::{Dim, Dims};
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
 use crate::gpu::Strided;
@@ -60,14 +61,6 @@ fn plan<T: WithDType>(
     let rank = t.rank();
     let mut seen = vec![false; rank];
     for &d in dims {
-        if d >= rank {
-            return Err(Error::DimOutOfRange {
-                op,
-                dim: d,
-                rank,
-                shape: t.shape().to_vec(),
-            });
-        }
         if std::mem::replace(&mut seen[d], true) {
             return Err(Error::DuplicateDim {
                 op,
@@ -451,7 +444,8 @@ impl<T: WithDType> Tensor<T> {
     /// assert_eq!(x.reduce(Reduce::Sum, &[0, 1], true)?.shape(), &[1, 1]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
-    pub fn reduce(&self, op: Reduce, dims: &[usize], keepdim: bool) -> Result<Self> {
+    pub fn reduce(&self, op: Reduce, dims: impl Dims, keepdim: bool) -> Result<Self> {
+        let dims = &dims.resolve(op.name(), self.shape())?[..];
         if op == Reduce::Mean && !T::DTYPE.is_float() {
             return Err(Error::UnsupportedDType {
                 op: "mean",
@@ -497,27 +491,28 @@ impl<T: WithDType> Tensor<T> {
     }
 
     /// Sum over `dims`.
-    pub fn sum(&self, dims: &[usize], keepdim: bool) -> Result<Self> {
+    pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
         self.reduce(Reduce::Sum, dims, keepdim)
     }
 
     /// Mean over `dims` (float dtypes).
-    pub fn mean(&self, dims: &[usize], keepdim: bool) -> Result<Self> {
+    pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
         self.reduce(Reduce::Mean, dims, keepdim)
     }
 
     /// Maximum over `dims`.
-    pub fn max(&self, dims: &[usize], keepdim: bool) -> Result<Self> {
+    pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
         self.reduce(Reduce::Max, dims, keepdim)
     }
 
     /// Minimum over `dims`.
-    pub fn min(&self, dims: &[usize], keepdim: bool) -> Result<Self> {
+    pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
         self.reduce(Reduce::Min, dims, keepdim)
     }
 
-    fn arg_reduce<const MIN: bool>(&self, dims: &[usize], keepdim: bool) -> Result<Tensor<u32>> {
+    fn arg_reduce<const MIN: bool>(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor<u32>> {
         let op = if MIN { "argmin" } else { "argmax" };
+        let dims = &dims.resolve(op, self.shape())?[..];
         let (view, rows, cols, out_shape) = plan(op, self, dims, keepdim)?;
         if cols == 0 && rows > 0 {
             return Err(Error::EmptyReduction {
@@ -554,12 +549,12 @@ impl<T: WithDType> Tensor<T> {
     /// assert_eq!(x.argmax(&[0], false)?.to_vec()?, vec![1]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
-    pub fn argmax(&self, dims: &[usize], keepdim: bool) -> Result<Tensor<u32>> {
+    pub fn argmax(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor<u32>> {
         self.arg_reduce::<false>(dims, keepdim)
     }
 
     /// Index (u32) of the first minimum over `dims`, or of the first NaN.
-    pub fn argmin(&self, dims: &[usize], keepdim: bool) -> Result<Tensor<u32>> {
+    pub fn argmin(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor<u32>> {
         self.arg_reduce::<true>(dims, keepdim)
     }
 
@@ -622,7 +617,7 @@ impl<T: WithDType> Tensor<T> {
     /// # Errors
     /// [`Error::DimOutOfRange`] when `dim` is not in `-rank..rank`;
     /// [`Error::UnsupportedDType`] for integer dtypes.
-    pub fn softmax_dim(&self, dim: isize) -> Result<Self> {
+    pub fn softmax_dim(&self, dim: impl Dim) -> Result<Self> {
         self.softmax_over::<false>(dim)
     }
 
@@ -631,25 +626,20 @@ impl<T: WithDType> Tensor<T> {
     ///
     /// # Errors
     /// As [`Tensor::softmax_dim`].
-    pub fn log_softmax_dim(&self, dim: isize) -> Result<Self> {
+    pub fn log_softmax_dim(&self, dim: impl Dim) -> Result<Self> {
         self.softmax_over::<true>(dim)
     }
 
-    fn softmax_over<const LOG: bool>(&self, dim: isize) -> Result<Self> {
+    fn softmax_over<const LOG: bool>(&self, dim: impl Dim) -> Result<Self> {
         let op = if LOG { "log_softmax" } else { "softmax" };
         let rank = self.rank();
         // A rank-0 tensor has one dim of one for this purpose (as PyTorch).
-        let r = rank.max(1) as isize;
-        let d = if dim < 0 { dim + r } else { dim };
-        if !(0..r).contains(&d) {
-            return Err(Error::DimOutOfRange {
-                op,
-                dim: dim.unsigned_abs(),
-                rank,
-                shape: self.shape().to_vec(),
-            });
-        }
-        let d = d as usize;
+        let d = dim.index(rank.max(1)).ok_or_else(|| Error::DimOutOfRange {
+            op,
+            dim: dim.given(),
+            rank,
+            shape: self.shape().to_vec(),
+        })?;
         if rank == 0 || d == rank - 1 {
             return self.softmax_impl::<LOG>();
         }

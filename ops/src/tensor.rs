@@ -1,6 +1,7 @@
 //! `Tensor<T>`: a strided view of a buffer on a device.
 
 use crate::backend::{self, Op};
+use crate::dim::{Dim, Dims, resolve};
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
 use crate::gpu::map1;
@@ -371,17 +372,25 @@ impl<T: WithDType> Tensor<T> {
     }
 
     /// Swaps two dims (a view).
-    pub fn transpose(&self, d0: usize, d1: usize) -> Result<Self> {
+    pub fn transpose(&self, d0: impl Dim, d1: impl Dim) -> Result<Self> {
+        let (d0, d1) = (
+            resolve("transpose", d0, self.shape())?,
+            resolve("transpose", d1, self.shape())?,
+        );
         Ok(self.with_layout(self.layout.transpose(d0, d1)?))
     }
 
     /// Reorders dims (a view).
-    pub fn permute(&self, perm: &[usize]) -> Result<Self> {
-        Ok(self.with_layout(self.layout.permute(perm)?))
+    pub fn permute(&self, perm: impl Dims) -> Result<Self> {
+        Ok(self.with_layout(
+            self.layout
+                .permute(&perm.resolve("permute", self.shape())?)?,
+        ))
     }
 
     /// Elements `start..start + len` along `dim` (a view).
-    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Self> {
+    pub fn narrow(&self, dim: impl Dim, start: usize, len: usize) -> Result<Self> {
+        let dim = resolve("narrow", dim, self.shape())?;
         Ok(self.with_layout(self.layout.narrow(dim, start, len)?))
     }
 
