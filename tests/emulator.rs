@@ -106,6 +106,120 @@ fn emu(wave: WaveSize) -> Device {
     Device::emulator(wave)
 }
 
+test_kernel!(OOB_READ = fn oob_read(out: *mut f32, inp: *const f32, n: u64) {
+    let i = global_id_x();
+    // Bug: `<=` reads one element past the end of `inp`.
+    if i <= n {
+        unsafe { store(out, i as usize % n as usize, load(inp, i as usize)) };
+    }
+});
+
+test_kernel!(WRITES_INPUT = fn writes_input(inp: *const f32) {
+    // Bug: writes through a `*const` argument.
+    unsafe { store(inp as *mut f32, global_id_x() as usize, 0.0) };
+});
+
+/// Reads are checked too: one element past an input's end is an error that
+/// names the kernel, the argument and the offset (the red zones only see
+/// writes, and a read leaves no trace).
+#[test]
+fn out_of_bounds_read_is_caught() {
+    for wave in WaveSize::ALL {
+        let dev = emu(wave);
+        let x = dev.upload(&[1.0f32; 100]).unwrap();
+        let out = dev.alloc::<f32>(100).unwrap();
+        let err = dev
+            .launch_kernel(
+                &OOB_READ,
+                LaunchConfig::linear(101, 64),
+                &[Arg::output(&out), Arg::input(&x), Arg::U64(100)],
+            )
+            .unwrap_err();
+        match err {
+            Error::OutOfBoundsAccess { kernel, detail } => {
+                assert_eq!(kernel, "oob_read");
+                assert!(
+                    detail.starts_with(
+                        "read 4 bytes at byte offset 400 of argument 1, outside the 400 bytes"
+                    ),
+                    "{detail}"
+                );
+            }
+            e => panic!("expected OutOfBoundsAccess, got {e}"),
+        }
+        // The same kernel within bounds runs.
+        dev.launch_kernel(
+            &OOB_READ,
+            LaunchConfig::linear(100, 64),
+            &[Arg::output(&out), Arg::input(&x), Arg::U64(99)],
+        )
+        .unwrap();
+        // A range narrower than the buffer is what the kernel may read:
+        // element 50 lies in the buffer but outside the declared 50.
+        let err = dev
+            .launch_kernel(
+                &OOB_READ,
+                LaunchConfig::linear(51, 64),
+                &[Arg::output(&out), Arg::input_range(&x, 0, 50), Arg::U64(50)],
+            )
+            .unwrap_err();
+        assert!(matches!(err, Error::OutOfBoundsAccess { .. }), "{err}");
+        let err = dev
+            .launch_kernel(
+                &WRITES_INPUT,
+                LaunchConfig::linear(4, 64),
+                &[Arg::input(&x)],
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("read-only"), "{err}");
+    }
+}
+
+/// Before any memory is touched, the launch proves that each buffer
+/// argument's range lies in its buffer: an offset or a range past the end
+/// is refused on every device (here the emulator and, with nothing
+/// launched, the checks alone), and the overflowing end prints as such.
+#[test]
+fn buffer_ranges_past_the_end_are_refused_before_launch() {
+    let dev = emu(WaveSize::Wave64);
+    let x = dev.upload(&[1.0f32; 8]).unwrap();
+    let out = dev.alloc::<f32>(8).unwrap();
+    for (arg, want) in [
+        (
+            Arg::input_at(&x, 9),
+            "argument 1 covers elements 9..its end of a buffer of 8",
+        ),
+        (
+            Arg::input_range(&x, 4, 5),
+            "argument 1 covers elements 4..9 of a buffer of 8",
+        ),
+        (
+            Arg::input_range(&x, 1, usize::MAX),
+            "argument 1 covers elements 1..1 + 18446744073709551615 (overflows) of a buffer of 8",
+        ),
+    ] {
+        let err = dev
+            .launch_kernel(
+                &OOB_READ,
+                LaunchConfig::linear(1, 64),
+                &[Arg::output(&out), arg, Arg::U64(1)],
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::ArgumentOutOfBounds { arg: 1, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().ends_with(want), "{err}");
+    }
+    // A range that ends at the buffer's end is inside it.
+    dev.launch_kernel(
+        &OOB_READ,
+        LaunchConfig::linear(1, 64),
+        &[Arg::output(&out), Arg::input_range(&x, 4, 4), Arg::U64(1)],
+    )
+    .unwrap();
+}
+
 #[test]
 fn out_of_bounds_write_is_caught_by_red_zones() {
     for wave in WaveSize::ALL {
@@ -277,7 +391,7 @@ fn wave_ops_are_lockstep_for_both_wave_sizes() {
             ],
         )
         .unwrap();
-        let w = wave as usize;
+        let w = wave.lanes() as usize;
         let expect_sum = (0..w).sum::<usize>() as f32;
         let expect_ballot = (0..w).filter(|l| l % 3 == 0).fold(0u64, |m, l| m | 1 << l);
         let (lanes, sums, maxs) = (

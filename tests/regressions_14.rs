@@ -107,7 +107,7 @@ fn negative_dims_name_the_same_dims_as_positive_ones() {
             .map(|r| (4 * (100 * (r / 3) + 10 * (r % 3)) + 6) as f32)
             .collect();
         assert_eq!(x.sum(&[-1], false).unwrap().to_vec().unwrap(), want);
-        assert_eq!(x.sum([2i64], false).unwrap().to_vec().unwrap(), want);
+        assert_eq!(x.sum(&[2i64], false).unwrap().to_vec().unwrap(), want);
         assert_eq!(
             x.max(&[-3, -1], true).unwrap().shape(),
             x.max(&[0, 2], true).unwrap().shape()
@@ -122,7 +122,7 @@ fn negative_dims_name_the_same_dims_as_positive_ones() {
             t.to_vec().unwrap(),
             x.transpose(0, 2).unwrap().to_vec().unwrap()
         );
-        assert_eq!(x.permute([-1, 0, 1]).unwrap().shape(), &[4, 2, 3]);
+        assert_eq!(x.permute(&[-1, 0, 1]).unwrap().shape(), &[4, 2, 3]);
         let n = x.narrow(-1, 1, 2).unwrap();
         assert_eq!(n.to_vec().unwrap()[..2], [1.0, 2.0]);
         assert_eq!(
@@ -137,7 +137,7 @@ fn negative_dims_name_the_same_dims_as_positive_ones() {
             (x.sum(&[-4], false).unwrap_err(), -4),
             (x.transpose(3, 0).unwrap_err(), 3),
             (x.narrow(-7, 0, 1).unwrap_err(), -7),
-            (x.permute([0, 1, 5]).unwrap_err(), 5),
+            (x.permute(&[0, 1, 5]).unwrap_err(), 5),
             (
                 x.log_softmax_dim(usize::MAX).unwrap_err(),
                 usize::MAX as i128,

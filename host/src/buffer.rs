@@ -154,8 +154,8 @@ impl Device {
     /// handles on one device share the cap.
     ///
     /// ```
-    /// use ferrocm_host::{Device, Error};
-    /// let dev = Device::emulator_with(ferrocm_host::EmulatorConfig { wave_size: WaveSize::Wave64, sanitize: false }).unwrap();
+    /// use ferrocm_host::{Device, EmulatorConfig, Error, WaveSize};
+    /// let dev = Device::emulator_with(EmulatorConfig { wave_size: WaveSize::Wave64, sanitize: false });
     /// dev.set_memory_limit(Some(dev.memory_stats().bytes_in_use + 4096));
     /// assert!(matches!(dev.alloc::<u8>(1 << 20), Err(Error::OutOfMemory { .. })));
     /// dev.set_memory_limit(None);

@@ -17,11 +17,12 @@ use std::sync::Arc;
 /// ```
 /// # use ferrocm_host::WaveSize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
 pub enum WaveSize {
     /// 32 lanes (RDNA; also NVIDIA's warp).
-    Wave32,
+    Wave32 = 32,
     /// 64 lanes (CDNA and GCN).
-    Wave64,
+    Wave64 = 64,
 }
 
 impl WaveSize {

@@ -20,7 +20,9 @@ use crate::launch::{Arg, LaunchConfig};
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use ferrocm_kernels::host::KernelInfo;
-use ferrocm_kernels::host::emu::{self, LdsOutOfBounds, Scheduler, WaveOp, WorkitemContext};
+use ferrocm_kernels::host::emu::{
+    self, GlobalOutOfBounds, GlobalRange, LdsOutOfBounds, Scheduler, WaveOp, WorkitemContext,
+};
 use rayon::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::panic::AssertUnwindSafe;
@@ -96,12 +98,36 @@ pub(crate) fn launch(
     args: &[Arg],
 ) -> Result<()> {
     let raw: Vec<u64> = args.iter().map(|a| a.raw()).collect();
+    // Under the sanitizer every global access is checked against the ranges
+    // check_launch proved inside their buffers.
+    let globals: Vec<GlobalRange> = if config.sanitize {
+        args.iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let (b, writable) = match a {
+                    Arg::In(b) => (b, false),
+                    Arg::Out(b) => (b, true),
+                    _ => return None,
+                };
+                let start = b.ptr() as usize;
+                let bytes = b.checked_extent()? * b.elem_size;
+                Some(GlobalRange {
+                    start,
+                    end: start + bytes,
+                    writable,
+                    arg: i,
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let groups = cfg.num_groups();
     let result = (0..groups).into_par_iter().try_for_each(|g| {
         let gx = (g % cfg.grid[0] as u64) as u32;
         let gy = ((g / cfg.grid[0] as u64) % cfg.grid[1] as u64) as u32;
         let gz = (g / (cfg.grid[0] as u64 * cfg.grid[1] as u64)) as u32;
-        run_group(config, kernel, cfg, [gx, gy, gz], &raw)
+        run_group(config, kernel, cfg, [gx, gy, gz], &raw, &globals)
     });
     // Red zones are checked even after a failed launch: an overrun explains a lot.
     if config.sanitize {
@@ -131,6 +157,7 @@ fn run_group(
     cfg: &LaunchConfig,
     wg: [u32; 3],
     raw: &[u64],
+    globals: &[GlobalRange],
 ) -> Result<()> {
     let n = cfg.block_size() as usize;
     let ws = config.wave_size.lanes() as usize;
@@ -170,6 +197,7 @@ fn run_group(
                 scheduler: unsafe {
                     std::mem::transmute::<&dyn Scheduler, &'static dyn Scheduler>(sched)
                 },
+                globals: globals as *const [GlobalRange],
             }
         })
         .collect();
@@ -346,6 +374,12 @@ fn panic_error(
             byte_offset: l.byte_offset,
             access_bytes: l.access_bytes,
             lds_len: l.lds_len,
+        };
+    }
+    if let Some(g) = payload.downcast_ref::<GlobalOutOfBounds>() {
+        return Error::OutOfBoundsAccess {
+            kernel: g.kernel.into(),
+            detail: format!("{} (workgroup {wg:?}, workitem {wi:?})", g.detail),
         };
     }
     let message = payload

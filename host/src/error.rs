@@ -91,6 +91,33 @@ pub enum Error {
         /// Given length.
         got: usize,
     },
+    /// A buffer argument whose declared range (`offset..offset + extent`
+    /// elements) does not lie inside its buffer: refused before the launch.
+    #[error("kernel `{kernel}`: argument {arg} covers elements {offset}..{} of a buffer of {len}", match extent {
+        Some(e) => offset.checked_add(*e).map_or_else(|| format!("{offset} + {e} (overflows)"), |end| end.to_string()),
+        None => "its end".into(),
+    })]
+    ArgumentOutOfBounds {
+        /// Kernel.
+        kernel: String,
+        /// Argument index.
+        arg: usize,
+        /// First element.
+        offset: usize,
+        /// Elements from `offset` (None: to the end of the buffer).
+        extent: Option<usize>,
+        /// The buffer's length in elements.
+        len: usize,
+    },
+    /// Sanitizer: a kernel read or wrote global memory outside every buffer
+    /// range its launch was given (or wrote through a read-only argument).
+    #[error("sanitizer: kernel `{kernel}` {detail}")]
+    OutOfBoundsAccess {
+        /// Kernel.
+        kernel: String,
+        /// The access and where it fell relative to the nearest argument.
+        detail: String,
+    },
     /// Sanitizer: a kernel wrote outside a buffer (a red zone canary changed).
     #[error(
         "sanitizer: kernel `{kernel}` wrote out of bounds of argument {arg} ({len_bytes}-byte buffer), {bytes_changed} byte(s) past its {side}"

@@ -81,20 +81,48 @@ impl LaunchConfig {
     }
 }
 
-/// A buffer argument: its address (with element offset applied), size and owner.
+/// A buffer argument: the buffer, the element the kernel's pointer starts at
+/// and how many elements from there the launch may touch.
+///
+/// Nothing here is trusted until [`check_launch`] has proved the range
+/// inside the buffer (`offset + extent <= len`, checked arithmetic).
 #[derive(Clone, Copy)]
 pub struct BufferArg<'a> {
-    pub(crate) ptr: u64,
+    base: u64,
+    /// First element the kernel's pointer points at.
+    offset: usize,
+    /// Elements from `offset` the kernel may access (`None`: to the end).
+    extent: Option<usize>,
+    /// The buffer's length in elements.
+    len: usize,
     pub(crate) elem_size: usize,
     pub(crate) device: &'a Device,
     pub(crate) host: Option<&'a HostAlloc>,
 }
 
+impl BufferArg<'_> {
+    /// The kernel's pointer (only meaningful once the range is checked).
+    pub(crate) fn ptr(&self) -> u64 {
+        self.base
+            .wrapping_add((self.offset as u64).wrapping_mul(self.elem_size as u64))
+    }
+
+    /// Elements the kernel may access from its pointer, when that range
+    /// lies inside the buffer.
+    pub(crate) fn checked_extent(&self) -> Option<usize> {
+        let room = self.len.checked_sub(self.offset)?;
+        match self.extent {
+            None => Some(room),
+            Some(e) if e <= room => Some(e),
+            Some(_) => None,
+        }
+    }
+}
+
 /// One kernel argument.
 ///
 /// ```
-/// # use ferrocm_host::WaveSize;
-/// use ferrocm_host::{Arg, Device};
+/// use ferrocm_host::{Arg, Device, WaveSize};
 /// let dev = Device::emulator(WaveSize::Wave32);
 /// let x = dev.upload(&[1.0f32; 8]).unwrap();
 /// let args = [Arg::input(&x), Arg::U64(8), Arg::F32(2.0)];
@@ -121,34 +149,63 @@ pub enum Arg<'a> {
 }
 
 impl<'a> Arg<'a> {
-    fn buffer<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>, offset: usize) -> BufferArg<'a> {
-        let offset = offset.min(b.len());
+    fn buffer<T: bytemuck::Pod>(
+        b: &'a DeviceBuffer<T>,
+        offset: usize,
+        extent: Option<usize>,
+    ) -> BufferArg<'a> {
         BufferArg {
-            ptr: b.device_ptr() + (offset * size_of::<T>()) as u64,
+            base: b.device_ptr(),
+            offset,
+            extent,
+            len: b.len(),
             elem_size: size_of::<T>(),
             device: b.device(),
             host: b.host_alloc(),
         }
     }
 
-    /// An input buffer.
+    /// An input buffer: the kernel may read all of it.
     pub fn input<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>) -> Self {
-        Arg::In(Self::buffer(b, 0))
+        Arg::In(Self::buffer(b, 0, None))
     }
 
-    /// An input buffer starting at element `offset` (clamped to the length).
+    /// An input buffer from element `offset` to its end. An offset past the
+    /// end is refused when the launch is checked.
     pub fn input_at<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>, offset: usize) -> Self {
-        Arg::In(Self::buffer(b, offset))
+        Arg::In(Self::buffer(b, offset, None))
     }
 
-    /// An output buffer.
+    /// Elements `offset..offset + extent` of an input buffer: the kernel's
+    /// pointer is at `offset`, and the launch is refused unless the whole
+    /// range lies in the buffer. (In the emulator with the sanitizer on, an
+    /// access outside the range is an error.)
+    pub fn input_range<T: bytemuck::Pod>(
+        b: &'a DeviceBuffer<T>,
+        offset: usize,
+        extent: usize,
+    ) -> Self {
+        Arg::In(Self::buffer(b, offset, Some(extent)))
+    }
+
+    /// An output buffer: the kernel may write all of it.
     pub fn output<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>) -> Self {
-        Arg::Out(Self::buffer(b, 0))
+        Arg::Out(Self::buffer(b, 0, None))
     }
 
-    /// An output buffer starting at element `offset`.
+    /// An output buffer from element `offset` to its end.
     pub fn output_at<T: bytemuck::Pod>(b: &'a DeviceBuffer<T>, offset: usize) -> Self {
-        Arg::Out(Self::buffer(b, offset))
+        Arg::Out(Self::buffer(b, offset, None))
+    }
+
+    /// Elements `offset..offset + extent` of an output buffer, as
+    /// [`Arg::input_range`].
+    pub fn output_range<T: bytemuck::Pod>(
+        b: &'a DeviceBuffer<T>,
+        offset: usize,
+        extent: usize,
+    ) -> Self {
+        Arg::Out(Self::buffer(b, offset, Some(extent)))
     }
 
     fn describe(&self) -> String {
@@ -166,7 +223,7 @@ impl<'a> Arg<'a> {
 
     pub(crate) fn raw(&self) -> u64 {
         match *self {
-            Arg::In(b) | Arg::Out(b) => b.ptr,
+            Arg::In(b) | Arg::Out(b) => b.ptr(),
             Arg::Null => 0,
             Arg::U32(v) => v as u64,
             Arg::I32(v) => v as u32 as u64,
@@ -226,14 +283,25 @@ pub(crate) fn check_launch(
                 got.describe()
             )));
         }
-        if let Arg::In(b) | Arg::Out(b) = got
-            && !b.device.same_device(device)
-        {
-            return Err(Error::DeviceMismatch {
-                what: format!("kernel `{}` argument {i}", kernel.name),
-                buffer_device: b.device.to_string(),
-                device: device.to_string(),
-            });
+        if let Arg::In(b) | Arg::Out(b) = got {
+            if !b.device.same_device(device) {
+                return Err(Error::DeviceMismatch {
+                    what: format!("kernel `{}` argument {i}", kernel.name),
+                    buffer_device: b.device.to_string(),
+                    device: device.to_string(),
+                });
+            }
+            // The proof every launch carries: the range the kernel may touch
+            // lies inside its buffer.
+            if b.checked_extent().is_none() {
+                return Err(Error::ArgumentOutOfBounds {
+                    kernel: kernel.name.into(),
+                    arg: i,
+                    offset: b.offset,
+                    extent: b.extent,
+                    len: b.len,
+                });
+            }
         }
     }
     let bad = |detail: String| Error::BadLaunchConfig {
@@ -353,9 +421,14 @@ impl<'a, T: bytemuck::Pod> In<'a, T> {
     pub fn new(b: &'a DeviceBuffer<T>) -> Self {
         Self(Arg::input(b), PhantomData)
     }
-    /// `b` from element `offset` (clamped to its length).
+    /// `b` from element `offset` to its end (an offset past the end is
+    /// refused at launch).
     pub fn at(b: &'a DeviceBuffer<T>, offset: usize) -> Self {
         Self(Arg::input_at(b, offset), PhantomData)
+    }
+    /// Elements `offset..offset + extent` of `b` (see [`Arg::input_range`]).
+    pub fn range(b: &'a DeviceBuffer<T>, offset: usize, extent: usize) -> Self {
+        Self(Arg::input_range(b, offset, extent), PhantomData)
     }
     /// A null pointer.
     pub fn null() -> Self {
@@ -383,9 +456,14 @@ impl<'a, T: bytemuck::Pod> Out<'a, T> {
     pub fn new(b: &'a DeviceBuffer<T>) -> Self {
         Self(Arg::output(b), PhantomData)
     }
-    /// `b` from element `offset` (clamped to its length).
+    /// `b` from element `offset` to its end (an offset past the end is
+    /// refused at launch).
     pub fn at(b: &'a DeviceBuffer<T>, offset: usize) -> Self {
         Self(Arg::output_at(b, offset), PhantomData)
+    }
+    /// Elements `offset..offset + extent` of `b` (see [`Arg::input_range`]).
+    pub fn range(b: &'a DeviceBuffer<T>, offset: usize, extent: usize) -> Self {
+        Self(Arg::output_range(b, offset, extent), PhantomData)
     }
 }
 

@@ -33,8 +33,8 @@ pub fn affine_body<T: Elem>(
     grid_stride_batched(
         n,
         strides.is_contiguous(),
-        |i| unsafe { *inp.add(strides.offset(i, 0)) },
-        |i, x| unsafe { *out.add(i as usize) = affine_apply(x, mul, add) },
+        |i| unsafe { load(inp, strides.offset(i, 0)) },
+        |i, x| unsafe { store(out, i as usize, affine_apply(x, mul, add)) },
     );
 }
 

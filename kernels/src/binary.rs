@@ -96,9 +96,9 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(
         strides.is_contiguous(),
         |i| unsafe {
             let at = strides.coords(i);
-            (*lhs.add(strides.at(at, 0)), *rhs.add(strides.at(at, 1)))
+            (load(lhs, strides.at(at, 0)), load(rhs, strides.at(at, 1)))
         },
-        |i, (a, b)| unsafe { *out.add(i as usize) = Op::apply(a, b) },
+        |i, (a, b)| unsafe { store(out, i as usize, Op::apply(a, b)) },
     );
 }
 
@@ -117,9 +117,9 @@ pub fn cmp_body<T: Elem, Op: CmpOp>(
         strides.is_contiguous(),
         |i| unsafe {
             let at = strides.coords(i);
-            (*lhs.add(strides.at(at, 0)), *rhs.add(strides.at(at, 1)))
+            (load(lhs, strides.at(at, 0)), load(rhs, strides.at(at, 1)))
         },
-        |i, (a, b)| unsafe { *out.add(i as usize) = Op::apply(a, b) as u8 },
+        |i, (a, b)| unsafe { store(out, i as usize, Op::apply(a, b) as u8) },
     );
 }
 

@@ -14,8 +14,8 @@ pub fn cast_body<S: Elem, D: Elem>(out: *mut D, inp: *const S, n: u64, strides: 
     grid_stride_batched(
         n,
         strides.is_contiguous(),
-        |i| unsafe { *inp.add(strides.offset(i, 0)) },
-        |i, x| unsafe { *out.add(i as usize) = x.convert::<D>() },
+        |i| unsafe { load(inp, strides.offset(i, 0)) },
+        |i, x| unsafe { store(out, i as usize, x.convert::<D>()) },
     );
 }
 

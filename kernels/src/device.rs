@@ -316,6 +316,34 @@ impl<T: Copy> Lds<T> {
     }
 }
 
+/// Reads element `i` of a global buffer argument: a plain load on a GPU;
+/// in the emulator with the sanitizer on, first checked against the ranges
+/// the launch proved inside their buffers, so a read out of bounds is an
+/// error naming the kernel instead of garbage. Every kernel reads global
+/// memory through this (and writes through [`store`]).
+///
+/// # Safety
+/// `p + i` must lie in a buffer argument of the running launch.
+#[amdgpu_device]
+#[inline(always)]
+pub unsafe fn load<T: Copy>(p: *const T, i: usize) -> T {
+    #[cfg(not(ferrocm_device))]
+    emu::check_global(p.wrapping_add(i) as usize, size_of::<T>(), false);
+    unsafe { *p.add(i) }
+}
+
+/// Writes element `i` of a global buffer argument, checked as [`load`].
+///
+/// # Safety
+/// `p + i` must lie in a `*mut` buffer argument of the running launch.
+#[amdgpu_device]
+#[inline(always)]
+pub unsafe fn store<T>(p: *mut T, i: usize, v: T) {
+    #[cfg(not(ferrocm_device))]
+    emu::check_global(p.wrapping_add(i) as usize, size_of::<T>(), true);
+    unsafe { *p.add(i) = v }
+}
+
 /// The value of `v` held by lane `lane_id() ^ mask` (butterfly exchange).
 /// `mask` must be below [`wave_size`]. All active lanes must call it together.
 #[amdgpu_device]
@@ -623,8 +651,8 @@ pub fn strided_offset(i: u64, ndim: u32, layout: *const u64, strides_at: u32) ->
         d -= 1;
         let (dim, stride) = unsafe {
             (
-                *layout.add(d as usize),
-                *layout.add((strides_at + d) as usize),
+                load(layout, d as usize),
+                load(layout, (strides_at + d) as usize),
             )
         };
         off += (rem % dim) * stride;

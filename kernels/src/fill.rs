@@ -14,7 +14,7 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 #[inline(always)]
 pub fn fill_body<T: Elem>(out: *mut T, n: u64, bits: u64) {
     let v = T::from_bits64(bits);
-    grid_stride_batched(n, true, |_| v, |i, v| unsafe { *out.add(i as usize) = v });
+    grid_stride_batched(n, true, |_| v, |i, v| unsafe { store(out, i as usize, v) });
 }
 
 /// Copy body: `out[i] = inp[offset(i)]`.
@@ -24,8 +24,8 @@ pub fn copy_body<T: Elem>(out: *mut T, inp: *const T, n: u64, strides: Strides<1
     grid_stride_batched(
         n,
         strides.is_contiguous(),
-        |i| unsafe { *inp.add(strides.offset(i, 0)) },
-        |i, x| unsafe { *out.add(i as usize) = x },
+        |i| unsafe { load(inp, strides.offset(i, 0)) },
+        |i, x| unsafe { store(out, i as usize, x) },
     );
 }
 
@@ -43,7 +43,11 @@ pub fn copy2d_body<T: Elem>(
     grid_stride(rows * cols, |i| {
         let (r, c) = (i / cols, i % cols);
         unsafe {
-            *out.add((r * dst_stride + c) as usize) = *inp.add((r * src_stride + c) as usize)
+            store(
+                out,
+                (r * dst_stride + c) as usize,
+                load(inp, (r * src_stride + c) as usize),
+            )
         };
     });
 }
@@ -88,7 +92,7 @@ pub fn transpose_body<T: Elem>(out: *mut T, inp: *const T, batch: u64, rows: u64
             let (r, c) = (r0 + y as u64, c0 + tx as u64);
             if r < rows && c < cols {
                 tile.store(y * pitch + tx, unsafe {
-                    *inp.add((matrix + r * cols + c) as usize)
+                    load(inp, (matrix + r * cols + c) as usize)
                 });
             }
             y += step;
@@ -99,7 +103,13 @@ pub fn transpose_body<T: Elem>(out: *mut T, inp: *const T, batch: u64, rows: u64
             // Output row = input column c0 + y, output column = input row r0 + tx.
             let (c, r) = (c0 + y as u64, r0 + tx as u64);
             if r < rows && c < cols {
-                unsafe { *out.add((matrix + c * rows + r) as usize) = tile.load(tx * pitch + y) };
+                unsafe {
+                    store(
+                        out,
+                        (matrix + c * rows + r) as usize,
+                        tile.load(tx * pitch + y),
+                    )
+                };
             }
             y += step;
         }

@@ -259,14 +259,14 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
     while row < rows {
         let mut acc = Running::<T, Op>::new();
         let bs = workgroup_size_x() as u64;
-        let load = |c: u64| unsafe { *inp.add(strides.offset(row * cols + c, 0)) };
+        let elem = |c: u64| unsafe { load(inp, strides.offset(row * cols + c, 0)) };
         let mut c = workitem_id_x() as u64;
         // Contiguous rows: four loads in flight before they are combined (in
         // column order). Strided rows one at a time (registers, see
         // `grid_stride_batched`).
         let batch = strides.is_contiguous();
         while batch && c + 3 * bs < cols {
-            let (x0, x1, x2, x3) = (load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs));
+            let (x0, x1, x2, x3) = (elem(c), elem(c + bs), elem(c + 2 * bs), elem(c + 3 * bs));
             acc.add(x0);
             acc.add(x1);
             acc.add(x2);
@@ -274,12 +274,12 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
             c += 4 * bs;
         }
         while c < cols {
-            acc.add(load(c));
+            acc.add(elem(c));
             c += bs;
         }
         let r = block_reduce::<T::Acc, Op>(acc.value());
         if workitem_id_x() == 0 {
-            unsafe { *out.add(row as usize) = Op::finish(r, cols).convert::<T>() };
+            unsafe { store(out, row as usize, Op::finish(r, cols).convert::<T>()) };
         }
         row += num_workgroups_x() as u64;
     }
@@ -325,10 +325,10 @@ pub fn reduce_cols_body<T: Elem, Op: ReduceOp>(out: *mut T, inp: *const T, rows:
         let c = t * COL_TILE as u64 + lane as u64;
         let mut acc = Running::<T, Op>::new();
         if c < cols {
-            let load = |r: u64| unsafe { *inp.add((r * cols + c) as usize) };
+            let elem = |r: u64| unsafe { load(inp, (r * cols + c) as usize) };
             let mut r = group as u64;
             while r + 3 * g < rows {
-                let (x0, x1, x2, x3) = (load(r), load(r + g), load(r + 2 * g), load(r + 3 * g));
+                let (x0, x1, x2, x3) = (elem(r), elem(r + g), elem(r + 2 * g), elem(r + 3 * g));
                 acc.add(x0);
                 acc.add(x1);
                 acc.add(x2);
@@ -336,7 +336,7 @@ pub fn reduce_cols_body<T: Elem, Op: ReduceOp>(out: *mut T, inp: *const T, rows:
                 r += 4 * g;
             }
             while r < rows {
-                acc.add(load(r));
+                acc.add(elem(r));
                 r += g;
             }
         }
@@ -349,7 +349,7 @@ pub fn reduce_cols_body<T: Elem, Op: ReduceOp>(out: *mut T, inp: *const T, rows:
                 total = Op::combine(total, partials.load(k * COL_TILE + lane));
                 k += 1;
             }
-            unsafe { *out.add(c as usize) = Op::finish(total, rows).convert::<T>() };
+            unsafe { store(out, c as usize, Op::finish(total, rows).convert::<T>()) };
         }
         // The partials are reused by the next tile.
         barrier();
@@ -402,13 +402,13 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
         let mut best = if MIN { T::Acc::HIGHEST } else { T::Acc::LOWEST };
         let mut best_i = u32::MAX;
         let bs = workgroup_size_x() as u64;
-        let load =
-            |c: u64| unsafe { *inp.add(strides.offset(row * cols + c, 0)) }.convert::<T::Acc>();
+        let elem =
+            |c: u64| unsafe { load(inp, strides.offset(row * cols + c, 0)) }.convert::<T::Acc>();
         let mut c = workitem_id_x() as u64;
         // Contiguous rows: four loads in flight, then compared in column order.
         let batch = strides.is_contiguous();
         while batch && c + 3 * bs < cols {
-            let xs = [load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs)];
+            let xs = [elem(c), elem(c + bs), elem(c + 2 * bs), elem(c + 3 * bs)];
             let mut k = 0;
             while k < 4 {
                 let ck = (c + k as u64 * bs) as u32;
@@ -421,7 +421,7 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
             c += 4 * bs;
         }
         while c < cols {
-            let x = load(c);
+            let x = elem(c);
             if arg_scan_takes::<T::Acc, MIN>(x, best, best_i) {
                 best = x;
                 best_i = c as u32;
@@ -455,7 +455,13 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
                 }
                 w += 1;
             }
-            unsafe { *out.add(row as usize) = if best_i == u32::MAX { 0 } else { best_i } };
+            unsafe {
+                store(
+                    out,
+                    row as usize,
+                    if best_i == u32::MAX { 0 } else { best_i },
+                )
+            };
         }
         barrier();
         row += num_workgroups_x() as u64;
@@ -475,7 +481,7 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
     let bs = workgroup_size_x() as u64;
     while row < rows {
         let base = row * cols;
-        let load = |c: u64| unsafe { *inp.add((base + c) as usize) }.to_f32();
+        let elem = |c: u64| unsafe { load(inp, (base + c) as usize) }.to_f32();
         let mut m = f32::NEG_INFINITY;
         // The sum of e^(x - m), compensated (rows up to 1M stay within 1e-6).
         let mut s = Compensated::ZERO;
@@ -492,7 +498,7 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
         };
         let mut c = workitem_id_x() as u64;
         while c + 3 * bs < cols {
-            let (x0, x1, x2, x3) = (load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs));
+            let (x0, x1, x2, x3) = (elem(c), elem(c + bs), elem(c + 2 * bs), elem(c + 3 * bs));
             add(x0);
             add(x1);
             add(x2);
@@ -500,7 +506,7 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
             c += 4 * bs;
         }
         while c < cols {
-            add(load(c));
+            add(elem(c));
             c += bs;
         }
         let row_max = block_reduce::<f32, Max>(m);
@@ -514,22 +520,22 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
         };
         let total = block_reduce::<f32, Sum>(mine);
         let log_s = math::log(total);
-        let store = |c: u64, x: f32| {
+        let put = |c: u64, x: f32| {
             let x = x - row_max;
             let y = if LOG { x - log_s } else { math::exp(x) / total };
-            unsafe { *out.add((base + c) as usize) = T::from_f32(y) };
+            unsafe { store(out, (base + c) as usize, T::from_f32(y)) };
         };
         c = workitem_id_x() as u64;
         while c + 3 * bs < cols {
-            let (x0, x1, x2, x3) = (load(c), load(c + bs), load(c + 2 * bs), load(c + 3 * bs));
-            store(c, x0);
-            store(c + bs, x1);
-            store(c + 2 * bs, x2);
-            store(c + 3 * bs, x3);
+            let (x0, x1, x2, x3) = (elem(c), elem(c + bs), elem(c + 2 * bs), elem(c + 3 * bs));
+            put(c, x0);
+            put(c + bs, x1);
+            put(c + 2 * bs, x2);
+            put(c + 3 * bs, x3);
             c += 4 * bs;
         }
         while c < cols {
-            store(c, load(c));
+            put(c, elem(c));
             c += bs;
         }
         row += num_workgroups_x() as u64;

@@ -25,14 +25,14 @@ pub fn where_body<M: Elem, T: Elem>(
         strides.is_contiguous(),
         |i| unsafe {
             let at = strides.coords(i);
-            let pick = !(*mask.add(strides.at(at, 0))).eq(M::ZERO);
+            let pick = !(load(mask, strides.at(at, 0))).eq(M::ZERO);
             if pick {
-                *on_true.add(strides.at(at, 1))
+                load(on_true, strides.at(at, 1))
             } else {
-                *on_false.add(strides.at(at, 2))
+                load(on_false, strides.at(at, 2))
             }
         },
-        |i, v| unsafe { *out.add(i as usize) = v },
+        |i, v| unsafe { store(out, i as usize, v) },
     );
 }
 

@@ -108,8 +108,8 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
     grid_stride_batched(
         n,
         strides.is_contiguous(),
-        |i| unsafe { *inp.add(strides.offset(i, 0)) },
-        |i, x| unsafe { *out.add(i as usize) = T::from_f32(Op::apply(x.to_f32(), p)) },
+        |i| unsafe { load(inp, strides.offset(i, 0)) },
+        |i, x| unsafe { store(out, i as usize, T::from_f32(Op::apply(x.to_f32(), p))) },
     );
 }
 

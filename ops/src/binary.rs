@@ -64,8 +64,19 @@ impl<T: WithDType> Tensor<T> {
     /// let a = Tensor::from_slice(&[1i64, 2, 3, 4], &[2, 2], &dev)?;
     /// let b = Tensor::from_slice(&[10i64, 20], &[2], &dev)?; // broadcast over rows
     /// assert_eq!(a.binary(&b, Binary::Mul)?.to_vec()?, vec![10, 40, 30, 80]);
+    /// assert_eq!(a.binary(&b, Binary::Sub)?.to_vec()?, vec![-9, -18, -7, -16]);
+    /// assert!(a.binary(&Tensor::zeros(&[3], &dev)?, Binary::Add).is_err()); // [2, 2] and [3]
+    /// let c = Tensor::from_slice(&[1i64], &[1], &Device::Cpu)?;
+    /// assert!(a.binary(&c, Binary::Add).is_err()); // another device
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) across devices;
+    /// [`Error::BroadcastIncompatible`](crate::Error::BroadcastIncompatible)
+    /// when the shapes do not broadcast; [`Error::TooLarge`](crate::Error::TooLarge)
+    /// when the broadcast element count overflows;
+    /// [`Error::Host`](crate::Error::Host) when allocation or the launch fails.
     pub fn binary(&self, rhs: &Self, op: Binary) -> Result<Self> {
         op.apply(self, rhs)
     }
@@ -77,8 +88,17 @@ impl<T: WithDType> Tensor<T> {
     /// let a = Tensor::from_slice(&[1.0f32, 5.0], &[2], &Device::Cpu)?;
     /// let b = Tensor::from_slice(&[3.0f32], &[1], &Device::Cpu)?;
     /// assert_eq!(a.cmp(&b, Cmp::Lt)?.to_vec()?, vec![1, 0]);
+    /// assert_eq!(a.cmp(&b, Cmp::Ge)?.to_vec()?, vec![0, 1]);
+    /// let n = Tensor::from_slice(&[f32::NAN], &[1], &Device::Cpu)?;
+    /// assert_eq!(a.cmp(&n, Cmp::Eq)?.to_vec()?, vec![0, 0]); // NaN equals nothing
+    /// assert_eq!(a.cmp(&n, Cmp::Ne)?.to_vec()?, vec![1, 1]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::binary`]: [`Error::DeviceMismatch`](crate::Error::DeviceMismatch),
+    /// [`Error::BroadcastIncompatible`](crate::Error::BroadcastIncompatible),
+    /// [`Error::TooLarge`](crate::Error::TooLarge), [`Error::Host`](crate::Error::Host).
     pub fn cmp(&self, rhs: &Self, op: Cmp) -> Result<Tensor<u8>> {
         op.apply(self, rhs)
     }
@@ -231,6 +251,38 @@ macro_rules! binary_methods {
     ($($m:ident => $f:ident($v:expr) -> $r:ty),*) => {
         impl<T: WithDType> Tensor<T> {$(
             #[doc = concat!("Elementwise `", stringify!($m), "` with broadcasting.")]
+            ///
+            /// ```
+            /// use ferrocm_ops::{Device, Tensor};
+            /// let a = Tensor::from_slice(&[1.0f32, 6.0, -2.0, 4.0], &[2, 2], &Device::Cpu)?;
+            /// let b = Tensor::from_slice(&[2.0f32, 4.0], &[2], &Device::Cpu)?; // broadcast over the rows
+            #[doc = concat!("let c = a.", stringify!($m), "(&b)?;")]
+            /// assert_eq!(c.shape(), &[2, 2]);
+            /// // `want` (hidden): the op on the pairs (1, 2), (6, 4), (-2, 2), (4, 4).
+            #[doc = concat!("# let want: Vec<f64> = match \"", stringify!($m), "\" {")]
+            /// #     "add" => vec![3.0, 10.0, 0.0, 8.0],
+            /// #     "sub" => vec![-1.0, 2.0, -4.0, 0.0],
+            /// #     "mul" => vec![2.0, 24.0, -4.0, 16.0],
+            /// #     "div" => vec![0.5, 1.5, -1.0, 1.0],
+            /// #     "maximum" => vec![2.0, 6.0, 2.0, 4.0],
+            /// #     "minimum" => vec![1.0, 4.0, -2.0, 4.0],
+            /// #     "eq" => vec![0.0, 0.0, 0.0, 1.0],
+            /// #     "ne" => vec![1.0, 1.0, 1.0, 0.0],
+            /// #     "lt" => vec![1.0, 0.0, 1.0, 0.0],
+            /// #     "le" => vec![1.0, 0.0, 1.0, 1.0],
+            /// #     "gt" => vec![0.0, 1.0, 0.0, 0.0],
+            /// #     "ge" => vec![0.0, 1.0, 0.0, 1.0],
+            /// #     _ => unreachable!(),
+            /// # };
+            /// assert_eq!(c.to_vec()?.iter().map(|&v| v as f64).collect::<Vec<f64>>(), want);
+            #[doc = concat!("assert!(a.", stringify!($m), "(&Tensor::zeros(&[3], &Device::Cpu)?).is_err()); // [2, 2] and [3]")]
+            /// # Ok::<(), ferrocm_ops::Error>(())
+            /// ```
+            ///
+            /// # Errors
+            /// As [`Tensor::binary`]: [`Error::DeviceMismatch`](crate::Error::DeviceMismatch),
+            /// [`Error::BroadcastIncompatible`](crate::Error::BroadcastIncompatible),
+            /// [`Error::TooLarge`](crate::Error::TooLarge), [`Error::Host`](crate::Error::Host).
             pub fn $m(&self, rhs: &Self) -> Result<$r> {
                 self.$f(rhs, $v)
             }
@@ -253,11 +305,23 @@ macro_rules! scalar_methods {
             /// use ferrocm_ops::{Device, Tensor};
             /// let x = Tensor::from_slice(&[1u32, 6], &[2], &Device::Cpu)?;
             #[doc = concat!("assert_eq!(x.", stringify!($m), "(2)?.shape(), &[2]);")]
+            /// // `want` (hidden): the op on (1, 2) and (6, 2); u32 wraps below 0.
+            #[doc = concat!("# let want: Vec<u32> = match \"", stringify!($m), "\" {")]
+            /// #     "add_scalar" => vec![3, 8],
+            /// #     "sub_scalar" => vec![u32::MAX, 4],
+            /// #     "mul_scalar" => vec![2, 12],
+            /// #     "div_scalar" => vec![0, 3],
+            /// #     "maximum_scalar" => vec![2, 6],
+            /// #     "minimum_scalar" => vec![1, 2],
+            /// #     _ => unreachable!(),
+            /// # };
+            #[doc = concat!("assert_eq!(x.", stringify!($m), "(2)?.to_vec()?, want);")]
             /// # Ok::<(), ferrocm_ops::Error>(())
             /// ```
             ///
             /// # Errors
-            /// Device errors (allocation) only.
+            /// Device errors (allocation) only: [`Error::Host`](crate::Error::Host)
+            /// when allocation or the launch fails.
             pub fn $m(&self, rhs: T) -> Result<Self> {
                 let s = Tensor::full(rhs, &[], self.device())?;
                 self.binary(&s, Binary::$op)

@@ -18,8 +18,16 @@ impl<T: WithDType> Tensor<T> {
     /// use ferrocm_ops::{Device, Tensor};
     /// let x = Tensor::from_slice(&[1.7f32, -3.2, 300.0], &[3], &Device::emulator(WaveSize::Wave32))?;
     /// assert_eq!(x.to_dtype::<u8>()?.to_vec()?, vec![1, 0, 255]);
+    /// assert_eq!(x.to_dtype::<i64>()?.to_vec()?, vec![1, -3, 300]); // truncates toward zero
+    /// let big = Tensor::from_slice(&[300u32, 7], &[2], &Device::Cpu)?;
+    /// assert_eq!(big.to_dtype::<u8>()?.to_vec()?, vec![44, 7]); // int to int wraps
+    /// assert_eq!(big.to_dtype::<f32>()?.to_vec()?, vec![300.0, 7.0]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::Host`](crate::Error::Host) when allocation or the launch fails
+    /// (every pair of dtypes converts).
     pub fn to_dtype<D: WithDType>(&self) -> Result<Tensor<D>> {
         let dev = self.device();
         let op = Cast {

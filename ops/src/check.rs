@@ -320,7 +320,8 @@ pub fn run(device: &Device, inputs: Inputs) -> Vec<CaseResult> {
 /// a workgroup) and a transposed `[13, 1031]` (prime sizes, strided input).
 ///
 /// ```no_run
-/// let results = ferrocm_ops::check::run_default(&ferrocm_ops::Device::emulator(WaveSize::Wave64));
+/// use ferrocm_ops::{Device, WaveSize};
+/// let results = ferrocm_ops::check::run_default(&Device::emulator(WaveSize::Wave64));
 /// assert!(results.iter().all(|r| r.passed));
 /// ```
 pub fn run_default(device: &Device) -> Vec<CaseResult> {

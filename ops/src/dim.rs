@@ -3,10 +3,9 @@
 //! PyTorch and NumPy.
 //!
 //! Every method that takes a dim takes `impl Dim`, and every method that
-//! takes a list of dims takes `impl Dims` (an array, a slice or a `Vec` of
-//! dims, by value or by reference), so `t.sum(&[-1], false)`,
-//! `t.sum([0, 2], false)` and `t.sum(&dims, false)` with `dims: Vec<usize>`
-//! all work. A dim outside `-rank..rank` is [`Error::DimOutOfRange`], naming
+//! takes a list of dims takes `impl Dims` (a reference to an array, a slice
+//! or a `Vec` of dims), so `t.sum(&[-1], false)`, `t.sum(&[0, 2], false)`
+//! and `t.sum(&dims, false)` with `dims: Vec<usize>` all work. A dim outside `-rank..rank` is [`Error::DimOutOfRange`], naming
 //! the dim as given.
 //!
 //! ```
@@ -71,15 +70,15 @@ macro_rules! signed_dim {
 }
 signed_dim!(isize, i32, i64);
 
-/// A list of dims (each a [`Dim`]): arrays, slices and `Vec`s, by value or
-/// by reference.
+/// A list of dims (each a [`Dim`]): a reference to an array, a slice or a
+/// `Vec`.
 ///
 /// ```
 /// use ferrocm_ops::Dims;
 /// let shape = [2, 3, 4];
 /// assert_eq!((&[-1, 0]).resolve("sum", &shape).unwrap(), vec![2, 0]);
-/// assert_eq!(vec![1usize].resolve("sum", &shape).unwrap(), vec![1]);
-/// assert!([5].resolve("sum", &shape).is_err());
+/// assert_eq!((&vec![1usize]).resolve("sum", &shape).unwrap(), vec![1]);
+/// assert!((&[5]).resolve("sum", &shape).is_err());
 /// ```
 pub trait Dims {
     /// Each dim as an index into `shape`, in the order given.
@@ -93,27 +92,23 @@ fn resolve_all<D: Dim>(op: &'static str, dims: &[D], shape: &[usize]) -> Result<
     dims.iter().map(|&d| resolve(op, d, shape)).collect()
 }
 
-impl<D: Dim> Dims for [D] {
+// Only references: `t.sum(&[0], false)` as before, and clippy's
+// needless-borrow lint has no by-value impl to suggest in users' code.
+impl<D: Dim> Dims for &[D] {
     fn resolve(&self, op: &'static str, shape: &[usize]) -> Result<Vec<usize>> {
         resolve_all(op, self, shape)
     }
 }
 
-impl<D: Dim, const N: usize> Dims for [D; N] {
+impl<D: Dim, const N: usize> Dims for &[D; N] {
     fn resolve(&self, op: &'static str, shape: &[usize]) -> Result<Vec<usize>> {
-        resolve_all(op, self, shape)
+        resolve_all(op, *self, shape)
     }
 }
 
-impl<D: Dim> Dims for Vec<D> {
+impl<D: Dim> Dims for &Vec<D> {
     fn resolve(&self, op: &'static str, shape: &[usize]) -> Result<Vec<usize>> {
         resolve_all(op, self, shape)
-    }
-}
-
-impl<T: Dims + ?Sized> Dims for &T {
-    fn resolve(&self, op: &'static str, shape: &[usize]) -> Result<Vec<usize>> {
-        (**self).resolve(op, shape)
     }
 }
 

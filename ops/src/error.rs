@@ -140,7 +140,6 @@ pub enum Error {
         /// Format held.
         got: crate::Format,
     },
-    /// Operands whose dtypes must match do not (run-time typed tensors).
     /// A parameter outside its domain (`rand` with `lo > hi`, `randn` with a
     /// negative or NaN std).
     #[error("{op}: {what}")]
@@ -150,6 +149,7 @@ pub enum Error {
         /// What is wrong, with the values.
         what: String,
     },
+    /// Operands whose dtypes must match do not (run-time typed tensors).
     #[error("{op}: dtype mismatch {lhs} vs {rhs}")]
     DTypeMismatch {
         /// Op.

@@ -24,8 +24,18 @@ impl<T: WithDType> Tensor<T> {
     /// let t = Tensor::<f32>::arange(0, 12, &Device::Cpu)?;
     /// let b = t.copy2d(2, 3, 4, 1)?; // rows 0..2, cols 1..4 of a 3x4 matrix
     /// assert_eq!(b.to_vec()?, vec![1.0, 2.0, 3.0, 5.0, 6.0, 7.0]);
+    /// assert_eq!(b.shape(), &[2, 3]);
+    /// assert!(t.copy2d(3, 4, 4, 1).is_err()); // needs 13 elements, the source has 12
+    /// assert!(t.copy2d(2, 5, 4, 0).is_err()); // rows of 5 overlap at a stride of 4
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadParameter`] when rows overlap (`cols > src_stride`, two or
+    /// more rows), the sizes overflow or the block reaches past the source's
+    /// end;
+    /// [`Error::Host`] when allocation, the copy of a strided source or the
+    /// launch fails.
     pub fn copy2d(
         &self,
         rows: usize,
@@ -113,7 +123,12 @@ impl<T: WithDType> Op for Copy2d<'_, T> {
                 LaunchConfig::linear((self.rows * self.cols) as u64, BLOCK),
                 (
                     Out::new(out),
-                    In::at(self.src.kbuf(), base),
+                    // What it reads: rows - 1 strides and one row (checked in copy2d).
+                    In::range(
+                        self.src.kbuf(),
+                        base,
+                        (self.rows - 1) * self.src_stride + self.cols,
+                    ),
                     self.rows as u64,
                     self.cols as u64,
                     self.src_stride as u64,

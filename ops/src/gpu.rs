@@ -160,6 +160,7 @@ impl<const N: usize> Strided<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrocm_host::WaveSize;
 
     #[test]
     fn small_layouts_travel_by_value_and_large_ones_in_memory() {
@@ -176,7 +177,7 @@ mod tests {
             .unwrap();
         let m = Strided::new(&dev, five.shape(), [&five]).unwrap();
         assert!(m.layout.is_some() && m.ndim() == 5);
-        let wide = Layout::new(vec![2, 2], vec![1 << 33, 1], 0);
+        let wide = Layout::new(vec![2, 2], vec![1 << 33, 1], 0).unwrap();
         assert!(
             Strided::new(&dev, &[2, 2], [&wide])
                 .unwrap()

@@ -36,12 +36,40 @@ impl Layout {
         }
     }
 
-    /// A layout from parts (not checked against any storage).
-    pub fn new(shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
-        Self {
+    /// A layout from parts (checked here, not against any storage).
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// let l = Layout::new(vec![2, 2], vec![1, 2], 0)?;
+    /// assert_eq!(l.storage_end(), 4);
+    /// assert!(Layout::new(vec![2], vec![1, 1], 0).is_err());
+    /// assert!(Layout::new(vec![3], vec![usize::MAX], 0).is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadParameter`] when `shape` and `strides` differ in length;
+    /// [`Error::TooLarge`] when the element count or the largest offset
+    /// reached overflows.
+    pub fn new(shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Result<Self> {
+        if shape.len() != strides.len() {
+            return Err(Error::BadParameter {
+                op: "layout",
+                what: format!("{} dims but {} strides", shape.len(), strides.len()),
+            });
+        }
+        checked_count("layout", &shape, 1)?;
+        let l = Self {
             shape,
             strides,
             offset,
+        };
+        match l.checked_storage_end() {
+            Some(_) => Ok(l),
+            None => Err(Error::TooLarge {
+                op: "layout",
+                shape: l.shape,
+            }),
         }
     }
 
@@ -93,19 +121,38 @@ impl Layout {
         off
     }
 
-    /// Largest storage index touched plus one (0 when empty).
-    pub fn storage_end(&self) -> usize {
+    /// Largest storage index touched plus one (`offset` when empty), or
+    /// `None` when that overflows (no layout built through this type's
+    /// methods does).
+    pub fn checked_storage_end(&self) -> Option<usize> {
         if self.elem_count() == 0 {
-            return self.offset;
+            return Some(self.offset);
         }
-        self.offset
-            + self
-                .shape
-                .iter()
-                .zip(&self.strides)
-                .map(|(d, s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset, |end, (&d, &s)| {
+                end.checked_add((d - 1).checked_mul(s)?)
+            })?
+            .checked_add(1)
+    }
+
+    /// Largest storage index touched plus one (`offset` when empty).
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// let l = Layout::contiguous(&[2, 3]).narrow(1, 1, 2).unwrap();
+    /// assert_eq!((l.offset(), l.storage_end()), (1, 6));
+    /// ```
+    pub fn storage_end(&self) -> usize {
+        self.checked_storage_end()
+            .expect("a Layout's reach fits in usize (checked when it is built)")
+    }
+
+    /// Elements of storage from `offset` a kernel reading this view may
+    /// touch: what its launch declares and proves in bounds.
+    pub(crate) fn extent(&self) -> usize {
+        self.storage_end() - self.offset
     }
 
     /// Dims then strides, as 64-bit values: what strided kernels read.

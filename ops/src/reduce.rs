@@ -11,7 +11,7 @@ use crate::dtype::WithDType;
 use crate::error::{Error, Result};
 use crate::gpu::Strided;
 use crate::tensor::{BLOCK, Tensor};
-use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
+use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::host::KernelRef;
 use ferrocm_kernels::math;
@@ -162,7 +162,7 @@ impl<T: WithDType, R: ReduceKernel> Op for RowReduce<'_, T, R> {
                 LaunchConfig::rows(groups, COL_BLOCK, COL_LDS_BYTES),
                 (
                     Out::new(out),
-                    In::at(self.view.kbuf(), self.view.layout.offset()),
+                    self.view.input(),
                     self.cols as u64,
                     rows as u64,
                 ),
@@ -423,7 +423,7 @@ impl<T: WithDType, const LOG: bool> Op for Softmax<'_, T, LOG> {
                 LaunchConfig::rows(self.rows as u64, BLOCK, REDUCE_LDS_BYTES),
                 (
                     Out::new(out),
-                    In::at(self.x.kbuf(), self.x.layout.offset()),
+                    self.x.input(),
                     self.rows as u64,
                     self.cols as u64,
                 ),
@@ -442,8 +442,19 @@ impl<T: WithDType> Tensor<T> {
     /// let x = Tensor::from_slice(&[1.0f32, 5.0, 3.0, 2.0], &[2, 2], &Device::emulator(WaveSize::Wave32))?;
     /// assert_eq!(x.reduce(Reduce::Max, &[0], false)?.to_vec()?, vec![3.0, 5.0]);
     /// assert_eq!(x.reduce(Reduce::Sum, &[0, 1], true)?.shape(), &[1, 1]);
+    /// assert_eq!(x.reduce(Reduce::Min, &[-1], false)?.to_vec()?, vec![1.0, 2.0]); // -1: the last dim
+    /// assert!(x.reduce(Reduce::Sum, &[0, 0], false).is_err()); // dim given twice
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`] for a dim outside `-rank..rank`;
+    /// [`Error::DuplicateDim`] for a dim given twice;
+    /// [`Error::UnsupportedDType`] for [`Reduce::Mean`] of an integer dtype;
+    /// [`Error::EmptyReduction`] for [`Reduce::Max`] / [`Reduce::Min`] over an
+    /// empty dim (when other elements remain); [`Error::TooLarge`] when the
+    /// output's byte size overflows; [`Error::Host`] when allocation or the
+    /// launch fails.
     pub fn reduce(&self, op: Reduce, dims: impl Dims, keepdim: bool) -> Result<Self> {
         let dims = &dims.resolve(op.name(), self.shape())?[..];
         if op == Reduce::Mean && !T::DTYPE.is_float() {
@@ -490,22 +501,83 @@ impl<T: WithDType> Tensor<T> {
         backend::run(dev, op)
     }
 
-    /// Sum over `dims`.
+    /// Sum over `dims` (f16/bf16 accumulate in f32; integers wrap).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &Device::Cpu)?;
+    /// assert_eq!(x.sum(&[-1], false)?.to_vec()?, vec![6.0, 15.0]);
+    /// let s = x.sum(&[0], true)?;
+    /// assert_eq!(s.shape(), &[1, 3]);
+    /// assert_eq!(s.to_vec()?, vec![5.0, 7.0, 9.0]);
+    /// let b = Tensor::from_slice(&[200u8, 100], &[2], &Device::Cpu)?;
+    /// assert_eq!(b.sum(&[0], false)?.to_vec()?, vec![44]); // 300 wraps to 300 - 256
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`], [`Error::DuplicateDim`], [`Error::TooLarge`]
+    /// and [`Error::Host`], as [`Tensor::reduce`].
     pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
         self.reduce(Reduce::Sum, dims, keepdim)
     }
 
     /// Mean over `dims` (float dtypes).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &Device::Cpu)?;
+    /// assert_eq!(x.mean(&[-1], false)?.to_vec()?, vec![2.0, 5.0]);
+    /// let m = x.mean(&[0, 1], true)?;
+    /// assert_eq!(m.shape(), &[1, 1]);
+    /// assert_eq!(m.to_vec()?, vec![3.5]);
+    /// assert!(Tensor::<u32>::zeros(&[2], &Device::Cpu)?.mean(&[0], false).is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for integer dtypes; otherwise as
+    /// [`Tensor::sum`] ([`Error::DimOutOfRange`], [`Error::DuplicateDim`],
+    /// [`Error::TooLarge`], [`Error::Host`]).
     pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
         self.reduce(Reduce::Mean, dims, keepdim)
     }
 
-    /// Maximum over `dims`.
+    /// Maximum over `dims` (NaN when the reduced slice holds a NaN).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Error, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 5.0, 3.0, 4.0, 2.0, 6.0], &[2, 3], &Device::Cpu)?;
+    /// assert_eq!(x.max(&[-1], false)?.to_vec()?, vec![5.0, 6.0]);
+    /// assert_eq!(x.max(&[0], false)?.to_vec()?, vec![4.0, 5.0, 6.0]);
+    /// let empty = Tensor::<f32>::zeros(&[2, 0], &Device::Cpu)?;
+    /// assert!(matches!(empty.max(&[1], false), Err(Error::EmptyReduction { .. })));
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::EmptyReduction`] over an empty dim (when other elements
+    /// remain); otherwise as [`Tensor::sum`] ([`Error::DimOutOfRange`],
+    /// [`Error::DuplicateDim`], [`Error::TooLarge`], [`Error::Host`]).
     pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
         self.reduce(Reduce::Max, dims, keepdim)
     }
 
-    /// Minimum over `dims`.
+    /// Minimum over `dims` (NaN when the reduced slice holds a NaN).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1i64, 5, 3, 4, 2, 6], &[2, 3], &Device::Cpu)?;
+    /// assert_eq!(x.min(&[-1], false)?.to_vec()?, vec![1, 2]);
+    /// let m = x.min(&[0], true)?;
+    /// assert_eq!(m.shape(), &[1, 3]);
+    /// assert_eq!(m.to_vec()?, vec![1, 2, 3]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::max`]: [`Error::EmptyReduction`], [`Error::DimOutOfRange`],
+    /// [`Error::DuplicateDim`], [`Error::TooLarge`], [`Error::Host`].
     pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
         self.reduce(Reduce::Min, dims, keepdim)
     }
@@ -547,13 +619,37 @@ impl<T: WithDType> Tensor<T> {
     /// use ferrocm_ops::{Device, Tensor};
     /// let x = Tensor::from_slice(&[1u8, 9, 9, 2], &[4], &Device::emulator(WaveSize::Wave64))?;
     /// assert_eq!(x.argmax(&[0], false)?.to_vec()?, vec![1]);
+    /// let y = Tensor::from_slice(&[1.0f32, 5.0, 3.0, f32::NAN, 2.0, 6.0], &[2, 3], &Device::Cpu)?;
+    /// assert_eq!(y.argmax(&[-1], false)?.to_vec()?, vec![1, 0]); // the NaN wins row 1
+    /// assert_eq!(y.argmax(&[-1], true)?.shape(), &[2, 1]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`] for a dim outside `-rank..rank`;
+    /// [`Error::DuplicateDim`] for a dim given twice;
+    /// [`Error::EmptyReduction`] over an empty dim (when other elements
+    /// remain); [`Error::TooLarge`] when a reduced slice has more than
+    /// `u32::MAX` elements or the output's byte size overflows;
+    /// [`Error::Host`] when allocation or the launch fails.
     pub fn argmax(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor<u32>> {
         self.arg_reduce::<false>(dims, keepdim)
     }
 
     /// Index (u32) of the first minimum over `dims`, or of the first NaN.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[3u32, 1, 1, 1, 0, 5], &[2, 3], &Device::Cpu)?;
+    /// assert_eq!(x.argmin(&[-1], false)?.to_vec()?, vec![1, 1]); // the first of equal minima
+    /// assert_eq!(x.argmin(&[0], false)?.to_vec()?, vec![1, 1, 0]);
+    /// assert!(x.argmin(&[2], false).is_err()); // rank 2
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::argmax`]: [`Error::DimOutOfRange`], [`Error::DuplicateDim`],
+    /// [`Error::EmptyReduction`], [`Error::TooLarge`], [`Error::Host`].
     pub fn argmin(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor<u32>> {
         self.arg_reduce::<true>(dims, keepdim)
     }
@@ -591,13 +687,33 @@ impl<T: WithDType> Tensor<T> {
     /// use ferrocm_ops::{Device, Tensor};
     /// let x = Tensor::from_slice(&[0.0f32, 0.0], &[1, 2], &Device::emulator(WaveSize::Wave32))?;
     /// assert_eq!(x.softmax()?.to_vec()?, vec![0.5, 0.5]);
+    /// let v = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &Device::Cpu)?.softmax()?.to_vec()?;
+    /// assert!((v.iter().sum::<f32>() - 1.0).abs() < 1e-6 && v[0] < v[1] && v[1] < v[2]);
+    /// assert!(Tensor::<u8>::zeros(&[2], &Device::Cpu)?.softmax().is_err()); // integers
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for integer dtypes; [`Error::Host`] when
+    /// allocation, the copy of a strided input or the launch fails.
     pub fn softmax(&self) -> Result<Self> {
         self.softmax_impl::<false>()
     }
 
     /// Log-softmax over the last dim: (x - max) - ln Σ exp(x - max).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[0.0f32, 0.0, 7.0, 7.0], &[2, 2], &Device::Cpu)?;
+    /// for v in x.log_softmax()?.to_vec()? {
+    ///     assert!((v + std::f32::consts::LN_2).abs() < 1e-6); // ln(1/2): two equal values per row
+    /// }
+    /// assert!(Tensor::<i64>::zeros(&[2], &Device::Cpu)?.log_softmax().is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::softmax`]: [`Error::UnsupportedDType`], [`Error::Host`].
     pub fn log_softmax(&self) -> Result<Self> {
         self.softmax_impl::<true>()
     }
@@ -616,7 +732,8 @@ impl<T: WithDType> Tensor<T> {
     ///
     /// # Errors
     /// [`Error::DimOutOfRange`] when `dim` is not in `-rank..rank`;
-    /// [`Error::UnsupportedDType`] for integer dtypes.
+    /// [`Error::UnsupportedDType`] for integer dtypes; [`Error::Host`] when
+    /// allocation, a copy or the launch fails.
     pub fn softmax_dim(&self, dim: impl Dim) -> Result<Self> {
         self.softmax_over::<false>(dim)
     }
@@ -624,8 +741,20 @@ impl<T: WithDType> Tensor<T> {
     /// Log-softmax over `dim` (negative counts from the end), as
     /// [`Tensor::softmax_dim`].
     ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[0.0f32, 5.0, 0.0, 5.0], &[2, 2], &Device::Cpu)?;
+    /// for v in x.log_softmax_dim(0)?.to_vec()? {
+    ///     assert!((v + std::f32::consts::LN_2).abs() < 1e-6); // each column: two equal values
+    /// }
+    /// assert_eq!(x.log_softmax_dim(-1)?.to_vec()?, x.log_softmax()?.to_vec()?);
+    /// assert!(x.log_softmax_dim(2).is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
     /// # Errors
-    /// As [`Tensor::softmax_dim`].
+    /// As [`Tensor::softmax_dim`]: [`Error::DimOutOfRange`],
+    /// [`Error::UnsupportedDType`], [`Error::Host`].
     pub fn log_softmax_dim(&self, dim: impl Dim) -> Result<Self> {
         self.softmax_over::<true>(dim)
     }

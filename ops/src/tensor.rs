@@ -106,55 +106,135 @@ impl<T: WithDType> Tensor<T> {
 
     /// The first element of the view, as a kernel input.
     pub(crate) fn input(&self) -> In<'_, T::Kernel> {
-        In::at(self.kbuf(), self.layout.offset())
+        In::range(self.kbuf(), self.layout.offset(), self.layout.extent())
     }
 
     /// Dims.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::<f32>::zeros(&[2, 3], &Device::Cpu)?;
+    /// assert_eq!(t.shape(), &[2, 3]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn shape(&self) -> &[usize] {
         self.layout.shape()
     }
 
     /// Alias of [`Tensor::shape`].
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::<u8>::zeros(&[4, 1], &Device::Cpu)?;
+    /// assert_eq!(t.dims(), &[4, 1]);
+    /// assert_eq!(t.dims(), t.shape());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn dims(&self) -> &[usize] {
         self.layout.shape()
     }
 
     /// Number of dims.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// assert_eq!(Tensor::<f32>::zeros(&[2, 3, 4], &Device::Cpu)?.rank(), 3);
+    /// assert_eq!(Tensor::full(1u8, &[], &Device::Cpu)?.rank(), 0); // a scalar
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn rank(&self) -> usize {
         self.layout.rank()
     }
 
     /// Number of elements.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// assert_eq!(Tensor::<f32>::zeros(&[2, 3], &Device::Cpu)?.elem_count(), 6);
+    /// assert_eq!(Tensor::<f32>::zeros(&[2, 0], &Device::Cpu)?.elem_count(), 0);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn elem_count(&self) -> usize {
         self.layout.elem_count()
     }
 
     /// The layout (shape, strides, offset).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::<f32>::zeros(&[2, 3], &Device::Cpu)?;
+    /// assert_eq!(t.layout().strides(), &[3, 1]);
+    /// assert_eq!(t.transpose(0, 1)?.layout().strides(), &[1, 3]);
+    /// assert_eq!(t.narrow(-1, 1, 2)?.layout().offset(), 1);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
 
     /// The dtype.
+    ///
+    /// ```
+    /// use ferrocm_ops::{DType, Device, Tensor, bf16};
+    /// assert_eq!(Tensor::<u32>::zeros(&[1], &Device::Cpu)?.dtype(), DType::U32);
+    /// assert_eq!(Tensor::<bf16>::zeros(&[1], &Device::Cpu)?.dtype(), DType::BF16);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn dtype(&self) -> crate::DType {
         T::DTYPE
     }
 
     /// The device.
+    ///
+    /// ```
+    /// # use ferrocm_ops::WaveSize;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// assert!(Tensor::<f32>::zeros(&[2], &dev)?.device() == &dev);
+    /// assert_eq!(Tensor::<f32>::zeros(&[2], &Device::Cpu)?.device().to_string(), "cpu");
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn device(&self) -> &Device {
         self.storage.device()
     }
 
     /// Whether the data is dense row-major.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::<f32>::zeros(&[2, 3], &Device::Cpu)?;
+    /// assert!(t.is_contiguous());
+    /// assert!(!t.transpose(0, 1)?.is_contiguous());
+    /// assert!(t.transpose(0, 1)?.contiguous()?.is_contiguous());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn is_contiguous(&self) -> bool {
         self.layout.is_contiguous()
     }
 
     /// The underlying buffer.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1u8, 2, 3, 4], &[4], &Device::Cpu)?;
+    /// let v = t.narrow(0, 1, 2)?;
+    /// assert_eq!(v.storage().len(), 4); // the whole buffer, not only the view
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn storage(&self) -> &DeviceBuffer<T> {
         self.buf()
     }
 
     /// The shared storage this tensor views (run-time format, untyped memory).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1.0f32, 2.0], &[2], &Device::Cpu)?;
+    /// let v = t.reshape(&[1, 2])?; // a view
+    /// assert!(std::sync::Arc::ptr_eq(t.shared_storage(), v.shared_storage()));
+    /// assert_eq!(t.shared_storage().len_bytes(), 8);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn shared_storage(&self) -> &Arc<Storage> {
         &self.storage
     }
@@ -165,8 +245,13 @@ impl<T: WithDType> Tensor<T> {
     /// use ferrocm_ops::{Device, Tensor};
     /// let t = Tensor::full(7u32, &[2, 2], &Device::Cpu)?;
     /// assert_eq!(t.to_vec()?, vec![7; 4]);
+    /// assert!(Tensor::full(0u8, &[usize::MAX, 2], &Device::Cpu).is_err()); // too large
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] when the shape's element or byte count overflows;
+    /// [`Error::Host`] when allocation or the fill fails.
     pub fn full(value: T, shape: &[usize], device: &Device) -> Result<Self> {
         let n = checked_count("full", shape, size_of::<T>())?;
         let out = device.alloc::<T>(n)?;
@@ -175,11 +260,31 @@ impl<T: WithDType> Tensor<T> {
     }
 
     /// Zeros.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::<i64>::zeros(&[2, 2], &Device::Cpu)?;
+    /// assert_eq!(t.to_vec()?, vec![0; 4]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::full`]: [`Error::TooLarge`], [`Error::Host`].
     pub fn zeros(shape: &[usize], device: &Device) -> Result<Self> {
         Self::full(T::from_f64(0.0), shape, device)
     }
 
     /// Ones.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::<f32>::ones(&[3], &Device::Cpu)?;
+    /// assert_eq!(t.to_vec()?, vec![1.0; 3]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::full`]: [`Error::TooLarge`], [`Error::Host`].
     pub fn ones(shape: &[usize], device: &Device) -> Result<Self> {
         Self::full(T::from_f64(1.0), shape, device)
     }
@@ -188,8 +293,17 @@ impl<T: WithDType> Tensor<T> {
     ///
     /// ```
     /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1u8, 2, 3, 4], &[2, 2], &Device::Cpu)?;
+    /// assert_eq!(t.shape(), &[2, 2]);
+    /// assert_eq!(t.to_vec()?, vec![1, 2, 3, 4]);
     /// assert!(Tensor::from_slice(&[1u8, 2, 3], &[2, 2], &Device::Cpu).is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::DataLength`] when `data` does not hold exactly the shape's
+    /// element count; [`Error::TooLarge`] when that count overflows;
+    /// [`Error::Host`] when the upload fails.
     pub fn from_slice(data: &[T], shape: &[usize], device: &Device) -> Result<Self> {
         let n = checked_count("from_slice", shape, size_of::<T>())?;
         if n != data.len() {
@@ -203,6 +317,19 @@ impl<T: WithDType> Tensor<T> {
     }
 
     /// Alias of [`Tensor::from_slice`] taking a `Vec`.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_vec(vec![1i64, -2, 3], &[3, 1], &Device::Cpu)?;
+    /// assert_eq!(t.shape(), &[3, 1]);
+    /// assert_eq!(t.to_vec()?, vec![1, -2, 3]);
+    /// assert!(Tensor::from_vec(vec![1i64, 2], &[3], &Device::Cpu).is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::from_slice`]: [`Error::DataLength`], [`Error::TooLarge`],
+    /// [`Error::Host`].
     pub fn from_vec(data: Vec<T>, shape: &[usize], device: &Device) -> Result<Self> {
         Self::from_slice(&data, shape, device)
     }
@@ -212,8 +339,13 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     /// use ferrocm_ops::{Device, Tensor};
     /// assert_eq!(Tensor::<i64>::arange(2, 5, &Device::Cpu)?.to_vec()?, vec![2, 3, 4]);
+    /// assert_eq!(Tensor::<f32>::arange(-1, 2, &Device::Cpu)?.to_vec()?, vec![-1.0, 0.0, 1.0]);
+    /// assert_eq!(Tensor::<u32>::arange(5, 2, &Device::Cpu)?.shape(), &[0]); // end <= start: empty
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::Host`] when the upload fails.
     pub fn arange(start: i64, end: i64, device: &Device) -> Result<Self> {
         let data: Vec<T> = (start..end.max(start))
             .map(|v| T::from_f64(v as f64))
@@ -235,7 +367,8 @@ impl<T: WithDType> Tensor<T> {
     ///
     /// # Errors
     /// [`Error::BadParameter`] when `lo` or `hi` is not finite or `lo > hi`;
-    /// [`Error::TooLarge`] when the shape does not fit in memory.
+    /// [`Error::TooLarge`] when the shape does not fit in memory;
+    /// [`Error::Host`] when the upload fails.
     pub fn rand(shape: &[usize], lo: f64, hi: f64, seed: u64, device: &Device) -> Result<Self> {
         if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
             return Err(Error::BadParameter {
@@ -269,7 +402,8 @@ impl<T: WithDType> Tensor<T> {
     ///
     /// # Errors
     /// [`Error::BadParameter`] when `mean` is not finite or `std` is negative,
-    /// NaN or infinite; [`Error::TooLarge`] when the shape does not fit.
+    /// NaN or infinite; [`Error::TooLarge`] when the shape does not fit;
+    /// [`Error::Host`] when the upload fails.
     pub fn randn(shape: &[usize], mean: f64, std: f64, seed: u64, device: &Device) -> Result<Self> {
         use rand_distr::Distribution;
         if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
@@ -293,6 +427,17 @@ impl<T: WithDType> Tensor<T> {
     }
 
     /// The elements in row-major order (waits for the device).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1u32, 2, 3, 4, 5, 6], &[2, 3], &Device::Cpu)?;
+    /// assert_eq!(t.to_vec()?, vec![1, 2, 3, 4, 5, 6]);
+    /// assert_eq!(t.transpose(0, -1)?.to_vec()?, vec![1, 4, 2, 5, 3, 6]); // the view's order
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Host`] when the copy of a strided view or the read-back fails.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let t = self.contiguous()?;
         let n = t.elem_count();
@@ -304,12 +449,41 @@ impl<T: WithDType> Tensor<T> {
     }
 
     /// A copy on `device`.
+    ///
+    /// ```
+    /// # use ferrocm_ops::WaveSize;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let emu = Device::emulator(WaveSize::Wave32);
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0], &[2], &Device::Cpu)?;
+    /// let y = x.to_device(&emu)?;
+    /// assert!(y.device() == &emu);
+    /// assert_eq!(y.to_vec()?, vec![1.0, 2.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Host`] when reading back, allocating or uploading fails.
     pub fn to_device(&self, device: &Device) -> Result<Self> {
         let data = self.to_vec()?;
         Self::from_slice(&data, self.shape(), device)
     }
 
     /// This tensor if contiguous, else a contiguous copy (the `copy_{dtype}` kernel on GPUs).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1u8, 2, 3, 4, 5, 6], &[2, 3], &Device::Cpu)?;
+    /// let c = t.transpose(0, 1)?.contiguous()?;
+    /// assert!(c.is_contiguous());
+    /// assert_eq!(c.layout().strides(), &[2, 1]);
+    /// assert_eq!(c.to_vec()?, vec![1, 4, 2, 5, 3, 6]);
+    /// // Already contiguous: the same storage, no copy.
+    /// assert!(std::sync::Arc::ptr_eq(t.contiguous()?.shared_storage(), t.shared_storage()));
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Host`] when allocation or the copy fails.
     pub fn contiguous(&self) -> Result<Self> {
         if self.is_contiguous() {
             return Ok(self.clone());
@@ -332,6 +506,9 @@ impl<T: WithDType> Tensor<T> {
     /// assert!(!std::sync::Arc::ptr_eq(c.shared_storage(), t.shared_storage()));
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::Host`] when allocation or the copy fails.
     pub fn copy(&self) -> Result<Self> {
         let dev = self.device();
         let out = dev.alloc::<T>(self.elem_count())?;
@@ -346,8 +523,16 @@ impl<T: WithDType> Tensor<T> {
     /// let t = Tensor::<f32>::zeros(&[2, 3], &Device::Cpu)?;
     /// assert_eq!(t.reshape(&[3, 2])?.shape(), &[3, 2]);
     /// assert!(t.reshape(&[4]).is_err());
+    /// // A transposed view is copied first: the values come in its row-major order.
+    /// let u = Tensor::<f32>::arange(0, 6, &Device::Cpu)?.reshape(&[2, 3])?.transpose(0, 1)?;
+    /// assert_eq!(u.reshape(&[6])?.to_vec()?, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::ReshapeIncompatible`] when the element counts differ;
+    /// [`Error::TooLarge`] when `shape`'s count overflows; [`Error::Host`]
+    /// when the copy of a non-contiguous tensor fails.
     pub fn reshape(&self, shape: &[usize]) -> Result<Self> {
         let n = checked_count("reshape", shape, size_of::<T>())?;
         if n != self.elem_count() {
@@ -371,7 +556,20 @@ impl<T: WithDType> Tensor<T> {
         }
     }
 
-    /// Swaps two dims (a view).
+    /// Swaps two dims (a view); negative dims count from the end.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &Device::Cpu)?;
+    /// let u = t.transpose(0, -1)?; // -1: the last dim
+    /// assert_eq!(u.shape(), &[3, 2]);
+    /// assert_eq!(u.to_vec()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    /// assert!(t.transpose(0, 2).is_err()); // rank 2
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`] when a dim is outside `-rank..rank`.
     pub fn transpose(&self, d0: impl Dim, d1: impl Dim) -> Result<Self> {
         let (d0, d1) = (
             resolve("transpose", d0, self.shape())?,
@@ -380,7 +578,20 @@ impl<T: WithDType> Tensor<T> {
         Ok(self.with_layout(self.layout.transpose(d0, d1)?))
     }
 
-    /// Reorders dims (a view).
+    /// Reorders dims (a view): dim `k` of the result is dim `perm[k]`.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::<f32>::zeros(&[2, 3, 4], &Device::Cpu)?;
+    /// assert_eq!(t.permute(&[2, 0, 1])?.shape(), &[4, 2, 3]);
+    /// assert_eq!(t.permute(&[-1, 0, 1])?.shape(), &[4, 2, 3]);
+    /// assert!(t.permute(&[0, 0, 1]).is_err()); // not a permutation
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`] when a dim is outside `-rank..rank`;
+    /// [`Error::BadPermutation`] when `perm` does not name each dim once.
     pub fn permute(&self, perm: impl Dims) -> Result<Self> {
         Ok(self.with_layout(
             self.layout
@@ -388,13 +599,41 @@ impl<T: WithDType> Tensor<T> {
         ))
     }
 
-    /// Elements `start..start + len` along `dim` (a view).
+    /// Elements `start..start + len` along `dim` (a view; a negative dim
+    /// counts from the end).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1u32, 2, 3, 4, 5, 6], &[2, 3], &Device::Cpu)?;
+    /// assert_eq!(t.narrow(-1, 1, 2)?.to_vec()?, vec![2, 3, 5, 6]);
+    /// assert_eq!(t.narrow(0, 1, 1)?.to_vec()?, vec![4, 5, 6]);
+    /// assert!(t.narrow(1, 2, 2).is_err()); // 2..4 is past the end of a dim of 3
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`] when `dim` is outside `-rank..rank`;
+    /// [`Error::NarrowOutOfRange`] when `start + len` exceeds the dim.
     pub fn narrow(&self, dim: impl Dim, start: usize, len: usize) -> Result<Self> {
         let dim = resolve("narrow", dim, self.shape())?;
         Ok(self.with_layout(self.layout.narrow(dim, start, len)?))
     }
 
     /// Broadcasts to `shape` (a view with stride-0 dims).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1i64, 2], &[2, 1], &Device::Cpu)?;
+    /// let b = t.broadcast_as(&[3, 2, 2])?;
+    /// assert_eq!(b.layout().strides(), &[0, 1, 0]);
+    /// assert_eq!(b.to_vec()?, vec![1, 1, 2, 2, 1, 1, 2, 2, 1, 1, 2, 2]);
+    /// assert!(t.broadcast_as(&[3, 1]).is_err()); // 2 does not stretch to 3
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BroadcastIncompatible`] when `shape` is not a broadcast of
+    /// this shape; [`Error::TooLarge`] when its element count overflows.
     pub fn broadcast_as(&self, shape: &[usize]) -> Result<Self> {
         Ok(self.with_layout(self.layout.broadcast_as(shape)?))
     }
@@ -485,7 +724,7 @@ impl<T: WithDType> Op for CopyOp<'_, T> {
                 cfg,
                 (
                     Out::new(out),
-                    In::at(self.x.kbuf(), self.x.layout.offset()),
+                    self.x.input(),
                     batch as u64,
                     rows as u64,
                     cols as u64,
@@ -554,7 +793,7 @@ impl<T: WithDType> Tensor<T> {
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] when the tensor does not hold exactly one
-    /// element; device errors from reading it back.
+    /// element; device errors from reading it back ([`Error::Host`]).
     pub fn to_scalar(&self) -> Result<T> {
         if self.elem_count() != 1 {
             return Err(Error::ShapeMismatch {
@@ -582,7 +821,9 @@ impl<T: WithDType> Tensor<T> {
     ///
     /// # Errors
     /// [`Error::BroadcastIncompatible`] when the shapes do not broadcast,
-    /// [`Error::DeviceMismatch`] across devices, device errors on read-back.
+    /// [`Error::DeviceMismatch`] across devices, [`Error::TooLarge`] when the
+    /// broadcast element count overflows, device errors on read-back
+    /// ([`Error::Host`]).
     pub fn allclose(&self, other: &Self, rtol: f64, atol: f64) -> Result<bool> {
         let (_, a, b) = crate::binary::broadcast_pair("allclose", self, other)?;
         let (a, b) = (a.to_vec()?, b.to_vec()?);

@@ -27,8 +27,24 @@ impl<M: MaskType> Tensor<M> {
     /// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &dev)?;
     /// let b = Tensor::from_slice(&[-1.0f32], &[1], &dev)?;
     /// assert_eq!(m.where_cond(&a, &b)?.to_vec()?, vec![1.0, -1.0, 3.0]);
+    /// // A [2, 1] i64 mask against [3] values: the result is [2, 3].
+    /// let rows = Tensor::from_slice(&[0i64, 7], &[2, 1], &Device::Cpu)?;
+    /// let on = Tensor::from_slice(&[1u32, 2, 3], &[3], &Device::Cpu)?;
+    /// let off = Tensor::from_slice(&[0u32], &[1], &Device::Cpu)?;
+    /// let r = rows.where_cond(&on, &off)?;
+    /// assert_eq!(r.shape(), &[2, 3]);
+    /// assert_eq!(r.to_vec()?, vec![0, 0, 0, 1, 2, 3]);
+    /// assert!(m.where_cond(&on.to_device(&dev)?, &Tensor::zeros(&[2], &dev)?).is_err()); // [3] and [2]
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when the three
+    /// are not on one device;
+    /// [`Error::BroadcastIncompatible`](crate::Error::BroadcastIncompatible)
+    /// when their shapes do not broadcast; [`Error::TooLarge`](crate::Error::TooLarge)
+    /// when the broadcast element count overflows;
+    /// [`Error::Host`](crate::Error::Host) when allocation or the launch fails.
     pub fn where_cond<T: WithDType>(
         &self,
         on_true: &Tensor<T>,

@@ -59,12 +59,50 @@ macro_rules! unary_enum {
 macro_rules! unary_method {
     ($v:ident, $m:ident) => {
         #[doc = concat!("Elementwise `", stringify!($m), "` (float dtypes; [`ferrocm_kernels::unary::", stringify!($v), "`] gives the formula).")]
+        ///
+        /// ```
+        /// use ferrocm_kernels::unary::UnaryOp;
+        /// use ferrocm_ops::{Device, Tensor};
+        /// let x = Tensor::from_slice(&[-2.0f32, 0.25, 1.0, 2.5], &[2, 2], &Device::Cpu)?;
+        #[doc = concat!("let y = x.", stringify!($m), "()?;")]
+        /// assert_eq!(y.shape(), &[2, 2]);
+        /// // Each element is the formula applied to the input element.
+        /// for (a, b) in x.to_vec()?.into_iter().zip(y.to_vec()?) {
+        #[doc = concat!("    let want = ferrocm_kernels::unary::", stringify!($v), "::apply(a, 0.0);")]
+        ///     assert!((b - want).abs() <= 1e-6 * want.abs() || (b.is_nan() && want.is_nan()));
+        /// }
+        #[doc = concat!("assert!(Tensor::<u32>::zeros(&[2], &Device::Cpu)?.", stringify!($m), "().is_err()); // integers")]
+        /// # Ok::<(), ferrocm_ops::Error>(())
+        /// ```
+        ///
+        /// # Errors
+        /// [`Error::UnsupportedDType`] for integer dtypes; [`Error::Host`] when
+        /// allocation or the launch fails.
         pub fn $m(&self) -> Result<Self> {
             self.unary(Unary::$v, 0.0)
         }
     };
     ($v:ident, $m:ident, $param:ident) => {
         #[doc = concat!("Elementwise `", stringify!($m), "` with `", stringify!($param), "` (float dtypes; [`ferrocm_kernels::unary::", stringify!($v), "`] gives the formula).")]
+        ///
+        /// ```
+        /// use ferrocm_kernels::unary::UnaryOp;
+        /// use ferrocm_ops::{Device, Tensor};
+        /// let x = Tensor::from_slice(&[-2.0f32, 0.25, 1.0, 2.5], &[2, 2], &Device::Cpu)?;
+        #[doc = concat!("let y = x.", stringify!($m), "(0.5)?; // ", stringify!($param), " = 0.5")]
+        /// assert_eq!(y.shape(), &[2, 2]);
+        /// // Each element is the formula applied to the input element.
+        /// for (a, b) in x.to_vec()?.into_iter().zip(y.to_vec()?) {
+        #[doc = concat!("    let want = ferrocm_kernels::unary::", stringify!($v), "::apply(a, 0.5);")]
+        ///     assert!((b - want).abs() <= 1e-6 * want.abs() || (b.is_nan() && want.is_nan()));
+        /// }
+        #[doc = concat!("assert!(Tensor::<u32>::zeros(&[2], &Device::Cpu)?.", stringify!($m), "(0.5).is_err()); // integers")]
+        /// # Ok::<(), ferrocm_ops::Error>(())
+        /// ```
+        ///
+        /// # Errors
+        /// [`Error::UnsupportedDType`] for integer dtypes; [`Error::Host`] when
+        /// allocation or the launch fails.
         pub fn $m(&self, $param: f32) -> Result<Self> {
             self.unary(Unary::$v, $param)
         }
@@ -82,8 +120,16 @@ impl<T: WithDType> Tensor<T> {
     /// use ferrocm_ops::{Device, Tensor, Unary};
     /// let x = Tensor::from_slice(&[1.0f32, 4.0], &[2], &Device::emulator(WaveSize::Wave32))?;
     /// assert_eq!(x.unary(Unary::Sqrt, 0.0)?.to_vec()?, vec![1.0, 2.0]);
+    /// assert_eq!(x.unary(Unary::Powf, 3.0)?.to_vec()?, vec![1.0, 64.0]);
+    /// let y = Tensor::from_slice(&[-2.0f32, 2.0], &[2], &Device::Cpu)?;
+    /// assert_eq!(y.unary(Unary::LeakyRelu, 0.25)?.to_vec()?, vec![-0.5, 2.0]);
+    /// assert!(Tensor::from_slice(&[1u8], &[1], &Device::Cpu)?.unary(Unary::Exp, 0.0).is_err());
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for integer dtypes; [`Error::Host`] when
+    /// allocation or the launch fails.
     pub fn unary(&self, op: Unary, p: f32) -> Result<Self> {
         op.apply(self, p)
     }
@@ -114,8 +160,16 @@ impl<T: WithDType> Tensor<T> {
     /// use ferrocm_ops::{Device, Tensor};
     /// let x = Tensor::from_slice(&[1u32, 2], &[2], &Device::emulator(WaveSize::Wave64))?;
     /// assert_eq!(x.affine(3.0, 1.0)?.to_vec()?, vec![4, 7]);
+    /// let f = Tensor::from_slice(&[0.5f32, -1.0], &[2], &Device::Cpu)?;
+    /// assert_eq!(f.affine(2.0, 0.5)?.to_vec()?, vec![1.5, -1.5]);
+    /// let b = Tensor::from_slice(&[200u8], &[1], &Device::Cpu)?;
+    /// assert_eq!(b.affine(2.0, 1.0)?.to_vec()?, vec![145]); // 400 wraps to 144, plus 1
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::Host`] when allocation or the launch fails (every dtype is
+    /// supported).
     pub fn affine(&self, mul: f32, add: f32) -> Result<Self> {
         let dev = self.device();
         let out = dev.alloc::<T>(self.elem_count())?;

@@ -49,6 +49,23 @@ pub struct WorkitemContext {
     pub lds_len: usize,
     /// The workgroup's scheduler.
     pub scheduler: *const dyn Scheduler,
+    /// The global memory the launch's buffer arguments may touch, when the
+    /// sanitizer checks global accesses (empty slice: no checks).
+    pub globals: *const [GlobalRange],
+}
+
+/// Bytes `start..end` of global memory that a launch's buffer argument
+/// number `arg` may access (`writable`: a `*mut T` argument).
+#[derive(Clone, Copy, Debug)]
+pub struct GlobalRange {
+    /// First byte.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+    /// Whether the kernel may write it.
+    pub writable: bool,
+    /// Argument index.
+    pub arg: usize,
 }
 
 thread_local! {
@@ -121,5 +138,63 @@ pub fn check_lds<T>(byte_offset: u32, i: u32) {
                 lds_len: c.lds_len,
             });
         }
+    })
+}
+
+/// Panic payload of a global memory access outside every range of the
+/// launch; the emulator turns it into a typed error.
+#[derive(Debug)]
+pub struct GlobalOutOfBounds {
+    /// Kernel name.
+    pub kernel: &'static str,
+    /// What was accessed, relative to the nearest argument.
+    pub detail: String,
+}
+
+/// Checks a global access of `bytes` bytes at `addr` against the launch's
+/// buffer ranges (nothing to do when the sanitizer is off).
+#[inline]
+pub fn check_global(addr: usize, bytes: usize, write: bool) {
+    with(|c| {
+        // SAFETY: the emulator keeps the ranges alive for the launch.
+        let globals = unsafe { &*c.globals };
+        if globals.is_empty() {
+            return;
+        }
+        let inside = |g: &GlobalRange| addr >= g.start && addr.saturating_add(bytes) <= g.end;
+        if globals.iter().any(|g| inside(g) && (g.writable || !write)) {
+            return;
+        }
+        let what = if write { "wrote" } else { "read" };
+        let detail = match globals.iter().find(|g| inside(g)) {
+            Some(g) => format!(
+                "wrote {bytes} bytes into argument {} (a read-only `*const` argument) at byte {}",
+                g.arg,
+                addr - g.start
+            ),
+            None => {
+                // Report against the nearest range, with a signed offset.
+                let g = globals
+                    .iter()
+                    .min_by_key(|g| {
+                        if addr < g.start {
+                            g.start - addr
+                        } else {
+                            addr.saturating_sub(g.end)
+                        }
+                    })
+                    .expect("not empty");
+                let off = addr as i128 - g.start as i128;
+                format!(
+                    "{what} {bytes} bytes at byte offset {off} of argument {}, outside the {} bytes its launch covers",
+                    g.arg,
+                    g.end - g.start
+                )
+            }
+        };
+        std::panic::panic_any(GlobalOutOfBounds {
+            kernel: c.kernel,
+            detail,
+        });
     })
 }
