@@ -18,10 +18,11 @@ mkdir -p "$out"
 cargo build --release --features cuda --bin ferrocm
 cp target/release/ferrocm "$out/"
 # Test executables: the reference tests (every op against f64 formulas, on
-# every device that answers), the NaN-rule and long-row accuracy tests, and the host crate's unit tests (CUDA discovery,
+# every device that answers), the NaN-rule and long-row accuracy tests, integer
+# wrapping and division-by-zero faults, and the host crate's unit tests (CUDA discovery,
 # the PTX checks).
 cargo test --release --features cuda --no-run --message-format=json \
-    -p ferrocm --test reference --test nan_and_accuracy -p ferrocm-host --lib 2>/dev/null |
+    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics -p ferrocm-host --lib 2>/dev/null |
     python3 -c '
 import json, sys, shutil
 for line in sys.stdin:

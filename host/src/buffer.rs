@@ -369,6 +369,13 @@ impl RawBuffer {
 
     /// Copies the bytes to the host (waits for queued work on a GPU).
     pub fn download_bytes(&self, dst: &mut [u8]) -> Result<()> {
+        self.copy_to_host(dst)?;
+        // A wait: the place a fault reported by a kernel since the last one surfaces.
+        self.device.check_faults()
+    }
+
+    /// The copy of [`RawBuffer::download_bytes`] without the fault check.
+    pub(crate) fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
         if dst.len() != self.len_bytes {
             return Err(Error::LengthMismatch {
                 what: "download".into(),
@@ -605,6 +612,14 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     pub fn download(&self) -> Result<Vec<T>> {
         let mut v = vec![T::zeroed(); self.len()];
         self.raw.download_bytes(bytemuck::cast_slice_mut(&mut v))?;
+        Ok(v)
+    }
+
+    /// [`DeviceBuffer::download`] without the fault check (for the status
+    /// words themselves).
+    pub(crate) fn download_unchecked(&self) -> Result<Vec<T>> {
+        let mut v = vec![T::zeroed(); self.len()];
+        self.raw.copy_to_host(bytemuck::cast_slice_mut(&mut v))?;
         Ok(v)
     }
 

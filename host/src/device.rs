@@ -246,7 +246,9 @@ impl Device {
     }
 
     /// Waits for all work queued on the device (counted in
-    /// [`MemoryStats::synchronizations`](crate::MemoryStats)).
+    /// [`MemoryStats::synchronizations`](crate::MemoryStats)), then reports
+    /// a fault a kernel found since the last wait ([`Error::Fault`], see
+    /// [`crate::fault`]).
     pub fn synchronize(&self) -> Result<()> {
         self.pool().count_sync();
         match self {
@@ -255,7 +257,8 @@ impl Device {
             Device::Rocm(r) => r.synchronize(),
             #[cfg(feature = "cuda")]
             Device::Cuda(c) => c.synchronize(),
-        }
+        }?;
+        self.check_faults()
     }
 
     /// Whether this is a GPU (ROCm or CUDA).

@@ -170,6 +170,20 @@ pub enum Error {
         /// Panic message.
         message: String,
     },
+    /// An error a kernel found on the device (an integer division by zero,
+    /// an id past its dim), reported at the next wait after the launch
+    /// (`synchronize`, a download): see the `fault` module.
+    #[error("{op}: {what} at element {index} (found on {device})")]
+    Fault {
+        /// The op whose launch found it.
+        op: String,
+        /// What went wrong.
+        what: String,
+        /// The element (of the op's output) where one instance was found.
+        index: u64,
+        /// Device.
+        device: String,
+    },
     /// A HIP / rocBLAS / MIOpen call failed.
     #[error("{call} failed on {device}: {message}")]
     Rocm {

@@ -452,6 +452,11 @@ impl<'a, T: bytemuck::Pod> In<'a, T> {
 pub struct Out<'a, T>(Arg<'a>, PhantomData<fn() -> T>);
 
 impl<'a, T: bytemuck::Pod> Out<'a, T> {
+    /// A null pointer (an optional output left out, e.g. the status words
+    /// of a launch that cannot fault).
+    pub fn null() -> Self {
+        Self(Arg::Null, PhantomData)
+    }
     /// All of `b`.
     pub fn new(b: &'a DeviceBuffer<T>) -> Self {
         Self(Arg::output(b), PhantomData)

@@ -77,6 +77,8 @@ pub(crate) struct Pool<B> {
     launches: AtomicU64,
     /// Most bytes (in use + cached) the pool may hold; u64::MAX for no cap.
     limit: AtomicU64,
+    /// The device's fault status words (see `fault`).
+    pub(crate) faults: Mutex<crate::fault::FaultWords>,
 }
 
 struct PoolInner<B> {
@@ -102,6 +104,7 @@ impl<B> Pool<B> {
             synchronizations: AtomicU64::new(0),
             launches: AtomicU64::new(0),
             limit: AtomicU64::new(u64::MAX),
+            faults: Mutex::new(crate::fault::FaultWords::new()),
         }
     }
 

@@ -16,6 +16,15 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 pub trait BinaryOp {
     /// Applies the op.
     fn apply<T: Elem>(a: T, b: T) -> T;
+    /// Whether `apply(a, b)` is an error the op reports (integer division by
+    /// zero): the kernel still writes `apply`'s value and raises a fault
+    /// the host reads at its next wait; the Cpu refuses the op.
+    #[inline(always)]
+    fn faults<T: Elem>(_a: T, _b: T) -> bool {
+        false
+    }
+    /// What a fault means, for the error message.
+    const FAULT: &'static str = "";
 }
 
 /// A comparison.
@@ -26,7 +35,8 @@ pub trait CmpOp {
 }
 
 macro_rules! binary_ops {
-    ($($(#[$doc:meta])* $name:ident = |$a:ident, $b:ident| $body:expr;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident = |$a:ident, $b:ident| $body:expr
+        $(, faults |$fa:ident, $fb:ident| $fault:expr => $what:literal)?;)*) => {$(
         $(#[$doc])*
         #[amdgpu_device]
         pub struct $name;
@@ -34,6 +44,11 @@ macro_rules! binary_ops {
         impl BinaryOp for $name {
             #[inline(always)]
             fn apply<T: Elem>($a: T, $b: T) -> T { $body }
+            $(
+                #[inline(always)]
+                fn faults<T: Elem>($fa: T, $fb: T) -> bool { $fault }
+                const FAULT: &'static str = $what;
+            )?
         }
     )*};
 }
@@ -45,8 +60,9 @@ binary_ops! {
     Sub = |a, b| a.sub(b);
     /// a * b
     Mul = |a, b| a.mul(b);
-    /// a / b (integer division by zero gives 0)
-    Div = |a, b| a.div(b);
+    /// a / b; an integer division by zero is a fault (its element is 0), and
+    /// `MIN / -1` wraps to `MIN` (Rust's `wrapping_div`)
+    Div = |a, b| a.div(b), faults |_a, b| !T::IS_FLOAT && b.eq(T::ZERO) => "integer division by zero";
     /// max(a, b)
     Maximum = |a, b| a.max(b);
     /// min(a, b)
@@ -90,6 +106,7 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(
     rhs: *const T,
     n: u64,
     strides: Strides<2>,
+    fault: Fault,
 ) {
     grid_stride_batched(
         n,
@@ -98,7 +115,12 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(
             let at = strides.coords(i);
             (load(lhs, strides.at(at, 0)), load(rhs, strides.at(at, 1)))
         },
-        |i, (a, b)| unsafe { store(out, i as usize, Op::apply(a, b)) },
+        |i, (a, b)| {
+            if Op::faults(a, b) {
+                fault.raise(i);
+            }
+            unsafe { store(out, i as usize, Op::apply(a, b)) }
+        },
     );
 }
 
@@ -138,6 +160,8 @@ pub type BinaryArgs<T> = (
     u64,
     u64,
     u64,
+    *mut u32,
+    u32,
 );
 
 /// The parameter types of every comparison kernel on element type `T`.
@@ -233,8 +257,8 @@ macro_rules! binary_kernels {
     };
     (@kernels $($op:ident => $($name:ident: $t:ty),*;)*) => {
         kernels! {$($(
-            fn $name(out: *mut $t, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, a0: u64, a1: u64, b0: u64, b1: u64) {
-                binary_body::<$t, $op>(out, lhs, rhs, n, Strides::new(ndim, layout, [l0, l1], [[a0, a1], [b0, b1]]))
+            fn $name(out: *mut $t, lhs: *const $t, rhs: *const $t, n: u64, ndim: u32, layout: *const u64, l0: u64, l1: u64, a0: u64, a1: u64, b0: u64, b1: u64, status: *mut u32, tag: u32) {
+                binary_body::<$t, $op>(out, lhs, rhs, n, Strides::new(ndim, layout, [l0, l1], [[a0, a1], [b0, b1]]), Fault { status, tag })
             }
         )*)*}
     };

@@ -344,6 +344,50 @@ pub unsafe fn store<T>(p: *mut T, i: usize, v: T) {
     unsafe { *p.add(i) = v }
 }
 
+/// Where a kernel reports an error found on the device (an integer division
+/// by zero, an id past its dim): the device's status words and the tag the
+/// host gave this launch. The first report since the host last looked wins
+/// (compare-and-swap of the tag into word 0; the winner writes the element
+/// index into words 1 and 2). The host reads the words at its next wait
+/// (`to_vec`, `synchronize`) and turns a tag into an error naming the op,
+/// so no launch waits and no fault goes unseen. A null `status` is a launch
+/// that cannot fault; `raise` is then never called.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct Fault {
+    /// Three u32 words: tag, index low, index high.
+    pub status: *mut u32,
+    /// This launch's tag (non-zero).
+    pub tag: u32,
+}
+
+#[amdgpu_device]
+impl Fault {
+    /// Reports a fault at element `index`.
+    #[inline(never)]
+    pub fn raise(self, index: u64) {
+        #[cfg(not(ferrocm_device))]
+        emu::check_global(self.status as usize, 3 * size_of::<u32>(), true);
+        // SAFETY: `status` is the launch's status words (checked in the
+        // emulator; the op layer passes them with every launch that can fault).
+        let word = unsafe { core::sync::atomic::AtomicU32::from_ptr(self.status) };
+        let first = word
+            .compare_exchange(
+                0,
+                self.tag,
+                core::sync::atomic::Ordering::Relaxed,
+                core::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok();
+        if first {
+            unsafe {
+                store(self.status, 1, index as u32);
+                store(self.status, 2, (index >> 32) as u32);
+            }
+        }
+    }
+}
+
 /// The value of `v` held by lane `lane_id() ^ mask` (butterfly exchange).
 /// `mask` must be below [`wave_size`]. All active lanes must call it together.
 #[amdgpu_device]

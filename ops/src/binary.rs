@@ -108,6 +108,7 @@ impl<T: WithDType> Tensor<T> {
         let dev = a.device();
         let out = dev.alloc::<T>(shape.iter().product())?;
         let op = Zip::<T, T, Arith<O>> {
+            name,
             a: &a,
             b: &b,
             out,
@@ -121,6 +122,7 @@ impl<T: WithDType> Tensor<T> {
         let dev = a.device();
         let out = dev.alloc::<u8>(shape.iter().product())?;
         let op = Zip::<T, u8, Compare<O>> {
+            name,
             a: &a,
             b: &b,
             out,
@@ -133,9 +135,17 @@ impl<T: WithDType> Tensor<T> {
 /// An elementwise function of two `T`s into an `R`, with its kernel per dtype:
 /// what [`Zip`] needs to run both an arithmetic op and a comparison.
 trait ZipFn<T: WithDType, R: WithDType> {
+    /// What a fault of this op is ("" for an op that cannot fault).
+    const FAULT: &'static str = "";
+    /// Whether `apply(a, b)` is a fault (integer division by zero).
+    #[inline(always)]
+    fn faults(_a: T, _b: T) -> bool {
+        false
+    }
     fn apply(a: T, b: T) -> R;
     fn launch(
         dev: &Device,
+        name: &'static str,
         cfg: LaunchConfig,
         args: ZipArgs<'_, T::Kernel, R::Kernel>,
     ) -> Result<()>;
@@ -160,15 +170,36 @@ struct Arith<O>(PhantomData<O>);
 struct Compare<O>(PhantomData<O>);
 
 impl<T: WithDType, O: BinaryKernel> ZipFn<T, T> for Arith<O> {
+    const FAULT: &'static str = O::FAULT;
+    #[inline(always)]
+    fn faults(a: T, b: T) -> bool {
+        O::faults(a.to_kernel(), b.to_kernel())
+    }
     #[inline(always)]
     fn apply(a: T, b: T) -> T {
         T::from_kernel(O::apply(a.to_kernel(), b.to_kernel()))
     }
     fn launch(
         dev: &Device,
+        name: &'static str,
         cfg: LaunchConfig,
         args: ZipArgs<'_, T::Kernel, T::Kernel>,
     ) -> Result<()> {
+        let (out, a, b, n, ndim, layout, d0, d1, a0, a1, b0, b1) = args;
+        // Only an op that can fault on this dtype reports through the
+        // device's status words (and makes the next wait read them).
+        let can_fault = !O::FAULT.is_empty() && !T::DTYPE.is_float();
+        let channel = match can_fault {
+            true => Some(dev.fault_channel(name, O::FAULT)?),
+            false => None,
+        };
+        let (status, tag) = match &channel {
+            Some(c) => (c.status(), c.tag()),
+            None => (Out::null(), 0),
+        };
+        let args = (
+            out, a, b, n, ndim, layout, d0, d1, a0, a1, b0, b1, status, tag,
+        );
         Ok(dev.launch_typed(T::Kernel::binary::<O>(), cfg, args)?)
     }
 }
@@ -178,23 +209,36 @@ impl<T: WithDType, O: CmpKernel> ZipFn<T, u8> for Compare<O> {
     fn apply(a: T, b: T) -> u8 {
         O::apply(a.to_kernel(), b.to_kernel()) as u8
     }
-    fn launch(dev: &Device, cfg: LaunchConfig, args: ZipArgs<'_, T::Kernel, u8>) -> Result<()> {
+    fn launch(
+        dev: &Device,
+        _name: &'static str,
+        cfg: LaunchConfig,
+        args: ZipArgs<'_, T::Kernel, u8>,
+    ) -> Result<()> {
         Ok(dev.launch_typed(T::Kernel::cmp::<O>(), cfg, args)?)
     }
 }
 
-/// [`ZipFn`] `F` as the Cpu's per-element function.
-struct ZipCall<F>(PhantomData<fn() -> F>);
+/// [`ZipFn`] `F` as the Cpu's per-element function; notes a fault.
+struct ZipCall<F> {
+    faulted: std::sync::atomic::AtomicBool,
+    _f: PhantomData<fn() -> F>,
+}
 
 impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> crate::cpu::Func2<T, T, R> for ZipCall<F> {
     #[inline(always)]
     fn call(&self, a: T, b: T) -> R {
+        if F::faults(a, b) {
+            self.faulted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         F::apply(a, b)
     }
 }
 
 /// `out[i] = F(a[i], b[i])` over two tensors of the output's shape (broadcast views).
 struct Zip<'a, T: WithDType, R: WithDType, F> {
+    name: &'static str,
     a: &'a Tensor<T>,
     b: &'a Tensor<T>,
     out: DeviceBuffer<R>,
@@ -209,12 +253,34 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
             crate::cpu::host(self.a.buf()),
             crate::cpu::host(self.b.buf()),
         );
+        let f = ZipCall::<F> {
+            faulted: false.into(),
+            _f: PhantomData,
+        };
         crate::cpu::map2(
             crate::cpu::host_mut(&mut self.out),
             (sa, &self.a.layout),
             (sb, &self.b.layout),
-            &ZipCall::<F>(PhantomData),
+            &f,
         );
+        if f.faulted.into_inner() {
+            // The first element at fault, found again in order (an error path).
+            let index = (0..self.a.elem_count())
+                .find(|&i| {
+                    F::faults(
+                        sa[self.a.layout.offset_of(i)],
+                        sb[self.b.layout.offset_of(i)],
+                    )
+                })
+                .unwrap_or(0);
+            return Err(ferrocm_host::Error::Fault {
+                op: self.name.into(),
+                what: F::FAULT.into(),
+                index: index as u64,
+                device: Device::Cpu.to_string(),
+            }
+            .into());
+        }
         Ok(self.out)
     }
 
@@ -226,6 +292,7 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
             let out = self.out.view_as::<R::Kernel>().expect("same size");
             F::launch(
                 dev,
+                self.name,
                 LaunchConfig::elementwise(n, BLOCK),
                 (
                     Out::new(out),
