@@ -163,3 +163,29 @@ fn negative_dims_name_the_same_dims_as_positive_ones() {
         assert_eq!(d.transpose(-1, -2).unwrap().shape(), &[2, 4, 3]);
     }
 }
+
+/// Found by the fuzzer: arange over a huge range built the whole range on
+/// the host before any size check (an abort: "memory allocation of ... bytes
+/// failed"). The length is checked first now, then the device allocation.
+#[test]
+fn arange_over_a_huge_range_is_an_error_not_an_abort() {
+    for dev in devices() {
+        assert!(matches!(
+            Tensor::<u8>::arange(i64::MIN, i64::MAX, &dev),
+            Err(Error::TooLarge { op: "arange", .. })
+        ));
+        // Within the size rules but past a memory limit: out of memory.
+        let limited = Device::emulator(WaveSize::Wave32);
+        limited.set_memory_limit(Some(1 << 20));
+        let e = Tensor::<f32>::arange(0, 1 << 40, &limited).unwrap_err();
+        limited.set_memory_limit(None);
+        assert!(e.to_string().contains("out of memory"), "{e}");
+        assert_eq!(
+            Tensor::<i64>::arange(i64::MAX - 2, i64::MAX, &dev)
+                .unwrap()
+                .to_vec()
+                .unwrap(),
+            vec![i64::MAX - 2, i64::MAX - 1]
+        );
+    }
+}

@@ -159,6 +159,7 @@ pub struct ArgMeta {
 /// assert!(matches!(err, CodeObjectError::NotElf { .. }));
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CodeObjectError {
     /// The bytes are not a (well-formed) ELF64 file.
     #[error("{arch}: not a readable ELF64 code object: {message}")]

@@ -129,6 +129,7 @@ impl BufferArg<'_> {
 /// assert_eq!(args.len(), 3);
 /// ```
 #[derive(Clone, Copy)]
+#[non_exhaustive]
 pub enum Arg<'a> {
     /// A buffer the kernel reads (`*const T`).
     In(BufferArg<'a>),

@@ -15,6 +15,7 @@ use crate::{Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
 
 /// How an input is laid out in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InputLayout {
     /// Dense row-major.
     Contiguous,

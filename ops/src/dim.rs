@@ -52,7 +52,7 @@ macro_rules! unsigned_dim {
         }
     )*};
 }
-unsigned_dim!(usize, u32, u64);
+unsigned_dim!(usize, u8, u16, u32, u64);
 
 macro_rules! signed_dim {
     ($($t:ty),*) => {$(
@@ -68,7 +68,7 @@ macro_rules! signed_dim {
         }
     )*};
 }
-signed_dim!(isize, i32, i64);
+signed_dim!(isize, i8, i16, i32, i64);
 
 /// A list of dims (each a [`Dim`]): a reference to an array, a slice or a
 /// `Vec`.

@@ -6,6 +6,7 @@ use half::{bf16, f16};
 
 /// The six element types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DType {
     /// 32-bit float.
     F32,

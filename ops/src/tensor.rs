@@ -335,6 +335,8 @@ impl<T: WithDType> Tensor<T> {
     }
 
     /// `[start, start + 1, ...]` up to (excluding) `end`, as a 1-D tensor.
+    /// Values convert from i64 exactly for i64, wrapping for u8 and u32 (as
+    /// Rust's `as`), rounded to nearest for the float types.
     ///
     /// ```
     /// use ferrocm_ops::{Device, Tensor};
@@ -345,13 +347,31 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Host`] when the upload fails.
+    /// [`Error::TooLarge`] when the range has more elements than a tensor
+    /// may; [`Error::Host`] when the allocation (out of memory, checked
+    /// before any host memory is used) or the upload fails.
     pub fn arange(start: i64, end: i64, device: &Device) -> Result<Self> {
-        let data: Vec<T> = (start..end.max(start))
-            .map(|v| T::from_f64(v as f64))
+        // The length first (i64::MIN..i64::MAX holds 2^64 - 1 values), then
+        // the device buffer, so a huge range is an error, never a host
+        // allocation of that size.
+        let n = (end as i128 - start as i128).max(0);
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        checked_count("arange", &[n], size_of::<T>())?;
+        let mut out = device.alloc::<T>(n)?;
+        // Every value lies in start..end, so start + i never overflows.
+        let data: Vec<T> = (0..n as i64)
+            .map(|i| {
+                let v = start + i;
+                if T::DTYPE.is_float() {
+                    T::from_f64(v as f64)
+                } else {
+                    // Exact for i64; u8 and u32 wrap, as Rust's `as`.
+                    T::from_kernel(ferrocm_kernels::elem::Elem::from_i64(v))
+                }
+            })
             .collect();
-        let n = data.len();
-        Self::from_slice(&data, &[n], device)
+        out.write(&data)?;
+        Ok(Self::from_parts(out, &[n]))
     }
 
     /// Uniform values in `[lo, hi)` from a seeded generator (the same seed

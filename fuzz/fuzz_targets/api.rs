@@ -1,0 +1,325 @@
+//! Fuzzes the public API: a program of creations, views and ops with
+//! arbitrary shapes, strides, dims (negative and huge), dtypes and
+//! parameters, run step by step on the Cpu and on the emulator (sanitizer
+//! on: every global read and write checked). Built with overflow checks and
+//! debug assertions on. A crash is any panic — a failed check inside
+//! ferrocm, an overflow, a sanitizer report that escaped as a panic — or the
+//! two devices disagreeing about whether a step is valid (one refuses what
+//! the other accepts, apart from the documented differences below).
+
+#![no_main]
+
+use arbitrary::Arbitrary;
+use ferrocm::host::Error as HostError;
+use ferrocm::ops::{Binary, Cmp, DType, DynTensor, Error, Reduce, Unary};
+use ferrocm::{Device, Tensor, WaveSize, bf16, f16};
+use libfuzzer_sys::fuzz_target;
+
+/// Most bytes a device may hold (live and cached): large inputs are refused
+/// as out of memory instead of slowing the fuzzer down.
+const MEMORY_LIMIT: u64 = 256 << 10;
+const MAX_STEPS: usize = 12;
+const MAX_TENSORS: usize = 8;
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Dt {
+    F32,
+    F16,
+    Bf16,
+    U8,
+    U32,
+    I64,
+}
+
+impl Dt {
+    fn dtype(self) -> DType {
+        match self {
+            Dt::F32 => DType::F32,
+            Dt::F16 => DType::F16,
+            Dt::Bf16 => DType::BF16,
+            Dt::U8 => DType::U8,
+            Dt::U32 => DType::U32,
+            Dt::I64 => DType::I64,
+        }
+    }
+}
+
+/// A small shape: each byte a dim of 0 to 16, at most 5 dims.
+#[derive(Arbitrary, Debug, Clone)]
+struct Small(Vec<u8>);
+
+impl Small {
+    fn dims(&self) -> Vec<usize> {
+        self.0.iter().take(5).map(|&b| (b % 17) as usize).collect()
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+enum Step {
+    Zeros { dt: Dt, shape: Small },
+    Full { dt: Dt, shape: Small, value: f64 },
+    Arange { dt: Dt, start: i64, end: i64 },
+    Rand { dt: Dt, shape: Small, lo: f64, hi: f64, seed: u64 },
+    Randn { dt: Dt, shape: Small, mean: f64, std: f64, seed: u64 },
+    FromBytes { dt: Dt, shape: Small, data: Vec<u8> },
+    Transpose { src: u8, d0: i64, d1: i64 },
+    Permute { src: u8, perm: Vec<i64> },
+    Narrow { src: u8, dim: i64, start: usize, len: usize },
+    NarrowSmall { src: u8, dim: i8, start: u8, len: u8 },
+    Broadcast { src: u8, shape: Vec<usize> },
+    BroadcastSmall { src: u8, shape: Small },
+    Reshape { src: u8, shape: Vec<usize> },
+    ReshapeSmall { src: u8, shape: Small },
+    Unary { src: u8, op: u8, p: f32 },
+    Affine { src: u8, mul: f32, add: f32 },
+    Binary { a: u8, b: u8, op: u8 },
+    Cmp { a: u8, b: u8, op: u8 },
+    Scalar { src: u8, op: u8, value: f64 },
+    Where { mask: u8, a: u8, b: u8 },
+    Cast { src: u8, dt: Dt },
+    Reduce { src: u8, op: u8, dims: Vec<i8>, keepdim: bool },
+    ReduceHuge { src: u8, dims: Vec<i64> },
+    Arg { src: u8, min: bool, dims: Vec<i8>, keepdim: bool },
+    Softmax { src: u8, dim: i64, log: bool },
+    Copy2d { src: u8, rows: usize, cols: usize, stride: usize, offset: usize },
+    Copy2dSmall { src: u8, rows: u8, cols: u8, stride: u8, offset: u8 },
+    Contiguous { src: u8 },
+    Read { src: u8 },
+    Allclose { a: u8, b: u8, rtol: f64, atol: f64 },
+    Sync,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Program {
+    wave64: bool,
+    steps: Vec<Step>,
+}
+
+/// Runs `body` with `T` the Rust type of `dt`.
+macro_rules! typed {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F16 => {
+                type $T = f16;
+                $body
+            }
+            DType::BF16 => {
+                type $T = bf16;
+                $body
+            }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            other => unreachable!("no such dtype in the fuzzer: {other}"),
+        }
+    };
+}
+
+/// The value a data byte stands for: the specials floats break on, else a
+/// small number.
+fn value_of(b: u8) -> f64 {
+    match b {
+        255 => f64::NAN,
+        254 => f64::INFINITY,
+        253 => f64::NEG_INFINITY,
+        252 => -0.0,
+        251 => 1e-40, // a subnormal in f32
+        _ => b as f64 - 100.0,
+    }
+}
+
+fn pick<'a>(ts: &'a [DynTensor], i: u8) -> Option<&'a DynTensor> {
+    (!ts.is_empty()).then(|| &ts[i as usize % ts.len()])
+}
+
+/// One step on one device's tensors: `None` when it takes a tensor and
+/// there is none.
+fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynTensor>, Error>> {
+    let new = |r: Result<DynTensor, Error>| Some(r.map(Some));
+    match step {
+        Step::Zeros { dt, shape } => new(typed!(dt.dtype(), T => Tensor::<T>::zeros(&shape.dims(), dev).map(|t| t.to_dyn()))),
+        Step::Full { dt, shape, value } => new(typed!(dt.dtype(), T => {
+            use ferrocm::ops::WithDType;
+            Tensor::<T>::full(T::from_f64(*value), &shape.dims(), dev).map(|t| t.to_dyn())
+        })),
+        Step::Arange { dt, start, end } => {
+            new(typed!(dt.dtype(), T => Tensor::<T>::arange(*start, *end, dev).map(|t| t.to_dyn())))
+        }
+        Step::Rand { dt, shape, lo, hi, seed } => new(typed!(dt.dtype(), T => {
+            Tensor::<T>::rand(&shape.dims(), *lo, *hi, *seed, dev).map(|t| t.to_dyn())
+        })),
+        Step::Randn { dt, shape, mean, std, seed } => new(typed!(dt.dtype(), T => {
+            Tensor::<T>::randn(&shape.dims(), *mean, *std, *seed, dev).map(|t| t.to_dyn())
+        })),
+        Step::FromBytes { dt, shape, data } => new(typed!(dt.dtype(), T => {
+            use ferrocm::ops::WithDType;
+            let v: Vec<T> = data.iter().map(|&b| T::from_f64(value_of(b))).collect();
+            Tensor::<T>::from_slice(&v, &shape.dims(), dev).map(|t| t.to_dyn())
+        })),
+        Step::Transpose { src, d0, d1 } => new(pick(ts, *src)?.transpose(*d0, *d1)),
+        Step::Permute { src, perm } => new(pick(ts, *src)?.permute(perm)),
+        Step::Narrow { src, dim, start, len } => new(pick(ts, *src)?.narrow(*dim, *start, *len)),
+        Step::NarrowSmall { src, dim, start, len } => {
+            new(pick(ts, *src)?.narrow(*dim, *start as usize % 8, *len as usize % 8))
+        }
+        Step::Broadcast { src, shape } => new(pick(ts, *src)?.broadcast_as(shape)),
+        Step::BroadcastSmall { src, shape } => new(pick(ts, *src)?.broadcast_as(&shape.dims())),
+        Step::Reshape { src, shape } => new(pick(ts, *src)?.reshape(shape)),
+        Step::ReshapeSmall { src, shape } => new(pick(ts, *src)?.reshape(&shape.dims())),
+        Step::Unary { src, op, p } => {
+            new(pick(ts, *src)?.unary(Unary::ALL[*op as usize % Unary::ALL.len()], *p))
+        }
+        Step::Affine { src, mul, add } => new(pick(ts, *src)?.affine(*mul, *add)),
+        Step::Binary { a, b, op } => new(
+            pick(ts, *a)?.binary(pick(ts, *b)?, Binary::ALL[*op as usize % Binary::ALL.len()]),
+        ),
+        Step::Cmp { a, b, op } => {
+            new(pick(ts, *a)?.cmp(pick(ts, *b)?, Cmp::ALL[*op as usize % Cmp::ALL.len()]))
+        }
+        Step::Scalar { src, op, value } => {
+            let t = pick(ts, *src)?;
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => {
+                    use ferrocm::ops::WithDType;
+                    let (t, v) = (t.typed::<T>()?, T::from_f64(*value));
+                    match op % 6 {
+                        0 => t.add_scalar(v),
+                        1 => t.sub_scalar(v),
+                        2 => t.mul_scalar(v),
+                        3 => t.div_scalar(v),
+                        4 => t.maximum_scalar(v),
+                        _ => t.minimum_scalar(v),
+                    }
+                    .map(|t| t.to_dyn())
+                })
+            }))
+        }
+        Step::Where { mask, a, b } => new(pick(ts, *mask)?.where_cond(pick(ts, *a)?, pick(ts, *b)?)),
+        Step::Cast { src, dt } => new(pick(ts, *src)?.to_dtype(dt.dtype())),
+        Step::Reduce { src, op, dims, keepdim } => new(pick(ts, *src)?.reduce(
+            Reduce::ALL[*op as usize % Reduce::ALL.len()],
+            dims,
+            *keepdim,
+        )),
+        Step::ReduceHuge { src, dims } => new(pick(ts, *src)?.reduce(Reduce::Sum, dims, false)),
+        Step::Arg { src, min, dims, keepdim } => {
+            let t = pick(ts, *src)?;
+            new(if *min { t.argmin(dims, *keepdim) } else { t.argmax(dims, *keepdim) })
+        }
+        Step::Softmax { src, dim, log } => {
+            let t = pick(ts, *src)?;
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => {
+                    let t = t.typed::<T>()?;
+                    if *log { t.log_softmax_dim(*dim) } else { t.softmax_dim(*dim) }.map(|t| t.to_dyn())
+                })
+            }))
+        }
+        Step::Copy2d { src, rows, cols, stride, offset } => {
+            let t = pick(ts, *src)?;
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => t.typed::<T>()?.copy2d(*rows, *cols, *stride, *offset).map(|t| t.to_dyn()))
+            }))
+        }
+        Step::Copy2dSmall { src, rows, cols, stride, offset } => {
+            let t = pick(ts, *src)?;
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => t.typed::<T>()?
+                    .copy2d(*rows as usize % 9, *cols as usize % 9, *stride as usize % 9, *offset as usize % 17)
+                    .map(|t| t.to_dyn()))
+            }))
+        }
+        Step::Contiguous { src } => new(pick(ts, *src)?.contiguous()),
+        Step::Read { src } => {
+            let t = pick(ts, *src)?;
+            Some(t.dtype().and_then(|d| {
+                typed!(d, T => {
+                    let t = t.typed::<T>()?;
+                    let v = t.to_vec()?;
+                    assert_eq!(v.len(), t.elem_count(), "to_vec length");
+                    let shown = t.to_string();
+                    assert!(!shown.is_empty());
+                    if t.elem_count() == 1 {
+                        t.to_scalar()?;
+                    } else {
+                        assert!(t.to_scalar().is_err(), "to_scalar of {} elements", t.elem_count());
+                    }
+                    Ok(None)
+                })
+            }))
+        }
+        Step::Allclose { a, b, rtol, atol } => {
+            let (a, b) = (pick(ts, *a)?, pick(ts, *b)?);
+            Some(a.dtype().and_then(|d| {
+                typed!(d, T => {
+                    a.typed::<T>()?.allclose(&b.typed::<T>()?, *rtol, *atol)?;
+                    Ok(None)
+                })
+            }))
+        }
+        Step::Sync => Some(dev.synchronize().map(|_| None).map_err(Error::from)),
+    }
+}
+
+/// Differences between the devices that are documented, not bugs: a fault
+/// found on the device surfaces at a later wait than on the Cpu (which
+/// returns it from the op), and the emulator may need a little more memory
+/// (layouts in memory, red zones) than the Cpu near the limit.
+fn may_differ(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Host(HostError::Fault { .. }) | Error::Host(HostError::OutOfMemory { .. })
+    )
+}
+
+fn devices(wave64: bool) -> [Device; 2] {
+    let wave = if wave64 { WaveSize::Wave64 } else { WaveSize::Wave32 };
+    let devs = [Device::Cpu, Device::emulator(wave)];
+    for d in &devs {
+        d.set_memory_limit(Some(MEMORY_LIMIT));
+    }
+    devs
+}
+
+fuzz_target!(|program: Program| {
+    let [cpu, emu] = devices(program.wave64);
+    // Start clean: a fault left over from an earlier input is reported now.
+    let _ = emu.synchronize();
+    let (mut on_cpu, mut on_emu): (Vec<DynTensor>, Vec<DynTensor>) = (Vec::new(), Vec::new());
+    for step in program.steps.iter().take(MAX_STEPS) {
+        let (Some(c), Some(e)) = (run(step, &on_cpu, &cpu), run(step, &on_emu, &emu)) else {
+            continue;
+        };
+        match (c, e) {
+            (Ok(c), Ok(e)) => {
+                if let (Some(c), Some(e)) = (c, e) {
+                    assert_eq!(c.shape(), e.shape(), "{step:?}");
+                    assert_eq!(c.dtype().ok(), e.dtype().ok(), "{step:?}");
+                    if on_cpu.len() < MAX_TENSORS {
+                        on_cpu.push(c);
+                        on_emu.push(e);
+                    }
+                }
+            }
+            (Err(c), Err(e)) => {
+                // Both refuse; each message names something and prints.
+                assert!(!c.to_string().is_empty() && !e.to_string().is_empty());
+            }
+            (Err(c), Ok(_)) => assert!(may_differ(&c), "{step:?}: the Cpu refused ({c}), the emulator did not"),
+            (Ok(_), Err(e)) => assert!(may_differ(&e), "{step:?}: the emulator refused ({e}), the Cpu did not"),
+        }
+    }
+});
