@@ -21,7 +21,15 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Row-major layout of `shape` at offset 0.
+    /// Row-major layout of `shape` at offset 0. For a shape whose element
+    /// count overflows (which no tensor can have: every constructor checks
+    /// it) the strides saturate, and [`Layout::storage_end`] says `usize::MAX`.
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3, 4]).strides(), &[12, 4, 1]);
+    /// assert_eq!(Layout::contiguous(&[usize::MAX, 2]).storage_end(), usize::MAX);
+    /// ```
     pub fn contiguous(shape: &[usize]) -> Self {
         let mut strides = vec![0; shape.len()];
         let mut s = 1usize;
@@ -93,9 +101,22 @@ impl Layout {
         self.shape.len()
     }
 
-    /// Number of elements.
+    /// Number of elements (`usize::MAX` for a shape whose count overflows,
+    /// see [`Layout::contiguous`]).
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3]).elem_count(), 6);
+    /// assert_eq!(Layout::contiguous(&[usize::MAX, 0, 2]).elem_count(), 0);
+    /// ```
     pub fn elem_count(&self) -> usize {
-        self.shape.iter().product()
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .unwrap_or(usize::MAX)
     }
 
     /// Whether the elements are row-major and dense from `offset` (dims of size 1 ignored).
@@ -110,20 +131,32 @@ impl Layout {
         true
     }
 
-    /// Storage offset of the logical element number `i` (row-major order).
+    /// Storage offset of the logical element number `i` (row-major order;
+    /// saturating, which only a layout of no tensor can reach).
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// let t = Layout::contiguous(&[2, 3]).transpose(0, 1).unwrap(); // [3, 2]
+    /// assert_eq!((0..6).map(|i| t.offset_of(i)).collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
+    /// ```
     pub fn offset_of(&self, mut i: usize) -> usize {
         let mut off = self.offset;
         for d in (0..self.rank()).rev() {
             let dim = self.shape[d].max(1);
-            off += (i % dim) * self.strides[d];
+            off = off.saturating_add((i % dim).saturating_mul(self.strides[d]));
             i /= dim;
         }
         off
     }
 
     /// Largest storage index touched plus one (`offset` when empty), or
-    /// `None` when that overflows (no layout built through this type's
-    /// methods does).
+    /// `None` when that overflows (no tensor's layout does).
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3]).checked_storage_end(), Some(6));
+    /// assert_eq!(Layout::contiguous(&[usize::MAX, 2]).checked_storage_end(), None);
+    /// ```
     pub fn checked_storage_end(&self) -> Option<usize> {
         if self.elem_count() == 0 {
             return Some(self.offset);
@@ -145,8 +178,8 @@ impl Layout {
     /// assert_eq!((l.offset(), l.storage_end()), (1, 6));
     /// ```
     pub fn storage_end(&self) -> usize {
-        self.checked_storage_end()
-            .expect("a Layout's reach fits in usize (checked when it is built)")
+        // Saturating: an overflowing reach is beyond any buffer.
+        self.checked_storage_end().unwrap_or(usize::MAX)
     }
 
     /// Elements of storage from `offset` a kernel reading this view may
@@ -177,6 +210,16 @@ impl Layout {
     }
 
     /// Swaps two dims (a view).
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// let t = Layout::contiguous(&[2, 3]).transpose(0, 1)?;
+    /// assert_eq!((t.shape(), t.strides()), (&[3, 2][..], &[1, 3][..]));
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`] when a dim is not below the rank.
     pub fn transpose(&self, d0: usize, d1: usize) -> Result<Layout> {
         self.check_dim("transpose", d0)?;
         self.check_dim("transpose", d1)?;
@@ -187,6 +230,15 @@ impl Layout {
     }
 
     /// Reorders dims: dim `k` of the result is dim `perm[k]` of this layout.
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// assert_eq!(Layout::contiguous(&[2, 3, 4]).permute(&[2, 0, 1])?.shape(), &[4, 2, 3]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadPermutation`] when `perm` is not a permutation of `0..rank`.
     pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
         let mut seen = vec![false; self.rank()];
         if perm.len() != self.rank()
@@ -208,6 +260,19 @@ impl Layout {
     }
 
     /// Elements `start..start + len` of `dim` (a view).
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// let n = Layout::contiguous(&[4, 5]).narrow(1, 2, 3)?;
+    /// assert_eq!((n.shape(), n.offset()), (&[4, 3][..], 2));
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`] for a dim not below the rank;
+    /// [`Error::NarrowOutOfRange`] when the range passes the dim's end;
+    /// [`Error::TooLarge`] when the new offset overflows (a layout of no
+    /// tensor).
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Layout> {
         self.check_dim("narrow", dim)?;
         let size = self.shape[dim];
@@ -223,12 +288,29 @@ impl Layout {
         let mut l = self.clone();
         l.shape[dim] = len;
         if len > 0 {
-            l.offset += start * self.strides[dim];
+            l.offset = start
+                .checked_mul(self.strides[dim])
+                .and_then(|o| o.checked_add(self.offset))
+                .ok_or_else(|| Error::TooLarge {
+                    op: "narrow",
+                    shape: self.shape.clone(),
+                })?;
         }
         Ok(l)
     }
 
     /// Broadcasts to `shape` (numpy rules: leading dims added, size-1 dims stretched with stride 0).
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// let b = Layout::contiguous(&[3, 1]).broadcast_as(&[2, 3, 4])?;
+    /// assert_eq!(b.strides(), &[0, 1, 0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BroadcastIncompatible`] when the shapes do not broadcast;
+    /// [`Error::TooLarge`] when `shape`'s element count overflows.
     pub fn broadcast_as(&self, shape: &[usize]) -> Result<Layout> {
         let err = || Error::BroadcastIncompatible {
             op: "broadcast_as",
