@@ -11,7 +11,7 @@
 
 use arbitrary::Arbitrary;
 use ferrocm::host::Error as HostError;
-use ferrocm::ops::{Binary, Cmp, DType, DynTensor, Error, Reduce, Unary};
+use ferrocm::ops::{Binary, Cmp, DType, DynTensor, Error, Reduce, Unary, WithDType};
 use ferrocm::{Device, Tensor, WaveSize, bf16, f16};
 use libfuzzer_sys::fuzz_target;
 
@@ -152,7 +152,6 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
     match step {
         Step::Zeros { dt, shape } => new(typed!(dt.dtype(), T => Tensor::<T>::zeros(&shape.dims(), dev).map(|t| t.to_dyn()))),
         Step::Full { dt, shape, value } => new(typed!(dt.dtype(), T => {
-            use ferrocm::ops::WithDType;
             Tensor::<T>::full(T::from_f64(*value), &shape.dims(), dev).map(|t| t.to_dyn())
         })),
         Step::Arange { dt, start, end } => {
@@ -165,7 +164,6 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
             Tensor::<T>::randn(&shape.dims(), *mean, *std, *seed, dev).map(|t| t.to_dyn())
         })),
         Step::FromBytes { dt, shape, data } => new(typed!(dt.dtype(), T => {
-            use ferrocm::ops::WithDType;
             let v: Vec<T> = data.iter().map(|&b| T::from_f64(value_of(b))).collect();
             Tensor::<T>::from_slice(&v, &shape.dims(), dev).map(|t| t.to_dyn())
         })),
@@ -193,7 +191,6 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
             let t = pick(ts, *src)?;
             new(t.dtype().and_then(|d| {
                 typed!(d, T => {
-                    use ferrocm::ops::WithDType;
                     let (t, v) = (t.typed::<T>()?, T::from_f64(*value));
                     match op % 6 {
                         0 => t.add_scalar(v),
