@@ -189,3 +189,46 @@ fn arange_over_a_huge_range_is_an_error_not_an_abort() {
         );
     }
 }
+
+/// Found by the fuzzer's slow-unit report: a reduction whose reduced dims
+/// all have size 1 (or that reduces no dim) launched one workgroup per
+/// element. Each output is its one input, exactly; argmax/argmin are 0; no
+/// kernel runs.
+#[test]
+fn reductions_over_size_one_dims_are_the_input_without_a_launch() {
+    for dev in devices() {
+        let v = [1.5f32, f32::NAN, -0.0, f32::INFINITY, 7.25, -3.0];
+        let x = Tensor::from_slice(&v, &[3, 1, 2], &dev).unwrap();
+        for op in [
+            ferrocm::Reduce::Sum,
+            ferrocm::Reduce::Mean,
+            ferrocm::Reduce::Max,
+        ] {
+            let y = x.reduce(op, &[1], false).unwrap();
+            assert_eq!(y.shape(), &[3, 2]);
+            let got = y.to_vec().unwrap();
+            for (g, w) in got.iter().zip(&v) {
+                assert!(g.to_bits() == w.to_bits(), "{op:?} on {dev}: {got:?}");
+            }
+            assert_eq!(
+                x.reduce(op, &[] as &[usize], true).unwrap().shape(),
+                &[3, 1, 2]
+            );
+        }
+        assert_eq!(x.argmax(&[-2], true).unwrap().to_vec().unwrap(), vec![0; 6]);
+        assert_eq!(
+            x.argmin(&[] as &[usize], false).unwrap().shape(),
+            &[3, 1, 2]
+        );
+    }
+    // No kernel runs: counted on a device no other test here uses.
+    let dev = Device::emulator_with(ferrocm::EmulatorConfig {
+        wave_size: WaveSize::Wave64,
+        sanitize: false,
+    });
+    let x = Tensor::<f32>::ones(&[4, 1, 3], &dev).unwrap();
+    let launches = dev.memory_stats().launches;
+    x.sum(&[1], false).unwrap();
+    x.max(&[] as &[usize], true).unwrap();
+    assert_eq!(dev.memory_stats().launches, launches);
+}

@@ -368,6 +368,11 @@ impl RawBuffer {
     }
 
     /// Copies the bytes to the host (waits for queued work on a GPU).
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `dst` is not the buffer's size;
+    /// [`Error::Fault`] as [`DeviceBuffer::download`]; [`Error::Rocm`] /
+    /// [`Error::Cuda`] when the copy fails.
     pub fn download_bytes(&self, dst: &mut [u8]) -> Result<()> {
         self.copy_to_host(dst)?;
         // A wait: the place a fault reported by a kernel since the last one surfaces.
@@ -609,6 +614,18 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     }
 
     /// Copies the buffer to a `Vec` (waits for queued work on a GPU).
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// let b = Device::emulator(WaveSize::Wave32).upload(&[1u32, 2])?;
+    /// assert_eq!(b.download()?, vec![1, 2]);
+    /// # Ok::<(), ferrocm_host::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Fault`] when a kernel on this device reported a fault since
+    /// the last wait (see [`crate::fault`]; the copy itself succeeded);
+    /// [`Error::Rocm`] / [`Error::Cuda`] when the copy fails.
     pub fn download(&self) -> Result<Vec<T>> {
         let mut v = vec![T::zeroed(); self.len()];
         self.raw.download_bytes(bytemuck::cast_slice_mut(&mut v))?;

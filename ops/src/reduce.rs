@@ -473,6 +473,12 @@ impl<T: WithDType> Tensor<T> {
         }
         let dev = self.device();
         crate::layout::checked_count(op.name(), &out_shape, size_of::<T>())?;
+        if cols == 1 {
+            // Every reduced dim has size 1 (or none is reduced): each output
+            // is its one input, exactly, in the same order. No launch of one
+            // workgroup per element.
+            return self.contiguous()?.reshape(&out_shape);
+        }
         let out = dev.alloc::<T>(rows)?;
         let out = match op {
             Reduce::Sum => self.row_reduce::<k::Sum>(dev, op, &view, cols, out),
@@ -598,6 +604,11 @@ impl<T: WithDType> Tensor<T> {
                 op,
                 shape: self.shape().to_vec(),
             });
+        }
+        if cols == 1 {
+            // One candidate per output: index 0 everywhere.
+            crate::layout::checked_count(op, &out_shape, size_of::<u32>())?;
+            return Tensor::zeros(&out_shape, self.device());
         }
         let dev = self.device();
         let op = ArgReduce::<T, MIN> {

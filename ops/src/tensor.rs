@@ -457,7 +457,10 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Host`] when the copy of a strided view or the read-back fails.
+    /// [`Error::Host`] when the copy of a strided view or the read-back
+    /// fails, or with `Fault` when a kernel on this device reported an error
+    /// (an integer division by zero) since the last wait: the read-back is
+    /// where device errors surface (see `ferrocm_host::fault`).
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let t = self.contiguous()?;
         let n = t.elem_count();
