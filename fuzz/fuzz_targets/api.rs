@@ -18,6 +18,10 @@ use libfuzzer_sys::fuzz_target;
 /// Most bytes a device may hold (live and cached): large inputs are refused
 /// as out of memory instead of slowing the fuzzer down.
 const MEMORY_LIMIT: u64 = 8 << 10;
+/// Most elements a reduction may read: a broadcast view needs no memory,
+/// so the memory limit does not bound the work of reducing it (a scalar
+/// broadcast to 67M elements took the emulator 9 s).
+const WORK_LIMIT: usize = 1 << 16;
 const MAX_STEPS: usize = 12;
 const MAX_TENSORS: usize = 8;
 
@@ -56,36 +60,157 @@ impl Small {
 
 #[derive(Arbitrary, Debug)]
 enum Step {
-    Zeros { dt: Dt, shape: Small },
-    Full { dt: Dt, shape: Small, value: f64 },
-    Arange { dt: Dt, start: i64, end: i64 },
-    Rand { dt: Dt, shape: Small, lo: f64, hi: f64, seed: u64 },
-    Randn { dt: Dt, shape: Small, mean: f64, std: f64, seed: u64 },
-    FromBytes { dt: Dt, shape: Small, data: Vec<u8> },
-    Transpose { src: u8, d0: i64, d1: i64 },
-    Permute { src: u8, perm: Vec<i64> },
-    Narrow { src: u8, dim: i64, start: usize, len: usize },
-    NarrowSmall { src: u8, dim: i8, start: u8, len: u8 },
-    Broadcast { src: u8, shape: Vec<usize> },
-    BroadcastSmall { src: u8, shape: Small },
-    Reshape { src: u8, shape: Vec<usize> },
-    ReshapeSmall { src: u8, shape: Small },
-    Unary { src: u8, op: u8, p: f32 },
-    Affine { src: u8, mul: f32, add: f32 },
-    Binary { a: u8, b: u8, op: u8 },
-    Cmp { a: u8, b: u8, op: u8 },
-    Scalar { src: u8, op: u8, value: f64 },
-    Where { mask: u8, a: u8, b: u8 },
-    Cast { src: u8, dt: Dt },
-    Reduce { src: u8, op: u8, dims: Vec<i8>, keepdim: bool },
-    ReduceHuge { src: u8, dims: Vec<i64> },
-    Arg { src: u8, min: bool, dims: Vec<i8>, keepdim: bool },
-    Softmax { src: u8, dim: i64, log: bool },
-    Copy2d { src: u8, rows: usize, cols: usize, stride: usize, offset: usize },
-    Copy2dSmall { src: u8, rows: u8, cols: u8, stride: u8, offset: u8 },
-    Contiguous { src: u8 },
-    Read { src: u8 },
-    Allclose { a: u8, b: u8, rtol: f64, atol: f64 },
+    Zeros {
+        dt: Dt,
+        shape: Small,
+    },
+    Full {
+        dt: Dt,
+        shape: Small,
+        value: f64,
+    },
+    Arange {
+        dt: Dt,
+        start: i64,
+        end: i64,
+    },
+    Rand {
+        dt: Dt,
+        shape: Small,
+        lo: f64,
+        hi: f64,
+        seed: u64,
+    },
+    Randn {
+        dt: Dt,
+        shape: Small,
+        mean: f64,
+        std: f64,
+        seed: u64,
+    },
+    FromBytes {
+        dt: Dt,
+        shape: Small,
+        data: Vec<u8>,
+    },
+    Transpose {
+        src: u8,
+        d0: i64,
+        d1: i64,
+    },
+    Permute {
+        src: u8,
+        perm: Vec<i64>,
+    },
+    Narrow {
+        src: u8,
+        dim: i64,
+        start: usize,
+        len: usize,
+    },
+    NarrowSmall {
+        src: u8,
+        dim: i8,
+        start: u8,
+        len: u8,
+    },
+    Broadcast {
+        src: u8,
+        shape: Vec<usize>,
+    },
+    BroadcastSmall {
+        src: u8,
+        shape: Small,
+    },
+    Reshape {
+        src: u8,
+        shape: Vec<usize>,
+    },
+    ReshapeSmall {
+        src: u8,
+        shape: Small,
+    },
+    Unary {
+        src: u8,
+        op: u8,
+        p: f32,
+    },
+    Affine {
+        src: u8,
+        mul: f32,
+        add: f32,
+    },
+    Binary {
+        a: u8,
+        b: u8,
+        op: u8,
+    },
+    Cmp {
+        a: u8,
+        b: u8,
+        op: u8,
+    },
+    Scalar {
+        src: u8,
+        op: u8,
+        value: f64,
+    },
+    Where {
+        mask: u8,
+        a: u8,
+        b: u8,
+    },
+    Cast {
+        src: u8,
+        dt: Dt,
+    },
+    Reduce {
+        src: u8,
+        op: u8,
+        dims: Vec<i8>,
+        keepdim: bool,
+    },
+    ReduceHuge {
+        src: u8,
+        dims: Vec<i64>,
+    },
+    Arg {
+        src: u8,
+        min: bool,
+        dims: Vec<i8>,
+        keepdim: bool,
+    },
+    Softmax {
+        src: u8,
+        dim: i64,
+        log: bool,
+    },
+    Copy2d {
+        src: u8,
+        rows: usize,
+        cols: usize,
+        stride: usize,
+        offset: usize,
+    },
+    Copy2dSmall {
+        src: u8,
+        rows: u8,
+        cols: u8,
+        stride: u8,
+        offset: u8,
+    },
+    Contiguous {
+        src: u8,
+    },
+    Read {
+        src: u8,
+    },
+    Allclose {
+        a: u8,
+        b: u8,
+        rtol: f64,
+        atol: f64,
+    },
     Sync,
 }
 
@@ -145,22 +270,42 @@ fn pick<'a>(ts: &'a [DynTensor], i: u8) -> Option<&'a DynTensor> {
     (!ts.is_empty()).then(|| &ts[i as usize % ts.len()])
 }
 
+/// `pick`, for a step whose work is the input's size and not bounded by the
+/// memory limit (a reduction to a small output).
+fn pick_small<'a>(ts: &'a [DynTensor], i: u8) -> Option<&'a DynTensor> {
+    pick(ts, i).filter(|t| t.elem_count() <= WORK_LIMIT)
+}
+
 /// One step on one device's tensors: `None` when it takes a tensor and
 /// there is none.
 fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynTensor>, Error>> {
     let new = |r: Result<DynTensor, Error>| Some(r.map(Some));
     match step {
-        Step::Zeros { dt, shape } => new(typed!(dt.dtype(), T => Tensor::<T>::zeros(&shape.dims(), dev).map(|t| t.to_dyn()))),
+        Step::Zeros { dt, shape } => {
+            new(typed!(dt.dtype(), T => Tensor::<T>::zeros(&shape.dims(), dev).map(|t| t.to_dyn())))
+        }
         Step::Full { dt, shape, value } => new(typed!(dt.dtype(), T => {
             Tensor::<T>::full(T::from_f64(*value), &shape.dims(), dev).map(|t| t.to_dyn())
         })),
         Step::Arange { dt, start, end } => {
             new(typed!(dt.dtype(), T => Tensor::<T>::arange(*start, *end, dev).map(|t| t.to_dyn())))
         }
-        Step::Rand { dt, shape, lo, hi, seed } => new(typed!(dt.dtype(), T => {
+        Step::Rand {
+            dt,
+            shape,
+            lo,
+            hi,
+            seed,
+        } => new(typed!(dt.dtype(), T => {
             Tensor::<T>::rand(&shape.dims(), *lo, *hi, *seed, dev).map(|t| t.to_dyn())
         })),
-        Step::Randn { dt, shape, mean, std, seed } => new(typed!(dt.dtype(), T => {
+        Step::Randn {
+            dt,
+            shape,
+            mean,
+            std,
+            seed,
+        } => new(typed!(dt.dtype(), T => {
             Tensor::<T>::randn(&shape.dims(), *mean, *std, *seed, dev).map(|t| t.to_dyn())
         })),
         Step::FromBytes { dt, shape, data } => new(typed!(dt.dtype(), T => {
@@ -169,10 +314,18 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
         })),
         Step::Transpose { src, d0, d1 } => new(pick(ts, *src)?.transpose(*d0, *d1)),
         Step::Permute { src, perm } => new(pick(ts, *src)?.permute(perm)),
-        Step::Narrow { src, dim, start, len } => new(pick(ts, *src)?.narrow(*dim, *start, *len)),
-        Step::NarrowSmall { src, dim, start, len } => {
-            new(pick(ts, *src)?.narrow(*dim, *start as usize % 8, *len as usize % 8))
-        }
+        Step::Narrow {
+            src,
+            dim,
+            start,
+            len,
+        } => new(pick(ts, *src)?.narrow(*dim, *start, *len)),
+        Step::NarrowSmall {
+            src,
+            dim,
+            start,
+            len,
+        } => new(pick(ts, *src)?.narrow(*dim, *start as usize % 8, *len as usize % 8)),
         Step::Broadcast { src, shape } => new(pick(ts, *src)?.broadcast_as(shape)),
         Step::BroadcastSmall { src, shape } => new(pick(ts, *src)?.broadcast_as(&shape.dims())),
         Step::Reshape { src, shape } => new(pick(ts, *src)?.reshape(shape)),
@@ -181,9 +334,9 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
             new(pick(ts, *src)?.unary(Unary::ALL[*op as usize % Unary::ALL.len()], *p))
         }
         Step::Affine { src, mul, add } => new(pick(ts, *src)?.affine(*mul, *add)),
-        Step::Binary { a, b, op } => new(
-            pick(ts, *a)?.binary(pick(ts, *b)?, Binary::ALL[*op as usize % Binary::ALL.len()]),
-        ),
+        Step::Binary { a, b, op } => {
+            new(pick(ts, *a)?.binary(pick(ts, *b)?, Binary::ALL[*op as usize % Binary::ALL.len()]))
+        }
         Step::Cmp { a, b, op } => {
             new(pick(ts, *a)?.cmp(pick(ts, *b)?, Cmp::ALL[*op as usize % Cmp::ALL.len()]))
         }
@@ -204,17 +357,35 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                 })
             }))
         }
-        Step::Where { mask, a, b } => new(pick(ts, *mask)?.where_cond(pick(ts, *a)?, pick(ts, *b)?)),
+        Step::Where { mask, a, b } => {
+            new(pick(ts, *mask)?.where_cond(pick(ts, *a)?, pick(ts, *b)?))
+        }
         Step::Cast { src, dt } => new(pick(ts, *src)?.to_dtype(dt.dtype())),
-        Step::Reduce { src, op, dims, keepdim } => new(pick(ts, *src)?.reduce(
+        Step::Reduce {
+            src,
+            op,
+            dims,
+            keepdim,
+        } => new(pick_small(ts, *src)?.reduce(
             Reduce::ALL[*op as usize % Reduce::ALL.len()],
             dims,
             *keepdim,
         )),
-        Step::ReduceHuge { src, dims } => new(pick(ts, *src)?.reduce(Reduce::Sum, dims, false)),
-        Step::Arg { src, min, dims, keepdim } => {
-            let t = pick(ts, *src)?;
-            new(if *min { t.argmin(dims, *keepdim) } else { t.argmax(dims, *keepdim) })
+        Step::ReduceHuge { src, dims } => {
+            new(pick_small(ts, *src)?.reduce(Reduce::Sum, dims, false))
+        }
+        Step::Arg {
+            src,
+            min,
+            dims,
+            keepdim,
+        } => {
+            let t = pick_small(ts, *src)?;
+            new(if *min {
+                t.argmin(dims, *keepdim)
+            } else {
+                t.argmax(dims, *keepdim)
+            })
         }
         Step::Softmax { src, dim, log } => {
             let t = pick(ts, *src)?;
@@ -225,13 +396,25 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                 })
             }))
         }
-        Step::Copy2d { src, rows, cols, stride, offset } => {
+        Step::Copy2d {
+            src,
+            rows,
+            cols,
+            stride,
+            offset,
+        } => {
             let t = pick(ts, *src)?;
             new(t.dtype().and_then(|d| {
                 typed!(d, T => t.typed::<T>()?.copy2d(*rows, *cols, *stride, *offset).map(|t| t.to_dyn()))
             }))
         }
-        Step::Copy2dSmall { src, rows, cols, stride, offset } => {
+        Step::Copy2dSmall {
+            src,
+            rows,
+            cols,
+            stride,
+            offset,
+        } => {
             let t = pick(ts, *src)?;
             new(t.dtype().and_then(|d| {
                 typed!(d, T => t.typed::<T>()?
@@ -283,7 +466,11 @@ fn may_differ(e: &Error) -> bool {
 }
 
 fn devices(wave64: bool) -> [Device; 2] {
-    let wave = if wave64 { WaveSize::Wave64 } else { WaveSize::Wave32 };
+    let wave = if wave64 {
+        WaveSize::Wave64
+    } else {
+        WaveSize::Wave32
+    };
     let devs = [Device::Cpu, Device::emulator(wave)];
     for d in &devs {
         d.set_memory_limit(Some(MEMORY_LIMIT));
@@ -320,8 +507,14 @@ fuzz_target!(|program: Program| {
                 // Both refuse; each message names something and prints.
                 assert!(!c.to_string().is_empty() && !e.to_string().is_empty());
             }
-            (Err(c), Ok(_)) => assert!(may_differ(&c), "{step:?}: the Cpu refused ({c}), the emulator did not"),
-            (Ok(_), Err(e)) => assert!(may_differ(&e), "{step:?}: the emulator refused ({e}), the Cpu did not"),
+            (Err(c), Ok(_)) => assert!(
+                may_differ(&c),
+                "{step:?}: the Cpu refused ({c}), the emulator did not"
+            ),
+            (Ok(_), Err(e)) => assert!(
+                may_differ(&e),
+                "{step:?}: the emulator refused ({e}), the Cpu did not"
+            ),
         }
     }
 });
