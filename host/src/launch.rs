@@ -84,7 +84,7 @@ impl LaunchConfig {
 /// A buffer argument: the buffer, the element the kernel's pointer starts at
 /// and how many elements from there the launch may touch.
 ///
-/// Nothing here is trusted until [`check_launch`] has proved the range
+/// Nothing here is trusted until the launch check (`Device::launch_kernel`) has proved the range
 /// inside the buffer (`offset + extent <= len`, checked arithmetic).
 #[derive(Clone, Copy)]
 pub struct BufferArg<'a> {

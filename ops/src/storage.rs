@@ -2,7 +2,7 @@
 //!
 //! A [`Storage`] is untyped device memory ([`RawBuffer`]) plus its
 //! [`Format`]: dense elements of a [`DType`], or blocks of a quantized format
-//! (GGML's Q4_0, Q8_0, ... later) that are no element type. [`Tensor<T>`]
+//! (GGML's Q4_0, Q8_0, ... later) that are no element type. [`Tensor<T>`](crate::Tensor)
 //! is the typed view of a dense storage; [`DynTensor`](crate::DynTensor) the
 //! untyped one. Both share the same `Arc<Storage>`: converting is free.
 
