@@ -2,16 +2,11 @@
 //! ops, `to_scalar`, `allclose`, `Display`, softmax over any dim. Expected
 //! values are written here.
 
-use ferrocm::WaveSize;
 use ferrocm::{Device, Tensor};
 
-fn devices() -> Vec<Device> {
-    vec![
-        Device::Cpu,
-        Device::emulator(WaveSize::Wave32),
-        Device::emulator(WaveSize::Wave64),
-    ]
-}
+mod common;
+
+use common::devices;
 
 #[test]
 fn operators_and_scalar_ops() {

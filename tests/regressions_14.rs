@@ -1,18 +1,14 @@
 //! Bad inputs a new user tried (issue 14) that panicked or misreported: each
-//! is a typed error naming the op and the values now, on the Cpu and the
-//! emulator.
+//! is a typed error naming the op and the values now, on every device (the
+//! Cpu, the emulator, any GPU that answers).
 
 use ferrocm::WaveSize;
 use ferrocm::ops::Error;
 use ferrocm::{Device, Tensor};
 
-fn devices() -> Vec<Device> {
-    vec![
-        Device::Cpu,
-        Device::emulator(WaveSize::Wave32),
-        Device::emulator(WaveSize::Wave64),
-    ]
-}
+mod common;
+
+use common::devices;
 
 #[test]
 fn copy2d_bad_ranges_are_errors_that_say_why() {
