@@ -319,6 +319,13 @@ impl RawBuffer {
         Some(unsafe { &*(self as *const RawBuffer as *const DeviceBuffer<T>) })
     }
 
+    /// This memory viewed as mutable `T`s (see [`RawBuffer::typed`]).
+    pub fn typed_mut<T: bytemuck::Pod>(&mut self) -> Option<&mut DeviceBuffer<T>> {
+        self.typed::<T>()?;
+        // SAFETY: as in `typed`; `&mut self` is unique.
+        Some(unsafe { &mut *(self as *mut RawBuffer as *mut DeviceBuffer<T>) })
+    }
+
     /// Into a typed buffer, or back unchanged when the length does not divide.
     pub fn into_typed<T: bytemuck::Pod>(self) -> std::result::Result<DeviceBuffer<T>, RawBuffer> {
         if self.typed::<T>().is_none() {

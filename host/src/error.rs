@@ -184,6 +184,28 @@ pub enum Error {
         /// Device.
         device: String,
     },
+    /// An id past the dim it indexes (or negative) given to an indexing op
+    /// (`index_select`, `embedding`, `gather`, `scatter`, ...): found by the
+    /// Cpu in the op itself, by a kernel on a GPU or the emulator (which
+    /// skips that element, never reading or writing out of bounds) and then
+    /// reported at the next wait, like [`Error::Fault`].
+    #[error(
+        "{op}: id {id} at position {position} is out of range for a dim of size {size} (found on {device})"
+    )]
+    IdOutOfRange {
+        /// The op.
+        op: String,
+        /// The id as given (u8, u32 and i64 ids all fit).
+        id: i64,
+        /// Its position in the ids, in logical (row-major) order. The Cpu
+        /// reports the first bad id; a GPU the first one a workitem found
+        /// (the lowest position when there is only one).
+        position: u64,
+        /// The size of the dim the id indexes.
+        size: u64,
+        /// Device.
+        device: String,
+    },
     /// A HIP / rocBLAS / MIOpen call failed.
     #[error("{call} failed on {device}: {message}")]
     Rocm {

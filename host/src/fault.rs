@@ -1,8 +1,9 @@
 //! Errors found on the device side (an integer division by zero, an id past
 //! its dim), reported without a wait after each launch.
 //!
-//! Each device has three status words (`[tag, index low, index high]`,
-//! zero when nothing happened). A launch that can fault takes a
+//! Each device has [`FAULT_WORDS`] status words (`[tag, index low, index
+//! high, id low, id high, size low, size high, 0]`, zero when nothing
+//! happened; the id and size only for [`ID_OUT_OF_RANGE`]). A launch that can fault takes a
 //! [`FaultChannel`]: the words and a tag naming the op and what can go
 //! wrong. Its kernel compare-and-swaps the tag into word 0 when it finds the
 //! error (the first report wins) and writes the element index. The host
@@ -23,6 +24,14 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::launch::Out;
 use std::sync::{Mutex, MutexGuard};
+
+/// The u32 status words of a device (the kernel side's `Fault::status`).
+pub const FAULT_WORDS: usize = 8;
+
+/// The `what` of the faults of indexing ops: an id past its dim. Reported
+/// as [`Error::IdOutOfRange`] with the id and the dim's size the kernel
+/// wrote (`Fault::raise_id`).
+pub const ID_OUT_OF_RANGE: &str = "id out of range";
 
 /// The status words of one device and whether a launch that can fault ran
 /// since the host last read them.
@@ -107,12 +116,12 @@ impl Device {
     /// the error, if the kernel reports it, comes from the next wait.
     ///
     /// # Errors
-    /// [`Error::OutOfMemory`] when the status words (12 bytes, once per
+    /// [`Error::OutOfMemory`] when the status words (32 bytes, once per
     /// device) cannot be allocated.
     pub fn fault_channel(&self, op: &'static str, what: &'static str) -> Result<FaultChannel<'_>> {
         let mut guard = self.fault_words();
         if guard.words.is_none() {
-            guard.words = Some(self.alloc_zeroed::<u32>(3)?);
+            guard.words = Some(self.alloc_zeroed::<u32>(FAULT_WORDS)?);
         }
         guard.armed = true;
         Ok(FaultChannel {
@@ -134,8 +143,18 @@ impl Device {
         if v[0] == 0 {
             return Ok(());
         }
-        words.write(&[0; 3])?;
+        words.write(&[0; FAULT_WORDS])?;
         let (op, what) = site(v[0]);
+        let word64 = |k: usize| v[k] as u64 | (v[k + 1] as u64) << 32;
+        if what == ID_OUT_OF_RANGE {
+            return Err(Error::IdOutOfRange {
+                op: op.into(),
+                id: word64(3) as i64,
+                position: word64(1),
+                size: word64(5),
+                device: self.to_string(),
+            });
+        }
         Err(Error::Fault {
             op: op.into(),
             what: what.into(),

@@ -38,6 +38,6 @@ pub mod rocm;
 pub use buffer::{DeviceBuffer, RawBuffer};
 pub use device::{Device, EmulatorConfig, GpuInfo, WaveSize};
 pub use error::{Error, Result};
-pub use fault::FaultChannel;
+pub use fault::{FAULT_WORDS, FaultChannel, ID_OUT_OF_RANGE};
 pub use launch::{Arg, In, LaunchConfig, Out, Param, Params};
 pub use memory::MemoryStats;

@@ -316,6 +316,21 @@ impl<T: Copy> Lds<T> {
     }
 }
 
+#[amdgpu_device]
+impl Lds<u32> {
+    /// Adds `v` to element `i` atomically (against the other workitems of
+    /// the group); returns the old value. For LDS histograms.
+    #[inline(always)]
+    pub fn atomic_add(self, i: u32, v: u32) -> u32 {
+        #[cfg(not(ferrocm_device))]
+        emu::check_lds::<u32>(self.byte_offset, i);
+        // SAFETY: the element lies in the launch's LDS (checked in the
+        // emulator); a flat (generic) atomic reaches LDS on every target.
+        let word = unsafe { core::sync::atomic::AtomicU32::from_ptr(self.base.add(i as usize)) };
+        word.fetch_add(v, core::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// Reads element `i` of a global buffer argument: a plain load on a GPU;
 /// in the emulator with the sanitizer on, first checked against the ranges
 /// the launch proved inside their buffers, so a read out of bounds is an
@@ -355,7 +370,7 @@ pub unsafe fn store<T>(p: *mut T, i: usize, v: T) {
 #[amdgpu_device]
 #[derive(Clone, Copy)]
 pub struct Fault {
-    /// Three u32 words: tag, index low, index high.
+    /// [`FAULT_WORDS`] u32 words: tag, index (2), id (2), size (2).
     pub status: *mut u32,
     /// This launch's tag (non-zero).
     pub tag: u32,
@@ -363,11 +378,12 @@ pub struct Fault {
 
 #[amdgpu_device]
 impl Fault {
-    /// Reports a fault at element `index`.
+    /// Reports a fault at element `index`; whether this report was the
+    /// first (the one the host will see).
     #[inline(never)]
-    pub fn raise(self, index: u64) {
+    pub fn raise(self, index: u64) -> bool {
         #[cfg(not(ferrocm_device))]
-        emu::check_global(self.status as usize, 3 * size_of::<u32>(), true);
+        emu::check_global(self.status as usize, FAULT_WORDS * size_of::<u32>(), true);
         // SAFETY: `status` is the launch's status words (checked in the
         // emulator; the op layer passes them with every launch that can fault).
         let word = unsafe { core::sync::atomic::AtomicU32::from_ptr(self.status) };
@@ -385,8 +401,28 @@ impl Fault {
                 store(self.status, 2, (index >> 32) as u32);
             }
         }
+        first
+    }
+
+    /// Reports `id` at position `index` of an indexing op's ids: outside
+    /// `0..size`. The host turns it into `IdOutOfRange` naming all three.
+    #[inline(never)]
+    pub fn raise_id(self, index: u64, id: i64, size: u64) {
+        if self.raise(index) {
+            unsafe {
+                store(self.status, 3, id as u32);
+                store(self.status, 4, (id as u64 >> 32) as u32);
+                store(self.status, 5, size as u32);
+                store(self.status, 6, (size >> 32) as u32);
+            }
+        }
     }
 }
+
+/// The u32 status words [`Fault::status`] points to: tag, index (2 words),
+/// id (2), size (2), one unused.
+#[amdgpu_device]
+pub const FAULT_WORDS: usize = 8;
 
 /// The value of `v` held by lane `lane_id() ^ mask` (butterfly exchange).
 /// `mask` must be below [`wave_size`]. All active lanes must call it together.
