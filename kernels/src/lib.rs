@@ -38,7 +38,9 @@ pub mod affine;
 pub mod binary;
 pub mod cast;
 pub mod fill;
+pub mod index;
 pub mod reduce;
+pub mod sort;
 pub mod ternary;
 pub mod unary;
 
@@ -55,6 +57,8 @@ pub trait ElemKernels:
     + fill::FillKernels
     + affine::AffineKernels
     + reduce::ReduceKernels
+    + sort::SortKernels
+    + index::ScatterKernels
 {
 }
 
@@ -68,6 +72,8 @@ impl<T> ElemKernels for T where
         + fill::FillKernels
         + affine::AffineKernels
         + reduce::ReduceKernels
+        + sort::SortKernels
+        + index::ScatterKernels
 {
 }
 
@@ -116,6 +122,10 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         reduce::COL_KERNELS,
         reduce::ARG_KERNELS,
         reduce::SOFTMAX_KERNELS,
+        index::KERNELS,
+        index::COPY_INTO_KERNELS,
+        index::SCATTER_KERNELS,
+        sort::KERNELS,
     ]
     .into_iter()
     .flatten()

@@ -197,3 +197,5 @@ unsafe impl bytemuck::Zeroable for crate::elem::F16 {}
 unsafe impl bytemuck::Pod for crate::elem::F16 {}
 unsafe impl bytemuck::Zeroable for crate::elem::Bf16 {}
 unsafe impl bytemuck::Pod for crate::elem::Bf16 {}
+unsafe impl bytemuck::Zeroable for crate::index::W128 {}
+unsafe impl bytemuck::Pod for crate::index::W128 {}
