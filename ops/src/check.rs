@@ -288,6 +288,49 @@ impl Runner<'_> {
                 });
             }
         }
+        // Indexing: ids drawn in range (u32, then cast for the other id types).
+        let (rows, cols) = (inp.rows, inp.cols);
+        let ids = move |n: usize, size: usize, seed: u64, dev: &Device| {
+            let n = if size == 0 { 0 } else { n };
+            Tensor::<u32>::rand(&[n], 0.0, size as f64, seed, dev)
+        };
+        self.case("index_select[0]".into(), d, move |dev| {
+            x(dev)?.index_select(0, &ids(rows + 2, rows, 7, dev)?)
+        });
+        self.case("index_select[1]_i64".into(), d, move |dev| {
+            x(dev)?.index_select(1, &ids(5, cols, 8, dev)?.to_dtype::<i64>()?)
+        });
+        self.case("embedding_u8".into(), d, move |dev| {
+            let i = ids(6, rows.min(255), 9, dev)?.to_dtype::<u8>()?;
+            x(dev)?.embedding(&i.reshape(&[2, i.elem_count() / 2])?)
+        });
+        self.case("gather[1]".into(), d, move |dev| {
+            let k = if cols == 0 { 0 } else { 3 };
+            let i = ids(rows * k, cols, 10, dev)?.reshape(&[rows, k])?;
+            x(dev)?.gather(1, &i)
+        });
+        self.case("slice_set".into(), d, move |dev| {
+            let mut t = Tensor::<T>::zeros(&[rows, cols + 4], dev)?;
+            t.slice_set(&x(dev)?, 1, 3)?;
+            Ok(t)
+        });
+        for desc in [false, true] {
+            self.case(format!("sort[desc={desc}]"), d, move |dev| {
+                Ok(x(dev)?.sort(desc)?.0)
+            });
+            self.case(format!("argsort[desc={desc}]"), d, move |dev| {
+                x(dev)?.argsort(desc)
+            });
+        }
+        if cols >= 5 {
+            self.case("topk[5]".into(), d, move |dev| Ok(x(dev)?.topk(5, true)?.0));
+            self.case("topk[5]_idx".into(), d, move |dev| {
+                Ok(x(dev)?.topk(5, true)?.1)
+            });
+            self.case("bottomk[5]_idx".into(), d, move |dev| {
+                Ok(x(dev)?.topk(5, false)?.1)
+            });
+        }
         if !empty {
             for dims in [&[1usize][..], &[0], &[0, 1]] {
                 self.case(format!("argmax{dims:?}"), d, move |dev| {

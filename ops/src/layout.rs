@@ -259,6 +259,38 @@ impl Layout {
         })
     }
 
+    /// Whether two positions of this layout share a memory element (a
+    /// broadcast view, stride 0 on a dim of size > 1, or strides that
+    /// interleave): such a view cannot be written in place.
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// assert!(!Layout::contiguous(&[2, 3]).transpose(0, 1)?.overlaps());
+    /// assert!(Layout::contiguous(&[1, 3]).broadcast_as(&[2, 3])?.overlaps());
+    /// assert!(Layout::new(vec![3, 2], vec![1, 1], 0)?.overlaps());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    pub fn overlaps(&self) -> bool {
+        let mut dims: Vec<(usize, usize)> = self
+            .shape()
+            .iter()
+            .zip(self.strides())
+            .filter(|(d, _)| **d > 1)
+            .map(|(&d, &s)| (s, d))
+            .collect();
+        dims.sort_unstable();
+        // Sorted by stride, each dim must step past everything the inner
+        // dims reach.
+        let mut reach = 0usize;
+        for (stride, size) in dims {
+            if stride <= reach {
+                return true;
+            }
+            reach = reach.saturating_add(stride.saturating_mul(size - 1));
+        }
+        false
+    }
+
     /// Elements `start..start + len` of `dim` (a view).
     ///
     /// ```

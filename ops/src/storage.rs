@@ -122,6 +122,12 @@ impl Storage {
         &self.buffer
     }
 
+    /// The memory, mutable (for the one in-place op, `slice_set`, on a
+    /// storage no other tensor shares).
+    pub(crate) fn raw_mut(&mut self) -> &mut RawBuffer {
+        &mut self.buffer
+    }
+
     /// The memory as `T`s, when it holds dense `T`s.
     ///
     /// ```
