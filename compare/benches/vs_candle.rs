@@ -67,6 +67,8 @@ fn cases<'a, T: ferrocm::ops::WithDType>(
     cx: &'a CTensor,
     cy: &'a CTensor,
     cmask: &'a CTensor,
+    (ids, cids): (&'a Tensor<u32>, &'a CTensor),
+    (gids, cgids): (&'a Tensor<u32>, &'a CTensor),
 ) -> Vec<Case<'a>> {
     let n = x.elem_count();
     let e = size_of::<T>();
@@ -165,6 +167,16 @@ fn cases<'a, T: ferrocm::ops::WithDType>(
             |x| x.transpose(0, 1).and_then(|t| t.contiguous()),
             |c| c.t().and_then(|t| t.contiguous())
         ),
+        // Indexing and sorting (ids: a permutation of the rows; cols/8 ids per row).
+        case!("argsort", one + n * 4, |x| x.argsort(false), |c| c.arg_sort_last_dim(true)),
+        case!("index_select", two + ids.elem_count() * 4, |x| x.index_select(0, ids), |c| c
+            .index_select(cids, 0)),
+        case!(
+            "gather",
+            gids.elem_count() * (2 * e + 4),
+            |x| x.gather(1, gids),
+            |c| c.gather(cgids, 1)
+        ),
     ]
 }
 
@@ -189,10 +201,15 @@ fn main() {
     let (cx, cy) = (c(&xs), c(&ys));
     let (xb, yb) = (xs.to_dtype::<bf16>().unwrap(), ys.to_dtype::<bf16>().unwrap());
     let (cxb, cyb) = (cx.to_dtype(CDType::BF16).unwrap(), cy.to_dtype(CDType::BF16).unwrap());
+    // A permutation of the rows, and n/8 column ids per row.
+    let perm = Tensor::<f32>::rand(&[n], 0.0, 1.0, 4, &dev).unwrap().argsort(false).unwrap();
+    let cperm = CTensor::from_vec(perm.to_vec().unwrap(), n, &cdev).unwrap();
+    let gids = Tensor::<u32>::rand(&[n, n / 8], 0.0, n as f64, 5, &dev).unwrap();
+    let cgids = CTensor::from_vec(gids.to_vec().unwrap(), (n, n / 8), &cdev).unwrap();
     let mut all_ratios = vec![];
     for (dtype, list) in [
-        ("f32", cases(&xs, &ys, &mask, &cx, &cy, &cmask)),
-        ("bf16", cases(&xb, &yb, &mask, &cxb, &cyb, &cmask)),
+        ("f32", cases(&xs, &ys, &mask, &cx, &cy, &cmask, (&perm, &cperm), (&gids, &cgids))),
+        ("bf16", cases(&xb, &yb, &mask, &cxb, &cyb, &cmask, (&perm, &cperm), (&gids, &cgids))),
     ] {
         println!("\n{dtype:<5} {:<12} {:>10} {:>10} {:>7} {:>9} {:>8}", "op", "candle ms", "ferrocm ms", "ratio", "GB/s", "% memcpy");
         let mut ratios = vec![];

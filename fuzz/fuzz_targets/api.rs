@@ -212,6 +212,43 @@ enum Step {
         atol: f64,
     },
     Sync,
+    IndexSelect {
+        src: u8,
+        dim: i8,
+        ids: u8,
+    },
+    Embedding {
+        src: u8,
+        ids: u8,
+    },
+    Gather {
+        src: u8,
+        dim: i8,
+        ids: u8,
+    },
+    Scatter {
+        dst: u8,
+        dim: i8,
+        ids: u8,
+        src: u8,
+        mode: u8,
+    },
+    SliceSet {
+        dst: u8,
+        src: u8,
+        dim: i8,
+        start: u16,
+    },
+    Sort {
+        src: u8,
+        descending: bool,
+        indices_only: bool,
+    },
+    TopK {
+        src: u8,
+        k: u16,
+        largest: bool,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -251,6 +288,35 @@ macro_rules! typed {
             other => unreachable!("no such dtype in the fuzzer: {other}"),
         }
     };
+}
+
+/// Runs `body` with `I` the id type of `dt` (u8, u32 or i64; the caller
+/// has checked it is one).
+macro_rules! with_ids {
+    ($dt:expr, $I:ident => $body:expr) => {
+        match $dt {
+            DType::U8 => {
+                type $I = u8;
+                $body
+            }
+            DType::U32 => {
+                type $I = u32;
+                $body
+            }
+            DType::I64 => {
+                type $I = i64;
+                $body
+            }
+            other => unreachable!("not an id dtype: {other}"),
+        }
+    };
+}
+
+/// A tensor of ids (an id dtype, at most the work limit) and its dtype.
+fn pick_ids(ts: &[DynTensor], i: u8) -> Option<(&DynTensor, DType)> {
+    let t = pick_small(ts, i)?;
+    let d = t.dtype().ok()?;
+    matches!(d, DType::U8 | DType::U32 | DType::I64).then_some((t, d))
 }
 
 /// The value a data byte stands for: the specials floats break on, else a
@@ -451,17 +517,106 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
             }))
         }
         Step::Sync => Some(dev.synchronize().map(|_| None).map_err(Error::from)),
+        Step::IndexSelect { src, dim, ids } => {
+            let (t, (i, idt)) = (pick_small(ts, *src)?, pick_ids(ts, *ids)?);
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => with_ids!(idt, I => t
+                    .typed::<T>()?
+                    .index_select(*dim, &i.typed::<I>()?)
+                    .map(|t| t.to_dyn())))
+            }))
+        }
+        Step::Embedding { src, ids } => {
+            let (t, (i, idt)) = (pick_small(ts, *src)?, pick_ids(ts, *ids)?);
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => with_ids!(idt, I => t
+                    .typed::<T>()?
+                    .embedding(&i.typed::<I>()?)
+                    .map(|t| t.to_dyn())))
+            }))
+        }
+        Step::Gather { src, dim, ids } => {
+            let (t, (i, idt)) = (pick_small(ts, *src)?, pick_ids(ts, *ids)?);
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => with_ids!(idt, I => t
+                    .typed::<T>()?
+                    .gather(*dim, &i.typed::<I>()?)
+                    .map(|t| t.to_dyn())))
+            }))
+        }
+        Step::Scatter {
+            dst,
+            dim,
+            ids,
+            src,
+            mode,
+        } => {
+            let (t, s) = (pick_small(ts, *dst)?, pick_small(ts, *src)?);
+            let (i, idt) = pick_ids(ts, *ids)?;
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => with_ids!(idt, I => {
+                    let (t, i, s) = (t.typed::<T>()?, i.typed::<I>()?, s.typed::<T>()?);
+                    match mode % 3 {
+                        0 => t.scatter(*dim, &i, &s),
+                        1 => t.scatter_add(*dim, &i, &s),
+                        _ => t.index_add(*dim, &i, &s),
+                    }
+                    .map(|t| t.to_dyn())
+                }))
+            }))
+        }
+        Step::SliceSet {
+            dst,
+            src,
+            dim,
+            start,
+        } => {
+            let (t, s) = (pick_small(ts, *dst)?, pick_small(ts, *src)?);
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => {
+                    // `ts` still holds the destination: the write copies it first.
+                    let mut t = t.typed::<T>()?;
+                    t.slice_set(&s.typed::<T>()?, *dim, *start as usize)?;
+                    Ok(t.to_dyn())
+                })
+            }))
+        }
+        Step::Sort {
+            src,
+            descending,
+            indices_only,
+        } => {
+            let t = pick_small(ts, *src)?;
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => {
+                    let t = t.typed::<T>()?;
+                    if *indices_only {
+                        t.argsort(*descending).map(|i| i.to_dyn())
+                    } else {
+                        t.sort(*descending).map(|(v, _)| v.to_dyn())
+                    }
+                })
+            }))
+        }
+        Step::TopK { src, k, largest } => {
+            let t = pick_small(ts, *src)?;
+            new(t.dtype().and_then(|d| {
+                typed!(d, T => t.typed::<T>()?.topk(*k as usize, *largest).map(|(v, _)| v.to_dyn()))
+            }))
+        }
     }
 }
 
 /// Differences between the devices that are documented, not bugs: a fault
-/// found on the device surfaces at a later wait than on the Cpu (which
+/// (or a bad id) found on the device surfaces at a later wait than on the Cpu (which
 /// returns it from the op), and the emulator may need a little more memory
 /// (layouts in memory, red zones) than the Cpu near the limit.
 fn may_differ(e: &Error) -> bool {
     matches!(
         e,
-        Error::Host(HostError::Fault { .. }) | Error::Host(HostError::OutOfMemory { .. })
+        Error::Host(HostError::Fault { .. })
+            | Error::Host(HostError::IdOutOfRange { .. })
+            | Error::Host(HostError::OutOfMemory { .. })
     )
 }
 
