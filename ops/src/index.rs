@@ -23,7 +23,19 @@ use ferrocm_kernels::index::{CopyIntoKernel, IdKernels, ScatterKernels, W128};
 use rayon::prelude::*;
 use std::sync::Arc;
 
-/// A type that can be an id: u8, u32 or i64.
+/// A type that can be an id: u8, u32 or i64 (a negative i64 id is out of
+/// range, as is any id not below its dim's size).
+///
+/// ```
+/// use ferrocm_ops::{Device, IdType, Tensor};
+/// fn first_rows<I: IdType>(t: &Tensor<f32>, ids: &Tensor<I>) -> ferrocm_ops::Result<Tensor<f32>> {
+///     t.index_select(0, ids)
+/// }
+/// let t = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3, 1], &Device::Cpu)?;
+/// let ids = Tensor::from_slice(&[2i64, 0], &[2], &Device::Cpu)?;
+/// assert_eq!(first_rows(&t, &ids)?.to_vec()?, vec![3.0, 1.0]);
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
 pub trait IdType: WithDType<Kernel: IdKernels + Elem> {}
 impl IdType for u8 {}
 impl IdType for u32 {}
@@ -346,12 +358,22 @@ impl<T: WithDType, I: IdType> Op for Gather<'_, T, I> {
         }
         let src = crate::cpu::host(self.src.buf());
         let (base, ds) = (&self.base, self.dim_stride);
+        // Rows of the ids' last dim: one coordinate walk per row, then a
+        // stride (0 when gathering along the last dim) per element.
+        let last = base.shape().last().copied().unwrap_or(1).max(1);
+        let step = base.strides().last().copied().unwrap_or(0);
+        let rows_per_task = (1 << 14) / last + 1;
         crate::cpu::host_mut(&mut self.out)
-            .par_iter_mut()
+            .par_chunks_mut(rows_per_task * last)
             .enumerate()
-            .for_each(|(e, o)| {
-                let id = ids[e].to_kernel().to_i64() as usize;
-                *o = src[base.offset_of(e) + id * ds];
+            .for_each(|(t, chunk)| {
+                for (k, row) in chunk.chunks_mut(last).enumerate() {
+                    let e0 = (t * rows_per_task + k) * last;
+                    let at = base.offset_of(e0);
+                    for (j, (o, id)) in row.iter_mut().zip(&ids[e0..]).enumerate() {
+                        *o = src[at + j * step + id.to_kernel().to_i64() as usize * ds];
+                    }
+                }
             });
         Ok(self.out)
     }
