@@ -229,6 +229,16 @@ fn main() {
         all_ratios.extend(ratios);
     }
     println!("\nall   geometric mean {:.2}x over {} ops", geomean(&all_ratios), all_ratios.len());
+    // The argsort of issue 11's bench: rows of a 32000-token vocabulary
+    // (VS_CANDLE_VOCAB_ROWS rows, default 4096; 0 skips it).
+    let vrows = env("VS_CANDLE_VOCAB_ROWS", 4096);
+    if vrows > 0 && "argsort".contains(&filter) {
+        let v = Tensor::<f32>::randn(&[vrows, 32000], 0.0, 1.0, 6, &dev).unwrap();
+        let cv = CTensor::from_vec(v.to_vec().unwrap(), (vrows, 32000), &cdev).unwrap();
+        let tc = median_ms(reps, &|| drop(cv.arg_sort_last_dim(true).unwrap()));
+        let tf = median_ms(reps, &|| drop(v.argsort(false).unwrap()));
+        println!("\nf32   argsort {vrows}x32000: candle {tc:.1} ms, ferrocm {tf:.1} ms, {:.2}x", tc / tf);
+    }
 }
 
 fn rayon_threads() -> usize {
