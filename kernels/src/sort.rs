@@ -245,10 +245,17 @@ impl<K: KeyWord> Pairs<K> {
     /// Room for `n` pairs from the first byte of the launch's LDS.
     #[inline(always)]
     pub fn at_start(n: u32) -> Self {
+        Self::at(0, n)
+    }
+
+    /// Room for `n` pairs from `byte_offset` (a multiple of 8) of the
+    /// launch's LDS.
+    #[inline(always)]
+    pub fn at(byte_offset: u32, n: u32) -> Self {
         Self {
-            keys: lds::<K>(),
-            idx: lds_at::<u32>(n * size_of::<K>() as u32),
-            packed: lds::<u64>(),
+            keys: lds_at::<K>(byte_offset),
+            idx: lds_at::<u32>(byte_offset + n * size_of::<K>() as u32),
+            packed: lds_at::<u64>(byte_offset),
         }
     }
 
@@ -387,10 +394,11 @@ pub fn bitonic_sort_lds<K: KeyWord>(pairs: Pairs<K>, p: u32) {
     barrier();
 }
 
-/// [`bitonic_sort_lds`] for networks too small for the register steps.
+/// [`bitonic_sort_lds`] with every step in LDS (a barrier after each): for
+/// networks too small for the register steps, and for top-k's winners.
 #[amdgpu_device]
 #[inline(always)]
-fn bitonic_sort_pairs_only<K: KeyWord>(pairs: Pairs<K>, p: u32) {
+pub fn bitonic_sort_pairs_only<K: KeyWord>(pairs: Pairs<K>, p: u32) {
     let bs = workgroup_size_x();
     let tid = workitem_id_x();
     let mut size = 2;
@@ -405,38 +413,6 @@ fn bitonic_sort_pairs_only<K: KeyWord>(pairs: Pairs<K>, p: u32) {
                 if pair_after(ka, ia, kb, ib) == (lo & size == 0) {
                     pairs.store(lo, kb, ib);
                     pairs.store(hi, ka, ia);
-                }
-                t += bs;
-            }
-            barrier();
-            stride /= 2;
-        }
-        size *= 2;
-    }
-}
-
-/// A bitonic sort of separate key and index arrays in LDS, every step in
-/// LDS (a barrier after each): top-k's candidates.
-#[amdgpu_device]
-#[inline(always)]
-pub fn bitonic_sort_lds_only<K: KeyWord>(keys: Lds<K>, idx: Lds<u32>, p: u32) {
-    let bs = workgroup_size_x();
-    let tid = workitem_id_x();
-    let mut size = 2;
-    while size <= p {
-        let mut stride = size / 2;
-        while stride > 0 {
-            let mut t = tid;
-            while t < p / 2 {
-                let lo = 2 * stride * (t / stride) + t % stride;
-                let hi = lo + stride;
-                let up = lo & size == 0;
-                let (ka, ia, kb, ib) = (keys.load(lo), idx.load(lo), keys.load(hi), idx.load(hi));
-                if pair_after(ka, ia, kb, ib) == up {
-                    keys.store(lo, kb);
-                    idx.store(lo, ib);
-                    keys.store(hi, ka);
-                    idx.store(hi, ia);
                 }
                 t += bs;
             }
@@ -733,7 +709,9 @@ pub const TOPK_HIST_AT: u32 = 0;
 /// See [`TOPK_HIST_AT`].
 #[amdgpu_device]
 pub const TOPK_KEYS_AT: u32 = BINS * 4;
-/// See [`TOPK_HIST_AT`] (after [`TOPK_MAX`] u64 keys).
+/// See [`TOPK_HIST_AT`] (after [`TOPK_MAX`] u64 keys; the candidates are
+/// [`Pairs`] at [`TOPK_KEYS_AT`]: packed words for 32-bit keys, else keys
+/// there and indices here).
 #[amdgpu_device]
 pub const TOPK_IDX_AT: u32 = TOPK_KEYS_AT + TOPK_MAX * 8;
 /// See [`TOPK_HIST_AT`] (one u32 per workitem, up to 1024).
@@ -801,8 +779,7 @@ pub fn topk_body<T: SortKey>(
 ) {
     let nseg = nseg as u64;
     let hist = lds_at::<u32>(TOPK_HIST_AT);
-    let ckeys = lds_at::<T::Key>(TOPK_KEYS_AT);
-    let cidx = lds_at::<u32>(TOPK_IDX_AT);
+    let cand = Pairs::<T::Key>::at(TOPK_KEYS_AT, TOPK_MAX);
     let waves = lds_at::<u32>(TOPK_WAVES_AT);
     let scalars = lds_at::<u32>(TOPK_SCALARS_AT);
     let bs = workgroup_size_x();
@@ -935,14 +912,12 @@ pub fn topk_body<T: SortKey>(
             }
             if is_less {
                 let at = less_seen + lbase + (lb & below_me).count_ones();
-                ckeys.store(at, kc);
-                cidx.store(at, c);
+                cand.store(at, kc, c);
             }
             if is_tie {
                 let r = ties_seen + tbase + (tb & below_me).count_ones();
                 if r < need {
-                    ckeys.store(less + r, kc);
-                    cidx.store(less + r, c);
+                    cand.store(less + r, kc, c);
                 }
             }
             less_seen += ltot;
@@ -954,18 +929,17 @@ pub fn topk_body<T: SortKey>(
         let p = pow2_at_least(ncand);
         let mut c = ncand + tid;
         while c < p {
-            ckeys.store(c, T::Key::MAX);
-            cidx.store(c, u32::MAX);
+            cand.store(c, T::Key::MAX, u32::MAX);
             c += bs;
         }
         barrier();
         // At most TOPK_MAX candidates: all in LDS (the register network
         // pushed this kernel past the SGPR budget of gfx9).
-        bitonic_sort_lds_only(ckeys, cidx, p);
+        bitonic_sort_pairs_only(cand, p);
         barrier();
         let mut c = tid;
         while c < k {
-            let i = cidx.load(c);
+            let (_, i) = cand.load(c);
             let at = (unit * k as u64 + c as u64) as usize;
             unsafe {
                 store(out_idx, at, start as u32 + i);

@@ -179,25 +179,13 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     let mut rows = Vec::new();
     for (name, bytes_per_elem, op) in ops() {
         let bytes = (bytes_per_elem * elems as f64) as u64;
-        let (ms, error) = match time_op(dev, cfg.reps, || op(&inputs)) {
-            Ok(ms) => (ms, None),
-            Err(e) => (f64::NAN, Some(e.to_string())),
+        let shape = vec![cfg.rows, cfg.cols];
+        let timed = Timed {
+            dev,
+            reps: cfg.reps,
+            copy_gbps,
         };
-        let cpu_ms = match &cpu_inputs {
-            Some(ci) if error.is_none() => Some(time_op(&Device::Cpu, 1, || op(ci))?),
-            _ => None,
-        };
-        let gbps = bytes as f64 / (ms * 1e-3) / 1e9;
-        rows.push(BenchRow {
-            op: name.into(),
-            shape: vec![cfg.rows, cfg.cols],
-            bytes,
-            ms,
-            gbps,
-            pct_of_copy: 100.0 * gbps / copy_gbps,
-            cpu_ms,
-            error,
-        });
+        rows.push(timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), op)?);
     }
     rows.extend(llm_rows(dev, cfg, copy_gbps)?);
     Ok(BenchReport {
@@ -205,6 +193,47 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
         copy_gbps,
         rows,
     })
+}
+
+/// Times rows on one device against its copy bandwidth.
+struct Timed<'a> {
+    dev: &'a Device,
+    reps: usize,
+    copy_gbps: f64,
+}
+
+impl Timed<'_> {
+    /// One row: `op` on `inputs` (an error is the row's, not the run's), and
+    /// on the Cpu's inputs when given.
+    fn row<I>(
+        &self,
+        name: &str,
+        shape: Vec<usize>,
+        bytes: u64,
+        inputs: &I,
+        cpu_inputs: Option<&I>,
+        op: fn(&I) -> Result<()>,
+    ) -> Result<BenchRow> {
+        let (ms, error) = match time_op(self.dev, self.reps, || op(inputs)) {
+            Ok(ms) => (ms, None),
+            Err(e) => (f64::NAN, Some(e.to_string())),
+        };
+        let cpu_ms = match cpu_inputs {
+            Some(ci) if error.is_none() => Some(time_op(&Device::Cpu, 1, || op(ci))?),
+            _ => None,
+        };
+        let gbps = bytes as f64 / (ms * 1e-3) / 1e9;
+        Ok(BenchRow {
+            op: name.into(),
+            shape,
+            bytes,
+            ms,
+            gbps,
+            pct_of_copy: 100.0 * gbps / self.copy_gbps,
+            cpu_ms,
+            error,
+        })
+    }
 }
 
 /// The indexing and sorting an LLM worker does, at the sizes of one (for the
@@ -251,27 +280,21 @@ fn llm_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchR
         true => Some(build(&Device::Cpu)?),
         false => None,
     };
+    let timed = Timed {
+        dev,
+        reps: cfg.reps,
+        copy_gbps,
+    };
     let mut rows = Vec::new();
     for (name, shape, bytes, op) in ops {
-        let (ms, error) = match time_op(dev, cfg.reps, || op(&inputs)) {
-            Ok(ms) => (ms, None),
-            Err(e) => (f64::NAN, Some(e.to_string())),
-        };
-        let cpu_ms = match &cpu_inputs {
-            Some(ci) if error.is_none() => Some(time_op(&Device::Cpu, 1, || op(ci))?),
-            _ => None,
-        };
-        let gbps = bytes as f64 / (ms * 1e-3) / 1e9;
-        rows.push(BenchRow {
-            op: name.into(),
-            shape: shape.to_vec(),
+        rows.push(timed.row(
+            name,
+            shape.to_vec(),
             bytes,
-            ms,
-            gbps,
-            pct_of_copy: 100.0 * gbps / copy_gbps,
-            cpu_ms,
-            error,
-        });
+            &inputs,
+            cpu_inputs.as_ref(),
+            op,
+        )?);
     }
     Ok(rows)
 }
