@@ -115,6 +115,13 @@ fn display_prints_values_like_pytorch() {
         "{text}"
     );
     assert!(text.ends_with("1999]], dtype=i64, device=cpu)"), "{text}");
+    // Empty, with a dim too large to lay out (found by the fuzzer: it
+    // panicked allocating one slot per index of the huge dim).
+    let empty = Tensor::<f32>::zeros(&[1 << 60, 0], &dev).unwrap();
+    assert_eq!(
+        empty.to_string(),
+        "tensor([], shape=[1152921504606846976, 0], dtype=f32, device=cpu)"
+    );
     let t3 = Tensor::<u32>::arange(0, 8, &dev)
         .unwrap()
         .reshape(&[2, 2, 2])

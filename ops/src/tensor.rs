@@ -895,6 +895,16 @@ impl<T: WithDType> std::fmt::Display for Tensor<T> {
                 }
             })
             .collect();
+        if values.is_empty() {
+            // No values to lay out (and a dim of an empty tensor may be huge).
+            return write!(
+                f,
+                "tensor([], shape={:?}, dtype={}, device={})",
+                self.shape(),
+                T::DTYPE,
+                self.device()
+            );
+        }
         let width = text.iter().map(|s| s.len()).max().unwrap_or(0);
         let summarise = values.len() > 1000;
         write!(f, "tensor(")?;
@@ -918,17 +928,15 @@ fn display_dim(
     }
     let inner: usize = shape[d + 1..].iter().product();
     let n = shape[d];
-    let shown: Vec<Option<usize>> = if summarise && n > 6 {
-        (0..3)
-            .map(Some)
-            .chain([None])
-            .chain((n - 3..n).map(Some))
-            .collect()
-    } else {
-        (0..n).map(Some).collect()
-    };
+    // Lazily: `n` is at most the number of values here, but needs no Vec.
+    let cut = summarise && n > 6;
+    let shown = (0..if cut { 7 } else { n }).map(|k| match (cut, k) {
+        (true, 3) => None,
+        (true, 4..) => Some(n - 7 + k),
+        _ => Some(k),
+    });
     write!(f, "[")?;
-    for (k, i) in shown.iter().enumerate() {
+    for (k, i) in shown.enumerate() {
         if k > 0 {
             if d + 1 == shape.len() {
                 write!(f, ", ")?;
