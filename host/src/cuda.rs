@@ -13,7 +13,9 @@
 //! loaded once (the driver compiles it for the GPU it finds; its JIT cache
 //! keeps the result for the next process).
 
+use crate::blas::Gemm;
 use crate::buffer::Block;
+use crate::cublas::CublasHandle;
 use crate::device::GpuInfo;
 use crate::error::{Error, Result};
 use crate::launch::LaunchConfig;
@@ -23,7 +25,14 @@ use cudarc::driver::sys;
 use ferrocm_kernels::host::KernelInfo;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+
+/// Whether cuBLAS loads on this machine: where it was found, or why not.
+pub fn cublas_found() -> std::result::Result<String, String> {
+    crate::cublas::cublas()
+        .map(|l| format!("cuBLAS ({})", l.found_as))
+        .map_err(String::from)
+}
 
 /// Largest dynamic shared memory a launch may ask for (the emulator's and
 /// AMD's LDS limit, so a launch valid on one device is valid on all).
@@ -101,6 +110,9 @@ pub struct CudaDevice {
     resources: Mutex<HashMap<usize, KernelResources>>,
     pool: Pool<Block>,
     info: GpuInfo,
+    /// cuBLAS, created on first use on the stream (or why not). Dropped
+    /// first, in `Drop`, while the context is alive.
+    cublas: OnceLock<std::result::Result<CublasHandle, String>>,
 }
 
 /// Device memory of a [`CudaDevice`] (`cuMemAlloc`), freed on drop.
@@ -261,6 +273,7 @@ impl CudaDevice {
             resources: Mutex::new(HashMap::new()),
             pool: Pool::new(),
             info,
+            cublas: OnceLock::new(),
         })
     }
 
@@ -553,6 +566,28 @@ impl CudaDevice {
         self.check(r, &format!("cuLaunchKernel({})", kernel.name))
     }
 
+    /// The device's cuBLAS handle (created at first use, bound to the
+    /// device's stream), or why there is none.
+    pub fn cublas(&self) -> std::result::Result<&CublasHandle, String> {
+        self.cublas
+            .get_or_init(|| {
+                self.current().map_err(|e| e.to_string())?;
+                CublasHandle::new(self.stream.0.cast(), &self.label).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Runs `g` (validated by [`crate::blas`]) through cuBLAS on the
+    /// device's stream; `Ok(false)` when cuBLAS is not available here.
+    pub(crate) fn blas_gemm(&self, g: &Gemm, ptrs: [u64; 3]) -> Result<bool> {
+        let Ok(h) = self.cublas() else {
+            return Ok(false);
+        };
+        self.current()?;
+        h.gemm(g, ptrs, &self.label).map(|()| true)
+    }
+
     /// Runs `f` (which queues work on this device) between two events and
     /// returns the GPU milliseconds between them.
     pub fn time<F: FnOnce() -> Result<()>>(&self, f: F) -> Result<f32> {
@@ -641,6 +676,8 @@ impl Drop for CudaDevice {
         unsafe {
             let _ = cu::ctx::set_current(self.ctx.0);
             let _ = cu::stream::synchronize(self.stream.0);
+            // cuBLAS frees its workspace through this context: before it goes.
+            drop(self.cublas.take());
             let _ = cu::module::unload(self.module.0);
             let _ = cu::stream::destroy(self.stream.0);
             let _ = cu::primary_ctx::release(self.dev);

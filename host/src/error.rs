@@ -206,6 +206,15 @@ pub enum Error {
         /// Device.
         device: String,
     },
+    /// A vendor BLAS call whose operands do not fit their buffers or break
+    /// BLAS's rules (see [`crate::blas`]); nothing was queued.
+    #[error("BLAS GEMM on {device} refused: {why}")]
+    BadBlasCall {
+        /// Device.
+        device: String,
+        /// What is wrong, with the values.
+        why: String,
+    },
     /// A HIP / rocBLAS / MIOpen call failed.
     #[error("{call} failed on {device}: {message}")]
     Rocm {

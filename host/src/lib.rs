@@ -21,8 +21,11 @@
 //! assert_eq!(y.download().unwrap(), vec![1.0, 2.0, 3.0]);
 //! ```
 
+pub mod blas;
 pub mod buffer;
 pub mod codeobject;
+#[cfg(feature = "cuda")]
+mod cublas;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;

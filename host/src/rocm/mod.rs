@@ -69,6 +69,7 @@
 
 mod ffi;
 
+use crate::blas::{Gemm, GemmType};
 use crate::buffer::Block;
 use crate::codeobject::{KernelResources, check_args, parse_code_object};
 use crate::device::{GpuInfo, select_code_object};
@@ -953,6 +954,16 @@ impl RocmDevice {
         Ok(self.rocblas.get_or_init(|| h))
     }
 
+    /// Runs `g` (validated by [`crate::blas`]) through rocBLAS on the
+    /// device's stream; `Ok(false)` when rocBLAS is not available here.
+    pub(crate) fn blas_gemm(&self, g: &Gemm, ptrs: [u64; 3]) -> Result<bool> {
+        let Ok(h) = self.rocblas() else {
+            return Ok(false);
+        };
+        self.set_device()?;
+        h.gemm(g, ptrs, &self.label).map(|()| true)
+    }
+
     /// The device's MIOpen handle, created on first use on its stream.
     /// Errors if MIOpen cannot be loaded or the handle not created.
     pub fn miopen(&self) -> Result<&MiopenHandle> {
@@ -1025,6 +1036,13 @@ impl Drop for RocmAlloc {
     }
 }
 
+/// Whether rocBLAS loads on this machine: where it was found, or why not.
+pub fn rocblas_found() -> std::result::Result<String, String> {
+    ffi::rocblas()
+        .map(|l| format!("rocBLAS ({})", l.found_as))
+        .map_err(String::from)
+}
+
 /// A raw rocBLAS handle (a pointer), movable between threads: rocBLAS handles
 /// may be used from any thread, one at a time.
 struct RawRocblas(rocm_rs::rocblas::ffi::rocblas_handle);
@@ -1092,6 +1110,100 @@ impl RocblasHandle {
         let status = unsafe { (lib.rocblas_set_stream)(raw, dev.stream.raw.cast()) };
         rocblas_check(lib, status, "rocblas_set_stream", &dev.label)?;
         Ok(handle)
+    }
+
+    /// Queues `g` on the handle's stream: `rocblas_sgemm_strided_batched`
+    /// for f32, `rocblas_gemm_strided_batched_ex` with f32 compute for f16
+    /// and bf16, C in the inputs' type or f32 (C is also D). `ptrs` are A, B and C's first elements; the
+    /// caller validated `g` ([`crate::blas`]).
+    fn gemm(&self, g: &Gemm, ptrs: [u64; 3], device: &str) -> Result<()> {
+        use rocm_rs::rocblas::ffi as rf;
+        let op = |t: bool| match t {
+            true => rf::rocblas_operation__rocblas_operation_transpose,
+            false => rf::rocblas_operation__rocblas_operation_none,
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (m, n, k, batch) = (g.m as i32, g.n as i32, g.k as i32, g.batch as i32);
+        let (lda, ldb, ldc) = (g.a.ld as i32, g.b.ld as i32, g.c.ld as i32);
+        let (sa, sb, sc) = (g.a.stride as i64, g.b.stride as i64, g.c.stride as i64);
+        let p = |i: usize| ptrs[i] as usize as *const c_void;
+        let guard = self.lock();
+        let (status, call) = match g.dtype {
+            // SAFETY: validated dims, leading dims and ranges inside live
+            // buffers of this device; alpha/beta are host f32 (the default
+            // pointer mode), matching the f32 compute type.
+            GemmType::F32 => (
+                unsafe {
+                    (self.lib.rocblas_sgemm_strided_batched)(
+                        guard.raw(),
+                        op(g.trans_a),
+                        op(g.trans_b),
+                        m,
+                        n,
+                        k,
+                        &alpha,
+                        p(0).cast(),
+                        lda,
+                        sa,
+                        p(1).cast(),
+                        ldb,
+                        sb,
+                        &beta,
+                        ptrs[2] as usize as *mut f32,
+                        ldc,
+                        sc,
+                        batch,
+                    )
+                },
+                "rocblas_sgemm_strided_batched",
+            ),
+            GemmType::F16 | GemmType::Bf16 => {
+                let data_type = |t: GemmType| match t {
+                    GemmType::F16 => rf::rocblas_datatype__rocblas_datatype_f16_r,
+                    GemmType::Bf16 => rf::rocblas_datatype__rocblas_datatype_bf16_r,
+                    GemmType::F32 => rf::rocblas_datatype__rocblas_datatype_f32_r,
+                };
+                let (ty, c_ty) = (data_type(g.dtype), data_type(g.c_type));
+                let f32_r = rf::rocblas_datatype__rocblas_datatype_f32_r;
+                // SAFETY: as above; C and D are the same matrix (allowed
+                // with ldc == ldd).
+                let status = unsafe {
+                    (self.lib.rocblas_gemm_strided_batched_ex)(
+                        guard.raw(),
+                        op(g.trans_a),
+                        op(g.trans_b),
+                        m,
+                        n,
+                        k,
+                        (&alpha as *const f32).cast(),
+                        p(0),
+                        ty,
+                        lda,
+                        sa,
+                        p(1),
+                        ty,
+                        ldb,
+                        sb,
+                        (&beta as *const f32).cast(),
+                        p(2),
+                        c_ty,
+                        ldc,
+                        sc,
+                        ptrs[2] as usize as *mut c_void,
+                        c_ty,
+                        ldc,
+                        sc,
+                        batch,
+                        f32_r,
+                        rf::rocblas_gemm_algo__rocblas_gemm_algo_standard,
+                        0,
+                        0,
+                    )
+                };
+                (status, "rocblas_gemm_strided_batched_ex")
+            }
+        };
+        rocblas_check(self.lib, status, call, device)
     }
 
     /// Locks the handle for a sequence of rocBLAS calls.
