@@ -22,7 +22,7 @@ cp target/release/ferrocm "$out/"
 # wrapping and division-by-zero faults, and the host crate's unit tests (CUDA discovery,
 # the PTX checks).
 cargo test --release --features cuda --no-run --message-format=json \
-    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing -p ferrocm-host --lib 2>/dev/null |
+    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing --test matmul -p ferrocm-host --lib 2>/dev/null |
     python3 -c '
 import json, sys, shutil
 for line in sys.stdin:
@@ -37,7 +37,7 @@ for line in sys.stdin:
         shutil.copy(m["executable"], dst)
         print("bundled", dst)
 '
-cp scripts/gpu-run.sh "$out/"
+cp scripts/gpu-run.sh scripts/torch-matmul.py "$out/"
 # Symbols are not needed there; the bundle must stay small to travel.
 strip "$out"/ferrocm "$out"/test-* 2>/dev/null || true
 du -sh "$out"/*

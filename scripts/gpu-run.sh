@@ -6,7 +6,8 @@
 # CUDA device), kernels (the driver's per-kernel resource report, fails on
 # local memory), bench (`ferrocm bench`, table and JSON), memcheck, racecheck,
 # synccheck (the same check under compute-sanitizer), tests (the bundled test
-# executables). Each step's log goes to LOGDIR/STEP.log, a one-line result per
+# executables), torch (PyTorch's matmul and GEMV at the bench's sizes, the
+# reference the library path is held to). Each step's log goes to LOGDIR/STEP.log, a one-line result per
 # step to LOGDIR/summary.txt (printed last). STEP_TIMEOUT (seconds, default
 # 300) bounds each step.
 set -uo pipefail
@@ -14,8 +15,15 @@ here="$(cd "$(dirname "$0")" && pwd)"
 logs="${1:-gpu-logs}"
 shift || true
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(info check kernels bench memcheck racecheck synccheck tests)
+[ ${#steps[@]} -gt 0 ] || steps=(info check kernels bench memcheck racecheck synccheck tests torch)
 limit="${STEP_TIMEOUT:-300}"
+# cuBLAS: PyTorch's wheels ship it (libcublas.so.13 under site-packages/nvidia);
+# ferrocm opens it by the path in FERROCM_CUBLAS when the loader cannot find it.
+if [ -z "${FERROCM_CUBLAS:-}" ]; then
+    dirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+    lib=$(find $dirs /usr/local/cuda*/lib64 -name 'libcublas.so.1[0-9]*' 2>/dev/null | sort | tail -n 1)
+    [ -n "$lib" ] && export FERROCM_CUBLAS="$lib"
+fi
 mkdir -p "$logs"
 bin="$here/ferrocm"
 summary="$logs/summary.txt"
@@ -47,6 +55,7 @@ for s in "${steps[@]}"; do
             step bench "$bin" bench --device cuda
             timeout "$limit" "$bin" bench --device cuda --json --no-cpu > "$logs/bench.json" 2>&1 ;;
         memcheck | racecheck | synccheck) sanitize "$s" ;;
+        torch) step torch python3 "$here/torch-matmul.py" ;;
         tests)
             for t in "$here"/test-*; do
                 step "$(basename "$t")" "$t" --test-threads 4

@@ -20,6 +20,6 @@ pub use ferrocm_host::{EmulatorConfig, WaveSize};
 pub use ferrocm_kernels as kernels;
 pub use ferrocm_ops as ops;
 pub use ferrocm_ops::{
-    Binary, Cmp, DType, Device, Dim, Dims, DynTensor, Error, IdType, Reduce, Result, Tensor, Unary,
-    WithDType, bf16, f16,
+    Activation, Binary, Cmp, DType, Device, Dim, Dims, DynTensor, Error, IdType, Reduce, Result,
+    Tensor, Unary, WithDType, bf16, f16,
 };

@@ -383,6 +383,16 @@ fn run_info() -> ExitCode {
         }
         Err(e) => outln!("gpu: {e}"),
     }
+    // Matrix products use the vendor BLAS where it loads, else our kernels.
+    let blas = |found: Result<String, String>| match found {
+        Ok(lib) => format!("{lib} (epilogues and matrix-vector shapes: ferrocm's kernels)"),
+        Err(why) => format!("ferrocm's kernels ({why})"),
+    };
+    #[cfg(feature = "rocm")]
+    outln!("matmul on ROCm GPUs: {}", blas(host::rocm::rocblas_found()));
+    #[cfg(feature = "cuda")]
+    outln!("matmul on CUDA GPUs: {}", blas(host::cuda::cublas_found()));
+    let _ = blas;
     outln!("best device: {}", Device::best());
     ExitCode::SUCCESS
 }

@@ -239,6 +239,41 @@ fn main() {
         let tf = median_ms(reps, &|| drop(v.argsort(false).unwrap()));
         println!("\nf32   argsort {vrows}x32000: candle {tc:.1} ms, ferrocm {tf:.1} ms, {:.2}x", tc / tf);
     }
+    // Issue 10's Cpu targets: GEMM 1024^3 and 4096^3 f32 (and f16) at least
+    // candle's speed; matvec 4096 x 4096 at 50% of memcpy in weight bytes
+    // (VS_CANDLE_MATMUL_BIG=0 leaves out the 4096^3 GEMM).
+    if "matmul".contains(&filter) {
+        println!("\n{:<26} {:>10} {:>10} {:>7} {:>9}", "matmul", "candle ms", "ferrocm ms", "ratio", "GFLOP/s");
+        let mut sizes = vec![1024];
+        if env("VS_CANDLE_MATMUL_BIG", 1) != 0 {
+            sizes.push(4096);
+        }
+        for s in sizes {
+            let a = Tensor::<f32>::randn(&[s, s], 0.0, 1.0, 7, &dev).unwrap();
+            let ca = CTensor::from_vec(a.to_vec().unwrap(), (s, s), &cdev).unwrap();
+            let (ah, cah) = (a.to_dtype::<ferrocm::f16>().unwrap(), ca.to_dtype(CDType::F16).unwrap());
+            let flops = 2.0 * (s as f64).powi(3);
+            let f32_case = (median_ms(reps, &|| drop(ca.matmul(&ca).unwrap())), median_ms(reps, &|| drop(a.matmul(&a).unwrap())));
+            let f16_case = (median_ms(reps, &|| drop(cah.matmul(&cah).unwrap())), median_ms(reps, &|| drop(ah.matmul(&ah).unwrap())));
+            for (name, (tc, tf)) in [("f32", f32_case), ("f16", f16_case)] {
+                println!("{:<26} {tc:>10.2} {tf:>10.2} {:>6.2}x {:>9.1}", format!("gemm {s}^3 {name}"), tc / tf, flops / tf / 1e6);
+            }
+        }
+        let w = Tensor::<f32>::randn(&[4096, 4096], 0.0, 1.0, 8, &dev).unwrap();
+        let v = Tensor::<f32>::randn(&[4096], 0.0, 1.0, 9, &dev).unwrap();
+        let cw = CTensor::from_vec(w.to_vec().unwrap(), (4096, 4096), &cdev).unwrap();
+        let cv = CTensor::from_vec(v.to_vec().unwrap(), (4096, 1), &cdev).unwrap();
+        let tc = median_ms(reps, &|| drop(cw.matmul(&cv).unwrap()));
+        let tf = median_ms(reps, &|| drop(w.matvec(&v).unwrap()));
+        // memcpy counts read + written bytes; a matvec reads the weight once.
+        let gbs = (4096.0 * 4096.0 * 4.0) / tf / 1e6;
+        println!(
+            "{:<26} {tc:>10.2} {tf:>10.2} {:>6.2}x   {gbs:.1} GB/s of weight = {:.0}% of memcpy",
+            "matvec 4096x4096 f32",
+            tc / tf,
+            100.0 * gbs / memcpy
+        );
+    }
 }
 
 fn rayon_threads() -> usize {

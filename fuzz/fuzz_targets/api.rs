@@ -12,7 +12,7 @@
 use arbitrary::Arbitrary;
 use ferrocm::host::Error as HostError;
 use ferrocm::ops::{Binary, Cmp, DType, DynTensor, Error, Reduce, Unary, WithDType};
-use ferrocm::{Device, Tensor, WaveSize, bf16, f16};
+use ferrocm::{Activation, Device, Tensor, WaveSize, bf16, f16};
 use libfuzzer_sys::fuzz_target;
 
 /// Most bytes a device may hold (live and cached): large inputs are refused
@@ -248,6 +248,16 @@ enum Step {
         src: u8,
         k: u16,
         largest: bool,
+    },
+    Matmul {
+        a: u8,
+        b: u8,
+    },
+    Linear {
+        x: u8,
+        w: u8,
+        bias: bool,
+        act: u8,
     },
 }
 
@@ -602,6 +612,34 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
             let t = pick_small(ts, *src)?;
             new(t.dtype().and_then(|d| {
                 typed!(d, T => t.typed::<T>()?.topk(*k as usize, *largest).map(|(v, _)| v.to_dyn()))
+            }))
+        }
+        Step::Matmul { a, b } => {
+            let (a, b) = (pick_small(ts, *a)?, pick_small(ts, *b)?);
+            // The work is about |a| * |b| / k: bound it for the emulator.
+            if a.elem_count().saturating_mul(b.elem_count()) > WORK_LIMIT * 64 {
+                return None;
+            }
+            new(a.dtype().and_then(|d| {
+                typed!(d, T => a.typed::<T>()?.matmul(&b.typed::<T>()?).map(|t| t.to_dyn()))
+            }))
+        }
+        Step::Linear { x, w, bias, act } => {
+            let (x, w) = (pick_small(ts, *x)?, pick_small(ts, *w)?);
+            if x.elem_count().saturating_mul(w.elem_count()) > WORK_LIMIT * 64 {
+                return None;
+            }
+            let act = [None, Some(Activation::Relu), Some(Activation::Gelu), Some(Activation::GeluErf), Some(Activation::Silu)]
+                [*act as usize % 5];
+            new(x.dtype().and_then(|d| {
+                typed!(d, T => {
+                    let w = w.typed::<T>()?;
+                    let b = match (*bias, w.shape().first()) {
+                        (true, Some(&out)) => Some(Tensor::<T>::ones(&[out], dev)?),
+                        _ => None,
+                    };
+                    x.typed::<T>()?.linear(&w, b.as_ref(), act).map(|t| t.to_dyn())
+                })
             }))
         }
     }

@@ -262,6 +262,21 @@ pub fn barrier() {
     emu::barrier();
 }
 
+/// A fence for the compiler's instruction scheduler, not for memory: no
+/// instruction moves across it. Bounds how far loads are hoisted ahead of
+/// the math that uses them, where hoisting every load of an unrolled loop
+/// would hold them all in registers at once (and spill). A no-op on NVPTX
+/// (ptxas schedules on its own) and in the emulator.
+#[amdgpu_device]
+#[inline(always)]
+pub fn schedule_barrier() {
+    #[cfg(target_arch = "amdgpu")]
+    // SAFETY: mask 0: nothing may be scheduled across; no effect on memory.
+    unsafe {
+        core::arch::amdgpu::sched_barrier::<0>()
+    };
+}
+
 /// Launch-sized LDS (workgroup shared memory) viewed as `T`s, starting
 /// `byte_offset` bytes into the workgroup's arena (whose size is the launch's
 /// `lds_bytes`). Every workitem of a group sees the same memory.

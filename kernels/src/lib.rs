@@ -39,6 +39,7 @@ pub mod binary;
 pub mod cast;
 pub mod fill;
 pub mod index;
+pub mod matmul;
 pub mod reduce;
 pub mod sort;
 pub mod ternary;
@@ -59,6 +60,7 @@ pub trait ElemKernels:
     + reduce::ReduceKernels
     + sort::SortKernels
     + index::ScatterKernels
+    + matmul::MatmulKernels
 {
 }
 
@@ -74,6 +76,7 @@ impl<T> ElemKernels for T where
         + reduce::ReduceKernels
         + sort::SortKernels
         + index::ScatterKernels
+        + matmul::MatmulKernels
 {
 }
 
@@ -126,6 +129,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         index::COPY_INTO_KERNELS,
         index::SCATTER_KERNELS,
         sort::KERNELS,
+        matmul::KERNELS,
     ]
     .into_iter()
     .flatten()

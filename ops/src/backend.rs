@@ -30,9 +30,6 @@ use ferrocm_host::Device;
 
 /// What a vendor-library path did: ran (with its result), or declined and
 /// hands the op back for the kernel path.
-// No op has a library path yet (matmul through rocBLAS will be the first),
-// so `Done` is not constructed today.
-#[allow(dead_code)]
 pub(crate) enum Vendor<O: Op> {
     /// The library ran the op.
     Done(Result<O::Output>),
@@ -50,6 +47,12 @@ pub(crate) struct Libraries<'a> {
 
 #[allow(dead_code)]
 impl Libraries<'_> {
+    /// The device the op runs on (its BLAS is reached through
+    /// [`Device::blas_gemm`]).
+    pub(crate) fn device(&self) -> &Device {
+        self.device
+    }
+
     /// rocBLAS, when the device is a ROCm GPU and the library loads.
     #[cfg(feature = "rocm")]
     pub(crate) fn rocblas(&self) -> Option<&ferrocm_host::rocm::RocblasHandle> {

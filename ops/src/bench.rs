@@ -31,6 +31,9 @@ pub struct BenchRow {
     pub cpu_ms: Option<f64>,
     /// Why the op could not be timed (the other rows are still measured).
     pub error: Option<String>,
+    /// Floating-point operations per call, for the matrix products (their
+    /// rate is reported as TFLOP/s).
+    pub flops: Option<u64>,
 }
 
 /// What one `ferrocm bench` run measured.
@@ -188,6 +191,7 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
         rows.push(timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), op)?);
     }
     rows.extend(llm_rows(dev, cfg, copy_gbps)?);
+    rows.extend(matmul_rows(dev, cfg, copy_gbps)?);
     Ok(BenchReport {
         device: dev.to_string(),
         copy_gbps,
@@ -232,6 +236,7 @@ impl Timed<'_> {
             pct_of_copy: 100.0 * gbps / self.copy_gbps,
             cpu_ms,
             error,
+            flops: None,
         })
     }
 }
@@ -299,11 +304,146 @@ fn llm_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchR
     Ok(rows)
 }
 
+/// The matrix products of an LLM at its sizes (for the default config; smaller
+/// configs scale them down): GEMV of a 14336 x 4096 bf16 weight (an FFN
+/// projection at decode; bytes = the weight's), a 4096 x 4096 f32 matvec,
+/// GEMM of 4096^3 bf16 and 1024^3 f32, and a linear layer with bias + silu
+/// over 512 tokens. Bytes count each operand once; `flops` is 2mnk. On a
+/// GPU the GEMMs are timed twice: as the op runs them (the vendor BLAS where
+/// it loads) and with ferrocm's kernel (`(kernel)` rows).
+fn matmul_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
+    use crate::Activation;
+    let h = cfg.cols.min(4096);
+    let ffn = h * 7 / 2;
+    let big = h;
+    let small = (h / 4).max(1);
+    let tokens = (h / 8).max(1);
+    let build = |d: &Device| -> Result<_> {
+        let f = |shape: &[usize], seed| Tensor::<f32>::randn(shape, 0.0, 1.0, seed, d);
+        Ok((
+            f(&[ffn, h], 20)?.to_dtype::<bf16>()?,
+            f(&[1, h], 21)?.to_dtype::<bf16>()?,
+            f(&[h, h], 22)?,
+            f(&[h], 23)?,
+            f(&[big, big], 24)?.to_dtype::<bf16>()?,
+            f(&[small, small], 25)?,
+            f(&[tokens, h], 26)?.to_dtype::<bf16>()?,
+            f(&[h], 27)?.to_dtype::<bf16>()?,
+        ))
+    };
+    type Mm = (
+        Tensor<bf16>,
+        Tensor<bf16>,
+        Tensor<f32>,
+        Tensor<f32>,
+        Tensor<bf16>,
+        Tensor<f32>,
+        Tensor<bf16>,
+        Tensor<bf16>,
+    );
+    type MmOp = fn(&Mm) -> Result<()>;
+    let mnk = |m: usize, n: usize, k: usize| (2 * m * n * k) as u64;
+    let ops: [(&str, [usize; 2], u64, u64, MmOp); 5] = [
+        (
+            "gemv bf16 (weight bytes)",
+            [ffn, h],
+            (ffn * h * 2) as u64,
+            mnk(1, ffn, h),
+            |i| i.1.linear(&i.0, None, None).map(drop),
+        ),
+        (
+            "matvec f32 (weight bytes)",
+            [h, h],
+            (h * h * 4) as u64,
+            mnk(h, 1, h),
+            |i| i.2.matvec(&i.3).map(drop),
+        ),
+        (
+            "gemm bf16",
+            [big, big],
+            (3 * big * big * 2) as u64,
+            mnk(big, big, big),
+            |i| i.4.matmul(&i.4).map(drop),
+        ),
+        (
+            "gemm f32",
+            [small, small],
+            (3 * small * small * 4) as u64,
+            mnk(small, small, small),
+            |i| i.5.matmul(&i.5).map(drop),
+        ),
+        (
+            "linear+bias+silu bf16",
+            [tokens, h],
+            ((tokens * h * 2 + h * h) * 2) as u64,
+            mnk(tokens, h, h),
+            |i| {
+                i.6.linear(
+                    &i.4.narrow(0, 0, i.7.elem_count())?,
+                    Some(&i.7),
+                    Some(Activation::Silu),
+                )
+                .map(drop)
+            },
+        ),
+    ];
+    let inputs = build(dev)?;
+    let cpu_inputs = match cfg.compare_cpu && dev.runs_kernels() {
+        true => Some(build(&Device::Cpu)?),
+        false => None,
+    };
+    let timed = Timed {
+        dev,
+        reps: cfg.reps,
+        copy_gbps,
+    };
+    let mut rows = Vec::new();
+    for (name, shape, bytes, flops, op) in ops {
+        let mut row = timed.row(
+            name,
+            shape.to_vec(),
+            bytes,
+            &inputs,
+            cpu_inputs.as_ref(),
+            op,
+        )?;
+        row.flops = Some(flops);
+        rows.push(row);
+        if dev.is_gpu() && name.starts_with("gemm") {
+            // The GEMMs above ran the vendor BLAS where it loaded: ours too,
+            // in the same run, to compare.
+            crate::matmul::set_vendor_blas(false);
+            let kernel = timed.row(
+                &format!("{name} (kernel)"),
+                shape.to_vec(),
+                bytes,
+                &inputs,
+                None,
+                op,
+            );
+            crate::matmul::set_vendor_blas(true);
+            let mut kernel = kernel?;
+            kernel.flops = Some(flops);
+            rows.push(kernel);
+        }
+    }
+    Ok(rows)
+}
+
 /// The report as a table.
 pub fn format_table(r: &BenchReport) -> String {
     let mut s = format!(
-        "device: {}\ncopy (device to device, read + write): {:.0} GB/s\n{:<26} {:>12} {:>10} {:>9} {:>8} {:>11} {:>9}\n",
-        r.device, r.copy_gbps, "op", "shape", "ms", "GB/s", "% copy", "cpu ms", "speedup"
+        "device: {}\ncopy (device to device, read + write): {:.0} GB/s\n{:<26} {:>12} {:>10} {:>9} {:>8} {:>11} {:>9} {:>8}\n",
+        r.device,
+        r.copy_gbps,
+        "op",
+        "shape",
+        "ms",
+        "GB/s",
+        "% copy",
+        "cpu ms",
+        "speedup",
+        "TFLOP/s"
     );
     for row in &r.rows {
         let shape = format!("{}x{}", row.shape[0], row.shape[1]);
@@ -315,16 +455,21 @@ pub fn format_table(r: &BenchReport) -> String {
             s += &format!("{:<26} {:>12} failed: {e}\n", row.op, shape);
             continue;
         }
+        let tflops = match row.flops {
+            Some(f) => format!("{:.2}", f as f64 / (row.ms * 1e-3) / 1e12),
+            None => "-".into(),
+        };
         s += &format!(
-            "{:<26} {:>12} {:>10.4} {:>9.0} {:>8.1} {:>11} {:>9}\n",
-            row.op, shape, row.ms, row.gbps, row.pct_of_copy, cpu, speedup
+            "{:<26} {:>12} {:>10.4} {:>9.0} {:>8.1} {:>11} {:>9} {:>8}\n",
+            row.op, shape, row.ms, row.gbps, row.pct_of_copy, cpu, speedup, tflops
         );
     }
     s
 }
 
 /// The report as JSON: `{device, copy_gbps, rows: [{op, shape, bytes, ms,
-/// gbps, pct_of_copy, cpu_ms, error}]}` (`ms` of a failed op is null).
+/// gbps, pct_of_copy, cpu_ms, error, flops}]}` (`ms` of a failed op is null;
+/// `flops` only for the matrix products).
 pub fn to_json(r: &BenchReport) -> String {
     let rows: Vec<_> = r
         .rows
@@ -333,7 +478,7 @@ pub fn to_json(r: &BenchReport) -> String {
             serde_json::json!({
                 "op": row.op, "shape": row.shape, "bytes": row.bytes, "ms": row.ms,
                 "gbps": row.gbps, "pct_of_copy": row.pct_of_copy, "cpu_ms": row.cpu_ms,
-                "error": row.error,
+                "error": row.error, "flops": row.flops,
             })
         })
         .collect();

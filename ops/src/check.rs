@@ -11,7 +11,7 @@
 
 use crate::dtype::{DType, WithDType};
 use crate::error::Result;
-use crate::{Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
+use crate::{Activation, Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
 
 /// How an input is laid out in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +229,38 @@ impl Runner<'_> {
             }
             self.case("softmax".into(), d, move |dev| x(dev)?.softmax());
             self.case("log_softmax".into(), d, move |dev| x(dev)?.log_softmax());
+            // Products: values scaled so each sum's magnitude is about 1
+            // (the dtype tolerances are absolute near zero).
+            let s = 2.0 / (inp.cols.max(1) as f64).sqrt();
+            let a = move |dev: &Device| inp.make::<T>(11, -s, s, dev);
+            let b = move |dev: &Device| inp.make::<T>(12, -s, s, dev);
+            let r = inp.rows;
+            // [r, c] x [c, r] (the GEMM), and a matrix-vector product.
+            self.case("matmul".into(), d, move |dev| {
+                a(dev)?.matmul(&b(dev)?.transpose(0, 1)?)
+            });
+            self.case("matvec".into(), d, move |dev| {
+                let v = b(dev)?
+                    .narrow(0, 0, r.min(1))?
+                    .reshape(&[inp.cols * r.min(1)])?;
+                if r == 0 {
+                    a(dev)?.matmul(&b(dev)?.transpose(0, 1)?)
+                } else {
+                    a(dev)?.matvec(&v)
+                }
+            });
+            // linear with bias: up to 8 rows (the GEMV kernel), all rows (the GEMM).
+            for (name, rows, act) in [
+                ("linear_gelu[rows<=8]", r.min(8), Activation::Gelu),
+                ("linear_silu", r, Activation::Silu),
+            ] {
+                self.case(name.into(), d, move |dev| {
+                    let bias = Tensor::<T>::rand(&[r], -1.0, 1.0, 13, dev)?;
+                    a(dev)?
+                        .narrow(0, 0, rows)?
+                        .linear(&b(dev)?, Some(&bias), Some(act))
+                });
+            }
         }
         self.case("affine".into(), d, move |dev| {
             x(dev)?.affine(if d.is_float() { 1.5 } else { 3.0 }, 2.0)

@@ -1,0 +1,638 @@
+//! Matrix products for f32, f16 and bf16 (f32 accumulation):
+//! - `gemm_{dtype}`: C = act(A·B + bias), batched, any strides. One
+//!   workgroup per [`GEMM_BM`] x [`GEMM_BN`] tile of C: K is walked in steps
+//!   of [`GEMM_BK`], each step's A and B tiles staged in LDS (as f32; the
+//!   next step's loads in flight while this one computes), each workitem
+//!   accumulating a 4 x 4 block of C in registers (register blocking: two
+//!   16-byte LDS reads per 16 FMAs);
+//! - `gemv{R}_{dtype}`: Y = act(X·Wᵀ + bias) for up to [`GEMV_MAX_M`] rows of X
+//!   and a weight stored `[n, k]` (rows contiguous, as PyTorch and GGUF store
+//!   a linear layer): one wave per output column, each weight element read
+//!   once, 16-byte loads when rows allow them, wave reductions. The kernel of
+//!   matrix-vector products and of decode-time `linear`: bandwidth-bound.
+//!
+//! Operand `(i, j)` of a matrix sits at `i * rs + j * cs` (element strides,
+//! any of them zero or one), so transposed and permuted views run in place;
+//! batch `z` starts `z * bs` elements in. C and Y are contiguous.
+//!
+//! The bias (`[n]`, may be null) and the activation ([`ACT_RELU`] ..) are
+//! fused into the store; [`activation`] is the one definition the Cpu
+//! backend applies too. `epilogue_{dtype}` applies them to the f32 sums of
+//! a vendor GEMM (rocBLAS, cuBLAS), rounding once.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::index::W128;
+use crate::kernels;
+use crate::math;
+use crate::unary::{Gelu, GeluErf, Relu, Silu, UnaryOp};
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+#[cfg(not(ferrocm_device))]
+use crate::host::KernelRef;
+
+/// `$body` for `$i` = 0, 1, 2, 3 while `$i < $n` (`$n` a constant), written
+/// out: array indices stay constants whatever the body's size. A `for`
+/// loop the compiler declines to unroll (NVPTX's limits are lower than
+/// AMDGPU's) indexes its arrays by a variable, which puts them in local
+/// memory.
+macro_rules! unroll4 {
+    ($i:ident < $n:expr => $body:block) => {{
+        if 0 < $n {
+            let $i = 0usize;
+            $body
+        }
+        if 1 < $n {
+            let $i = 1usize;
+            $body
+        }
+        if 2 < $n {
+            let $i = 2usize;
+            $body
+        }
+        if 3 < $n {
+            let $i = 3usize;
+            $body
+        }
+    }};
+}
+
+/// Rows of C per GEMM workgroup.
+pub const GEMM_BM: u32 = 64;
+/// Columns of C per GEMM workgroup.
+pub const GEMM_BN: u32 = 64;
+/// K step of the GEMM's LDS tiles.
+pub const GEMM_BK: u32 = 16;
+/// Workitems per GEMM workgroup (16 x 16, each 4 x 4 of C).
+pub const GEMM_BLOCK: u32 = 256;
+/// LDS row pitch of the tiles, in f32: the tile width and one 16-byte word
+/// of padding. Rows stay 16-byte aligned (each workitem reads its 4 rows of
+/// A and 4 columns of B as one 16-byte word per K step), and the K-major
+/// stores of a row-major operand spread over 8 banks instead of one.
+const GEMM_PITCH: u32 = GEMM_BM + 4;
+/// LDS of one GEMM workgroup: the A and B tiles, f32.
+pub const GEMM_LDS_BYTES: u32 = 2 * GEMM_BK * GEMM_PITCH * 4;
+
+/// Most rows of X one GEMV launch takes (its accumulators are registers).
+pub const GEMV_MAX_M: u32 = 8;
+/// Workitems per GEMV workgroup (one wave per output column).
+pub const GEMV_BLOCK: u32 = 256;
+
+/// No activation.
+pub const ACT_NONE: u32 = 0;
+/// `relu` ([`Relu`]).
+pub const ACT_RELU: u32 = 1;
+/// `gelu`, tanh approximation ([`Gelu`]).
+pub const ACT_GELU: u32 = 2;
+/// `gelu` with erf ([`GeluErf`]).
+pub const ACT_GELU_ERF: u32 = 3;
+/// `silu` ([`Silu`]).
+pub const ACT_SILU: u32 = 4;
+
+/// The fused activation `act` (one of the `ACT_*` codes) applied to `v`:
+/// the unary ops' own formulas, so `linear(.., Some(Silu))` equals
+/// `linear(..).silu()` up to the rounding of the intermediate.
+///
+/// ```
+/// use ferrocm_kernels::matmul::{ACT_NONE, ACT_RELU, activation};
+/// assert_eq!(activation(-2.0, ACT_RELU), 0.0);
+/// assert_eq!(activation(-2.0, ACT_NONE), -2.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn activation(v: f32, act: u32) -> f32 {
+    match act {
+        ACT_RELU => Relu::apply(v, 0.0),
+        ACT_GELU => Gelu::apply(v, 0.0),
+        ACT_GELU_ERF => GeluErf::apply(v, 0.0),
+        ACT_SILU => Silu::apply(v, 0.0),
+        _ => v,
+    }
+}
+
+/// A float element the matrix kernels take: how many fit in a 16-byte word
+/// and the dot product of two words (written out element by element: a
+/// loop indexed by a variable would put the word in scratch memory).
+#[amdgpu_device]
+pub trait MatElem: Elem {
+    /// Elements per 16-byte word.
+    const PER_WORD: u32;
+    /// `acc + Σ w[e] * x[e]` over the word's elements, in f32, in order.
+    fn dot_word(w: W128, x: W128, acc: f32) -> f32;
+    /// The value as f32 ([`Elem::to_f32`], through the GPU's conversion
+    /// instruction for f16).
+    fn widen(self) -> f32;
+}
+
+#[amdgpu_device]
+impl MatElem for f32 {
+    const PER_WORD: u32 = 4;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn dot_word(w: W128, x: W128, acc: f32) -> f32 {
+        let f = f32::from_bits;
+        let acc = math::fma(f(w.0[0]), f(x.0[0]), acc);
+        let acc = math::fma(f(w.0[1]), f(x.0[1]), acc);
+        let acc = math::fma(f(w.0[2]), f(x.0[2]), acc);
+        math::fma(f(w.0[3]), f(x.0[3]), acc)
+    }
+}
+
+/// The two halves of a word of 16-bit floats as f32, low first.
+#[amdgpu_device]
+#[inline(always)]
+fn halves(word: u32, bf16: bool) -> (f32, f32) {
+    if bf16 {
+        // bf16 is the high half of an f32: a shift, no conversion.
+        (
+            f32::from_bits(word << 16),
+            f32::from_bits(word & 0xffff_0000),
+        )
+    } else {
+        (f16_to_f32(word as u16), f16_to_f32((word >> 16) as u16))
+    }
+}
+
+/// f16 bits to f32: the GPU's conversion instruction on a GPU (the
+/// software conversion of [`F16::to_f32`] is a dozen instructions, too many
+/// for the GEMV's unrolled loop), the same value in the emulator. NaN stays
+/// NaN (a signalling NaN's payload may come back quieted on a GPU).
+#[amdgpu_device]
+#[inline(always)]
+fn f16_to_f32(h: u16) -> f32 {
+    #[cfg(ferrocm_device)]
+    return f16::from_bits(h) as f32;
+    #[cfg(not(ferrocm_device))]
+    return F16(h).to_f32();
+}
+
+/// `acc + Σ w[e] * x[e]` over the 8 halves of two words.
+#[amdgpu_device]
+#[inline(always)]
+fn dot_halves(w: W128, x: W128, mut acc: f32, bf16: bool) -> f32 {
+    let (w0, w1) = halves(w.0[0], bf16);
+    let (x0, x1) = halves(x.0[0], bf16);
+    acc = math::fma(w1, x1, math::fma(w0, x0, acc));
+    let (w0, w1) = halves(w.0[1], bf16);
+    let (x0, x1) = halves(x.0[1], bf16);
+    acc = math::fma(w1, x1, math::fma(w0, x0, acc));
+    let (w0, w1) = halves(w.0[2], bf16);
+    let (x0, x1) = halves(x.0[2], bf16);
+    acc = math::fma(w1, x1, math::fma(w0, x0, acc));
+    let (w0, w1) = halves(w.0[3], bf16);
+    let (x0, x1) = halves(x.0[3], bf16);
+    math::fma(w1, x1, math::fma(w0, x0, acc))
+}
+
+#[amdgpu_device]
+impl MatElem for Bf16 {
+    const PER_WORD: u32 = 8;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+    #[inline(always)]
+    fn dot_word(w: W128, x: W128, acc: f32) -> f32 {
+        dot_halves(w, x, acc, true)
+    }
+}
+
+#[amdgpu_device]
+impl MatElem for F16 {
+    const PER_WORD: u32 = 8;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f16_to_f32(self.0)
+    }
+    #[inline(always)]
+    fn dot_word(w: W128, x: W128, acc: f32) -> f32 {
+        dot_halves(w, x, acc, false)
+    }
+}
+
+/// `p + z * stride` elements (a batch's start).
+#[amdgpu_device]
+#[inline(always)]
+fn offset_by<T>(p: *const T, z: u32, stride: u64) -> *const T {
+    p.wrapping_add((z as u64 * stride) as usize)
+}
+
+/// Where this workitem's four elements of an operand's K-tile come from:
+/// for each, its offset in the matrix at `k0 = 0` and its index along K in
+/// the tile (`u32::MAX` when its row (A) or column (B) does not exist, so
+/// one comparison tests both; a bool per element would hold a 64-bit lane
+/// mask in scalar registers). Computed once per tile: a K step adds
+/// `k0 * k_stride` to the offsets.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+struct TileLoads {
+    off: [u32; 4],
+    kk: [u32; 4],
+}
+
+/// The element of the tile workitem-slot `e` holds: `(index in the tile's
+/// non-K dim, index along K)`. Consecutive workitems take consecutive
+/// addresses along whichever of the operand's strides is 1 (`k_fast`: K),
+/// so row-major and transposed operands both coalesce.
+#[amdgpu_device]
+#[inline(always)]
+fn gemm_slot(e: u32, k_fast: bool) -> (u32, u32) {
+    if k_fast {
+        (e / GEMM_BK, e % GEMM_BK)
+    } else {
+        (e % GEMM_BM, e / GEMM_BM)
+    }
+}
+
+/// This workitem's [`TileLoads`] of an operand whose tile starts at `i0` in
+/// its non-K dim of size `size`; `i_stride` and `k_stride` are its element
+/// strides along that dim and along K.
+#[amdgpu_device]
+#[inline(always)]
+fn gemm_tile_loads(i0: u32, size: u32, i_stride: u32, k_stride: u32) -> TileLoads {
+    let tid = workitem_id_x();
+    let mut t = TileLoads {
+        off: [0; 4],
+        kk: [0; 4],
+    };
+    unroll4!(r < 4 => {
+        let (ii, kk) = gemm_slot(tid + GEMM_BLOCK * r as u32, k_stride == 1);
+        let i = i0 + ii;
+        // Rows past the end never load: their offset may wrap, unused.
+        t.off[r] = i.wrapping_mul(i_stride).wrapping_add(kk.wrapping_mul(k_stride));
+        t.kk[r] = if i < size { kk } else { u32::MAX };
+    });
+    t
+}
+
+/// The four elements of the K-tile at `k0` as f32 (zero past the matrix).
+#[amdgpu_device]
+#[inline(always)]
+fn gemm_fetch<T: MatElem>(
+    p: *const T,
+    t: &TileLoads,
+    k0: u32,
+    k: u32,
+    k_stride: u32,
+    out: &mut [f32; 4],
+) {
+    // k0 <= k on every call.
+    let left = k - k0;
+    unroll4!(r < 4 => {
+        out[r] = if t.kk[r] < left {
+            unsafe { load(p, (t.off[r] + k0 * k_stride) as usize) }.widen()
+        } else {
+            0.0
+        };
+    });
+}
+
+/// Stores the registers [`gemm_fetch`] loaded into an LDS tile, K-major
+/// (`tile[kk * pitch + i]`).
+#[amdgpu_device]
+#[inline(always)]
+fn gemm_stage(tile: Lds<f32>, k_fast: bool, regs: &[f32; 4]) {
+    let tid = workitem_id_x();
+    unroll4!(r < 4 => {
+        let (ii, kk) = gemm_slot(tid + GEMM_BLOCK * r as u32, k_fast);
+        tile.store(kk * GEMM_PITCH + ii, regs[r]);
+    });
+}
+
+/// The GEMM: see the module doc. `c` is `[batch, m, n]` contiguous.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_body<T: MatElem>(
+    c: *mut T,
+    a: *const T,
+    b: *const T,
+    bias: *const T,
+    (m, n, k, batch, z0): (u32, u32, u32, u32, u32),
+    (a_rs, a_cs, a_bs): (u32, u32, u64),
+    (b_rs, b_cs, b_bs): (u32, u32, u64),
+    act: u32,
+) {
+    let tid = workitem_id_x();
+    let (tx, ty) = (tid % 16, tid / 16);
+    let tiles_n = n.div_ceil(GEMM_BN);
+    let tile = workgroup_id_x();
+    let (m0, n0) = ((tile / tiles_n) * GEMM_BM, (tile % tiles_n) * GEMM_BN);
+    let (ta, tb) = (lds_at::<f32>(0), lds_at::<f32>(GEMM_BK * GEMM_PITCH * 4));
+    let (ta4, tb4) = (lds_at::<W128>(0), lds_at::<W128>(GEMM_BK * GEMM_PITCH * 4));
+    // A's non-K dim is its rows, B's its columns.
+    let la = gemm_tile_loads(m0, m, a_rs, a_cs);
+    let lb = gemm_tile_loads(n0, n, b_cs, b_rs);
+    // One batch per workgroup row (the launch covers `z0..z0 + 65535` at
+    // most). No loop over batches: the compiler would hoist the epilogue's
+    // addresses out of it, ahead of the K loop, and hold them there.
+    let z = z0 + workgroup_id_y();
+    if z < batch {
+        let az = offset_by(a, z, a_bs);
+        let bz = offset_by(b, z, b_bs);
+        let mut acc = [[0.0f32; 4]; 4];
+        let (mut ra, mut rb) = ([0.0f32; 4], [0.0f32; 4]);
+        gemm_fetch(az, &la, 0, k, a_cs, &mut ra);
+        gemm_fetch(bz, &lb, 0, k, b_rs, &mut rb);
+        let mut k0 = 0;
+        while k0 < k {
+            // The previous step's reads of the tiles are done; stage this one.
+            barrier();
+            gemm_stage(ta, a_cs == 1, &ra);
+            gemm_stage(tb, b_rs == 1, &rb);
+            barrier();
+            if k0 + GEMM_BK < k {
+                // The next step's loads fly while this step computes.
+                gemm_fetch(az, &la, k0 + GEMM_BK, k, a_cs, &mut ra);
+                gemm_fetch(bz, &lb, k0 + GEMM_BK, k, b_rs, &mut rb);
+            }
+            for kk in 0..GEMM_BK {
+                // This workitem's rows ty*4.. of A and columns tx*4.. of B.
+                let av = ta4.load(kk * (GEMM_PITCH / 4) + ty).0.map(f32::from_bits);
+                let bv = tb4.load(kk * (GEMM_PITCH / 4) + tx).0.map(f32::from_bits);
+                for i in 0..4 {
+                    for j in 0..4 {
+                        acc[i][j] = math::fma(av[i], bv[j], acc[i][j]);
+                    }
+                }
+                if kk % 4 == 3 {
+                    // Reads of four K steps ahead at most: all sixteen in
+                    // flight at once would need 128 more registers.
+                    schedule_barrier();
+                }
+            }
+            k0 += GEMM_BK;
+        }
+        // C's batch z starts z * m * n elements in.
+        let cz = c.wrapping_add((z as u64 * m as u64 * n as u64) as usize);
+        unroll4!(i < 4 => {
+            let row = m0 + 4 * ty + i as u32;
+            unroll4!(j < 4 => {
+                let col = n0 + 4 * tx + j as u32;
+                if row < m && col < n {
+                    let mut v = acc[i][j];
+                    if !bias.is_null() {
+                        v += unsafe { load(bias, col as usize) }.widen();
+                    }
+                    unsafe { store(cz, (row * n + col) as usize, T::from_f32(activation(v, act))) };
+                }
+            });
+        });
+    }
+}
+
+/// The GEMV: see the module doc. `x` is `[batch, m, k]` with rows `x_rs`
+/// apart and contiguous along k, `w` is `[batch, n, k]` with rows `w_rs`
+/// apart and contiguous along k, `y` is `[batch, m, n]` contiguous.
+/// `words`: rows start on 16-byte boundaries and `k` is a multiple of
+/// [`MatElem::PER_WORD`], so they are read in 16-byte words (`w_rs` and
+/// `x_rs` are then in words).
+///
+/// `R` (1, 2 or 4) rows of x are done per pass over a weight row, their
+/// sums in registers; more rows (up to [`GEMV_MAX_M`]) take further passes,
+/// which find the weight row in the cache (a wave's row is a few KiB), so
+/// memory still delivers each weight once. Rows of a pass past `m` re-read
+/// row `m - 1` (the loop has no conditions) and are not stored.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_body<T: MatElem, const R: usize>(
+    y: *mut T,
+    w: *const T,
+    x: *const T,
+    bias: *const T,
+    (n, k, m, batch): (u32, u32, u32, u32),
+    (w_rs, w_bs, x_rs, x_bs): (u32, u64, u32, u64),
+    act: u32,
+    words: bool,
+) {
+    let lane = lane_id();
+    let wave = wave_size();
+    let waves = GEMV_BLOCK / wave;
+    let last = Ord::max(m, 1) - 1;
+    // Words in flight per lane: four with one or two rows a pass, two with
+    // four (whose x loads keep enough in flight).
+    let unroll: u32 = if R <= 2 { 4 } else { 2 };
+    let mut z = workgroup_id_y();
+    while z < batch {
+        let xz = offset_by(x, z, x_bs);
+        let wz = offset_by(w, z, w_bs);
+        let yz = y.wrapping_add((z as u64 * m as u64 * n as u64) as usize);
+        let mut col = workgroup_id_x() * waves + wave_id();
+        while col < n {
+            let wrow = col * w_rs;
+            let b = if bias.is_null() {
+                0.0
+            } else {
+                unsafe { load(bias, col as usize) }.widen()
+            };
+            let mut m0 = 0;
+            while m0 < m {
+                // This pass's rows of x (clamped to the last one).
+                let mut xrow = [0u32; R];
+                unroll4!(r < R => {
+                    xrow[r] = Ord::min(m0 + r as u32, last) * x_rs;
+                });
+                let mut acc = [0.0f32; R];
+                if words {
+                    let kw = k / T::PER_WORD;
+                    let (ww, xw) = (wz as *const W128, xz as *const W128);
+                    let mut i = lane;
+                    while i + (unroll - 1) * wave < kw {
+                        let w0 = unsafe { load(ww, (wrow + i) as usize) };
+                        let w1 = unsafe { load(ww, (wrow + i + wave) as usize) };
+                        let (w2, w3) = if unroll == 4 {
+                            unsafe {
+                                (
+                                    load(ww, (wrow + i + 2 * wave) as usize),
+                                    load(ww, (wrow + i + 3 * wave) as usize),
+                                )
+                            }
+                        } else {
+                            (w0, w0)
+                        };
+                        unroll4!(r < R => {
+                            let xr = xrow[r] + i;
+                            let mut a = acc[r];
+                            a = T::dot_word(w0, unsafe { load(xw, xr as usize) }, a);
+                            a = T::dot_word(w1, unsafe { load(xw, (xr + wave) as usize) }, a);
+                            if unroll == 4 {
+                                a = T::dot_word(w2, unsafe { load(xw, (xr + 2 * wave) as usize) }, a);
+                                a = T::dot_word(w3, unsafe { load(xw, (xr + 3 * wave) as usize) }, a);
+                            }
+                            acc[r] = a;
+                        });
+                        i += unroll * wave;
+                    }
+                    while i < kw {
+                        let w0 = unsafe { load(ww, (wrow + i) as usize) };
+                        unroll4!(r < R => {
+                            acc[r] = T::dot_word(w0, unsafe { load(xw, (xrow[r] + i) as usize) }, acc[r]);
+                        });
+                        i += wave;
+                    }
+                } else {
+                    let mut i = lane;
+                    while i < k {
+                        let wv = unsafe { load(wz, (wrow + i) as usize) }.widen();
+                        unroll4!(r < R => {
+                            acc[r] = math::fma(wv, unsafe { load(xz, (xrow[r] + i) as usize) }.widen(), acc[r]);
+                        });
+                        i += wave;
+                    }
+                }
+                unroll4!(r < R => {
+                    let s = wave_sum_f32(acc[r]);
+                    let row = m0 + r as u32;
+                    if lane == 0 && row < m {
+                        unsafe { store(yz, (row * n + col) as usize, T::from_f32(activation(s + b, act))) };
+                    }
+                });
+                m0 += R as u32;
+            }
+            col += num_workgroups_x() * waves;
+        }
+        z += num_workgroups_y();
+    }
+}
+
+/// The epilogue of a vendor GEMM: `out = act(sums + bias)` rounded once to
+/// `T`, over `rows` rows of `n` f32 sums (contiguous). A workgroup per row
+/// (looping when there are more rows than workgroups), its workitems along
+/// the row: no division per element.
+#[amdgpu_device]
+#[inline(always)]
+pub fn epilogue_body<T: MatElem>(
+    out: *mut T,
+    sums: *const f32,
+    bias: *const T,
+    rows: u64,
+    n: u32,
+    act: u32,
+) {
+    let mut row = workgroup_id_x() as u64;
+    while row < rows {
+        let base = row * n as u64;
+        let mut col = workitem_id_x();
+        while col < n {
+            let at = (base + col as u64) as usize;
+            let mut v = unsafe { load(sums, at) };
+            if !bias.is_null() {
+                v += unsafe { load(bias, col as usize) }.widen();
+            }
+            unsafe { store(out, at, T::from_f32(activation(v, act))) };
+            col += workgroup_size_x();
+        }
+        row += num_workgroups_x() as u64;
+    }
+}
+
+/// `epilogue_{T}`'s parameters: `(out, sums, bias, rows, n, act)`.
+#[cfg(not(ferrocm_device))]
+pub type EpilogueArgs<T> = (*mut T, *const f32, *const T, u64, u32, u32);
+
+/// `gemm_{T}`'s parameters: `(c, a, b, bias, m, n, k, batch, z0, a_rs,
+/// a_cs, a_bs, b_rs, b_cs, b_bs, act)`; workgroup row `y` computes batch
+/// `z0 + y`.
+#[cfg(not(ferrocm_device))]
+pub type GemmArgs<T> = (
+    *mut T,
+    *const T,
+    *const T,
+    *const T,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u64,
+    u32,
+    u32,
+    u64,
+    u32,
+);
+/// `gemv_{T}`'s parameters: `(y, w, x, bias, n, k, m, batch, w_rs, w_bs,
+/// x_rs, x_bs, act, words)`.
+#[cfg(not(ferrocm_device))]
+pub type GemvArgs<T> = (
+    *mut T,
+    *const T,
+    *const T,
+    *const T,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u64,
+    u32,
+    u64,
+    u32,
+    u32,
+);
+
+/// The matrix kernels of an element type (host side): `None` for the
+/// integer types, which have no matrix products.
+#[cfg(not(ferrocm_device))]
+pub trait MatmulKernels: Sized + 'static {
+    /// `gemm_{T}`.
+    const GEMM: Option<KernelRef<GemmArgs<Self>>>;
+    /// `gemv{R}_{T}` for R = 1, 2, 4 rows per pass (any `m` up to
+    /// [`GEMV_MAX_M`]; `gemv4` takes two passes past 4 rows).
+    const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]>;
+    /// `epilogue_{T}`.
+    const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>>;
+}
+
+macro_rules! matmul_kernels {
+    ($($t:ty => $gemm:ident, $epilogue:ident, [$($gemv:ident: $rows:literal),*];)*) => {
+        kernels! { $(
+            fn $epilogue(out: *mut $t, sums: *const f32, bias: *const $t, rows: u64, n: u32, act: u32) {
+                epilogue_body::<$t>(out, sums, bias, rows, n, act)
+            }
+            fn $gemm(c: *mut $t, a: *const $t, b: *const $t, bias: *const $t, m: u32, n: u32, k: u32, batch: u32,
+                     z0: u32, a_rs: u32, a_cs: u32, a_bs: u64, b_rs: u32, b_cs: u32, b_bs: u64, act: u32) {
+                gemm_body::<$t>(c, a, b, bias, (m, n, k, batch, z0), (a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs), act)
+            }
+            $(
+            fn $gemv(y: *mut $t, w: *const $t, x: *const $t, bias: *const $t, n: u32, k: u32, m: u32, batch: u32,
+                     w_rs: u32, w_bs: u64, x_rs: u32, x_bs: u64, act: u32, words: u32) {
+                gemv_body::<$t, $rows>(y, w, x, bias, (n, k, m, batch), (w_rs, w_bs, x_rs, x_bs), act, words != 0)
+            }
+            )*
+        )* }
+
+        #[cfg(not(ferrocm_device))]
+        const _: () = { $(
+            impl MatmulKernels for $t {
+                const GEMM: Option<KernelRef<GemmArgs<Self>>> = Some(KernelRef::of::<$gemm>());
+                const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]> = Some([$(KernelRef::of::<$gemv>()),*]);
+                const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = Some(KernelRef::of::<$epilogue>());
+            }
+        )* };
+    };
+}
+
+matmul_kernels! {
+    f32 => gemm_f32, epilogue_f32, [gemv1_f32: 1, gemv2_f32: 2, gemv4_f32: 4];
+    F16 => gemm_f16, epilogue_f16, [gemv1_f16: 1, gemv2_f16: 2, gemv4_f16: 4];
+    Bf16 => gemm_bf16, epilogue_bf16, [gemv1_bf16: 1, gemv2_bf16: 2, gemv4_bf16: 4];
+}
+
+#[cfg(not(ferrocm_device))]
+macro_rules! no_matmul {
+    ($($t:ty),*) => { $(
+        impl MatmulKernels for $t {
+            const GEMM: Option<KernelRef<GemmArgs<Self>>> = None;
+            const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]> = None;
+            const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = None;
+        }
+    )* };
+}
+#[cfg(not(ferrocm_device))]
+no_matmul!(u8, u32, i64);

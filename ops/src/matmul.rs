@@ -1,0 +1,799 @@
+//! Matrix products: `matmul` (torch.matmul semantics), `matvec` and
+//! `linear` (weight `[out, in]`, fused bias and activation): API, Cpu
+//! implementation, kernel path.
+//!
+//! f32, f16 and bf16; f16 and bf16 accumulate in f32 on every device and are
+//! rounded once, after the bias and the activation.
+//!
+//! Views run in place: every operand is described by three element strides
+//! (row, column, batch), so transposed and permuted matrices, broadcast
+//! batches and narrowed views need no copy. The kernels take any strides.
+//! Two layouts are copied first (to contiguous, once per call):
+//! - batch dims that do not collapse into one stride (e.g. `[2, 1, m, k]`
+//!   against `[1, 3, k, n]`: the broadcast batch is not a single stride);
+//! - for the matrix-vector kernel, a left operand that is not contiguous
+//!   along `k` (it is small: at most 8 rows).
+//!
+//! Kernel choice: up to [`GEMV_MAX_M`] rows against a right operand stored
+//! `[n, k]` (contiguous along `k`: `linear`'s weight, `b.transpose()` of a
+//! row-major matrix) use the bandwidth-bound GEMV kernel, reading each weight
+//! element once; everything else the tiled GEMM. Batches sharing one right
+//! operand whose left rows are evenly spaced fold into the rows (`[b, s, k] x
+//! [k, n]` is one `[b*s, k] x [k, n]` product).
+
+use crate::backend::{self, Libraries, Op, Vendor};
+use crate::dtype::{DType, WithDType};
+use crate::error::{Error, Result};
+use crate::layout::{broadcast_shape, checked_count};
+use crate::tensor::Tensor;
+use ferrocm_host::blas::{Gemm, GemmOperand, GemmType};
+use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
+use ferrocm_kernels::elem::Elem;
+use ferrocm_kernels::matmul::{
+    ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, GEMM_BLOCK, GEMM_BM, GEMM_BN,
+    GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_MAX_M, MatmulKernels, activation,
+};
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// An activation fused into [`Tensor::linear`]'s output (the formulas of the
+/// unary ops of the same names).
+///
+/// ```
+/// use ferrocm_ops::{Activation, Device, Tensor};
+/// let x = Tensor::from_slice(&[1.0f32, -2.0], &[1, 2], &Device::Cpu)?;
+/// let w = Tensor::from_slice(&[1.0f32, 1.0], &[1, 2], &Device::Cpu)?;
+/// let y = x.linear(&w, None, Some(Activation::Relu))?;
+/// assert_eq!(y.to_vec()?, vec![0.0]); // relu(1 - 2)
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `max(x, 0)`.
+    Relu,
+    /// `gelu`, tanh approximation.
+    Gelu,
+    /// `gelu` with erf (exact).
+    GeluErf,
+    /// `x * sigmoid(x)`.
+    Silu,
+}
+
+impl Activation {
+    /// The kernels' code for it.
+    fn code(act: Option<Self>) -> u32 {
+        match act {
+            None => ACT_NONE,
+            Some(Self::Relu) => ACT_RELU,
+            Some(Self::Gelu) => ACT_GELU,
+            Some(Self::GeluErf) => ACT_GELU_ERF,
+            Some(Self::Silu) => ACT_SILU,
+        }
+    }
+}
+
+impl<T: WithDType> Tensor<T> {
+    /// The matrix product, as `torch.matmul`: the last two dims multiply
+    /// (`[.., m, k] x [.., k, n] -> [.., m, n]`), the dims before them
+    /// broadcast; a 1-D left operand is a row vector and a 1-D right operand
+    /// a column vector, their dim dropped from the result (two 1-D operands:
+    /// the dot product, rank 0). f32, f16 and bf16 (f32 accumulation).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &Device::Cpu)?;
+    /// let b = Tensor::from_slice(&[1.0f32, 0.0, 1.0], &[3], &Device::Cpu)?;
+    /// assert_eq!(a.matmul(&b)?.to_vec()?, vec![4.0, 10.0]); // [2, 3] x [3]
+    /// let at = a.transpose(0, 1)?; // [3, 2], a view: no copy
+    /// let c = a.matmul(&at)?;
+    /// assert_eq!(c.shape(), &[2, 2]);
+    /// assert_eq!(c.to_vec()?, vec![14.0, 32.0, 32.0, 77.0]);
+    /// // batch dims broadcast: [4, 2, 3] x [3, 2] -> [4, 2, 2]
+    /// let batch = a.broadcast_as(&[4, 2, 3])?;
+    /// assert_eq!(batch.matmul(&at)?.shape(), &[4, 2, 2]);
+    /// assert!(a.matmul(&a).is_err()); // inner dims 3 and 2
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for integer dtypes; [`Error::ShapeMismatch`]
+    /// when the inner dims differ or an operand is a scalar;
+    /// [`Error::BroadcastIncompatible`] when the batch dims do not broadcast;
+    /// [`Error::DeviceMismatch`]; [`Error::TooLarge`] past `u32::MAX` rows,
+    /// columns, inner dim or batches; [`Error::Host`] when allocation or a
+    /// launch fails.
+    pub fn matmul(&self, rhs: &Self) -> Result<Self> {
+        const OP: &str = "matmul";
+        if self.rank() == 0 || rhs.rank() == 0 {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                lhs: self.shape().to_vec(),
+                rhs: rhs.shape().to_vec(),
+            });
+        }
+        // Vectors become matrices, and their dim leaves the result.
+        let a = match self.rank() {
+            1 => self.reshape(&[1, self.shape()[0]])?,
+            _ => self.clone(),
+        };
+        let b = match rhs.rank() {
+            1 => rhs.reshape(&[rhs.shape()[0], 1])?,
+            _ => rhs.clone(),
+        };
+        let out = product(OP, &a, &b, None, ACT_NONE)?;
+        let mut shape = out.shape().to_vec();
+        if rhs.rank() == 1 {
+            shape.pop();
+        }
+        if self.rank() == 1 {
+            shape.remove(shape.len() - 1 - (rhs.rank() != 1) as usize);
+        }
+        out.reshape(&shape)
+    }
+
+    /// Matrix times vector: `self` is `[.., m, k]`, `v` is `[.., k]` (its
+    /// leading dims broadcast against `self`'s batch dims); the result is
+    /// `[.., m]`. Unlike [`Tensor::matmul`], a 2-D `v` is a batch of vectors,
+    /// not a matrix.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let m = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &Device::Cpu)?;
+    /// let v = Tensor::from_slice(&[1.0f32, 1.0, 0.0, 1.0], &[2, 2], &Device::Cpu)?;
+    /// // two vectors against one matrix: [2, 2] x [2, 2] -> [2, 2]
+    /// assert_eq!(m.matvec(&v)?.to_vec()?, vec![3.0, 7.0, 2.0, 4.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::matmul`]; [`Error::ShapeMismatch`] when `self` has fewer
+    /// than two dims or `v` none.
+    pub fn matvec(&self, v: &Self) -> Result<Self> {
+        const OP: &str = "matvec";
+        if self.rank() < 2 || v.rank() == 0 {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                lhs: self.shape().to_vec(),
+                rhs: v.shape().to_vec(),
+            });
+        }
+        let mut col = v.shape().to_vec();
+        col.push(1);
+        let out = product(OP, self, &v.reshape(&col)?, None, ACT_NONE)?;
+        let mut shape = out.shape().to_vec();
+        shape.pop();
+        out.reshape(&shape)
+    }
+
+    /// A linear layer: `act(self · wᵀ + bias)` with `self` `[.., in]`, the
+    /// weight `w` stored `[out, in]` (as PyTorch and GGUF store it) and
+    /// `bias` `[out]`; the result is `[.., out]`. The bias and the activation
+    /// are applied in f32 before the one rounding to `T`. With a few rows
+    /// (decode) this is the matrix-vector kernel, reading `w` once.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Activation, Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[1, 3], &Device::Cpu)?;
+    /// let w = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 0.0, 1.0, -1.0], &[2, 3], &Device::Cpu)?;
+    /// let b = Tensor::from_slice(&[0.5f32, 0.0], &[2], &Device::Cpu)?;
+    /// assert_eq!(x.linear(&w, Some(&b), None)?.to_vec()?, vec![1.5, -1.0]);
+    /// let y = x.linear(&w, Some(&b), Some(Activation::Relu))?;
+    /// assert_eq!(y.to_vec()?, vec![1.5, 0.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when `w` is not 2-D, `self`'s last dim is not
+    /// `w`'s second, or `bias` is not `[out]`; otherwise as
+    /// [`Tensor::matmul`].
+    pub fn linear(&self, w: &Self, bias: Option<&Self>, act: Option<Activation>) -> Result<Self> {
+        const OP: &str = "linear";
+        let mismatch = |rhs: &[usize]| Error::ShapeMismatch {
+            op: OP,
+            lhs: self.shape().to_vec(),
+            rhs: rhs.to_vec(),
+        };
+        if w.rank() != 2 || self.rank() == 0 || self.shape()[self.rank() - 1] != w.shape()[1] {
+            return Err(mismatch(w.shape()));
+        }
+        if let Some(b) = bias {
+            if b.shape() != [w.shape()[0]] {
+                return Err(mismatch(b.shape()));
+            }
+            self.same_device(OP, b)?;
+        }
+        let (inner, out) = (w.shape()[1], w.shape()[0]);
+        let lead = &self.shape()[..self.rank() - 1];
+        let x = self.reshape(&[lead.iter().product(), inner])?;
+        let y = product(OP, &x, &w.transpose(0, 1)?, bias, Activation::code(act))?;
+        let mut shape = lead.to_vec();
+        shape.push(out);
+        y.reshape(&shape)
+    }
+}
+
+/// One operand's element strides: row, column, batch (0: shared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Strides {
+    rs: usize,
+    cs: usize,
+    bs: usize,
+}
+
+/// A batched product `[batch, m, k] x [batch, k, n] -> [batch, m, n]` over
+/// operands given by their strides.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    a: Strides,
+    b: Strides,
+}
+
+impl Plan {
+    /// The matrix-vector kernel's case: few rows and a right operand whose
+    /// columns are contiguous along k (a weight stored `[n, k]`).
+    fn is_gemv(&self) -> bool {
+        self.m <= GEMV_MAX_M as usize && (self.b.rs == 1 || self.k <= 1)
+    }
+}
+
+/// The single batch stride of `layout`'s first `nb` dims, if they collapse
+/// into one (size-1 dims are skipped; none left: 0).
+fn batch_stride(shape: &[usize], strides: &[usize], nb: usize) -> Option<usize> {
+    let mut inner: Option<(usize, usize)> = None; // (stride, size) of the dim inside
+    for d in (0..nb).rev() {
+        if shape[d] == 1 {
+            continue;
+        }
+        match inner {
+            None => inner = Some((strides[d], shape[d])),
+            Some((s, size)) if strides[d] == s * size => inner = Some((s, size * shape[d])),
+            Some(_) => return None,
+        }
+    }
+    Some(inner.map_or(0, |(s, _)| s))
+}
+
+/// `t` broadcast to `batch ++ [rows, cols]`, as strides; copied to
+/// contiguous first when its batch dims do not collapse.
+fn operand<T: WithDType>(t: &Tensor<T>, batch: &[usize]) -> Result<(Tensor<T>, Strides)> {
+    let r = t.rank();
+    let mut shape = batch.to_vec();
+    shape.extend_from_slice(&t.shape()[r - 2..]);
+    let mut v = t.broadcast_as(&shape)?;
+    let nb = batch.len();
+    let bs = match batch_stride(v.shape(), v.layout().strides(), nb) {
+        Some(bs) => bs,
+        None => {
+            v = v.contiguous()?;
+            batch_stride(v.shape(), v.layout().strides(), nb).expect("contiguous batches collapse")
+        }
+    };
+    let s = v.layout().strides();
+    let (rs, cs) = (s[nb], s[nb + 1]);
+    Ok((v, Strides { rs, cs, bs }))
+}
+
+/// Checks and plans `a x b` (`a` `[.., m, k]`, `b` `[.., k, n]`, both at
+/// least 2-D) and runs it, with `bias` (`[n]`) and the activation fused.
+fn product<T: WithDType>(
+    op: &'static str,
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    bias: Option<&Tensor<T>>,
+    act: u32,
+) -> Result<Tensor<T>> {
+    if !T::DTYPE.is_float() {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype: T::DTYPE,
+        });
+    }
+    a.same_device(op, b)?;
+    let (ra, rb) = (a.rank(), b.rank());
+    let (m, k) = (a.shape()[ra - 2], a.shape()[ra - 1]);
+    let n = b.shape()[rb - 1];
+    if b.shape()[rb - 2] != k {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: a.shape().to_vec(),
+            rhs: b.shape().to_vec(),
+        });
+    }
+    let batch_shape = broadcast_shape(op, &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
+    let mut out_shape = batch_shape.clone();
+    out_shape.extend([m, n]);
+    checked_count(op, &out_shape, size_of::<T>())?;
+    let batch: usize = batch_shape.iter().product();
+    if [m, n, k, batch].iter().any(|&d| d > u32::MAX as usize) {
+        return Err(Error::TooLarge {
+            op,
+            shape: out_shape,
+        });
+    }
+    let dev = a.device();
+    let out = dev.alloc::<T>(batch * m * n)?;
+    if out.is_empty() {
+        return Ok(Tensor::from_parts(out, &out_shape));
+    }
+    let (mut av, sa) = operand(a, &batch_shape)?;
+    let (mut bv, sb) = operand(b, &batch_shape)?;
+    let mut plan = Plan {
+        m,
+        n,
+        k,
+        batch,
+        a: sa,
+        b: sb,
+    };
+    // One right operand for every batch, left rows evenly spaced: one
+    // product of batch * m rows.
+    if plan.batch > 1 && plan.b.bs == 0 && (plan.a.bs == plan.m * plan.a.rs || plan.m == 1) {
+        plan.a.rs = if plan.m == 1 { plan.a.bs } else { plan.a.rs };
+        plan.m *= plan.batch;
+        plan.batch = 1;
+        plan.a.bs = 0;
+    }
+    // A matrix times column vectors (`[m, k] x [k, 1]`, rows of A contiguous):
+    // the same numbers as the vector's row times Aᵀ, the matrix-vector
+    // kernel's layout (A read once, at the copy rate); C `[m, 1]` and
+    // `[1, m]` are the same memory.
+    if plan.n == 1 && !plan.is_gemv() && (plan.a.cs == 1 || plan.k <= 1) {
+        plan = Plan {
+            m: 1,
+            n: plan.m,
+            k: plan.k,
+            batch: plan.batch,
+            a: Strides {
+                rs: plan.k,
+                cs: plan.b.rs,
+                bs: plan.b.bs,
+            },
+            b: Strides {
+                rs: plan.a.cs,
+                cs: plan.a.rs,
+                bs: plan.a.bs,
+            },
+        };
+        std::mem::swap(&mut av, &mut bv);
+    }
+    if plan.is_gemv() && plan.a.cs != 1 && plan.k > 1 && dev.runs_kernels() {
+        // The GEMV kernel reads rows of the left operand contiguous along k:
+        // copy it (at most 8 rows per batch). `[batch, m, k]` contiguous is
+        // also the folded `[batch * m, k]`.
+        av = av.contiguous()?;
+        plan.a = Strides {
+            rs: plan.k,
+            cs: 1,
+            bs: if plan.batch == 1 { 0 } else { plan.m * plan.k },
+        };
+    }
+    let bias = bias.map(|b| b.contiguous()).transpose()?;
+    let op = Matmul {
+        a: &av,
+        b: &bv,
+        bias: bias.as_ref(),
+        plan,
+        act,
+        out,
+    };
+    Ok(Tensor::from_parts(backend::run(dev, op)?, &out_shape))
+}
+
+static VENDOR_BLAS: AtomicBool = AtomicBool::new(true);
+
+/// Whether matrix products may use the GPU's vendor BLAS (rocBLAS, cuBLAS)
+/// where it is loaded (the default), or always ferrocm's kernels (benches
+/// time both in one run). Process-wide.
+///
+/// ```
+/// ferrocm_ops::matmul::set_vendor_blas(false);
+/// assert!(!ferrocm_ops::matmul::vendor_blas());
+/// ferrocm_ops::matmul::set_vendor_blas(true);
+/// ```
+pub fn set_vendor_blas(on: bool) {
+    VENDOR_BLAS.store(on, Ordering::Relaxed);
+}
+
+/// See [`set_vendor_blas`].
+pub fn vendor_blas() -> bool {
+    VENDOR_BLAS.load(Ordering::Relaxed)
+}
+
+/// A matrix `M` (`rows x cols`, element `(r, c)` at `r * rs + c * cs`)
+/// as BLAS sees `Mᵀ` (column-major `cols x rows`): stored so directly
+/// (`false`) when `M`'s rows are contiguous, or as `M` column-major and
+/// transposed (`true`) when its columns are; with the leading dimension.
+fn as_blas(s: Strides, rows: usize, cols: usize) -> Option<(bool, usize)> {
+    if s.cs == 1 || cols <= 1 {
+        let ld = if rows <= 1 { cols.max(1) } else { s.rs };
+        if ld >= cols.max(1) {
+            return Some((false, ld));
+        }
+    }
+    if s.rs == 1 || rows <= 1 {
+        let ld = if cols <= 1 { rows.max(1) } else { s.cs };
+        if ld >= rows.max(1) {
+            return Some((true, ld));
+        }
+    }
+    None
+}
+
+/// The plan as a column-major BLAS call, `Cᵀ = Bᵀ · Aᵀ` (C `[m, n]`
+/// row-major is `Cᵀ` column-major with leading dimension n), or `None` when
+/// an operand has no unit stride.
+fn blas_gemm<T: WithDType>(p: &Plan, a_offset: usize, b_offset: usize) -> Option<Gemm> {
+    let dtype = match T::DTYPE {
+        DType::F32 => GemmType::F32,
+        DType::F16 => GemmType::F16,
+        DType::BF16 => GemmType::Bf16,
+        _ => return None,
+    };
+    let (trans_a, lda) = as_blas(p.b, p.k, p.n)?;
+    let (trans_b, ldb) = as_blas(p.a, p.m, p.k)?;
+    Some(Gemm {
+        dtype,
+        c_type: dtype,
+        trans_a,
+        trans_b,
+        m: p.n,
+        n: p.m,
+        k: p.k,
+        batch: p.batch,
+        a: GemmOperand {
+            offset: b_offset,
+            ld: lda,
+            stride: p.b.bs,
+        },
+        b: GemmOperand {
+            offset: a_offset,
+            ld: ldb,
+            stride: p.a.bs,
+        },
+        c: GemmOperand {
+            offset: 0,
+            ld: p.n,
+            stride: p.m * p.n,
+        },
+    })
+}
+
+struct Matmul<'a, T: WithDType> {
+    a: &'a Tensor<T>,
+    b: &'a Tensor<T>,
+    bias: Option<&'a Tensor<T>>,
+    plan: Plan,
+    act: u32,
+    out: DeviceBuffer<T>,
+}
+
+/// The operand's elements from its first one, on the Cpu.
+fn host_view<T: WithDType>(t: &Tensor<T>) -> &[T] {
+    &crate::cpu::host(t.buf())[t.layout().offset()..]
+}
+
+/// Batch `z`'s matrix of an operand as contiguous f32 `[rows, cols]`.
+fn to_f32<T: WithDType>(x: &[T], s: Strides, z: usize, rows: usize, cols: usize) -> Vec<f32> {
+    let base = z * s.bs;
+    let mut out = vec![0.0f32; rows * cols];
+    out.par_chunks_mut(cols.max(1))
+        .enumerate()
+        .for_each(|(i, row)| {
+            for (j, o) in row.iter_mut().enumerate() {
+                *o = x[base + i * s.rs + j * s.cs].to_kernel().to_f32();
+            }
+        });
+    out
+}
+
+/// f32 `[m, k] x [k, n] -> [m, n]` through the gemm crate (any strides;
+/// `dst` contiguous).
+#[allow(clippy::too_many_arguments)]
+fn sgemm(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    a: &[f32],
+    sa: (usize, usize),
+    b: &[f32],
+    sb: (usize, usize),
+    threads: usize,
+) {
+    let parallelism = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    if k == 0 {
+        dst.fill(0.0);
+        return;
+    }
+    // SAFETY: dst is m x n contiguous; a's elements (i, j) at i*sa.0 +
+    // j*sa.1 < a.len() for i < m, j < k (the plan's strides over a view
+    // whose storage holds them), and b's likewise.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            sa.1 as isize,
+            sa.0 as isize,
+            b.as_ptr(),
+            sb.1 as isize,
+            sb.0 as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    }
+}
+
+/// Y `[m, n]` = X `[m, k]` (f32, contiguous) · Wᵀ, W's columns contiguous
+/// along k (`w[j * w_rs + i]`), as f32, before bias and activation: each
+/// weight element read once, eight independent sums per row (vectorised).
+fn cpu_gemv<T: WithDType>(y: &mut [f32], x: &[f32], w: &[T], w_rs: usize, m: usize, k: usize) {
+    let n = y.len() / m.max(1);
+    // Columns in parallel, each into its own slot; then scattered to rows.
+    let cols: Vec<[f32; GEMV_MAX_M as usize]> = (0..n)
+        .into_par_iter()
+        .with_min_len(64)
+        .map(|j| {
+            let wrow = &w[j * w_rs..][..k];
+            let mut acc = [[0.0f32; 8]; GEMV_MAX_M as usize];
+            let mut buf = [0.0f32; 8];
+            let mut i = 0;
+            while i + 8 <= k {
+                for (b, v) in buf.iter_mut().zip(&wrow[i..i + 8]) {
+                    *b = v.to_kernel().to_f32();
+                }
+                for (r, acc) in acc.iter_mut().enumerate().take(m) {
+                    let xs = &x[r * k + i..][..8];
+                    for e in 0..8 {
+                        acc[e] += buf[e] * xs[e];
+                    }
+                }
+                i += 8;
+            }
+            let mut sums = [0.0f32; GEMV_MAX_M as usize];
+            for (r, s) in sums.iter_mut().enumerate().take(m) {
+                *s = acc[r].iter().sum();
+                for (ii, v) in wrow.iter().enumerate().skip(i) {
+                    *s += v.to_kernel().to_f32() * x[r * k + ii];
+                }
+            }
+            sums
+        })
+        .collect();
+    for (j, col) in cols.iter().enumerate() {
+        for (r, v) in col.iter().enumerate().take(m) {
+            y[r * n + j] = *v;
+        }
+    }
+}
+
+impl<T: WithDType> Op for Matmul<'_, T> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let p = self.plan;
+        let (a, b) = (host_view(self.a), host_view(self.b));
+        let bias: Option<Vec<f32>> = self.bias.map(|t| {
+            host_view(t)[..p.n]
+                .iter()
+                .map(|v| v.to_kernel().to_f32())
+                .collect()
+        });
+        let threads = rayon::current_num_threads();
+        let mut acc = vec![0.0f32; p.batch * p.m * p.n];
+        let mn = p.m * p.n;
+        let f32_operands = T::DTYPE == DType::F32;
+        let batch_task = |z: usize, dst: &mut [f32], threads: usize| {
+            if p.is_gemv() {
+                let x = to_f32(a, p.a, z, p.m, p.k);
+                cpu_gemv(dst, &x, &b[z * p.b.bs..], p.b.cs, p.m, p.k);
+            } else if f32_operands {
+                let (a, b): (&[f32], &[f32]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
+                sgemm(
+                    (p.m, p.n, p.k),
+                    dst,
+                    &a[z * p.a.bs..],
+                    (p.a.rs, p.a.cs),
+                    &b[z * p.b.bs..],
+                    (p.b.rs, p.b.cs),
+                    threads,
+                );
+            } else {
+                // f16/bf16: f32 copies through the f32 kernel (f32 accumulation).
+                let x = to_f32(a, p.a, z, p.m, p.k);
+                let y = to_f32(b, p.b, z, p.k, p.n);
+                sgemm((p.m, p.n, p.k), dst, &x, (p.k, 1), &y, (p.n, 1), threads);
+            }
+        };
+        if p.k == 0 {
+            // Empty sums: zeros (then bias and activation).
+        } else if p.batch >= threads && mn * p.k < (1 << 22) {
+            // Many small products: one per task.
+            acc.par_chunks_mut(mn)
+                .enumerate()
+                .for_each(|(z, dst)| batch_task(z, dst, 1));
+        } else {
+            for (z, dst) in acc.chunks_mut(mn).enumerate() {
+                batch_task(z, dst, threads);
+            }
+        }
+        let out = crate::cpu::host_mut(&mut self.out);
+        let (n, act) = (p.n, self.act);
+        out.par_chunks_mut(n)
+            .zip(acc.par_chunks(n))
+            .for_each(|(o, r)| {
+                for (j, (o, v)) in o.iter_mut().zip(r).enumerate() {
+                    let v = v + bias.as_ref().map_or(0.0, |b| b[j]);
+                    *o = T::from_kernel(T::Kernel::from_f32(activation(v, act)));
+                }
+            });
+        Ok(self.out)
+    }
+
+    fn vendor(self, libs: &Libraries) -> Vendor<Self> {
+        // The library for the products; the bandwidth-bound matrix-vector
+        // shapes run our kernel (it reads the weight once, at the copy rate).
+        let p = self.plan;
+        if !vendor_blas() || p.is_gemv() || p.k == 0 {
+            return Vendor::Fallback(self);
+        }
+        let Some(mut g) = blas_gemm::<T>(&p, self.a.layout().offset(), self.b.layout().offset())
+        else {
+            return Vendor::Fallback(self);
+        };
+        let dev = libs.device();
+        if self.bias.is_none() && self.act == ACT_NONE {
+            return match dev.blas_gemm(&g, self.b.buf(), self.a.buf(), &self.out) {
+                Ok(true) => Vendor::Done(Ok(self.out)),
+                Ok(false) => Vendor::Fallback(self),
+                Err(e) => Vendor::Done(Err(e.into())),
+            };
+        }
+        // An epilogue: the library's f32 sums, then bias and activation,
+        // rounded once to T by our kernel.
+        g.c_type = GemmType::F32;
+        let sums = match dev.alloc::<f32>(p.batch * p.m * p.n) {
+            Ok(s) => s,
+            Err(e) => return Vendor::Done(Err(e.into())),
+        };
+        match dev.blas_gemm(&g, self.b.buf(), self.a.buf(), &sums) {
+            Ok(true) => {}
+            Ok(false) => return Vendor::Fallback(self),
+            Err(e) => return Vendor::Done(Err(e.into())),
+        }
+        let Some(epilogue) = T::Kernel::EPILOGUE else {
+            return Vendor::Fallback(self);
+        };
+        let rows = (p.batch * p.m) as u64;
+        let r = dev.launch_typed(
+            epilogue,
+            LaunchConfig::rows(rows, 256, 0),
+            (
+                Out::new(self.out.view_as::<T::Kernel>().expect("same size")),
+                In::new(&sums),
+                self.bias.map(|t| t.input()).unwrap_or_else(In::null),
+                rows,
+                p.n as u32,
+                self.act,
+            ),
+        );
+        Vendor::Done(r.map(|()| self.out).map_err(Into::into))
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let p = self.plan;
+        let out = self.out.view_as::<T::Kernel>().expect("same size");
+        let bias = self.bias.map(|t| t.input()).unwrap_or_else(In::null);
+        let too_large = || Error::TooLarge {
+            op: "matmul",
+            shape: vec![p.batch, p.m, p.n],
+        };
+        // The kernels index inside one matrix in u32 (batches in u64).
+        let span = |s: Strides, rows: usize, cols: usize| {
+            rows.saturating_sub(1) * s.rs + cols.saturating_sub(1) * s.cs + 1
+        };
+        let fits = |v: usize| v <= u32::MAX as usize;
+        if !(fits(span(p.a, p.m, p.k)) && fits(span(p.b, p.k, p.n)) && fits(p.m * p.n)) {
+            return Err(too_large());
+        }
+        let u32_of = |v: usize| v as u32;
+        let grid_y = p.batch.min(65535) as u32;
+        if p.is_gemv() {
+            let gemv = T::Kernel::GEMV.ok_or(Error::UnsupportedDType {
+                op: "matmul",
+                dtype: T::DTYPE,
+            })?;
+            // One pass of 1, 2 or 4 rows that covers m, else passes of 4.
+            let gemv = gemv[(p.m.max(1).next_power_of_two().trailing_zeros() as usize).min(2)];
+            // 16-byte words when every row starts on a word boundary.
+            let per_word = 16 / size_of::<T>();
+            let words = [p.k, p.b.cs, p.b.bs, self.b.layout().offset()]
+                .iter()
+                .chain(&[p.a.rs, p.a.bs, self.a.layout().offset()])
+                .all(|v| v % per_word == 0);
+            let unit = if words { per_word } else { 1 };
+            let waves = GEMV_BLOCK / dev.wave_size().unwrap_or(32);
+            let groups = p.n.div_ceil(waves as usize).min(1 << 20) as u32;
+            let cfg = LaunchConfig {
+                grid: [groups, grid_y, 1],
+                block: [GEMV_BLOCK, 1, 1],
+                lds_bytes: 0,
+            };
+            dev.launch_typed(
+                gemv,
+                cfg,
+                (
+                    Out::new(out),
+                    self.b.input(),
+                    self.a.input(),
+                    bias,
+                    u32_of(p.n),
+                    u32_of(p.k),
+                    u32_of(p.m),
+                    u32_of(p.batch),
+                    u32_of(p.b.cs / unit),
+                    p.b.bs as u64,
+                    u32_of(p.a.rs / unit),
+                    p.a.bs as u64,
+                    self.act,
+                    words as u32,
+                ),
+            )?;
+        } else {
+            let gemm = T::Kernel::GEMM.ok_or(Error::UnsupportedDType {
+                op: "matmul",
+                dtype: T::DTYPE,
+            })?;
+            let tiles = p.m.div_ceil(GEMM_BM as usize) * p.n.div_ceil(GEMM_BN as usize);
+            if tiles > ferrocm_host::launch::MAX_GRID_X as usize {
+                return Err(too_large());
+            }
+            // A launch per 65535 batches (the grid's y limit).
+            for z0 in (0..p.batch).step_by(65535) {
+                let cfg = LaunchConfig {
+                    grid: [tiles as u32, (p.batch - z0).min(65535) as u32, 1],
+                    block: [GEMM_BLOCK, 1, 1],
+                    lds_bytes: GEMM_LDS_BYTES,
+                };
+                dev.launch_typed(
+                    gemm,
+                    cfg,
+                    (
+                        Out::new(out),
+                        self.a.input(),
+                        self.b.input(),
+                        bias,
+                        u32_of(p.m),
+                        u32_of(p.n),
+                        u32_of(p.k),
+                        u32_of(p.batch),
+                        u32_of(z0),
+                        u32_of(p.a.rs),
+                        u32_of(p.a.cs),
+                        p.a.bs as u64,
+                        u32_of(p.b.rs),
+                        u32_of(p.b.cs),
+                        p.b.bs as u64,
+                        self.act,
+                    ),
+                )?;
+            }
+        }
+        Ok(self.out)
+    }
+}
