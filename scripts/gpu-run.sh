@@ -59,7 +59,12 @@ for s in "${steps[@]}"; do
         tests)
             for t in "$here"/test-*; do
                 step "$(basename "$t")" "$t" --test-threads 4
-            done ;;
+            done
+            # The matrix products again on ferrocm's own kernels (the runs
+            # above use the vendor BLAS where it loads).
+            if [ -x "$here/test-matmul" ]; then
+                step test-matmul-kernels env FERROCM_VENDOR_BLAS=0 "$here/test-matmul" --test-threads 4
+            fi ;;
         *) echo "unknown step $s" | tee -a "$summary" ;;
     esac
 done

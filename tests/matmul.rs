@@ -171,8 +171,10 @@ macro_rules! every_float {
 }
 
 fn sizes_case<T: WithDType>(dev: &Device) {
-    // Ones, primes, tile tails (the GEMM's tiles are 64 x 64 x 16), the
-    // GEMV's rows (m <= 8), k not a multiple of the 16-byte word.
+    // Ones, primes, tile tails (the FMA GEMM's tiles are 64 x 64 x 16, the
+    // matrix-unit GEMM's 128 x 128 x 32), the GEMV's rows (m <= 8), k not a
+    // multiple of the 16-byte word; the last two cross the 128-wide tiles
+    // with rows that start on 16-byte words (the kernels' word loads).
     for (i, &(m, k, n)) in [
         (1, 1, 1),
         (1, 7, 5),
@@ -183,6 +185,8 @@ fn sizes_case<T: WithDType>(dev: &Device) {
         (31, 37, 41),
         (70, 64, 1),
         (1, 200, 3),
+        (130, 72, 136),
+        (200, 48, 9),
     ]
     .iter()
     .enumerate()
@@ -199,7 +203,14 @@ fn sizes_against_the_f64_reference() {
 }
 
 fn layouts_case<T: WithDType>(dev: &Device) {
-    let (m, k, n) = (5, 24, 19);
+    // Odd sizes, then sizes crossing the matrix-unit GEMM's 128 x 128 x 32
+    // tiles whose strides allow 16-byte word loads in every layout.
+    for (m, k, n) in [(5, 24, 19), (136, 40, 144)] {
+        layouts_shape::<T>(dev, m, k, n);
+    }
+}
+
+fn layouts_shape<T: WithDType>(dev: &Device, m: usize, k: usize, n: usize) {
     let va = values::<T>(m * k, 7);
     let vb = values::<T>(k * n, 8);
     let (want, _) = matmul_ref(&f64s(&va), &[m, k], &f64s(&vb), &[k, n]);

@@ -224,6 +224,30 @@ impl Device {
         }
     }
 
+    /// The matrix instruction the device layer's `mma` primitive uses in the
+    /// code this device runs ([`ferrocm_kernels::host::matrix_unit_of`]:
+    /// `"mfma"`, `"wmma11"`, `"wmma12"`, `"sync"`); `None` on the CPU, the
+    /// emulator (which runs the primitive's FMA body) and GPUs without one.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// assert_eq!(Device::emulator(WaveSize::Wave64).matrix_unit(), None);
+    /// ```
+    pub fn matrix_unit(&self) -> Option<&'static str> {
+        match self {
+            Device::Cpu | Device::Emulator(_) => None,
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => r
+                .info()
+                .code_object
+                .as_deref()
+                .and_then(ferrocm_kernels::host::matrix_unit_of),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => ferrocm_kernels::PTX_MODULE
+                .and_then(|p| ferrocm_kernels::host::matrix_unit_of(p.target)),
+        }
+    }
+
     /// Whether kernels run on this device (emulator or GPU), as opposed to the CPU backend.
     pub fn runs_kernels(&self) -> bool {
         !matches!(self, Device::Cpu)

@@ -332,6 +332,18 @@ impl<T: Copy> Lds<T> {
 }
 
 #[amdgpu_device]
+impl<T> Lds<T> {
+    /// The address of element `i`, for device-layer inline assembly that
+    /// reads LDS itself (`ldmatrix`). GPU builds only: the emulator checks
+    /// every access through [`Lds::load`] / [`Lds::store`].
+    #[cfg(ferrocm_device)]
+    #[inline(always)]
+    pub fn address(self, i: u32) -> *mut T {
+        unsafe { self.base.add(i as usize) }
+    }
+}
+
+#[amdgpu_device]
 impl Lds<u32> {
     /// Adds `v` to element `i` atomically (against the other workitems of
     /// the group); returns the old value. For LDS histograms.

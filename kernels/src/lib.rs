@@ -33,6 +33,7 @@ pub mod host;
 pub mod device;
 pub mod elem;
 pub mod math;
+pub mod mma;
 
 pub mod affine;
 pub mod binary;
@@ -130,6 +131,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         index::SCATTER_KERNELS,
         sort::KERNELS,
         matmul::KERNELS,
+        matmul::MMA_KERNELS,
     ]
     .into_iter()
     .flatten()

@@ -316,11 +316,40 @@ pub fn gemm_body<T: MatElem>(
     (b_rs, b_cs, b_bs): (u32, u32, u64),
     act: u32,
 ) {
-    let tid = workitem_id_x();
-    let (tx, ty) = (tid % 16, tid / 16);
     let tiles_n = n.div_ceil(GEMM_BN);
     let tile = workgroup_id_x();
     let (m0, n0) = ((tile / tiles_n) * GEMM_BM, (tile % tiles_n) * GEMM_BN);
+    gemm_tile(
+        c,
+        a,
+        b,
+        bias,
+        (m, n, k, batch, z0),
+        (a_rs, a_cs, a_bs),
+        (b_rs, b_cs, b_bs),
+        act,
+        (m0, n0),
+    );
+}
+
+/// [`gemm_body`]'s work for the [`GEMM_BM`] x [`GEMM_BN`] tile of C at
+/// `(m0, n0)`.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn gemm_tile<T: MatElem>(
+    c: *mut T,
+    a: *const T,
+    b: *const T,
+    bias: *const T,
+    (m, n, k, batch, z0): (u32, u32, u32, u32, u32),
+    (a_rs, a_cs, a_bs): (u32, u32, u64),
+    (b_rs, b_cs, b_bs): (u32, u32, u64),
+    act: u32,
+    (m0, n0): (u32, u32),
+) {
+    let tid = workitem_id_x();
+    let (tx, ty) = (tid % 16, tid / 16);
     let (ta, tb) = (lds_at::<f32>(0), lds_at::<f32>(GEMM_BK * GEMM_PITCH * 4));
     let (ta4, tb4) = (lds_at::<W128>(0), lds_at::<W128>(GEMM_BK * GEMM_PITCH * 4));
     // A's non-K dim is its rows, B's its columns.
@@ -379,6 +408,288 @@ pub fn gemm_body<T: MatElem>(
                     }
                     unsafe { store(cz, (row * n + col) as usize, T::from_f32(activation(v, act))) };
                 }
+            });
+        });
+    }
+}
+
+/// Rows of C per matrix-unit GEMM workgroup (`gemm_mma_{dtype}`).
+pub const MMA_BM: u32 = 128;
+/// Columns of C per matrix-unit GEMM workgroup.
+pub const MMA_BN: u32 = 128;
+/// K step of the matrix-unit GEMM's LDS tiles.
+pub const MMA_BK: u32 = 32;
+/// Workitems per matrix-unit GEMM workgroup: 4 waves of 64, each 64 x 64 of
+/// C (4 x 4 tiles), or 8 waves of 32, each 64 x 32 (4 x 2 tiles): 64
+/// accumulators per lane either way.
+pub const MMA_BLOCK: u32 = 256;
+/// LDS row pitch of the matrix-unit tiles in 32-bit words: 16 words of
+/// data (32 halves along K) and 4 of padding. Rows stay 16-byte aligned for
+/// the staging stores, and the fragment reads of 8 rows x 4 words (mma.sync)
+/// fall in 32 different banks.
+const MMA_PITCH: u32 = MMA_BK / 2 + 4;
+/// LDS of one matrix-unit GEMM workgroup: the A tile (`[MMA_BM][MMA_BK]`)
+/// and the B tile (`[MMA_BN][MMA_BK]`, K contiguous), 16-bit elements.
+pub const MMA_LDS_BYTES: u32 = (MMA_BM + MMA_BN) * MMA_PITCH * 4;
+/// Flag of `gemm_mma`: A's groups of 8 elements along its fast dim can be
+/// read as 16-byte words (that dim's stride is 1, the other strides and
+/// the offset are multiples of 8).
+pub const MMA_A_WORDS: u32 = 1;
+/// Flag of `gemm_mma`: likewise for B.
+pub const MMA_B_WORDS: u32 = 2;
+
+/// Groups of 8 elements in one operand's K-tile (128 x 32 / 8).
+const MMA_GROUPS: u32 = MMA_BM * MMA_BK / 8;
+
+/// Group `e` of an operand's K-tile: `(index in the non-K dim, index along
+/// K)` of its first element; its 8 elements run along K (`k_fast`) or
+/// along the other dim, whichever has stride 1, so loads coalesce.
+#[amdgpu_device]
+#[inline(always)]
+fn mma_slot(e: u32, k_fast: bool) -> (u32, u32) {
+    if k_fast {
+        (e / (MMA_BK / 8), (e % (MMA_BK / 8)) * 8)
+    } else {
+        ((e % (MMA_BM / 8)) * 8, e / (MMA_BM / 8))
+    }
+}
+
+/// One operand of the matrix-unit GEMM: where its tile starts, its sizes
+/// and strides, and how it is read.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+struct MmaOperand<T> {
+    p: *const T,
+    /// First index of the tile in the non-K dim, and that dim's size.
+    i0: u32,
+    size: u32,
+    /// Element strides along the non-K dim and along K.
+    i_stride: u32,
+    k_stride: u32,
+    k_fast: bool,
+    words: bool,
+}
+
+/// The 8 elements of group `e` of the K-tile at `k0` as packed halves
+/// (zero past the matrix): one 16-byte load when the group is whole and
+/// `words` allows, else element by element.
+#[amdgpu_device]
+#[inline(always)]
+fn mma_fetch<T: MatElem>(o: &MmaOperand<T>, e: u32, k0: u32, k: u32) -> W128 {
+    let (ii, kk) = mma_slot(e, o.k_fast);
+    let (i, kk) = (o.i0 + ii, k0 + kk);
+    // Elements run along K from (i, kk), or along i.
+    let (step, whole) = if o.k_fast {
+        (o.k_stride, i < o.size && kk + 8 <= k)
+    } else {
+        (o.i_stride, i + 8 <= o.size && kk < k)
+    };
+    let at = i
+        .wrapping_mul(o.i_stride)
+        .wrapping_add(kk.wrapping_mul(o.k_stride));
+    if whole && o.words {
+        return unsafe { load(o.p as *const W128, (at / 8) as usize) };
+    }
+    // How many of the group's 8 elements exist: one number, so the
+    // compiler does not hoist 8 loop-invariant conditions (scalar masks
+    // held across the K loop) out of it.
+    let valid = if o.k_fast {
+        if i < o.size { k.saturating_sub(kk) } else { 0 }
+    } else if kk < k {
+        o.size.saturating_sub(i)
+    } else {
+        0
+    };
+    let half = |j: u32| -> u32 {
+        if j < valid {
+            (unsafe { load(o.p as *const u16, at.wrapping_add(j * step) as usize) }) as u32
+        } else {
+            0
+        }
+    };
+    // Word q holds elements 2q (low half) and 2q + 1; constant indices
+    // (a variable one puts the word in scratch memory).
+    let mut w = W128([0; 4]);
+    unroll4!(q < 4 => {
+        w.0[q] = half(2 * q as u32) | (half(2 * q as u32 + 1) << 16);
+    });
+    w
+}
+
+/// Stores a group [`mma_fetch`] loaded into its LDS tile (`[i][k]`, K
+/// contiguous, rows [`MMA_PITCH`] words apart).
+#[amdgpu_device]
+#[inline(always)]
+fn mma_stage(tile_byte: u32, e: u32, k_fast: bool, w: W128) {
+    let (ii, kk) = mma_slot(e, k_fast);
+    if k_fast {
+        lds_at::<W128>(tile_byte).store((ii * MMA_PITCH + kk / 2) / 4, w);
+    } else {
+        // The group runs along i: one half per row.
+        let halves = lds_at::<u16>(tile_byte);
+        unroll4!(q < 4 => {
+            let j = 2 * q as u32;
+            halves.store((ii + j) * 2 * MMA_PITCH + kk, w.0[q] as u16);
+            halves.store((ii + j + 1) * 2 * MMA_PITCH + kk, (w.0[q] >> 16) as u16);
+        });
+    }
+}
+
+/// The matrix-unit GEMM (f16, bf16): C = act(A·B + bias) as [`gemm_body`],
+/// on the device layer's [`crate::mma`] primitive. One workgroup of
+/// [`MMA_BLOCK`] workitems per [`MMA_BM`] x [`MMA_BN`] tile of C; K in steps
+/// of [`MMA_BK`] staged in LDS as 16-bit values (the next step's loads in
+/// flight while this one computes); each wave multiplies a 64 x 64 (wave
+/// 64) or 64 x 32 (wave 32) block as 16 x 16 tiles, its B fragments held
+/// while each A fragment meets them all. `flags`: [`MMA_A_WORDS`], [`MMA_B_WORDS`].
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
+    c: *mut T,
+    a: *const T,
+    b: *const T,
+    bias: *const T,
+    (m, n, k, batch, z0): (u32, u32, u32, u32, u32),
+    (a_rs, a_cs, a_bs): (u32, u32, u64),
+    (b_rs, b_cs, b_bs): (u32, u32, u64),
+    act: u32,
+    flags: u32,
+) {
+    use crate::mma::{Acc, load_a, load_b, mma};
+    let tid = workitem_id_x();
+    // At least 1: a division the compiler cannot prove safe calls the
+    // panic handler, and the call costs the kernel a stack.
+    let tiles_n = Ord::max(n.div_ceil(MMA_BN), 1);
+    let tile = workgroup_id_x();
+    let (m0, n0) = ((tile / tiles_n) * MMA_BM, (tile % tiles_n) * MMA_BN);
+    // A GPU without a matrix unit (the op layer launches the FMA-tiled
+    // `gemm` there) runs the tile as four tiles of that kernel, which fit
+    // its registers; the emulator runs the primitive's FMA body below, the
+    // logic the matrix units run.
+    #[cfg(all(ferrocm_device, not(ferrocm_mma)))]
+    {
+        const _: () = assert!(MMA_BLOCK == GEMM_BLOCK && GEMM_LDS_BYTES <= MMA_LDS_BYTES);
+        let _ = (tid, flags, Acc::zero, load_a, load_b, mma::<T>);
+        let shape = (m, n, k, batch, z0);
+        let (sa, sb) = ((a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs));
+        unroll4!(q < 4 => {
+            let at = (m0 + GEMM_BM * (q as u32 / 2), n0 + GEMM_BN * (q as u32 % 2));
+            gemm_tile(c, a, b, bias, shape, sa, sb, act, at);
+        });
+        return;
+    }
+    #[allow(unreachable_code)]
+    // 16-wide column tiles per wave: 4 at wave 64, 2 at wave 32 (a
+    // constant on a GPU; the emulator's wave size is run time).
+    let tn: u32 = if wave_size() >= 64 { 4 } else { 2 };
+    let waves_n = MMA_BN / (16 * tn);
+    let (wm, wn) = ((wave_id() / waves_n) * 64, (wave_id() % waves_n) * 16 * tn);
+    let tb_byte = MMA_BM * MMA_PITCH * 4;
+    let (ta, tb) = (lds_at::<u32>(0), lds_at::<u32>(tb_byte));
+    let z = z0 + workgroup_id_y();
+    if z < batch {
+        // A's non-K dim is its rows, B's its columns.
+        let oa = MmaOperand {
+            p: offset_by(a, z, a_bs),
+            i0: m0,
+            size: m,
+            i_stride: a_rs,
+            k_stride: a_cs,
+            k_fast: a_cs == 1,
+            words: flags & MMA_A_WORDS != 0,
+        };
+        let ob = MmaOperand {
+            p: offset_by(b, z, b_bs),
+            i0: n0,
+            size: n,
+            i_stride: b_cs,
+            k_stride: b_rs,
+            k_fast: b_rs == 1,
+            words: flags & MMA_B_WORDS != 0,
+        };
+        // Two groups of 8 per workitem and operand.
+        const GROUPS: usize = (MMA_GROUPS / MMA_BLOCK) as usize;
+        let mut acc = [[Acc::zero(); 4]; 4];
+        let (mut ra, mut rb) = ([W128([0; 4]); GROUPS], [W128([0; 4]); GROUPS]);
+        if k > 0 {
+            unroll4!(r < GROUPS => {
+                ra[r] = mma_fetch(&oa, tid + MMA_BLOCK * r as u32, 0, k);
+                rb[r] = mma_fetch(&ob, tid + MMA_BLOCK * r as u32, 0, k);
+            });
+        }
+        let mut k0 = 0;
+        while k0 < k {
+            // The previous step's reads of the tiles are done; stage this one.
+            barrier();
+            unroll4!(r < GROUPS => {
+                mma_stage(0, tid + MMA_BLOCK * r as u32, oa.k_fast, ra[r]);
+                mma_stage(tb_byte, tid + MMA_BLOCK * r as u32, ob.k_fast, rb[r]);
+            });
+            barrier();
+            if k0 + MMA_BK < k {
+                // The next step's loads fly while this step computes.
+                unroll4!(r < GROUPS => {
+                    ra[r] = mma_fetch(&oa, tid + MMA_BLOCK * r as u32, k0 + MMA_BK, k);
+                    rb[r] = mma_fetch(&ob, tid + MMA_BLOCK * r as u32, k0 + MMA_BK, k);
+                });
+            }
+            let mut ks = 0;
+            while ks < MMA_BK {
+                // The wave's B fragments stay in registers; each A fragment
+                // is used against all of them.
+                let fb0 = load_b(tb, MMA_PITCH, wn, ks);
+                let fb1 = load_b(tb, MMA_PITCH, wn + 16, ks);
+                let (fb2, fb3) = if tn > 2 {
+                    (
+                        load_b(tb, MMA_PITCH, wn + 32, ks),
+                        load_b(tb, MMA_PITCH, wn + 48, ks),
+                    )
+                } else {
+                    (fb0, fb1)
+                };
+                let fb = [fb0, fb1, fb2, fb3];
+                unroll4!(i < 4 => {
+                    let fa = load_a(ta, MMA_PITCH, wm + 16 * i as u32, ks);
+                    unroll4!(j < 4 => {
+                        if (j as u32) < tn {
+                            mma::<T>(&mut acc[i][j], &fa, &fb[j]);
+                        }
+                    });
+                });
+                ks += 16;
+            }
+            k0 += MMA_BK;
+        }
+        // C's batch z starts z * m * n elements in.
+        let cz = c.wrapping_add((z as u64 * m as u64 * n as u64) as usize);
+        let len = Acc::len();
+        unroll4!(i < 4 => {
+            unroll4!(j < 4 => {
+                if (j as u32) < tn {
+                // e = 4 * e1 + e0 < Acc::MAX_LEN (8 at most), written out.
+                unroll4!(e1 < Acc::MAX_LEN.div_ceil(4) => {
+                unroll4!(e0 < 4 => {
+                    let e = 4 * e1 + e0;
+                    if e < Acc::MAX_LEN && (e as u32) < len {
+                        let (r, cc) = Acc::at(e as u32);
+                        let row = m0 + wm + 16 * i as u32 + r;
+                        let col = n0 + wn + 16 * j as u32 + cc;
+                        if row < m && col < n {
+                            let mut v = acc[i][j].value(e);
+                            if !bias.is_null() {
+                                v += unsafe { load(bias, col as usize) }.widen();
+                            }
+                            unsafe { store(cz, (row * n + col) as usize, T::from_f32(activation(v, act))) };
+                        }
+                    }
+                });
+                });
+                }
+                // One tile's stores at a time: interleaving all sixteen
+                // holds their masks and addresses at once (scalar spills on
+                // gfx9).
+                schedule_barrier();
             });
         });
     }
@@ -556,6 +867,28 @@ pub type GemmArgs<T> = (
     u64,
     u32,
 );
+/// `gemm_mma_{T}`'s parameters: [`GemmArgs`] and the flags
+/// ([`MMA_A_WORDS`], [`MMA_B_WORDS`]).
+#[cfg(not(ferrocm_device))]
+pub type GemmMmaArgs<T> = (
+    *mut T,
+    *const T,
+    *const T,
+    *const T,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u64,
+    u32,
+    u32,
+    u64,
+    u32,
+    u32,
+);
 /// `gemv_{T}`'s parameters: `(y, w, x, bias, n, k, m, batch, w_rs, w_bs,
 /// x_rs, x_bs, act, words)`.
 #[cfg(not(ferrocm_device))]
@@ -587,10 +920,13 @@ pub trait MatmulKernels: Sized + 'static {
     const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]>;
     /// `epilogue_{T}`.
     const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>>;
+    /// `gemm_mma_{T}` (the 16-bit floats: the matrix units take f16 and
+    /// bf16).
+    const GEMM_MMA: Option<KernelRef<GemmMmaArgs<Self>>>;
 }
 
 macro_rules! matmul_kernels {
-    ($($t:ty => $gemm:ident, $epilogue:ident, [$($gemv:ident: $rows:literal),*];)*) => {
+    ($($t:ty => $gemm:ident, $epilogue:ident, [$($gemv:ident: $rows:literal),*], $mma:expr;)*) => {
         kernels! { $(
             fn $epilogue(out: *mut $t, sums: *const f32, bias: *const $t, rows: u64, n: u32, act: u32) {
                 epilogue_body::<$t>(out, sums, bias, rows, n, act)
@@ -613,15 +949,16 @@ macro_rules! matmul_kernels {
                 const GEMM: Option<KernelRef<GemmArgs<Self>>> = Some(KernelRef::of::<$gemm>());
                 const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]> = Some([$(KernelRef::of::<$gemv>()),*]);
                 const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = Some(KernelRef::of::<$epilogue>());
+                const GEMM_MMA: Option<KernelRef<GemmMmaArgs<Self>>> = $mma;
             }
         )* };
     };
 }
 
 matmul_kernels! {
-    f32 => gemm_f32, epilogue_f32, [gemv1_f32: 1, gemv2_f32: 2, gemv4_f32: 4];
-    F16 => gemm_f16, epilogue_f16, [gemv1_f16: 1, gemv2_f16: 2, gemv4_f16: 4];
-    Bf16 => gemm_bf16, epilogue_bf16, [gemv1_bf16: 1, gemv2_bf16: 2, gemv4_bf16: 4];
+    f32 => gemm_f32, epilogue_f32, [gemv1_f32: 1, gemv2_f32: 2, gemv4_f32: 4], None;
+    F16 => gemm_f16, epilogue_f16, [gemv1_f16: 1, gemv2_f16: 2, gemv4_f16: 4], Some(KernelRef::of::<gemm_mma_f16>());
+    Bf16 => gemm_bf16, epilogue_bf16, [gemv1_bf16: 1, gemv2_bf16: 2, gemv4_bf16: 4], Some(KernelRef::of::<gemm_mma_bf16>());
 }
 
 #[cfg(not(ferrocm_device))]
@@ -631,8 +968,25 @@ macro_rules! no_matmul {
             const GEMM: Option<KernelRef<GemmArgs<Self>>> = None;
             const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]> = None;
             const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = None;
+            const GEMM_MMA: Option<KernelRef<GemmMmaArgs<Self>>> = None;
         }
     )* };
 }
 #[cfg(not(ferrocm_device))]
 no_matmul!(u8, u32, i64);
+
+macro_rules! gemm_mma_kernels {
+    ($($t:ty => $name:ident;)*) => {
+        kernels! { table MMA_KERNELS; $(
+            fn $name(c: *mut $t, a: *const $t, b: *const $t, bias: *const $t, m: u32, n: u32, k: u32, batch: u32,
+                     z0: u32, a_rs: u32, a_cs: u32, a_bs: u64, b_rs: u32, b_cs: u32, b_bs: u64, act: u32, flags: u32) {
+                gemm_mma_body::<$t>(c, a, b, bias, (m, n, k, batch, z0), (a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs), act, flags)
+            }
+        )* }
+    };
+}
+
+gemm_mma_kernels! {
+    F16 => gemm_mma_f16;
+    Bf16 => gemm_mma_bf16;
+}

@@ -31,7 +31,8 @@ use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::matmul::{
     ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, GEMM_BLOCK, GEMM_BM, GEMM_BN,
-    GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_MAX_M, MatmulKernels, activation,
+    GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_MAX_M, MMA_A_WORDS, MMA_B_WORDS, MMA_BLOCK, MMA_BM, MMA_BN,
+    MMA_LDS_BYTES, MatmulKernels, activation,
 };
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -384,10 +385,22 @@ fn product<T: WithDType>(
 }
 
 static VENDOR_BLAS: AtomicBool = AtomicBool::new(true);
+static VENDOR_BLAS_ENV: std::sync::Once = std::sync::Once::new();
+
+/// `FERROCM_VENDOR_BLAS=0` in the environment starts the process with the
+/// vendor BLAS off (to run a test binary on ferrocm's kernels).
+fn vendor_blas_from_env() {
+    VENDOR_BLAS_ENV.call_once(|| {
+        if std::env::var("FERROCM_VENDOR_BLAS").is_ok_and(|v| v == "0") {
+            VENDOR_BLAS.store(false, Ordering::Relaxed);
+        }
+    });
+}
 
 /// Whether matrix products may use the GPU's vendor BLAS (rocBLAS, cuBLAS)
-/// where it is loaded (the default), or always ferrocm's kernels (benches
-/// time both in one run). Process-wide.
+/// where it is loaded (the default; `FERROCM_VENDOR_BLAS=0` in the
+/// environment turns it off from the start), or always ferrocm's kernels
+/// (benches time both in one run). Process-wide.
 ///
 /// ```
 /// ferrocm_ops::matmul::set_vendor_blas(false);
@@ -395,11 +408,18 @@ static VENDOR_BLAS: AtomicBool = AtomicBool::new(true);
 /// ferrocm_ops::matmul::set_vendor_blas(true);
 /// ```
 pub fn set_vendor_blas(on: bool) {
+    vendor_blas_from_env();
     VENDOR_BLAS.store(on, Ordering::Relaxed);
 }
 
 /// See [`set_vendor_blas`].
+///
+/// ```
+/// // On unless FERROCM_VENDOR_BLAS=0 or set_vendor_blas(false).
+/// let _on: bool = ferrocm_ops::matmul::vendor_blas();
+/// ```
 pub fn vendor_blas() -> bool {
+    vendor_blas_from_env();
     VENDOR_BLAS.load(Ordering::Relaxed)
 }
 
@@ -754,6 +774,63 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                     words as u32,
                 ),
             )?;
+        } else if let Some(gemm) = T::Kernel::GEMM_MMA.filter(|_| {
+            // The matrix units where the code has them; the emulator runs
+            // the same kernel on the primitive's FMA body (its logic is the
+            // GPUs'). GPUs without one take the FMA-tiled kernel below.
+            dev.matrix_unit().is_some() || !dev.is_gpu()
+        }) {
+            let tiles = p.m.div_ceil(MMA_BM as usize) * p.n.div_ceil(MMA_BN as usize);
+            if tiles > ferrocm_host::launch::MAX_GRID_X as usize {
+                return Err(too_large());
+            }
+            // Groups of 8 elements along an operand's stride-1 dim load as
+            // 16-byte words when every group starts on a word.
+            let words = |i_stride: usize, k_stride: usize, bs: usize, offset: usize| {
+                let (fast, other) = if k_stride == 1 {
+                    (k_stride, i_stride)
+                } else {
+                    (i_stride, k_stride)
+                };
+                fast == 1 && [other, bs, offset].iter().all(|v| v % 8 == 0)
+            };
+            let mut flags = 0;
+            if words(p.a.rs, p.a.cs, p.a.bs, self.a.layout().offset()) {
+                flags |= MMA_A_WORDS;
+            }
+            if words(p.b.cs, p.b.rs, p.b.bs, self.b.layout().offset()) {
+                flags |= MMA_B_WORDS;
+            }
+            for z0 in (0..p.batch).step_by(65535) {
+                let cfg = LaunchConfig {
+                    grid: [tiles as u32, (p.batch - z0).min(65535) as u32, 1],
+                    block: [MMA_BLOCK, 1, 1],
+                    lds_bytes: MMA_LDS_BYTES,
+                };
+                dev.launch_typed(
+                    gemm,
+                    cfg,
+                    (
+                        Out::new(out),
+                        self.a.input(),
+                        self.b.input(),
+                        bias,
+                        u32_of(p.m),
+                        u32_of(p.n),
+                        u32_of(p.k),
+                        u32_of(p.batch),
+                        u32_of(z0),
+                        u32_of(p.a.rs),
+                        u32_of(p.a.cs),
+                        p.a.bs as u64,
+                        u32_of(p.b.rs),
+                        u32_of(p.b.cs),
+                        p.b.bs as u64,
+                        self.act,
+                        flags,
+                    ),
+                )?;
+            }
         } else {
             let gemm = T::Kernel::GEMM.ok_or(Error::UnsupportedDType {
                 op: "matmul",

@@ -6,6 +6,8 @@
 
 pub mod emu;
 
+include!("matrix_unit.rs");
+
 /// How a kernel argument is passed: its kind and size in the kernarg segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArgKind {

@@ -1,0 +1,693 @@
+//! The matrix-core primitive of the device layer: one wave multiplies a
+//! 16 x 16 tile of A by a 16 x 16 tile of B (f16 or bf16) and adds the
+//! product to a 16 x 16 f32 accumulator spread over its lanes.
+//!
+//! Kernels load fragments from LDS ([`load_a`], [`load_b`]), call [`mma`],
+//! and read the accumulator through [`Acc::at`] / [`Acc::value`]: which lane
+//! holds which element is this module's business, so no kernel names a
+//! target. One body per target, picked by `cfg(ferrocm_mma)` (set by
+//! build.rs per arch):
+//!
+//! | unit | targets | instruction per 16 x 16 x 16 |
+//! |---|---|---|
+//! | `sync` | NVIDIA sm_80+ | two `mma.sync.aligned.m16n8k16.row.col.f32` |
+//! | `mfma` | gfx90a, gfx942, gfx950 | `v_mfma_f32_16x16x16{f16,bf16_1k}` (wave 64) |
+//! | `wmma11` | gfx11 (RDNA3) | `v_wmma_f32_16x16x16_{f16,bf16}` (wave 32) |
+//! | `wmma12` | gfx12 (RDNA4) | the same instructions, RDNA4's register layout |
+//! | FMA | the emulator, gfx10, gfx906/908, sm_70/75 | f32 `fma` per element |
+//!
+//! Tiles live in LDS with K contiguous: element `(r, k)` of an A tile (row
+//! `r`) and element `(k, c)` of a B tile (column `c`) are the 16-bit values
+//! at index `r * 2 * pitch + k` (resp. `c * 2 * pitch + k`) of the tile's
+//! `Lds<u32>` seen as halves, `pitch` in 32-bit words. Every target's
+//! fragments hold consecutive pairs along K, so each fragment word is one
+//! 32-bit LDS read.
+//!
+//! The register layouts of each instruction ([`a_word`], [`b_word`],
+//! [`acc_at`]) are plain functions of (unit, lane, register), compiled on
+//! the host too: tests check that every layout covers each tile element
+//! exactly once. The FMA body holds no registers in its fragments: it reads
+//! the LDS tiles when [`mma`] runs (a kernel must not change a tile between
+//! loading a fragment and using it, which the GEMM's barriers ensure
+//! anyway), so kernels written for the matrix units fit in the registers of
+//! archs without them.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::math;
+use rocm_kernel_macros::amdgpu_device;
+
+/// Rows, columns and depth of one wave's tile product.
+pub const MMA_TILE: u32 = 16;
+
+/// A matrix unit's register layout (see the module doc).
+#[amdgpu_device]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MmaUnit {
+    /// NVIDIA `mma.sync` m16n8k16, two per tile (wave 32).
+    Sync,
+    /// AMD CDNA2/3 MFMA 16x16x16 (wave 64).
+    Mfma,
+    /// AMD RDNA3 WMMA (wave 32; lanes 16-31 repeat lanes 0-15's operands).
+    Wmma11,
+    /// AMD RDNA4 WMMA (wave 32).
+    Wmma12,
+}
+
+/// The unit this build's [`mma`] uses; `None` for the FMA body.
+#[amdgpu_device]
+#[cfg(ferrocm_mma = "sync")]
+pub const MMA_UNIT: Option<MmaUnit> = Some(MmaUnit::Sync);
+/// The unit this build's [`mma`] uses; `None` for the FMA body.
+#[amdgpu_device]
+#[cfg(ferrocm_mma = "mfma")]
+pub const MMA_UNIT: Option<MmaUnit> = Some(MmaUnit::Mfma);
+/// The unit this build's [`mma`] uses; `None` for the FMA body.
+#[amdgpu_device]
+#[cfg(ferrocm_mma = "wmma11")]
+pub const MMA_UNIT: Option<MmaUnit> = Some(MmaUnit::Wmma11);
+/// The unit this build's [`mma`] uses; `None` for the FMA body.
+#[amdgpu_device]
+#[cfg(ferrocm_mma = "wmma12")]
+pub const MMA_UNIT: Option<MmaUnit> = Some(MmaUnit::Wmma12);
+/// The unit this build's [`mma`] uses; `None` for the FMA body (the
+/// emulator, and archs without a matrix unit).
+///
+/// ```
+/// // The host build (the emulator) runs the FMA body.
+/// assert_eq!(ferrocm_kernels::mma::MMA_UNIT, None);
+/// ```
+#[amdgpu_device]
+#[cfg(not(ferrocm_mma))]
+pub const MMA_UNIT: Option<MmaUnit> = None;
+
+/// 32-bit words per lane in an A (and a B) fragment of `unit`.
+///
+/// ```
+/// use ferrocm_kernels::mma::{MmaUnit, fragment_words};
+/// // 16 x 16 halves = 128 words over the lanes (gfx11 holds them twice).
+/// assert_eq!(fragment_words(MmaUnit::Mfma) * 64, 128);
+/// assert_eq!(fragment_words(MmaUnit::Wmma11) * 32, 256);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn fragment_words(unit: MmaUnit) -> usize {
+    match unit {
+        MmaUnit::Sync => 4,
+        MmaUnit::Mfma => 2,
+        MmaUnit::Wmma11 => 8,
+        MmaUnit::Wmma12 => 4,
+    }
+}
+
+/// f32 accumulator elements per lane of `unit`.
+///
+/// ```
+/// use ferrocm_kernels::mma::{MmaUnit, acc_len};
+/// assert_eq!(acc_len(MmaUnit::Mfma) * 64, 256);
+/// assert_eq!(acc_len(MmaUnit::Sync) * 32, 256);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn acc_len(unit: MmaUnit) -> usize {
+    match unit {
+        MmaUnit::Mfma => 4,
+        _ => 8,
+    }
+}
+
+/// `(row, k)` of the first of the two A elements (`k`, `k + 1`) word `w`
+/// of lane `lane`'s fragment holds (PTX ISA "Matrix Fragments for
+/// mma.m16n8k16"; AMD's matrix instruction calculator for MFMA; the RDNA3
+/// and RDNA4 ISA guides for WMMA).
+///
+/// ```
+/// use ferrocm_kernels::mma::{MmaUnit, a_word};
+/// assert_eq!(a_word(MmaUnit::Sync, 5, 1), (9, 2)); // group 1 + 8, k 2 * 1
+/// assert_eq!(a_word(MmaUnit::Mfma, 17, 1), (1, 6));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn a_word(unit: MmaUnit, lane: u32, w: u32) -> (u32, u32) {
+    match unit {
+        // a0: (g, 2t) a1: (g + 8, 2t) a2: (g, 2t + 8) a3: (g + 8, 2t + 8).
+        MmaUnit::Sync => (lane / 4 + 8 * (w % 2), 2 * (lane % 4) + 8 * (w / 2)),
+        MmaUnit::Mfma => (lane % 16, 4 * (lane / 16) + 2 * w),
+        MmaUnit::Wmma11 => (lane % 16, 2 * w),
+        MmaUnit::Wmma12 => (lane % 16, 8 * (lane / 16) + 2 * w),
+    }
+}
+
+/// `(column, k)` of the first of the two B elements word `w` of lane
+/// `lane`'s fragment holds. For `Sync`, words 0-1 are the first n8 half's
+/// `b0, b1`, words 2-3 the second's.
+///
+/// ```
+/// use ferrocm_kernels::mma::{MmaUnit, b_word};
+/// assert_eq!(b_word(MmaUnit::Sync, 5, 3), (9, 10));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn b_word(unit: MmaUnit, lane: u32, w: u32) -> (u32, u32) {
+    match unit {
+        // b0: (k 2t, col g), b1: (k 2t + 8, col g); then columns + 8.
+        MmaUnit::Sync => (lane / 4 + 8 * (w / 2), 2 * (lane % 4) + 8 * (w % 2)),
+        // B's column plays A's row.
+        _ => a_word(unit, lane, w),
+    }
+}
+
+/// `(row, column)` of accumulator element `i` of lane `lane`.
+///
+/// ```
+/// use ferrocm_kernels::mma::{MmaUnit, acc_at};
+/// assert_eq!(acc_at(MmaUnit::Wmma11, 17, 3), (7, 1));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn acc_at(unit: MmaUnit, lane: u32, i: u32) -> (u32, u32) {
+    match unit {
+        // c0, c1: (g, 2t + {0,1}), c2, c3: (g + 8, ..); then columns + 8.
+        MmaUnit::Sync => (
+            lane / 4 + 8 * ((i % 4) / 2),
+            8 * (i / 4) + 2 * (lane % 4) + i % 2,
+        ),
+        MmaUnit::Mfma => (4 * (lane / 16) + i, lane % 16),
+        MmaUnit::Wmma11 => (2 * i + lane / 16, lane % 16),
+        MmaUnit::Wmma12 => (8 * (lane / 16) + i, lane % 16),
+    }
+}
+
+/// A 16-bit float type the matrix units multiply.
+#[amdgpu_device]
+pub trait MmaElem: Elem {
+    /// bf16 (else f16).
+    const BF16: bool;
+}
+
+#[amdgpu_device]
+impl MmaElem for F16 {
+    const BF16: bool = false;
+}
+
+#[amdgpu_device]
+impl MmaElem for Bf16 {
+    const BF16: bool = true;
+}
+
+/// Words per fragment in this build (FMA: none held, see [`FragA`]).
+#[amdgpu_device]
+const WORDS: usize = match MMA_UNIT {
+    Some(u) => fragment_words(u),
+    None => 1,
+};
+
+/// Accumulator elements per lane in this build (FMA: up to 8, at wave 32).
+#[amdgpu_device]
+const ACC: usize = match MMA_UNIT {
+    Some(u) => acc_len(u),
+    None => 8,
+};
+
+/// A lane's part of a 16 x 16 A tile (rows x K), loaded by [`load_a`].
+/// On the FMA body: where the tile is (read when [`mma`] runs).
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct FragA {
+    w: [u32; WORDS],
+    tile: Lds<u32>,
+    at: u32,
+    pitch: u32,
+}
+
+/// A lane's part of a 16 x 16 B tile (K x columns), loaded by [`load_b`].
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct FragB(FragA);
+
+/// A lane's part of a 16 x 16 f32 accumulator.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct Acc {
+    v: [f32; ACC],
+}
+
+#[amdgpu_device]
+impl Acc {
+    /// All zeros.
+    #[inline(always)]
+    pub fn zero() -> Self {
+        Acc { v: [0.0; ACC] }
+    }
+
+    /// Elements this lane holds (a constant on the matrix units; 256 / wave
+    /// size on the FMA body). Indices `0..len()` of [`Acc::at`] and
+    /// [`Acc::value`] are valid; the most any build has is [`Acc::MAX_LEN`].
+    #[inline(always)]
+    pub fn len() -> u32 {
+        match MMA_UNIT {
+            Some(u) => acc_len(u) as u32,
+            None => MMA_TILE * MMA_TILE / wave_size(),
+        }
+    }
+
+    /// The most elements a lane holds in this build (a constant for loops).
+    pub const MAX_LEN: usize = ACC;
+
+    /// `(row, column)` in the tile of element `i`.
+    #[inline(always)]
+    pub fn at(i: u32) -> (u32, u32) {
+        match MMA_UNIT {
+            Some(u) => acc_at(u, lane_id(), i),
+            None => {
+                let e = lane_id() + wave_size() * i;
+                (e / MMA_TILE, e % MMA_TILE)
+            }
+        }
+    }
+
+    /// Element `i`'s value.
+    #[inline(always)]
+    pub fn value(&self, i: usize) -> f32 {
+        self.v[i]
+    }
+}
+
+/// Loads this lane's fragment of the A tile whose `(0, 0)` is row `row0`,
+/// K index `k0` (even) of an LDS array of rows `pitch` words apart. All
+/// lanes of the wave call it together.
+#[amdgpu_device]
+#[inline(always)]
+pub fn load_a(tile: Lds<u32>, pitch: u32, row0: u32, k0: u32) -> FragA {
+    let at = row0 * pitch + k0 / 2;
+    #[cfg(ferrocm_mma = "sync")]
+    {
+        // ldmatrix .x4: lanes 0-15 point at rows 0-15 at K 0, lanes 16-31
+        // at K 8; the four 8 x 8 matrices come back as a0..a3.
+        let lane = lane_id();
+        let w = nv::ldmatrix_x4(tile.address(at + (lane % 16) * pitch + (lane / 16) * 4));
+        return FragA { w, tile, at, pitch };
+    }
+    #[allow(unreachable_code)]
+    let mut w = [0u32; WORDS];
+    if let Some(u) = MMA_UNIT {
+        let lane = lane_id();
+        let mut i = 0;
+        while i < WORDS {
+            let (r, k) = a_word(u, lane, i as u32);
+            w[i] = tile.load(at + r * pitch + k / 2);
+            i += 1;
+        }
+    }
+    FragA { w, tile, at, pitch }
+}
+
+/// Loads this lane's fragment of the B tile whose `(0, 0)` is column `col0`,
+/// K index `k0` (even), columns stored `pitch` words apart with K
+/// contiguous (B transposed in LDS). All lanes of the wave call it together.
+#[amdgpu_device]
+#[inline(always)]
+pub fn load_b(tile: Lds<u32>, pitch: u32, col0: u32, k0: u32) -> FragB {
+    let at = col0 * pitch + k0 / 2;
+    #[cfg(ferrocm_mma = "sync")]
+    {
+        // ldmatrix .x4: lanes 8q..8q+7 point at the columns of matrix q
+        // (columns 8 * (q / 2) .., K 8 * (q % 2)): b0, b1 of columns 0-7,
+        // then of columns 8-15.
+        let (lane, q) = (lane_id(), lane_id() / 8);
+        let col = 8 * (q / 2) + lane % 8;
+        let w = nv::ldmatrix_x4(tile.address(at + col * pitch + 4 * (q % 2)));
+        return FragB(FragA { w, tile, at, pitch });
+    }
+    #[allow(unreachable_code)]
+    let mut w = [0u32; WORDS];
+    if let Some(u) = MMA_UNIT {
+        let lane = lane_id();
+        let mut i = 0;
+        while i < WORDS {
+            let (c, k) = b_word(u, lane, i as u32);
+            w[i] = tile.load(at + c * pitch + k / 2);
+            i += 1;
+        }
+    }
+    FragB(FragA { w, tile, at, pitch })
+}
+
+/// `acc += A · B` for the wave's 16 x 16 x 16 tiles, f32 accumulation
+/// (`T` says how the fragments' halves are read). All lanes of the wave call
+/// it together.
+#[amdgpu_device]
+#[inline(always)]
+pub fn mma<T: MmaElem>(acc: &mut Acc, a: &FragA, b: &FragB) {
+    #[cfg(ferrocm_mma = "sync")]
+    nv::mma(acc, a, b, T::BF16);
+    #[cfg(ferrocm_mma = "mfma")]
+    amd::mfma(acc, a, b, T::BF16);
+    #[cfg(any(ferrocm_mma = "wmma11", ferrocm_mma = "wmma12"))]
+    amd::wmma(acc, a, b, T::BF16);
+    #[cfg(not(ferrocm_mma))]
+    fma_body(acc, a, b, T::BF16);
+}
+
+/// The two halves of a word of 16-bit floats as f32, low (lower K) first.
+#[amdgpu_device]
+#[inline(always)]
+fn halves(word: u32, bf16: bool) -> (f32, f32) {
+    if bf16 {
+        (
+            f32::from_bits(word << 16),
+            f32::from_bits(word & 0xffff_0000),
+        )
+    } else {
+        (F16(word as u16).to_f32(), F16((word >> 16) as u16).to_f32())
+    }
+}
+
+/// The FMA body: each lane computes its accumulator elements (those of
+/// [`Acc::at`]) as sums over K in order, reading both tiles from LDS.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(dead_code)]
+fn fma_body(acc: &mut Acc, a: &FragA, b: &FragB, bf16: bool) {
+    let b = &b.0;
+    let mut i = 0;
+    while i < ACC {
+        if (i as u32) < Acc::len() {
+            let (r, c) = Acc::at(i as u32);
+            let mut s = acc.v[i];
+            let mut kp = 0;
+            while kp < MMA_TILE / 2 {
+                let (a0, a1) = halves(a.tile.load(a.at + r * a.pitch + kp), bf16);
+                let (b0, b1) = halves(b.tile.load(b.at + c * b.pitch + kp), bf16);
+                s = math::fma(a1, b1, math::fma(a0, b0, s));
+                kp += 1;
+            }
+            acc.v[i] = s;
+        }
+        i += 1;
+        // Without a matrix unit, the compiler would hoist the LDS reads of
+        // every element (and every tile of a kernel's unrolled tile loop)
+        // ahead of the math, and spill.
+        schedule_barrier();
+    }
+}
+
+#[amdgpu_device]
+#[cfg(ferrocm_mma = "sync")]
+mod nv {
+    use super::{Acc, FragA, FragB};
+
+    /// One m16n8k16 product: `d += a · b` for columns `8 * half ..`.
+    macro_rules! mma_m16n8k16 {
+        ($ty:literal, $acc:expr, $a:expr, $b0:expr, $b1:expr, $h:literal) => {
+            unsafe {
+                core::arch::asm!(
+                    concat!(
+                        "mma.sync.aligned.m16n8k16.row.col.f32.", $ty, ".", $ty, ".f32 ",
+                        "{{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, ",
+                        "{{{0}, {1}, {2}, {3}}};"
+                    ),
+                    inout(reg32) $acc.v[4 * $h],
+                    inout(reg32) $acc.v[4 * $h + 1],
+                    inout(reg32) $acc.v[4 * $h + 2],
+                    inout(reg32) $acc.v[4 * $h + 3],
+                    in(reg32) $a.w[0],
+                    in(reg32) $a.w[1],
+                    in(reg32) $a.w[2],
+                    in(reg32) $a.w[3],
+                    in(reg32) $b0,
+                    in(reg32) $b1,
+                    options(pure, nomem, nostack),
+                )
+            }
+        };
+    }
+
+    /// Four 8 x 8 matrices of 16-bit values from LDS (`ldmatrix`): each
+    /// lane gives the address of one 16-byte row (lanes 8q..8q+7 the rows
+    /// of matrix q) and gets, in word q, the pair at (lane / 4, 2 * (lane %
+    /// 4)) of matrix q: mma.sync's fragment layout. sm_75+.
+    #[inline(always)]
+    pub fn ldmatrix_x4(row: *const u32) -> [u32; 4] {
+        let (w0, w1, w2, w3): (u32, u32, u32, u32);
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .u64 s; cvta.to.shared.u64 s, {p}; ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{0}, {1}, {2}, {3}}}, [s]; }}",
+                out(reg32) w0,
+                out(reg32) w1,
+                out(reg32) w2,
+                out(reg32) w3,
+                p = in(reg64) row,
+                options(readonly, nostack),
+            )
+        };
+        [w0, w1, w2, w3]
+    }
+
+    #[inline(always)]
+    pub fn mma(acc: &mut Acc, a: &FragA, b: &FragB, bf16: bool) {
+        let b = &b.0.w;
+        if bf16 {
+            mma_m16n8k16!("bf16", acc, a, b[0], b[1], 0);
+            mma_m16n8k16!("bf16", acc, a, b[2], b[3], 1);
+        } else {
+            mma_m16n8k16!("f16", acc, a, b[0], b[1], 0);
+            mma_m16n8k16!("f16", acc, a, b[2], b[3], 1);
+        }
+    }
+}
+
+#[amdgpu_device]
+#[cfg(any(ferrocm_mma = "mfma", ferrocm_mma = "wmma11", ferrocm_mma = "wmma12"))]
+mod amd {
+    use super::{Acc, FragA, FragB};
+
+    // Literal lengths: a SIMD type whose length is computed from the
+    // build's unit has "an unknown layout" to rustc.
+    #[cfg(ferrocm_mma = "mfma")]
+    const WORDS: usize = 2;
+    #[cfg(ferrocm_mma = "wmma11")]
+    const WORDS: usize = 8;
+    #[cfg(ferrocm_mma = "wmma12")]
+    const WORDS: usize = 4;
+    #[cfg(ferrocm_mma = "mfma")]
+    const ACC: usize = 4;
+    #[cfg(not(ferrocm_mma = "mfma"))]
+    const ACC: usize = 8;
+    #[cfg(ferrocm_mma = "mfma")]
+    const HALVES: usize = 4;
+    #[cfg(ferrocm_mma = "wmma11")]
+    const HALVES: usize = 16;
+    #[cfg(ferrocm_mma = "wmma12")]
+    const HALVES: usize = 8;
+    const _: () = assert!(WORDS == super::WORDS && ACC == super::ACC && HALVES == 2 * WORDS);
+
+    // The intrinsics' vector operands, lengths written out: rustc gives a
+    // SIMD type whose length is a named constant "an unknown layout".
+    /// `2 * WORDS` f16 (the f16 intrinsics' operand type).
+    #[cfg(ferrocm_mma = "mfma")]
+    #[repr(simd)]
+    #[derive(Clone, Copy)]
+    pub struct F16s([f16; 4]);
+    /// The same bits as i16 (the bf16 intrinsics' operand type).
+    #[cfg(ferrocm_mma = "mfma")]
+    #[repr(simd)]
+    #[derive(Clone, Copy)]
+    pub struct Bf16s([i16; 4]);
+    /// The accumulator.
+    #[cfg(ferrocm_mma = "mfma")]
+    #[repr(simd)]
+    #[derive(Clone, Copy)]
+    pub struct Floats([f32; 4]);
+
+    #[cfg(ferrocm_mma = "wmma11")]
+    #[repr(simd)]
+    #[derive(Clone, Copy)]
+    pub struct F16s([f16; 16]);
+    #[cfg(ferrocm_mma = "wmma11")]
+    #[repr(simd)]
+    #[derive(Clone, Copy)]
+    pub struct Bf16s([i16; 16]);
+
+    #[cfg(ferrocm_mma = "wmma12")]
+    #[repr(simd)]
+    #[derive(Clone, Copy)]
+    pub struct F16s([f16; 8]);
+    #[cfg(ferrocm_mma = "wmma12")]
+    #[repr(simd)]
+    #[derive(Clone, Copy)]
+    pub struct Bf16s([i16; 8]);
+
+    #[cfg(any(ferrocm_mma = "wmma11", ferrocm_mma = "wmma12"))]
+    #[repr(simd)]
+    #[derive(Clone, Copy)]
+    pub struct Floats([f32; 8]);
+
+    #[inline(always)]
+    fn f16s(w: &[u32; WORDS]) -> F16s {
+        let mut h = [f16::from_bits(0); HALVES];
+        let mut i = 0;
+        while i < WORDS {
+            h[2 * i] = f16::from_bits(w[i] as u16);
+            h[2 * i + 1] = f16::from_bits((w[i] >> 16) as u16);
+            i += 1;
+        }
+        F16s(h)
+    }
+
+    #[inline(always)]
+    fn bf16s(w: &[u32; WORDS]) -> Bf16s {
+        let mut h = [0i16; HALVES];
+        let mut i = 0;
+        while i < WORDS {
+            h[2 * i] = w[i] as u16 as i16;
+            h[2 * i + 1] = (w[i] >> 16) as u16 as i16;
+            i += 1;
+        }
+        Bf16s(h)
+    }
+
+    #[allow(improper_ctypes)]
+    unsafe extern "llvm-intrinsic" {
+        #[cfg(ferrocm_mma = "mfma")]
+        #[link_name = "llvm.amdgcn.mfma.f32.16x16x16f16"]
+        fn mfma_f16(a: F16s, b: F16s, c: Floats, cbsz: i32, abid: i32, blgp: i32) -> Floats;
+        #[cfg(ferrocm_mma = "mfma")]
+        #[link_name = "llvm.amdgcn.mfma.f32.16x16x16bf16.1k"]
+        fn mfma_bf16(a: Bf16s, b: Bf16s, c: Floats, cbsz: i32, abid: i32, blgp: i32) -> Floats;
+        #[cfg(ferrocm_mma = "wmma11")]
+        #[link_name = "llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16"]
+        fn wmma_f16(a: F16s, b: F16s, c: Floats) -> Floats;
+        #[cfg(ferrocm_mma = "wmma11")]
+        #[link_name = "llvm.amdgcn.wmma.f32.16x16x16.bf16.v8f32.v16i16"]
+        fn wmma_bf16(a: Bf16s, b: Bf16s, c: Floats) -> Floats;
+        #[cfg(ferrocm_mma = "wmma12")]
+        #[link_name = "llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v8f16"]
+        fn wmma_f16(a: F16s, b: F16s, c: Floats) -> Floats;
+        #[cfg(ferrocm_mma = "wmma12")]
+        #[link_name = "llvm.amdgcn.wmma.f32.16x16x16.bf16.v8f32.v8i16"]
+        fn wmma_bf16(a: Bf16s, b: Bf16s, c: Floats) -> Floats;
+    }
+
+    #[cfg(ferrocm_mma = "mfma")]
+    #[inline(always)]
+    pub fn mfma(acc: &mut Acc, a: &FragA, b: &FragB, bf16: bool) {
+        let c = Floats(acc.v);
+        // cbsz, abid, blgp 0: no broadcast between blocks or lanes.
+        let d = unsafe {
+            if bf16 {
+                mfma_bf16(bf16s(&a.w), bf16s(&b.0.w), c, 0, 0, 0)
+            } else {
+                mfma_f16(f16s(&a.w), f16s(&b.0.w), c, 0, 0, 0)
+            }
+        };
+        // SAFETY: the same f32s (a SIMD type may not be projected into).
+        acc.v = unsafe { core::mem::transmute::<Floats, [f32; ACC]>(d) };
+    }
+
+    #[cfg(any(ferrocm_mma = "wmma11", ferrocm_mma = "wmma12"))]
+    #[inline(always)]
+    pub fn wmma(acc: &mut Acc, a: &FragA, b: &FragB, bf16: bool) {
+        let c = Floats(acc.v);
+        let d = unsafe {
+            if bf16 {
+                wmma_bf16(bf16s(&a.w), bf16s(&b.0.w), c)
+            } else {
+                wmma_f16(f16s(&a.w), f16s(&b.0.w), c)
+            }
+        };
+        // SAFETY: the same f32s (a SIMD type may not be projected into).
+        acc.v = unsafe { core::mem::transmute::<Floats, [f32; ACC]>(d) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UNITS: [(MmaUnit, u32); 4] = [
+        (MmaUnit::Sync, 32),
+        (MmaUnit::Mfma, 64),
+        (MmaUnit::Wmma11, 32),
+        (MmaUnit::Wmma12, 32),
+    ];
+
+    /// Every element of a 16 x 16 operand tile is in some lane's fragment
+    /// (each pair once per 16 lanes' copy: RDNA3 holds the tile twice), and
+    /// every accumulator element in exactly one lane.
+    #[test]
+    fn every_layout_covers_each_element_once() {
+        for (unit, wave) in UNITS {
+            let copies = (fragment_words(unit) as u32 * wave * 2) / 256;
+            for word in [a_word, b_word] {
+                let mut seen = [[0u32; 16]; 16];
+                for lane in 0..wave {
+                    for w in 0..fragment_words(unit) as u32 {
+                        let (i, k) = word(unit, lane, w);
+                        assert_eq!(k % 2, 0, "{unit:?}: pairs start at even K");
+                        seen[i as usize][k as usize] += 1;
+                        seen[i as usize][k as usize + 1] += 1;
+                    }
+                }
+                assert!(
+                    seen.iter().flatten().all(|&n| n == copies),
+                    "{unit:?}: {seen:?}"
+                );
+            }
+            let mut seen = [[0u32; 16]; 16];
+            for lane in 0..wave {
+                for i in 0..acc_len(unit) as u32 {
+                    let (r, c) = acc_at(unit, lane, i);
+                    seen[r as usize][c as usize] += 1;
+                }
+            }
+            assert!(seen.iter().flatten().all(|&n| n == 1), "{unit:?}: {seen:?}");
+        }
+    }
+
+    /// A 16 x 16 x 16 product computed the way each instruction is
+    /// specified (every lane's registers gathered into the tiles by the
+    /// layout functions, the product written back by the accumulator
+    /// layout) equals the plain product: the layouts agree with each other.
+    #[test]
+    fn each_layout_computes_the_product() {
+        let a: Vec<f32> = (0..256).map(|i| ((i * 7 % 13) as f32) - 6.0).collect();
+        let b: Vec<f32> = (0..256).map(|i| ((i * 5 % 11) as f32) - 5.0).collect();
+        let want = |r: usize, c: usize| (0..16).map(|k| a[r * 16 + k] * b[k * 16 + c]).sum::<f32>();
+        for (unit, wave) in UNITS {
+            // The registers each lane would load.
+            let frag = |lane: u32, w: u32, is_a: bool| -> (f32, f32) {
+                if is_a {
+                    let (r, k) = a_word(unit, lane, w);
+                    (a[(r * 16 + k) as usize], a[(r * 16 + k + 1) as usize])
+                } else {
+                    let (c, k) = b_word(unit, lane, w);
+                    (b[(k * 16 + c) as usize], b[((k + 1) * 16 + c) as usize])
+                }
+            };
+            // The instruction: gather A and B from the registers.
+            let (mut ga, mut gb) = ([[f32::NAN; 16]; 16], [[f32::NAN; 16]; 16]);
+            for lane in 0..wave {
+                for w in 0..fragment_words(unit) as u32 {
+                    let (r, k) = a_word(unit, lane, w);
+                    let (x, y) = frag(lane, w, true);
+                    (ga[r as usize][k as usize], ga[r as usize][k as usize + 1]) = (x, y);
+                    let (c, k) = b_word(unit, lane, w);
+                    let (x, y) = frag(lane, w, false);
+                    (gb[k as usize][c as usize], gb[k as usize + 1][c as usize]) = (x, y);
+                }
+            }
+            for lane in 0..wave {
+                for i in 0..acc_len(unit) as u32 {
+                    let (r, c) = acc_at(unit, lane, i);
+                    let got: f32 = (0..16).map(|k| ga[r as usize][k] * gb[k][c as usize]).sum();
+                    assert_eq!(
+                        got,
+                        want(r as usize, c as usize),
+                        "{unit:?} lane {lane} elem {i}"
+                    );
+                }
+            }
+        }
+    }
+}
