@@ -16,7 +16,7 @@
 //! ```
 
 pub use ferrocm_host as host;
-pub use ferrocm_host::{EmulatorConfig, WaveSize};
+pub use ferrocm_host::{EmulatorConfig, Error as HostError, WaveSize};
 pub use ferrocm_kernels as kernels;
 pub use ferrocm_ops as ops;
 pub use ferrocm_ops::{

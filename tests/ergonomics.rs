@@ -64,6 +64,17 @@ fn operators_and_scalar_ops() {
         let i = Tensor::from_slice(&[7i64, -7], &[2], &dev).unwrap();
         assert_eq!(i.div_scalar(2).unwrap().to_vec().unwrap(), vec![3, -3]);
         assert_eq!(i.sub_scalar(10).unwrap().to_vec().unwrap(), vec![-3, -17]);
+        // Comparisons with a scalar, NaN unequal to everything.
+        let f = Tensor::from_slice(&[1.0f32, 2.0, f32::NAN, -0.0], &[2, 2], &dev).unwrap();
+        let cmp = |t: Result<Tensor<u8>, ferrocm::Error>| t.unwrap().to_vec().unwrap();
+        assert_eq!(cmp(f.eq_scalar(2.0)), vec![0, 1, 0, 0]);
+        assert_eq!(cmp(f.ne_scalar(2.0)), vec![1, 0, 1, 1]);
+        assert_eq!(cmp(f.lt_scalar(2.0)), vec![1, 0, 0, 1]);
+        assert_eq!(cmp(f.le_scalar(2.0)), vec![1, 1, 0, 1]);
+        assert_eq!(cmp(f.gt_scalar(1.0)), vec![0, 1, 0, 0]);
+        assert_eq!(cmp(f.ge_scalar(0.0)), vec![1, 1, 0, 1]); // -0 >= 0
+        assert_eq!(cmp(u.gt_scalar(5)), vec![0, 0, 1]);
+        assert_eq!(cmp(i.le_scalar(-7)), vec![0, 1]);
     }
 }
 
@@ -172,5 +183,70 @@ fn softmax_over_any_dim() {
         assert!(x.softmax_dim(-4).is_err());
         let s = Tensor::from_slice(&[2.0f32], &[], &dev).unwrap();
         assert_eq!(s.softmax_dim(-1).unwrap().to_vec().unwrap(), vec![1.0]);
+    }
+}
+
+/// `reshape` of a strided view is a view when the dims it merges or splits
+/// are contiguous among themselves (as `torch.view`), else a copy; the
+/// values are those of the contiguous copy either way.
+#[test]
+fn reshape_keeps_views_where_strides_allow() {
+    for dev in devices() {
+        let data: Vec<f32> = (0..24).map(|v| v as f32).collect();
+        let t = Tensor::from_slice(&data, &[2, 3, 4], &dev).unwrap();
+        let cases: Vec<(Tensor<f32>, Vec<usize>, bool)> = vec![
+            // A column: [3, 1] with stride 4 -> [3] stays strided.
+            (
+                t.narrow(0, 1, 1)
+                    .unwrap()
+                    .narrow(2, 2, 1)
+                    .unwrap()
+                    .reshape(&[3, 1])
+                    .unwrap(),
+                vec![3],
+                true,
+            ),
+            // Splitting and merging inside the contiguous last two dims of a narrowed view.
+            (
+                t.narrow(2, 0, 4).unwrap().narrow(0, 1, 1).unwrap(),
+                vec![12],
+                false,
+            ),
+            (t.narrow(1, 0, 2).unwrap(), vec![2, 8], true),
+            (t.narrow(1, 0, 2).unwrap(), vec![2, 2, 2, 2], true),
+            (t.narrow(1, 0, 2).unwrap(), vec![1, 2, 1, 8, 1], true),
+            // Transposed: the swapped dims cannot merge (a copy), a split of one can.
+            (t.transpose(0, 2).unwrap(), vec![4, 6], false),
+            (t.transpose(0, 2).unwrap(), vec![2, 2, 3, 2], true),
+        ];
+        for (view, shape, stays_view) in cases {
+            let want = view.contiguous().unwrap().to_vec().unwrap();
+            let r = view.reshape(&shape).unwrap();
+            assert_eq!(r.shape(), &shape[..]);
+            assert_eq!(
+                r.to_vec().unwrap(),
+                want,
+                "{dev} {:?} -> {shape:?}",
+                view.shape()
+            );
+            if stays_view {
+                assert!(
+                    !r.is_contiguous(),
+                    "{dev} {:?} -> {shape:?} copied",
+                    view.shape()
+                );
+            }
+        }
+        // Broadcast views reshape too.
+        let b = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[1, 3], &dev)
+            .unwrap()
+            .broadcast_as(&[4, 3])
+            .unwrap();
+        let r = b.reshape(&[2, 2, 3]).unwrap();
+        assert_eq!(r.to_vec().unwrap(), [1.0, 2.0, 3.0].repeat(4));
+        assert_eq!(
+            b.reshape(&[12]).unwrap().to_vec().unwrap(),
+            [1.0, 2.0, 3.0].repeat(4)
+        );
     }
 }

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 /// The element type of a GEMM: inputs and output in it, f32 accumulation
 /// and f32 `alpha` / `beta` for all three.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GemmType {
     /// f32.
     F32,

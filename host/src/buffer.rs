@@ -327,6 +327,10 @@ impl RawBuffer {
     }
 
     /// Into a typed buffer, or back unchanged when the length does not divide.
+    ///
+    /// # Errors
+    /// Gives the raw buffer back when its device's bytes do not split into
+    /// whole `T`s.
     pub fn into_typed<T: bytemuck::Pod>(self) -> std::result::Result<DeviceBuffer<T>, RawBuffer> {
         if self.typed::<T>().is_none() {
             return Err(self);
@@ -412,6 +416,10 @@ impl RawBuffer {
     }
 
     /// Overwrites the bytes from the host and waits until the copy is done.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `src` is not the buffer's size;
+    /// [`Error::Rocm`] / [`Error::Cuda`] when the copy fails.
     pub fn write_bytes(&mut self, src: &[u8]) -> Result<()> {
         if src.len() != self.len_bytes {
             return Err(Error::LengthMismatch {
@@ -490,6 +498,11 @@ impl Device {
     /// let b = ferrocm_host::Device::Cpu.alloc::<u32>(4).unwrap();
     /// assert_eq!(b.len(), 4);
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] (with the free bytes where the driver says) when
+    /// the device, or the pool limit, has no room; [`Error::Rocm`] /
+    /// [`Error::Cuda`] for another driver failure.
     pub fn alloc<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         self.alloc_typed(len, self.sanitizer().then_some(POISON))
     }
@@ -501,6 +514,9 @@ impl Device {
     /// let b = ferrocm_host::Device::emulator(WaveSize::Wave64).alloc_zeroed::<f32>(2).unwrap();
     /// assert_eq!(b.download().unwrap(), vec![0.0, 0.0]);
     /// ```
+    ///
+    /// # Errors
+    /// As [`Device::alloc`], and the device errors of the fill.
     pub fn alloc_zeroed<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         self.alloc_typed(len, Some(0))
     }
@@ -512,6 +528,9 @@ impl Device {
     /// let b = ferrocm_host::Device::Cpu.upload(&[1u8, 2]).unwrap();
     /// assert_eq!(b.as_slice(), Some(&[1u8, 2][..]));
     /// ```
+    ///
+    /// # Errors
+    /// As [`Device::alloc`], and the device errors of the copy.
     pub fn upload<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
         let mut b = self.alloc_typed(data.len(), None)?;
         b.write(data)?;
@@ -532,6 +551,9 @@ impl Device {
     /// assert_eq!(dev.memory_stats().synchronizations, syncs);
     /// assert_eq!(b.download().unwrap(), vec![4, 1]);
     /// ```
+    ///
+    /// # Errors
+    /// As [`Device::upload`].
     pub fn upload_async<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
         let mut b = self.alloc_typed::<T>(data.len(), None)?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
@@ -648,6 +670,10 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     }
 
     /// Overwrites the buffer with `data` (same length) and waits for the copy.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `data` is not the buffer's length; the
+    /// device errors of the copy.
     pub fn write(&mut self, data: &[T]) -> Result<()> {
         if data.len() != self.len() {
             return Err(Error::LengthMismatch {
@@ -660,6 +686,9 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     }
 
     /// Sets every element to `value`.
+    ///
+    /// # Errors
+    /// The device errors of the fill (a launch or a driver call).
     pub fn fill(&mut self, value: T) -> Result<()> {
         if let Some(s) = self.as_mut_slice() {
             s.fill(value);
@@ -671,6 +700,11 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
 
     /// Copies all of `src` (same length, same device) into this buffer
     /// (queued in stream order on a GPU).
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when the lengths differ;
+    /// [`Error::DeviceMismatch`] when the buffers are on different devices (use
+    /// [`DeviceBuffer::to_device`]); the device errors of the copy.
     pub fn copy_from(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
         if src.len() != self.len() {
             return Err(Error::LengthMismatch {
@@ -715,6 +749,10 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
     /// let e = b.to_device(&Device::emulator(WaveSize::Wave32)).unwrap();
     /// assert_eq!(e.download().unwrap(), vec![1.5]);
     /// ```
+    ///
+    /// # Errors
+    /// As [`Device::alloc`] on `device`; a fault reported on this buffer's
+    /// device (it waits there); the device errors of the copies.
     pub fn to_device(&self, device: &Device) -> Result<DeviceBuffer<T>> {
         if device.same_device(self.device()) {
             let mut b = device.alloc_typed(self.len(), None)?;

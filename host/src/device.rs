@@ -143,6 +143,12 @@ impl Device {
     /// // Without a GPU (or without the `rocm` feature) this is an error, never a panic.
     /// let _ = ferrocm_host::Device::rocm(0);
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::RocmNotCompiled`] without the `rocm` feature; [`Error::NoGpu`]
+    /// when the runtime is missing or has fewer GPUs; [`Error::NoCodeObject`]
+    /// when this build has no code object for the GPU's arch; [`Error::Rocm`]
+    /// when a runtime call fails.
     pub fn rocm(ordinal: usize) -> Result<Device> {
         #[cfg(feature = "rocm")]
         {
@@ -161,6 +167,12 @@ impl Device {
     /// // Without a GPU (or without the `cuda` feature) this is an error, never a panic.
     /// let _ = ferrocm_host::Device::cuda(0);
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::CudaNotCompiled`] without the `cuda` feature; [`Error::NoGpu`]
+    /// when the driver is missing or has fewer GPUs; [`Error::NoCodeObject`]
+    /// when this build embeds no PTX; [`Error::Cuda`] when a driver call fails
+    /// (the PTX compile included).
     pub fn cuda(ordinal: usize) -> Result<Device> {
         #[cfg(feature = "cuda")]
         {
@@ -181,6 +193,11 @@ impl Device {
     /// let d = ferrocm_host::Device::best_or_err().unwrap_or(ferrocm_host::Device::Cpu);
     /// println!("running on {d}");
     /// ```
+    ///
+    /// # Errors
+    /// The last GPU backend's reason ([`Error::NoGpu`] and friends, as
+    /// [`Device::rocm`] and [`Device::cuda`]) when no GPU opens; use
+    /// [`Device::best`] for the CPU fallback.
     pub fn best_or_err() -> Result<Device> {
         if let Ok(name) = std::env::var("FERROCM_DEVICE")
             && !name.trim().is_empty()
@@ -273,6 +290,13 @@ impl Device {
     /// [`MemoryStats::synchronizations`](crate::MemoryStats)), then reports
     /// a fault a kernel found since the last wait ([`Error::Fault`], see
     /// [`crate::fault`]).
+    ///
+    /// # Errors
+    /// [`Error::Fault`] or [`Error::IdOutOfRange`] when a kernel reported one
+    /// since the last wait; [`Error::Rocm`] / [`Error::Cuda`] when the wait
+    /// itself fails; on the emulator, what a kernel did wrong
+    /// ([`Error::OutOfBoundsAccess`], [`Error::KernelPanic`], ...) comes from
+    /// its launch instead.
     pub fn synchronize(&self) -> Result<()> {
         self.pool().count_sync();
         match self {
@@ -304,6 +328,9 @@ impl Device {
 
     /// (free, total) device memory in bytes as the driver reports it (None
     /// for the host devices).
+    ///
+    /// # Errors
+    /// [`Error::Rocm`] / [`Error::Cuda`] when the driver call fails.
     pub fn memory_info(&self) -> Result<Option<(u64, u64)>> {
         match self {
             Device::Cpu | Device::Emulator(_) => Ok(None),
@@ -325,6 +352,10 @@ impl Device {
     /// let ms = dev.time(|| dev.upload(&[1u8; 64]).map(drop)).unwrap();
     /// assert!(ms >= 0.0);
     /// ```
+    ///
+    /// # Errors
+    /// What `f` returns, and the device errors of recording and waiting for the
+    /// timing events ([`Error::Rocm`] / [`Error::Cuda`]).
     pub fn time<F: FnOnce() -> Result<()>>(&self, f: F) -> Result<f32> {
         match self {
             Device::Cpu | Device::Emulator(_) => {
@@ -544,6 +575,10 @@ pub fn devices() -> Vec<Device> {
 
 /// Info on every ROCm and CUDA GPU, or why there is none (each compiled-in
 /// backend's reason; [`Error::RocmNotCompiled`] when neither is compiled in).
+///
+/// # Errors
+/// [`Error::RocmNotCompiled`] when no GPU backend is compiled in; otherwise the
+/// backends' reasons for finding no GPU ([`Error::NoGpu`]).
 pub fn gpus() -> Result<Vec<GpuInfo>> {
     #[allow(unused_mut)]
     let mut found: Vec<GpuInfo> = Vec::new();

@@ -304,11 +304,7 @@ fn schedule(
                     continue;
                 }
                 let lane = l - lanes.start;
-                let src = match op {
-                    WaveOp::ShflXor(m) => Some(lane ^ m as usize),
-                    WaveOp::Broadcast(s) => Some(s as usize),
-                    WaveOp::Ballot => None,
-                };
+                let src = op.source_lane(lane);
                 let out = match src {
                     // Reading an inactive or out-of-range lane gives 0, as ds_bpermute does.
                     Some(s) if s < ws && live(lanes.start + s) => inputs[s],

@@ -363,6 +363,17 @@ impl Device {
     ///       Arg::U64(0), Arg::U64(0), Arg::U64(0), Arg::U64(0), Arg::F32(0.0)]).unwrap();
     /// assert_eq!(y.download().unwrap()[0], 1.0);
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnknownKernel`] when no kernel has that name;
+    /// [`Error::ArgumentMismatch`] when `args` do not match its signature;
+    /// [`Error::BadLaunchConfig`] for an empty or oversized grid, block or LDS
+    /// size; [`Error::ArgumentOutOfBounds`] / [`Error::DeviceMismatch`] when a
+    /// buffer argument is too short or on another device; on the emulator what
+    /// the kernel did wrong ([`Error::OutOfBoundsAccess`],
+    /// [`Error::OutOfBoundsWrite`], [`Error::LdsOutOfBounds`],
+    /// [`Error::Deadlock`], [`Error::KernelPanic`]); [`Error::Rocm`] /
+    /// [`Error::Cuda`] when the launch fails.
     pub fn launch(&self, name: &str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
         let kernel = ferrocm_kernels::kernel(name).ok_or_else(|| Error::UnknownKernel {
             kernel: name.into(),

@@ -94,10 +94,7 @@ pub fn expected_param_bytes(kernel: &KernelInfo) -> Vec<u32> {
     kernel
         .args
         .iter()
-        .map(|a| match a {
-            ArgKind::Ptr { .. } | ArgKind::U64 | ArgKind::I64 => 8,
-            ArgKind::U32 | ArgKind::I32 | ArgKind::F32 => 4,
-        })
+        .map(|a: &ArgKind| a.size() as u32)
         .collect()
 }
 

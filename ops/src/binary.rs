@@ -315,7 +315,7 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
 }
 
 macro_rules! binary_methods {
-    ($($m:ident => $f:ident($v:expr) -> $r:ty),*) => {
+    ($($m:ident => $f:ident($v:expr) -> $r:ty $([$errors:literal])?),*) => {
         impl<T: WithDType> Tensor<T> {$(
             #[doc = concat!("Elementwise `", stringify!($m), "` with broadcasting.")]
             ///
@@ -350,6 +350,7 @@ macro_rules! binary_methods {
             /// As [`Tensor::binary`]: [`Error::DeviceMismatch`](crate::Error::DeviceMismatch),
             /// [`Error::BroadcastIncompatible`](crate::Error::BroadcastIncompatible),
             /// [`Error::TooLarge`](crate::Error::TooLarge), [`Error::Host`](crate::Error::Host).
+            $(#[doc = ""] #[doc = $errors])?
             pub fn $m(&self, rhs: &Self) -> Result<$r> {
                 self.$f(rhs, $v)
             }
@@ -358,13 +359,13 @@ macro_rules! binary_methods {
 }
 
 binary_methods!(add => binary(Binary::Add) -> Tensor<T>, sub => binary(Binary::Sub) -> Tensor<T>,
-    mul => binary(Binary::Mul) -> Tensor<T>, div => binary(Binary::Div) -> Tensor<T>,
+    mul => binary(Binary::Mul) -> Tensor<T>, div => binary(Binary::Div) -> Tensor<T> ["An integer division by zero is [`Error::Host`](crate::Error::Host) holding `HostError::Fault` for op `div`: returned by the call on the Cpu, by the next wait (`to_vec`, `synchronize`) on a kernel device, whose result must not be used. Floats follow IEEE 754 (±inf, NaN)."],
     maximum => binary(Binary::Maximum) -> Tensor<T>, minimum => binary(Binary::Minimum) -> Tensor<T>,
     eq => cmp(Cmp::Eq) -> Tensor<u8>, ne => cmp(Cmp::Ne) -> Tensor<u8>, lt => cmp(Cmp::Lt) -> Tensor<u8>,
     le => cmp(Cmp::Le) -> Tensor<u8>, gt => cmp(Cmp::Gt) -> Tensor<u8>, ge => cmp(Cmp::Ge) -> Tensor<u8>);
 
 macro_rules! scalar_methods {
-    ($($m:ident => $op:ident),*) => {
+    ($($m:ident => $op:ident $([$errors:literal])?),*) => {
         impl<T: WithDType> Tensor<T> {$(
             #[doc = concat!("Elementwise `", stringify!($op), "` with the scalar `rhs` (broadcast; every dtype, integers wrap).")]
             ///
@@ -389,6 +390,7 @@ macro_rules! scalar_methods {
             /// # Errors
             /// Device errors (allocation) only: [`Error::Host`](crate::Error::Host)
             /// when allocation or the launch fails.
+            $(#[doc = ""] #[doc = $errors])?
             pub fn $m(&self, rhs: T) -> Result<Self> {
                 let s = Tensor::full(rhs, &[], self.device())?;
                 self.binary(&s, Binary::$op)
@@ -397,8 +399,44 @@ macro_rules! scalar_methods {
     };
 }
 
-scalar_methods!(add_scalar => Add, sub_scalar => Sub, mul_scalar => Mul, div_scalar => Div,
+scalar_methods!(add_scalar => Add, sub_scalar => Sub, mul_scalar => Mul, div_scalar => Div ["An integer division by zero is [`Error::Host`](crate::Error::Host) holding `HostError::Fault` for op `div`: returned by the call on the Cpu, by the next wait (`to_vec`, `synchronize`) on a kernel device, whose result must not be used. Floats follow IEEE 754 (±inf, NaN)."],
     maximum_scalar => Maximum, minimum_scalar => Minimum);
+
+macro_rules! scalar_cmp_methods {
+    ($($m:ident => $op:ident),*) => {
+        impl<T: WithDType> Tensor<T> {$(
+            #[doc = concat!("Elementwise `", stringify!($op), "` against the scalar `rhs`, as 0/1 bytes (NaN compares as in [`Tensor::cmp`]).")]
+            ///
+            /// ```
+            /// use ferrocm_ops::{Device, Tensor};
+            /// let x = Tensor::from_slice(&[1.0f32, 2.0, f32::NAN], &[3], &Device::Cpu)?;
+            /// // `want` (hidden): the comparison of 1, 2 and NaN with 2.
+            #[doc = concat!("# let want: Vec<u8> = match \"", stringify!($m), "\" {")]
+            /// #     "eq_scalar" => vec![0, 1, 0],
+            /// #     "ne_scalar" => vec![1, 0, 1],
+            /// #     "lt_scalar" => vec![1, 0, 0],
+            /// #     "le_scalar" => vec![1, 1, 0],
+            /// #     "gt_scalar" => vec![0, 0, 0],
+            /// #     "ge_scalar" => vec![0, 1, 0],
+            /// #     _ => unreachable!(),
+            /// # };
+            #[doc = concat!("assert_eq!(x.", stringify!($m), "(2.0)?.to_vec()?, want);")]
+            /// # Ok::<(), ferrocm_ops::Error>(())
+            /// ```
+            ///
+            /// # Errors
+            /// [`Error::Host`](crate::Error::Host) when allocation or the
+            /// launch fails.
+            pub fn $m(&self, rhs: T) -> Result<Tensor<u8>> {
+                let s = Tensor::full(rhs, &[], self.device())?;
+                self.cmp(&s, Cmp::$op)
+            }
+        )*}
+    };
+}
+
+scalar_cmp_methods!(eq_scalar => Eq, ne_scalar => Ne, lt_scalar => Lt, le_scalar => Le,
+    gt_scalar => Gt, ge_scalar => Ge);
 
 /// `std::ops` on tensors, as candle has them: `&a + &b`, `&a * 2.0`, `-&a`.
 /// An op that can fail returns `Result<Tensor<T>>` (shapes that do not

@@ -5,6 +5,16 @@ use ferrocm_kernels::elem::{Bf16, F16};
 use half::{bf16, f16};
 
 /// The six element types.
+///
+/// ```
+/// use ferrocm_ops::{DType, Tensor, Device};
+/// let t = Tensor::<u32>::zeros(&[2], &Device::Cpu)?;
+/// assert_eq!(t.dtype(), DType::U32);
+/// assert_eq!(DType::ALL.len(), 6);
+/// assert!(DType::BF16.is_float() && !DType::I64.is_float());
+/// assert_eq!(DType::F16.size_in_bytes(), 2);
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DType {
@@ -23,7 +33,7 @@ pub enum DType {
 }
 
 impl DType {
-    /// Every dtype.
+    /// Every dtype (example: [`DType`]).
     pub const ALL: [DType; 6] = [
         DType::F32,
         DType::F16,
@@ -49,12 +59,12 @@ impl DType {
         }
     }
 
-    /// Whether this is a float type.
+    /// Whether this is a float type (example: [`DType`]).
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
 
-    /// Size of one element in bytes.
+    /// Size of one element in bytes (example: [`DType`]).
     pub fn size_in_bytes(self) -> usize {
         match self {
             DType::U8 => 1,
@@ -72,6 +82,15 @@ impl std::fmt::Display for DType {
 }
 
 /// A Rust type that can be a tensor element: f32, half::f16, half::bf16, u8, u32, i64.
+///
+/// ```
+/// use ferrocm_ops::{DType, WithDType, bf16};
+/// fn describe<T: WithDType>(x: T) -> String {
+///     format!("{} {}", T::DTYPE, x.to_f64())
+/// }
+/// assert_eq!(describe(bf16::from_f32(1.5)), "bf16 1.5");
+/// assert_eq!(u8::from_f64(3.0), 3);
+/// ```
 ///
 /// `Kernel` is the device layer's type with the same bits (f16/bf16 are bit
 /// patterns there); the CPU backend computes through it so that CPU and GPU

@@ -4,6 +4,19 @@ use crate::DType;
 
 /// Everything an op can refuse. Messages name the op and the shapes, dtypes
 /// or devices involved.
+///
+/// ```
+/// use ferrocm_ops::{Device, Error, Tensor};
+/// let a = Tensor::<f32>::zeros(&[2, 3], &Device::Cpu)?;
+/// let b = Tensor::<f32>::zeros(&[4], &Device::Cpu)?;
+/// match a.add(&b) {
+///     Err(Error::BroadcastIncompatible { op, lhs, rhs }) => {
+///         assert_eq!((op, lhs, rhs), ("add", vec![2, 3], vec![4]));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Error {
@@ -165,4 +178,13 @@ pub enum Error {
 }
 
 /// `Result` with the ops [`Error`].
+///
+/// ```
+/// fn twice(t: &ferrocm_ops::Tensor<f32>) -> ferrocm_ops::Result<ferrocm_ops::Tensor<f32>> {
+///     t.affine(2.0, 0.0)
+/// }
+/// let t = ferrocm_ops::Tensor::from_slice(&[1.5f32], &[1], &ferrocm_ops::Device::Cpu)?;
+/// assert_eq!(twice(&t)?.to_vec()?, vec![3.0]);
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;

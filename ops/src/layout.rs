@@ -82,21 +82,31 @@ impl Layout {
     }
 
     /// Dims.
+    ///
+    /// ```
+    /// use ferrocm_ops::Layout;
+    /// let l = Layout::new(vec![2, 3], vec![1, 2], 4)?; // a transposed [3, 2] from element 4
+    /// assert_eq!((l.shape(), l.strides(), l.offset(), l.rank()), (&[2, 3][..], &[1, 2][..], 4, 2));
+    /// assert!(!l.is_contiguous());
+    /// assert!(Layout::contiguous(&[2, 1, 3]).is_contiguous());
+    /// assert_eq!(l.dims_and_strides(), vec![2, 3, 1, 2]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
 
-    /// Strides in elements.
+    /// Strides in elements (example: [`Layout::shape`]).
     pub fn strides(&self) -> &[usize] {
         &self.strides
     }
 
-    /// Offset of the first element.
+    /// Offset of the first element (example: [`Layout::shape`]).
     pub fn offset(&self) -> usize {
         self.offset
     }
 
-    /// Number of dims.
+    /// Number of dims (example: [`Layout::shape`]).
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
@@ -119,7 +129,8 @@ impl Layout {
             .unwrap_or(usize::MAX)
     }
 
-    /// Whether the elements are row-major and dense from `offset` (dims of size 1 ignored).
+    /// Whether the elements are row-major and dense from `offset` (dims of
+    /// size 1 ignored; example: [`Layout::shape`]).
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1usize;
         for d in (0..self.rank()).rev() {
@@ -188,7 +199,8 @@ impl Layout {
         self.storage_end() - self.offset
     }
 
-    /// Dims then strides, as 64-bit values: what strided kernels read.
+    /// Dims then strides, as 64-bit values: what strided kernels read
+    /// (example: [`Layout::shape`]).
     pub fn dims_and_strides(&self) -> Vec<u64> {
         self.shape
             .iter()
@@ -373,14 +385,53 @@ impl Layout {
         })
     }
 
-    /// The same elements with another shape; only for contiguous layouts.
+    /// The same elements in the same order with another shape, as a view:
+    /// always for a contiguous layout; for a strided one when each run of
+    /// dims that the new shape merges or splits is itself contiguous
+    /// (PyTorch's `view` rule; dropping or adding dims of size 1 always
+    /// qualifies). `None` when the elements need a copy. The caller has
+    /// checked that the element counts agree.
     pub(crate) fn reshaped(&self, shape: &[usize]) -> Option<Layout> {
-        if !self.is_contiguous() {
+        if self.is_contiguous() || self.shape.contains(&0) {
+            let mut l = Layout::contiguous(shape);
+            l.offset = self.offset;
+            return Some(l);
+        }
+        // Walk the old dims from the last, in chunks whose dims are laid out
+        // contiguously relative to each other; each chunk must be exactly
+        // covered by a run of new dims, which get strides within it.
+        let (old, old_strides) = (&self.shape, &self.strides);
+        let mut strides = vec![0usize; shape.len()];
+        let mut view_d = shape.len();
+        let mut base = *old_strides.last()?;
+        let (mut chunk, mut covered) = (1usize, 1usize);
+        for d in (0..old.len()).rev() {
+            chunk = chunk.checked_mul(old[d])?;
+            let ends_chunk =
+                d == 0 || (old[d - 1] != 1 && Some(old_strides[d - 1]) != chunk.checked_mul(base));
+            if ends_chunk {
+                while view_d > 0 && (covered < chunk || shape[view_d - 1] == 1) {
+                    view_d -= 1;
+                    strides[view_d] = covered.checked_mul(base)?;
+                    covered = covered.checked_mul(shape[view_d])?;
+                }
+                if covered != chunk {
+                    return None;
+                }
+                if d > 0 {
+                    base = old_strides[d - 1];
+                    (chunk, covered) = (1, 1);
+                }
+            }
+        }
+        if view_d != 0 {
             return None;
         }
-        let mut l = Layout::contiguous(shape);
-        l.offset = self.offset;
-        Some(l)
+        Some(Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        })
     }
 }
 

@@ -31,6 +31,13 @@ pub struct BlockFormat {
 
 impl BlockFormat {
     /// Bytes holding `elems` elements, if they are a whole number of blocks.
+    ///
+    /// ```
+    /// use ferrocm_ops::BlockFormat;
+    /// let q8_0 = BlockFormat { name: "q8_0", block_elems: 32, block_bytes: 34 };
+    /// assert_eq!(q8_0.bytes_for(64), Some(68));
+    /// assert_eq!(q8_0.bytes_for(33), None); // not whole blocks
+    /// ```
     pub fn bytes_for(&self, elems: usize) -> Option<usize> {
         if self.block_elems == 0 || !elems.is_multiple_of(self.block_elems) {
             return None;
@@ -102,22 +109,31 @@ impl Storage {
         }
     }
 
-    /// The format.
+    /// The format (example: [`Storage`]).
     pub fn format(&self) -> Format {
         self.format
     }
 
     /// The device.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1u8, 2], &[2], &Device::Cpu)?;
+    /// let s = t.shared_storage();
+    /// assert_eq!(s.device(), &Device::Cpu);
+    /// assert_eq!(s.raw().len_bytes(), s.len_bytes());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
     pub fn device(&self) -> &Device {
         self.buffer.device()
     }
 
-    /// Size in bytes.
+    /// Size in bytes (example: [`Storage`]).
     pub fn len_bytes(&self) -> usize {
         self.buffer.len_bytes()
     }
 
-    /// The untyped memory.
+    /// The untyped memory (example: [`Storage::device`]).
     pub fn raw(&self) -> &RawBuffer {
         &self.buffer
     }

@@ -15,6 +15,10 @@ use std::sync::Arc;
 
 /// Workitems per workgroup of elementwise and reduction launches (a multiple
 /// of both wave sizes).
+///
+/// ```
+/// assert_eq!(ferrocm_ops::tensor::BLOCK % 64, 0);
+/// ```
 pub const BLOCK: u32 = 256;
 
 /// An n-dimensional array of `T` on a [`Device`]: the typed view of a shared

@@ -9,6 +9,7 @@ use std::cell::Cell;
 
 /// A lockstep operation across the lanes of a wave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WaveOp {
     /// Each lane gets the value of lane `lane ^ mask`.
     ShflXor(u32),
@@ -16,6 +17,24 @@ pub enum WaveOp {
     Broadcast(u32),
     /// Each lane gets the mask of lanes whose value is non-zero.
     Ballot,
+}
+
+impl WaveOp {
+    /// The lane whose value lane `lane` gets, or `None` when it gets the
+    /// ballot of the wave.
+    ///
+    /// ```
+    /// use ferrocm_kernels::host::emu::WaveOp;
+    /// assert_eq!(WaveOp::ShflXor(1).source_lane(6), Some(7));
+    /// assert_eq!(WaveOp::Ballot.source_lane(6), None);
+    /// ```
+    pub const fn source_lane(self, lane: usize) -> Option<usize> {
+        match self {
+            WaveOp::ShflXor(m) => Some(lane ^ m as usize),
+            WaveOp::Broadcast(s) => Some(s as usize),
+            WaveOp::Ballot => None,
+        }
+    }
 }
 
 /// What a workitem asks its scheduler for; implemented by the emulator.

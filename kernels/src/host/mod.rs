@@ -10,6 +10,7 @@ include!("matrix_unit.rs");
 
 /// How a kernel argument is passed: its kind and size in the kernarg segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ArgKind {
     /// A global pointer; `mutable` for `*mut T`. `elem_size` is `size_of::<T>()`.
     Ptr { mutable: bool, elem_size: usize },
