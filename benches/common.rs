@@ -41,11 +41,25 @@ pub type Family<I> = (&'static str, Vec<(&'static str, usize, fn(&I))>);
 /// waited for.
 #[allow(dead_code)]
 pub fn run_families<I: OnDevice>(c: &mut Criterion, inputs: &[I], families: Vec<Family<I>>) {
-    use criterion::{BenchmarkId, Throughput};
+    run_families_as(c, inputs, families, |n| {
+        criterion::Throughput::Bytes(n as u64)
+    });
+}
+
+/// [`run_families`] with each op's count read as `throughput` says (for
+/// example elements instead of bytes).
+#[allow(dead_code)]
+pub fn run_families_as<I: OnDevice>(
+    c: &mut Criterion,
+    inputs: &[I],
+    families: Vec<Family<I>>,
+    throughput: fn(usize) -> criterion::Throughput,
+) {
+    use criterion::BenchmarkId;
     for (family, ops) in families {
         let mut g = c.benchmark_group(family);
-        for (op, bytes, run) in ops {
-            g.throughput(Throughput::Bytes(bytes as u64));
+        for (op, count, run) in ops {
+            g.throughput(throughput(count));
             for i in inputs {
                 g.bench_with_input(BenchmarkId::new(op, i.device()), i, |b, i| {
                     b.iter(|| {

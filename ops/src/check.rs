@@ -341,6 +341,27 @@ impl Runner<'_> {
             let i = ids(rows * k, cols, 10, dev)?.reshape(&[rows, k])?;
             x(dev)?.gather(1, &i)
         });
+        // Scatters into x along dim 1 (ids repeat: the rule for repeats is
+        // part of what is checked), index_add along dim 0 with i64 ids.
+        for add in [false, true] {
+            let name = if add { "scatter_add[1]" } else { "scatter[1]" };
+            self.case(name.into(), d, move |dev| {
+                let k = if cols == 0 { 0 } else { 3 };
+                let i = ids(rows * k, cols, 11, dev)?.reshape(&[rows, k])?;
+                let src = x(dev)?.narrow(1, 0, k.min(cols))?;
+                let i = i.narrow(1, 0, k.min(cols))?;
+                if add {
+                    x(dev)?.scatter_add(1, &i, &src)
+                } else {
+                    x(dev)?.scatter(1, &i, &src)
+                }
+            });
+        }
+        self.case("index_add[0]_i64".into(), d, move |dev| {
+            let i = ids(rows + 3, rows, 12, dev)?.to_dtype::<i64>()?;
+            let src = x(dev)?.index_select(0, &ids(i.elem_count(), rows, 13, dev)?)?;
+            x(dev)?.index_add(0, &i, &src)
+        });
         self.case("slice_set".into(), d, move |dev| {
             let mut t = Tensor::<T>::zeros(&[rows, cols + 4], dev)?;
             t.slice_set(&x(dev)?, 1, 3)?;
