@@ -113,6 +113,68 @@ fn check_toolchain() {
              Pin it in your project: a rust-toolchain.toml with channel = \"{PINNED_NIGHTLY}\" and components = [\"rust-src\", \"llvm-tools\", \"llvm-bitcode-linker\"] (ferrocm's README, \"Use ferrocm as a dependency\")."
         ));
     }
+    // The components the device builds need, each named with its fix rather
+    // than as the error -Zbuild-std or the PTX link gives without it.
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .unwrap_or_default();
+    let host = std::env::var("HOST").unwrap_or_default();
+    let missing = |path: PathBuf, component: &str, why: &str| {
+        if !path.exists() {
+            fail(&format!(
+                "ferrocm needs the `{component}` component of `{version}` ({why}); it is not installed (no {}).\n\
+                 Run `rustup component add {component}`, or list it in your rust-toolchain.toml's components.",
+                path.display()
+            ));
+        }
+    };
+    missing(
+        sysroot.join("lib/rustlib/src/rust/library/core"),
+        "rust-src",
+        "-Zbuild-std compiles core for the GPU targets",
+    );
+    if std::env::var("FERROCM_PTX").as_deref() != Ok("off") {
+        missing(
+            sysroot.join(format!(
+                "lib/rustlib/{host}/bin/self-contained/llvm-bitcode-linker"
+            )),
+            "llvm-bitcode-linker",
+            "it links the PTX module; FERROCM_PTX=off builds without one",
+        );
+    }
+    // Another nightly may build, or may not (the device code uses unstable
+    // features): say which one is tested.
+    let pinned_date = PINNED_NIGHTLY.trim_start_matches("nightly-");
+    if version.contains("nightly") && !version_matches_pin(&version, pinned_date) {
+        println!(
+            "cargo:warning=ferrocm is tested with {PINNED_NIGHTLY}; this build runs `{version}`. If the kernels fail to compile, pin {PINNED_NIGHTLY} (rust-toolchain.toml)."
+        );
+    }
+}
+
+/// Whether `rustc --version` (`rustc 1.x.0-nightly (hash YYYY-MM-DD)`, the
+/// date of the commit, the day before the nightly's) is the nightly of
+/// `pinned` (`YYYY-MM-DD`).
+fn version_matches_pin(version: &str, pinned: &str) -> bool {
+    let Some(commit) = version
+        .trim_end_matches(')')
+        .rsplit(' ')
+        .next()
+        .and_then(day_number)
+    else {
+        return false;
+    };
+    day_number(pinned).is_some_and(|p| p == commit + 1 || p == commit)
+}
+
+/// Days since 0000-03-01 of a `YYYY-MM-DD` date (for the one-day compare).
+fn day_number(date: &str) -> Option<i64> {
+    let mut it = date.split('-').map(|x| x.parse::<i64>().ok());
+    let (y, m, d) = (it.next()??, it.next()??, it.next()??);
+    let (y, m) = if m <= 2 { (y - 1, m + 12) } else { (y, m) };
+    Some(365 * y + y / 4 - y / 100 + y / 400 + (153 * (m - 3) + 2) / 5 + d)
 }
 
 fn main() {
@@ -156,9 +218,16 @@ fn main() {
     let mut failures = String::new();
     for (arch, result) in &results {
         match result {
+            Ok(elf) if arch.starts_with("sm_") => {
+                let ptx = std::fs::read_to_string(elf).unwrap();
+                let ptx = match with_launch_bounds(&ptx) {
+                    Ok(p) => p,
+                    Err(msg) => fail(&msg),
+                };
+                std::fs::write(objects_dir.join(format!("{arch}.ptx")), ptx).unwrap();
+            }
             Ok(elf) => {
-                let ext = if arch.starts_with("sm_") { "ptx" } else { "co" };
-                std::fs::copy(elf, objects_dir.join(format!("{arch}.{ext}"))).unwrap();
+                std::fs::copy(elf, objects_dir.join(format!("{arch}.co"))).unwrap();
             }
             Err(log) => {
                 let _ = writeln!(
@@ -255,6 +324,45 @@ fn parse_archs(list: Option<&str>) -> Result<Vec<String>, String> {
 
 /// `FERROCM_PTX`: unset or empty for the default target, `off` for no PTX, or
 /// an sm_XX name.
+/// Launch bounds of PTX entries, as CUDA C++'s `__launch_bounds__(threads,
+/// min_blocks)` gives them (Rust cannot say it on a kernel): `(entry name
+/// prefix, workitems per workgroup, workgroups per multiprocessor)`. ptxas
+/// then fits the registers to that many workgroups. The workgroup size must
+/// be what the op layer launches with.
+const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    // MMA_BLOCK workitems; two workgroups per SM hide each other's barrier
+    // and load waits (one alone left the H100's tensor pipes idle).
+    ("gemm_mma_", 256, 2),
+];
+
+/// `ptx` with `.maxntid` / `.minnctapersm` after the parameter list of
+/// each entry [`LAUNCH_BOUNDS`] names; Err when a prefix matches nothing.
+fn with_launch_bounds(ptx: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(ptx.len() + 1024);
+    let mut matched = vec![false; LAUNCH_BOUNDS.len()];
+    let mut pending: Option<(u32, u32)> = None;
+    for line in ptx.split_inclusive('\n') {
+        out.push_str(line);
+        if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
+            for (i, (prefix, threads, blocks)) in LAUNCH_BOUNDS.iter().enumerate() {
+                if name.starts_with(prefix) {
+                    pending = Some((*threads, *blocks));
+                    matched[i] = true;
+                }
+            }
+        } else if pending.is_some() && line.starts_with(')') {
+            let (threads, blocks) = pending.take().unwrap();
+            let _ = writeln!(out, ".maxntid {threads}, 1, 1\n.minnctapersm {blocks}");
+        }
+    }
+    match LAUNCH_BOUNDS.iter().zip(&matched).find(|(_, m)| !**m) {
+        Some(((prefix, ..), _)) => Err(format!(
+            "LAUNCH_BOUNDS names `{prefix}`, which no PTX entry starts with"
+        )),
+        None => Ok(out),
+    }
+}
+
 fn parse_ptx(v: Option<&str>) -> Result<Option<String>, String> {
     match v.map(str::trim) {
         None | Some("") => Ok(Some(DEFAULT_PTX_TARGET.into())),

@@ -57,6 +57,8 @@ fn act_ref(v: f64, act: Option<Activation>) -> f64 {
         }
         Some(Activation::GeluErf) => 0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2)),
         Some(Activation::Silu) => v / (1.0 + (-v).exp()),
+        // `Activation` is non-exhaustive: a new one needs a reference here.
+        Some(other) => panic!("no reference for {other:?}"),
     }
 }
 

@@ -101,6 +101,27 @@ pub fn workgroup_id_x() -> u32 {
     return emu::with(|c| c.workgroup_id[0]);
 }
 
+/// [`workgroup_id_x`] read anew: for a value needed only after a long
+/// loop, so the compiler recomputes it there instead of holding it (or
+/// spilling it) across the loop. On NVPTX the special register is read
+/// again (an asm the compiler cannot merge with the first read); AMDGPU
+/// keeps the id in a scalar register anyway.
+#[amdgpu_device]
+#[inline(always)]
+pub fn workgroup_id_x_again() -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let id: u32;
+        // SAFETY: reads a special register; not `pure`, so not merged.
+        unsafe {
+            core::arch::asm!("mov.u32 {0}, %ctaid.x;", out(reg32) id, options(nomem, nostack))
+        };
+        return id;
+    }
+    #[allow(unreachable_code)]
+    workgroup_id_x()
+}
+
 /// Workgroup id in the grid, y dimension.
 #[amdgpu_device]
 #[inline(always)]
@@ -333,13 +354,26 @@ impl<T: Copy> Lds<T> {
 
 #[amdgpu_device]
 impl<T> Lds<T> {
-    /// The address of element `i`, for device-layer inline assembly that
-    /// reads LDS itself (`ldmatrix`). GPU builds only: the emulator checks
-    /// every access through [`Lds::load`] / [`Lds::store`].
-    #[cfg(ferrocm_device)]
+    /// The 32-bit shared-window address of element `i`, for device-layer
+    /// inline assembly that reads LDS itself (`ldmatrix`). NVPTX builds only
+    /// (the emulator checks every access through [`Lds::load`] /
+    /// [`Lds::store`]). 32-bit, not a generic pointer, so that offsets the
+    /// compiler knows fold into the instructions' immediates.
+    #[cfg(all(ferrocm_device, target_arch = "nvptx64"))]
     #[inline(always)]
-    pub fn address(self, i: u32) -> *mut T {
-        unsafe { self.base.add(i as usize) }
+    pub fn shared_address(self, i: u32) -> u32 {
+        let arena = core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<u8>();
+        let window: u32;
+        // SAFETY: an address conversion, no memory access.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .u64 s; cvta.to.shared.u64 s, {p}; cvt.u32.u64 {w}, s; }}",
+                p = in(reg64) arena,
+                w = out(reg32) window,
+                options(pure, nomem, nostack),
+            )
+        };
+        window + self.byte_offset + i * core::mem::size_of::<T>() as u32
     }
 }
 

@@ -423,20 +423,36 @@ pub const MMA_BK: u32 = 32;
 /// C (4 x 4 tiles), or 8 waves of 32, each 64 x 32 (4 x 2 tiles): 64
 /// accumulators per lane either way.
 pub const MMA_BLOCK: u32 = 256;
-/// LDS row pitch of the matrix-unit tiles in 32-bit words: 16 words of
-/// data (32 halves along K) and 4 of padding. Rows stay 16-byte aligned for
-/// the staging stores, and the fragment reads of 8 rows x 4 words (mma.sync)
-/// fall in 32 different banks.
+/// LDS row pitch in 32-bit words of an operand tile stored K contiguous
+/// (the operand's fast dim is K): 16 words of data (32 halves along K) and
+/// 4 of padding. Rows stay 16-byte aligned for the staging stores, and the
+/// fragment reads of 8 rows x 4 words (ldmatrix) fall in 32 different banks.
 const MMA_PITCH: u32 = MMA_BK / 2 + 4;
-/// LDS of one matrix-unit GEMM workgroup: the A tile (`[MMA_BM][MMA_BK]`)
-/// and the B tile (`[MMA_BN][MMA_BK]`, K contiguous), 16-bit elements.
-pub const MMA_LDS_BYTES: u32 = (MMA_BM + MMA_BN) * MMA_PITCH * 4;
+/// LDS row pitch in words of an operand tile stored with K as its rows (the
+/// operand's fast dim is M or N, as B's in a row-major matrix): 64 words of
+/// data (128 halves) and 4 of padding, for the same two reasons.
+const MMA_PITCH_T: u32 = MMA_BM / 2 + 4;
+/// Bytes of one operand's tile in either layout.
+const MMA_TILE_BYTES: u32 = {
+    let (k_rows, i_rows) = (MMA_BK * MMA_PITCH_T * 4, MMA_BM * MMA_PITCH * 4);
+    if k_rows > i_rows { k_rows } else { i_rows }
+};
+/// LDS of one matrix-unit GEMM workgroup: two stages (one computes while
+/// the next is stored), each an A tile and a B tile of 16-bit elements.
+pub const MMA_LDS_BYTES: u32 = 2 * 2 * MMA_TILE_BYTES;
 /// Flag of `gemm_mma`: A's groups of 8 elements along its fast dim can be
 /// read as 16-byte words (that dim's stride is 1, the other strides and
 /// the offset are multiples of 8).
 pub const MMA_A_WORDS: u32 = 1;
 /// Flag of `gemm_mma`: likewise for B.
 pub const MMA_B_WORDS: u32 = 2;
+/// Flag of `gemm_mma`: an operand whose fast dim is not K (B of a
+/// row-major matrix) is stored in LDS as it is in memory, with K as the
+/// tile's rows, and read with the primitive's transposed loads; without
+/// it, such an operand is transposed on its way into LDS (16-bit stores).
+/// The op layer sets it where the unit's transposed loads are cheap
+/// (`host::transposed_loads`).
+pub const MMA_T_TILES: u32 = 4;
 
 /// Groups of 8 elements in one operand's K-tile (128 x 32 / 8).
 const MMA_GROUPS: u32 = MMA_BM * MMA_BK / 8;
@@ -516,23 +532,167 @@ fn mma_fetch<T: MatElem>(o: &MmaOperand<T>, e: u32, k0: u32, k: u32) -> W128 {
     w
 }
 
-/// Stores a group [`mma_fetch`] loaded into its LDS tile (`[i][k]`, K
-/// contiguous, rows [`MMA_PITCH`] words apart).
+/// Stores a group [`mma_fetch`] loaded into its LDS tile: `[i][k]` rows of
+/// [`MMA_PITCH`] words when the tile is K contiguous (`KC`), else `[k][i]`
+/// rows of [`MMA_PITCH_T`] words. The group runs along the operand's fast
+/// dim (`k_fast`: K): one 16-byte store when that is the tile's fast dim,
+/// else eight 16-bit stores, one per row.
 #[amdgpu_device]
 #[inline(always)]
-fn mma_stage(tile_byte: u32, e: u32, k_fast: bool, w: W128) {
+fn mma_stage<const KC: bool>(tile_byte: u32, e: u32, k_fast: bool, w: W128) {
     let (ii, kk) = mma_slot(e, k_fast);
-    if k_fast {
-        lds_at::<W128>(tile_byte).store((ii * MMA_PITCH + kk / 2) / 4, w);
-    } else {
-        // The group runs along i: one half per row.
+    if KC && !k_fast {
         let halves = lds_at::<u16>(tile_byte);
         unroll4!(q < 4 => {
             let j = 2 * q as u32;
             halves.store((ii + j) * 2 * MMA_PITCH + kk, w.0[q] as u16);
             halves.store((ii + j + 1) * 2 * MMA_PITCH + kk, (w.0[q] >> 16) as u16);
         });
+        return;
     }
+    let word = if KC {
+        ii * MMA_PITCH + kk / 2
+    } else {
+        kk * MMA_PITCH_T + ii / 2
+    };
+    lds_at::<W128>(tile_byte).store(word / 4, w);
+}
+
+/// The K loop of [`gemm_mma_body`] for one pair of LDS tile layouts
+/// (`A_K`: A's tile is stored K contiguous, else with K as its rows; `B_K`
+/// likewise): the wave's accumulators for its `(wm, wn)` block, `tn` column
+/// tiles wide.
+///
+/// Two LDS stages: while one is multiplied, the next K step's global loads
+/// are in flight, and they are stored into the other stage after the
+/// multiply; one barrier per step. Tiles inside the matrices with 16-byte
+/// rows (the usual case) load each group with one 16-byte load from an
+/// offset computed once; edge tiles go through [`mma_fetch`].
+#[amdgpu_device]
+#[inline(always)]
+fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
+    oa: &MmaOperand<T>,
+    ob: &MmaOperand<T>,
+    k: u32,
+    (wm, wn, tn): (u32, u32, u32),
+) -> [[crate::mma::Acc; 4]; 4] {
+    use crate::mma::{Acc, load_a, load_a_t, load_b, load_b_t, mma};
+    let tid = workitem_id_x();
+    // Two groups of 8 per workitem and operand, A's and B's interleaved.
+    const GROUPS: usize = (MMA_GROUPS / MMA_BLOCK) as usize;
+    // The element offset of this workitem's first group at K step 0, and
+    // the step from one of its groups to the next (the same for every
+    // workitem: MMA_BLOCK groups further on is 64 rows, or 16 K, on).
+    // Wrapping: only used when the tile is whole, where they are in range.
+    let origin = |o: &MmaOperand<T>, k_fast: bool| {
+        let (ii, kk) = mma_slot(tid, k_fast);
+        let at = (o.i0 + ii)
+            .wrapping_mul(o.i_stride)
+            .wrapping_add(kk.wrapping_mul(o.k_stride));
+        let (ii, kk) = mma_slot(MMA_BLOCK, k_fast);
+        (
+            at,
+            ii.wrapping_mul(o.i_stride)
+                .wrapping_add(kk.wrapping_mul(o.k_stride)),
+        )
+    };
+    let ((at_a, step_a), (at_b, step_b)) = (origin(oa, oa.k_fast), origin(ob, ob.k_fast));
+    // The whole tile lies inside both matrices and is read in words.
+    let whole = oa.words && ob.words && oa.i0 + MMA_BM <= oa.size && ob.i0 + MMA_BN <= ob.size;
+    // Loads this workitem's groups of the K step at `k0` of A (`op` 0) or
+    // B (`op` 1) into `r`.
+    let fetch = |k0: u32, r: &mut [W128; 2 * GROUPS], op: usize| {
+        let (o, at, step) = if op == 0 {
+            (oa, at_a, step_a)
+        } else {
+            (ob, at_b, step_b)
+        };
+        if whole && k0 + MMA_BK <= k {
+            let at0 = at.wrapping_add(k0.wrapping_mul(o.k_stride));
+            unroll4!(g < GROUPS => {
+                let e = at0.wrapping_add(g as u32 * step);
+                r[2 * g + op] = unsafe { load(o.p as *const W128, (e / 8) as usize) };
+            });
+        } else {
+            unroll4!(g < GROUPS => {
+                r[2 * g + op] = mma_fetch(o, tid + MMA_BLOCK * g as u32, k0, k);
+            });
+        }
+    };
+    // Stage s's A tile starts at byte `2 * s * MMA_TILE_BYTES`, its B tile
+    // one tile later.
+    let stage = |s: u32, r: &[W128; 2 * GROUPS]| {
+        unroll4!(g < GROUPS => {
+            let e = tid + MMA_BLOCK * g as u32;
+            mma_stage::<A_K>(2 * s * MMA_TILE_BYTES, e, oa.k_fast, r[2 * g]);
+            mma_stage::<B_K>((2 * s + 1) * MMA_TILE_BYTES, e, ob.k_fast, r[2 * g + 1]);
+        });
+    };
+    let mut acc = [[Acc::zero(); 4]; 4];
+    let mut regs = [W128([0; 4]); 2 * GROUPS];
+    if k > 0 {
+        fetch(0, &mut regs, 0);
+        fetch(0, &mut regs, 1);
+        stage(0, &regs);
+    }
+    barrier();
+    let (mut k0, mut cur) = (0, 0);
+    while k0 < k {
+        let next = k0 + MMA_BK < k;
+        if next {
+            // The next step's A loads fly while this step computes.
+            fetch(k0 + MMA_BK, &mut regs, 0);
+        }
+        let ta = lds_at::<u32>(2 * cur * MMA_TILE_BYTES);
+        let tb = lds_at::<u32>((2 * cur + 1) * MMA_TILE_BYTES);
+        let mut ks = 0;
+        while ks < MMA_BK {
+            // The wave's B fragments stay in registers; each A fragment is
+            // used against all of them.
+            let fragment_b = |c: u32| {
+                if B_K {
+                    load_b(tb, MMA_PITCH, c, ks)
+                } else {
+                    load_b_t(tb, MMA_PITCH_T, c, ks)
+                }
+            };
+            let fb0 = fragment_b(wn);
+            let fb1 = fragment_b(wn + 16);
+            let (fb2, fb3) = if tn > 2 {
+                (fragment_b(wn + 32), fragment_b(wn + 48))
+            } else {
+                (fb0, fb1)
+            };
+            let fb = [fb0, fb1, fb2, fb3];
+            unroll4!(i < 4 => {
+                let row = wm + 16 * i as u32;
+                let fa = if A_K {
+                    load_a(ta, MMA_PITCH, row, ks)
+                } else {
+                    load_a_t(ta, MMA_PITCH_T, row, ks)
+                };
+                unroll4!(j < 4 => {
+                    if (j as u32) < tn {
+                        mma::<T>(&mut acc[i][j], &fa, &fb[j]);
+                    }
+                });
+            });
+            ks += 16;
+        }
+        if next {
+            // B's loads after the multiply: in flight across it they made
+            // too many registers live for archs with 128 (gfx1102).
+            fetch(k0 + MMA_BK, &mut regs, 1);
+            // The other stage was last read before the previous barrier.
+            stage(cur ^ 1, &regs);
+        }
+        // One barrier per step: the stage just stored is complete, and every
+        // wave is done reading the one it overwrites next.
+        barrier();
+        cur ^= 1;
+        k0 += MMA_BK;
+    }
+    acc
 }
 
 /// The matrix-unit GEMM (f16, bf16): C = act(A·B + bias) as [`gemm_body`],
@@ -556,8 +716,7 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
     act: u32,
     flags: u32,
 ) {
-    use crate::mma::{Acc, load_a, load_b, mma};
-    let tid = workitem_id_x();
+    use crate::mma::Acc;
     // At least 1: a division the compiler cannot prove safe calls the
     // panic handler, and the call costs the kernel a stack.
     let tiles_n = Ord::max(n.div_ceil(MMA_BN), 1);
@@ -570,7 +729,7 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
     #[cfg(all(ferrocm_device, not(ferrocm_mma)))]
     {
         const _: () = assert!(MMA_BLOCK == GEMM_BLOCK && GEMM_LDS_BYTES <= MMA_LDS_BYTES);
-        let _ = (tid, flags, Acc::zero, load_a, load_b, mma::<T>);
+        let _ = (flags, mma_k_loop::<T, true, true>);
         let shape = (m, n, k, batch, z0);
         let (sa, sb) = ((a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs));
         unroll4!(q < 4 => {
@@ -585,8 +744,6 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
     let tn: u32 = if wave_size() >= 64 { 4 } else { 2 };
     let waves_n = MMA_BN / (16 * tn);
     let (wm, wn) = ((wave_id() / waves_n) * 64, (wave_id() % waves_n) * 16 * tn);
-    let tb_byte = MMA_BM * MMA_PITCH * 4;
-    let (ta, tb) = (lds_at::<u32>(0), lds_at::<u32>(tb_byte));
     let z = z0 + workgroup_id_y();
     if z < batch {
         // A's non-K dim is its rows, B's its columns.
@@ -608,59 +765,20 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
             k_fast: b_rs == 1,
             words: flags & MMA_B_WORDS != 0,
         };
-        // Two groups of 8 per workitem and operand.
-        const GROUPS: usize = (MMA_GROUPS / MMA_BLOCK) as usize;
-        let mut acc = [[Acc::zero(); 4]; 4];
-        let (mut ra, mut rb) = ([W128([0; 4]); GROUPS], [W128([0; 4]); GROUPS]);
-        if k > 0 {
-            unroll4!(r < GROUPS => {
-                ra[r] = mma_fetch(&oa, tid + MMA_BLOCK * r as u32, 0, k);
-                rb[r] = mma_fetch(&ob, tid + MMA_BLOCK * r as u32, 0, k);
-            });
-        }
-        let mut k0 = 0;
-        while k0 < k {
-            // The previous step's reads of the tiles are done; stage this one.
-            barrier();
-            unroll4!(r < GROUPS => {
-                mma_stage(0, tid + MMA_BLOCK * r as u32, oa.k_fast, ra[r]);
-                mma_stage(tb_byte, tid + MMA_BLOCK * r as u32, ob.k_fast, rb[r]);
-            });
-            barrier();
-            if k0 + MMA_BK < k {
-                // The next step's loads fly while this step computes.
-                unroll4!(r < GROUPS => {
-                    ra[r] = mma_fetch(&oa, tid + MMA_BLOCK * r as u32, k0 + MMA_BK, k);
-                    rb[r] = mma_fetch(&ob, tid + MMA_BLOCK * r as u32, k0 + MMA_BK, k);
-                });
-            }
-            let mut ks = 0;
-            while ks < MMA_BK {
-                // The wave's B fragments stay in registers; each A fragment
-                // is used against all of them.
-                let fb0 = load_b(tb, MMA_PITCH, wn, ks);
-                let fb1 = load_b(tb, MMA_PITCH, wn + 16, ks);
-                let (fb2, fb3) = if tn > 2 {
-                    (
-                        load_b(tb, MMA_PITCH, wn + 32, ks),
-                        load_b(tb, MMA_PITCH, wn + 48, ks),
-                    )
-                } else {
-                    (fb0, fb1)
-                };
-                let fb = [fb0, fb1, fb2, fb3];
-                unroll4!(i < 4 => {
-                    let fa = load_a(ta, MMA_PITCH, wm + 16 * i as u32, ks);
-                    unroll4!(j < 4 => {
-                        if (j as u32) < tn {
-                            mma::<T>(&mut acc[i][j], &fa, &fb[j]);
-                        }
-                    });
-                });
-                ks += 16;
-            }
-            k0 += MMA_BK;
-        }
+        // One loop per pair of tile layouts, so none of it branches on
+        // them: K contiguous when that is the operand's fast dim or the
+        // unit's transposed loads are not wanted.
+        let t_tiles = crate::mma::TRANSPOSED_LOADS && flags & MMA_T_TILES != 0;
+        let acc = match (oa.k_fast || !t_tiles, ob.k_fast || !t_tiles) {
+            (true, true) => mma_k_loop::<T, true, true>(&oa, &ob, k, (wm, wn, tn)),
+            (true, false) => mma_k_loop::<T, true, false>(&oa, &ob, k, (wm, wn, tn)),
+            (false, true) => mma_k_loop::<T, false, true>(&oa, &ob, k, (wm, wn, tn)),
+            (false, false) => mma_k_loop::<T, false, false>(&oa, &ob, k, (wm, wn, tn)),
+        };
+        // The tile's corner again: held across the K loop it was spilled
+        // on sm_90 with two workgroups per SM.
+        let tile = workgroup_id_x_again();
+        let (m0, n0) = ((tile / tiles_n) * MMA_BM, (tile % tiles_n) * MMA_BN);
         // C's batch z starts z * m * n elements in.
         let cz = c.wrapping_add((z as u64 * m as u64 * n as u64) as usize);
         let len = Acc::len();

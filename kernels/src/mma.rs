@@ -16,12 +16,16 @@
 //! | `wmma12` | gfx12 (RDNA4) | the same instructions, RDNA4's register layout |
 //! | FMA | the emulator, gfx10, gfx906/908, sm_70/75 | f32 `fma` per element |
 //!
-//! Tiles live in LDS with K contiguous: element `(r, k)` of an A tile (row
-//! `r`) and element `(k, c)` of a B tile (column `c`) are the 16-bit values
-//! at index `r * 2 * pitch + k` (resp. `c * 2 * pitch + k`) of the tile's
-//! `Lds<u32>` seen as halves, `pitch` in 32-bit words. Every target's
-//! fragments hold consecutive pairs along K, so each fragment word is one
-//! 32-bit LDS read.
+//! Tiles live in LDS with K contiguous ([`load_a`], [`load_b`]): element
+//! `(r, k)` of an A tile (row `r`) and element `(k, c)` of a B tile (column
+//! `c`) are the 16-bit values at index `r * 2 * pitch + k` (resp. `c * 2 *
+//! pitch + k`) of the tile's `Lds<u32>` seen as halves, `pitch` in 32-bit
+//! words. Every target's fragments hold consecutive pairs along K, so each
+//! fragment word is one 32-bit LDS read. Or they live as in a matrix whose
+//! rows run along K ([`load_a_t`], [`load_b_t`]: half `k * 2 * pitch + r`),
+//! which is how a row-major B (and a transposed A) reaches LDS with 16-byte
+//! stores; `ldmatrix .trans` reads those on NVIDIA, the other units gather
+//! the pairs half by half.
 //!
 //! The register layouts of each instruction ([`a_word`], [`b_word`],
 //! [`acc_at`]) are plain functions of (unit, lane, register), compiled on
@@ -43,6 +47,7 @@ pub const MMA_TILE: u32 = 16;
 /// A matrix unit's register layout (see the module doc).
 #[amdgpu_device]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
 pub enum MmaUnit {
     /// NVIDIA `mma.sync` m16n8k16, two per tile (wave 32).
     Sync,
@@ -195,6 +200,13 @@ impl MmaElem for Bf16 {
     const BF16: bool = true;
 }
 
+/// Whether this build's [`load_a_t`] / [`load_b_t`] are as cheap as
+/// [`load_a`] / [`load_b`] (see `host::transposed_loads`): on NVIDIA's
+/// `ldmatrix .trans`, and on the FMA body (which reads LDS either way).
+/// Kernels leave the transposed-tile code out of builds where it is not.
+#[amdgpu_device]
+pub const TRANSPOSED_LOADS: bool = matches!(MMA_UNIT, Some(MmaUnit::Sync) | None);
+
 /// Words per fragment in this build (FMA: none held, see [`FragA`]).
 #[amdgpu_device]
 const WORDS: usize = match MMA_UNIT {
@@ -209,15 +221,69 @@ const ACC: usize = match MMA_UNIT {
     None => 8,
 };
 
-/// A lane's part of a 16 x 16 A tile (rows x K), loaded by [`load_a`].
-/// On the FMA body: where the tile is (read when [`mma`] runs).
+/// A lane's part of a 16 x 16 A tile (rows x K), loaded by [`load_a`] or
+/// [`load_a_t`]. On the FMA body: where the tile is (read when [`mma`]
+/// runs): element `(i, k)` is half `at + i * i_pitch + k * k_pitch` of
+/// `tile`.
 #[amdgpu_device]
 #[derive(Clone, Copy)]
 pub struct FragA {
     w: [u32; WORDS],
     tile: Lds<u32>,
     at: u32,
-    pitch: u32,
+    i_pitch: u32,
+    k_pitch: u32,
+}
+
+/// The fragment of the 16 x 16 tile at `(i0, k0)` (`i` the row of A or the
+/// column of B) of an LDS array of halves where element `(i, k)` is half
+/// `i * i_pitch + k * k_pitch`, gathered pair by pair through the unit's
+/// layout ([`b_word`] for B, else [`a_word`]).
+#[amdgpu_device]
+#[inline(always)]
+#[allow(unused_variables)]
+fn gather<const B: bool>(
+    tile: Lds<u32>,
+    (i0, k0): (u32, u32),
+    (i_pitch, k_pitch): (u32, u32),
+) -> FragA {
+    let at = i0 * i_pitch + k0 * k_pitch;
+    let mut w = [0u32; WORDS];
+    if let Some(u) = MMA_UNIT {
+        let lane = lane_id();
+        let mut q = 0;
+        while q < WORDS {
+            let (i, k) = if B {
+                b_word(u, lane, q as u32)
+            } else {
+                a_word(u, lane, q as u32)
+            };
+            let h = at + i * i_pitch + k * k_pitch;
+            w[q] = if k_pitch == 1 {
+                // K contiguous: the pair is one aligned word. Its index as
+                // words (k0 and k are even, i_pitch is): the lane's part plus
+                // constants, so the loads share one address register.
+                tile.load(i0 * (i_pitch / 2) + k0 / 2 + i * (i_pitch / 2) + k / 2)
+            } else {
+                half(tile, h) | half(tile, h + k_pitch) << 16
+            };
+            q += 1;
+        }
+    }
+    FragA {
+        w,
+        tile,
+        at,
+        i_pitch,
+        k_pitch,
+    }
+}
+
+/// Half `h` of an LDS array of words, zero-extended.
+#[amdgpu_device]
+#[inline(always)]
+fn half(tile: Lds<u32>, h: u32) -> u32 {
+    (tile.load(h / 2) >> (16 * (h % 2))) & 0xffff
 }
 
 /// A lane's part of a 16 x 16 B tile (K x columns), loaded by [`load_b`].
@@ -274,32 +340,42 @@ impl Acc {
 }
 
 /// Loads this lane's fragment of the A tile whose `(0, 0)` is row `row0`,
-/// K index `k0` (even) of an LDS array of rows `pitch` words apart. All
-/// lanes of the wave call it together.
+/// K index `k0` (even) of an LDS array of rows `pitch` words apart, K
+/// contiguous. All lanes of the wave call it together.
 #[amdgpu_device]
 #[inline(always)]
 pub fn load_a(tile: Lds<u32>, pitch: u32, row0: u32, k0: u32) -> FragA {
-    let at = row0 * pitch + k0 / 2;
     #[cfg(ferrocm_mma = "sync")]
     {
-        // ldmatrix .x4: lanes 0-15 point at rows 0-15 at K 0, lanes 16-31
-        // at K 8; the four 8 x 8 matrices come back as a0..a3.
-        let lane = lane_id();
-        let w = nv::ldmatrix_x4(tile.address(at + (lane % 16) * pitch + (lane / 16) * 4));
-        return FragA { w, tile, at, pitch };
+        // ldmatrix .x4: lanes 8q..8q+7 point at the rows of matrix q (rows
+        // 8 * (q % 2).., K 8 * (q / 2)): a0..a3.
+        let (lane, q) = (lane_id(), lane_id() / 8);
+        let at = (row0 + 8 * (q % 2) + lane % 8) * pitch + (k0 + 8 * (q / 2)) / 2;
+        let w = nv::ldmatrix_x4::<false>(tile.shared_address(at));
+        return frag(w, tile);
     }
     #[allow(unreachable_code)]
-    let mut w = [0u32; WORDS];
-    if let Some(u) = MMA_UNIT {
-        let lane = lane_id();
-        let mut i = 0;
-        while i < WORDS {
-            let (r, k) = a_word(u, lane, i as u32);
-            w[i] = tile.load(at + r * pitch + k / 2);
-            i += 1;
-        }
+    gather::<false>(tile, (row0, k0), (2 * pitch, 1))
+}
+
+/// [`load_a`] from a tile stored transposed: rows of K, `pitch` words
+/// apart, A's row index contiguous (element `(r, k)` is half
+/// `k * 2 * pitch + r`); `row0` even.
+#[amdgpu_device]
+#[inline(always)]
+pub fn load_a_t(tile: Lds<u32>, pitch: u32, row0: u32, k0: u32) -> FragA {
+    #[cfg(ferrocm_mma = "sync")]
+    {
+        // ldmatrix .x4 .trans: lanes 8q..8q+7 point at the K rows of
+        // matrix q, each 8 rows of A wide; transposed, each lane gets A's
+        // layout.
+        let (lane, q) = (lane_id(), lane_id() / 8);
+        let at = (k0 + 8 * (q / 2) + lane % 8) * pitch + (row0 + 8 * (q % 2)) / 2;
+        let w = nv::ldmatrix_x4::<true>(tile.shared_address(at));
+        return frag(w, tile);
     }
-    FragA { w, tile, at, pitch }
+    #[allow(unreachable_code)]
+    gather::<false>(tile, (row0, k0), (1, 2 * pitch))
 }
 
 /// Loads this lane's fragment of the B tile whose `(0, 0)` is column `col0`,
@@ -308,29 +384,52 @@ pub fn load_a(tile: Lds<u32>, pitch: u32, row0: u32, k0: u32) -> FragA {
 #[amdgpu_device]
 #[inline(always)]
 pub fn load_b(tile: Lds<u32>, pitch: u32, col0: u32, k0: u32) -> FragB {
-    let at = col0 * pitch + k0 / 2;
     #[cfg(ferrocm_mma = "sync")]
     {
         // ldmatrix .x4: lanes 8q..8q+7 point at the columns of matrix q
         // (columns 8 * (q / 2) .., K 8 * (q % 2)): b0, b1 of columns 0-7,
         // then of columns 8-15.
         let (lane, q) = (lane_id(), lane_id() / 8);
-        let col = 8 * (q / 2) + lane % 8;
-        let w = nv::ldmatrix_x4(tile.address(at + col * pitch + 4 * (q % 2)));
-        return FragB(FragA { w, tile, at, pitch });
+        let at = (col0 + 8 * (q / 2) + lane % 8) * pitch + (k0 + 8 * (q % 2)) / 2;
+        let w = nv::ldmatrix_x4::<false>(tile.shared_address(at));
+        return FragB(frag(w, tile));
     }
     #[allow(unreachable_code)]
-    let mut w = [0u32; WORDS];
-    if let Some(u) = MMA_UNIT {
-        let lane = lane_id();
-        let mut i = 0;
-        while i < WORDS {
-            let (c, k) = b_word(u, lane, i as u32);
-            w[i] = tile.load(at + c * pitch + k / 2);
-            i += 1;
-        }
+    FragB(gather::<true>(tile, (col0, k0), (2 * pitch, 1)))
+}
+
+/// [`load_b`] from a tile stored as B is in a row-major matrix: rows of K,
+/// `pitch` words apart, columns contiguous (element `(k, c)` is half
+/// `k * 2 * pitch + c`); `col0` even.
+#[amdgpu_device]
+#[inline(always)]
+pub fn load_b_t(tile: Lds<u32>, pitch: u32, col0: u32, k0: u32) -> FragB {
+    #[cfg(ferrocm_mma = "sync")]
+    {
+        // ldmatrix .x4 .trans: lanes 8q..8q+7 point at the K rows of
+        // matrix q, each 8 columns wide; transposed, each lane gets B's
+        // layout.
+        let (lane, q) = (lane_id(), lane_id() / 8);
+        let at = (k0 + 8 * (q % 2) + lane % 8) * pitch + (col0 + 8 * (q / 2)) / 2;
+        let w = nv::ldmatrix_x4::<true>(tile.shared_address(at));
+        return FragB(frag(w, tile));
     }
-    FragB(FragA { w, tile, at, pitch })
+    #[allow(unreachable_code)]
+    FragB(gather::<true>(tile, (col0, k0), (1, 2 * pitch)))
+}
+
+/// A fragment loaded into registers (the FMA body's fields unused).
+#[amdgpu_device]
+#[inline(always)]
+#[allow(dead_code)]
+fn frag(w: [u32; WORDS], tile: Lds<u32>) -> FragA {
+    FragA {
+        w,
+        tile,
+        at: 0,
+        i_pitch: 0,
+        k_pitch: 0,
+    }
 }
 
 /// `acc += A · B` for the wave's 16 x 16 x 16 tiles, f32 accumulation
@@ -370,17 +469,26 @@ fn halves(word: u32, bf16: bool) -> (f32, f32) {
 #[allow(dead_code)]
 fn fma_body(acc: &mut Acc, a: &FragA, b: &FragB, bf16: bool) {
     let b = &b.0;
+    // The pair (k, k + 1) of row/column `i` of a fragment's tile.
+    let pair = |f: &FragA, i: u32, k: u32| -> u32 {
+        let h = f.at + i * f.i_pitch + k * f.k_pitch;
+        if f.k_pitch == 1 {
+            f.tile.load(h / 2)
+        } else {
+            half(f.tile, h) | half(f.tile, h + f.k_pitch) << 16
+        }
+    };
     let mut i = 0;
     while i < ACC {
         if (i as u32) < Acc::len() {
             let (r, c) = Acc::at(i as u32);
             let mut s = acc.v[i];
-            let mut kp = 0;
-            while kp < MMA_TILE / 2 {
-                let (a0, a1) = halves(a.tile.load(a.at + r * a.pitch + kp), bf16);
-                let (b0, b1) = halves(b.tile.load(b.at + c * b.pitch + kp), bf16);
+            let mut k = 0;
+            while k < MMA_TILE {
+                let (a0, a1) = halves(pair(a, r, k), bf16);
+                let (b0, b1) = halves(pair(b, c, k), bf16);
                 s = math::fma(a1, b1, math::fma(a0, b0, s));
-                kp += 1;
+                k += 2;
             }
             acc.v[i] = s;
         }
@@ -424,23 +532,38 @@ mod nv {
     }
 
     /// Four 8 x 8 matrices of 16-bit values from LDS (`ldmatrix`): each
-    /// lane gives the address of one 16-byte row (lanes 8q..8q+7 the rows
+    /// lane gives the shared-window address of one 16-byte row (lanes 8q..8q+7 the rows
     /// of matrix q) and gets, in word q, the pair at (lane / 4, 2 * (lane %
     /// 4)) of matrix q: mma.sync's fragment layout. sm_75+.
+    /// `TRANS`: `ldmatrix ... .trans`, each 8 x 8 matrix transposed (lane
+    /// gets the pair at (2 * (lane % 4), lane / 4) and the one below it).
     #[inline(always)]
-    pub fn ldmatrix_x4(row: *const u32) -> [u32; 4] {
+    pub fn ldmatrix_x4<const TRANS: bool>(row: u32) -> [u32; 4] {
         let (w0, w1, w2, w3): (u32, u32, u32, u32);
-        unsafe {
-            core::arch::asm!(
-                "{{ .reg .u64 s; cvta.to.shared.u64 s, {p}; ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{0}, {1}, {2}, {3}}}, [s]; }}",
-                out(reg32) w0,
-                out(reg32) w1,
-                out(reg32) w2,
-                out(reg32) w3,
-                p = in(reg64) row,
-                options(readonly, nostack),
-            )
-        };
+        macro_rules! ldmatrix {
+            ($trans:literal) => {
+                unsafe {
+                    core::arch::asm!(
+                        concat!(
+                            "ldmatrix.sync.aligned.m8n8.x4",
+                            $trans,
+                            ".shared.b16 {{{0}, {1}, {2}, {3}}}, [{p}];"
+                        ),
+                        out(reg32) w0,
+                        out(reg32) w1,
+                        out(reg32) w2,
+                        out(reg32) w3,
+                        p = in(reg32) row,
+                        options(readonly, nostack),
+                    )
+                }
+            };
+        }
+        if TRANS {
+            ldmatrix!(".trans");
+        } else {
+            ldmatrix!("");
+        }
         [w0, w1, w2, w3]
     }
 

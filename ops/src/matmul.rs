@@ -32,7 +32,7 @@ use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::matmul::{
     ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, GEMM_BLOCK, GEMM_BM, GEMM_BN,
     GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_MAX_M, MMA_A_WORDS, MMA_B_WORDS, MMA_BLOCK, MMA_BM, MMA_BN,
-    MMA_LDS_BYTES, MatmulKernels, activation,
+    MMA_LDS_BYTES, MMA_T_TILES, MatmulKernels, activation,
 };
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// # Ok::<(), ferrocm_ops::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Activation {
     /// `max(x, 0)`.
     Relu,
@@ -800,6 +801,16 @@ impl<T: WithDType> Op for Matmul<'_, T> {
             }
             if words(p.b.cs, p.b.rs, p.b.bs, self.b.layout().offset()) {
                 flags |= MMA_B_WORDS;
+            }
+            // Transposed LDS tiles where the unit loads them cheaply. The
+            // emulator takes them at wave 32 and the K-contiguous tiles at
+            // wave 64, so its runs check both ways the GPUs work.
+            let t_tiles = match dev.matrix_unit() {
+                Some(unit) => ferrocm_kernels::host::transposed_loads(unit),
+                None => dev.wave_size() == Some(32),
+            };
+            if t_tiles {
+                flags |= MMA_T_TILES;
             }
             for z0 in (0..p.batch).step_by(65535) {
                 let cfg = LaunchConfig {

@@ -31,3 +31,19 @@ pub fn matrix_unit_of(arch: &str) -> Option<&'static str> {
         None
     }
 }
+
+/// Whether the unit named `unit` (as [`matrix_unit_of`] names it) loads
+/// fragments from LDS tiles stored with K as their rows as cheaply as from
+/// K-contiguous ones: NVIDIA's `ldmatrix .trans` does; on the AMD units
+/// such a load gathers halves one by one, so kernels there store every
+/// tile K contiguous instead (transposing on the way into LDS).
+///
+/// ```
+/// use ferrocm_kernels::host::transposed_loads;
+/// assert!(transposed_loads("sync"));
+/// assert!(!transposed_loads("mfma"));
+/// ```
+#[allow(dead_code)] // build.rs includes this file too
+pub fn transposed_loads(unit: &str) -> bool {
+    unit == "sync"
+}
