@@ -222,6 +222,10 @@ fn target_name(flags: &u32) -> String {
 ///     Err(CodeObjectError::ArchMismatch { .. })
 /// ));
 /// ```
+///
+/// # Errors
+/// A [`CodeObjectError`] when the bytes are not an AMDGPU ELF for `arch` or its
+/// metadata note cannot be read.
 pub fn parse_code_object(
     arch: &str,
     bytes: &[u8],

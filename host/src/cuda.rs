@@ -28,6 +28,9 @@ use std::ffi::{CString, c_void};
 use std::sync::{Mutex, OnceLock};
 
 /// Whether cuBLAS loads on this machine: where it was found, or why not.
+///
+/// # Errors
+/// Why no cuBLAS loads (each path tried and the loader's message).
 pub fn cublas_found() -> std::result::Result<String, String> {
     crate::cublas::cublas()
         .map(|l| format!("cuBLAS ({})", l.found_as))
@@ -157,6 +160,10 @@ impl CudaDevice {
     /// [`Error::NoCodeObject`] when this build embeds no PTX
     /// (`FERROCM_PTX=off`); [`Error::Cuda`] when a driver call fails
     /// (including the PTX compile, with the driver's log).
+    ///
+    /// # Errors
+    /// As listed above: [`Error::NoGpu`], [`Error::NoCodeObject`],
+    /// [`Error::Cuda`].
     pub fn new(ordinal: usize) -> Result<CudaDevice> {
         init().map_err(|reason| Error::NoGpu { reason })?;
         let count = cu::device::get_count().unwrap_or(0).max(0) as usize;
@@ -288,6 +295,9 @@ impl CudaDevice {
     }
 
     /// (free, total) device memory in bytes, from the driver.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when `cuMemGetInfo` fails.
     pub fn memory_info(&self) -> Result<(u64, u64)> {
         self.current()?;
         let (free, total) = self.check(cu::mem_get_info(), "cuMemGetInfo")?;
@@ -317,6 +327,10 @@ impl CudaDevice {
     }
 
     /// Waits for all work queued on the device's stream.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the stream wait fails (a kernel fault of the
+    /// driver's kind surfaces here).
     pub fn synchronize(&self) -> Result<()> {
         self.current()?;
         // SAFETY: our stream.
@@ -328,6 +342,10 @@ impl CudaDevice {
 
     /// `bytes` of device memory (at least 1, so every buffer has its own
     /// address). Out of memory is [`Error::OutOfMemory`] with the free bytes.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] with the free bytes; [`Error::Cuda`] for another
+    /// driver failure.
     pub fn alloc(&self, bytes: usize) -> Result<CudaAlloc> {
         self.current()?;
         // SAFETY: plain allocation.
@@ -370,6 +388,11 @@ impl CudaDevice {
     }
 
     /// Sets the first `len` bytes of `a` to `byte` (queued).
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] / [`Error::LengthMismatch`] when `a` is
+    /// another GPU's or shorter than `len`; [`Error::Cuda`] when the call
+    /// fails.
     pub fn memset(&self, a: &CudaAlloc, byte: u8, len: usize) -> Result<()> {
         self.fits("memset", a, len)?;
         if len == 0 {
@@ -384,6 +407,11 @@ impl CudaDevice {
     }
 
     /// Copies `src` to the start of `dst` and waits for the copy.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] / [`Error::LengthMismatch`] when `dst` is
+    /// another GPU's or shorter than `src`; [`Error::Cuda`] when the copy
+    /// fails.
     pub fn copy_htod(&self, dst: &CudaAlloc, src: &[u8]) -> Result<()> {
         self.copy_htod_async(dst, src)?;
         self.synchronize()
@@ -392,6 +420,9 @@ impl CudaDevice {
     /// Copies `src` to the start of `dst`, queued in stream order. From
     /// pageable memory the driver stages the bytes before returning, so
     /// `src` may be dropped at once.
+    ///
+    /// # Errors
+    /// As [`CudaDevice::copy_htod`].
     pub fn copy_htod_async(&self, dst: &CudaAlloc, src: &[u8]) -> Result<()> {
         self.fits("copy to device", dst, src.len())?;
         if src.is_empty() {
@@ -407,6 +438,11 @@ impl CudaDevice {
 
     /// Copies the first `dst.len()` bytes of `src` to the host, after the
     /// work queued before it.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] / [`Error::LengthMismatch`] when `src` is
+    /// another GPU's or shorter than `dst`; [`Error::Cuda`] when the copy
+    /// fails.
     pub fn copy_dtoh(&self, src: &CudaAlloc, dst: &mut [u8]) -> Result<()> {
         self.fits("copy to host", src, dst.len())?;
         if dst.is_empty() {
@@ -423,6 +459,11 @@ impl CudaDevice {
     }
 
     /// Copies `bytes` from `src` to `dst` on the device (queued).
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] / [`Error::LengthMismatch`] when a buffer is
+    /// another GPU's or shorter than `bytes`; [`Error::Cuda`] when the copy
+    /// fails.
     pub fn copy_dtod(&self, dst: &CudaAlloc, src: &CudaAlloc, bytes: usize) -> Result<()> {
         self.fits("device copy", dst, bytes)?;
         self.fits("device copy", src, bytes)?;
@@ -477,6 +518,10 @@ impl CudaDevice {
 
     /// Registers, local (stack) bytes and static shared bytes of a kernel as
     /// the driver compiled it for this GPU.
+    ///
+    /// # Errors
+    /// [`Error::UnknownKernel`] when the module has no such entry;
+    /// [`Error::Cuda`] when an attribute query fails.
     pub fn kernel_resources(&self, kernel: &KernelInfo) -> Result<KernelResources> {
         let key = kernel as *const KernelInfo as usize;
         if let Some(r) = self
@@ -568,6 +613,10 @@ impl CudaDevice {
 
     /// The device's cuBLAS handle (created at first use, bound to the
     /// device's stream), or why there is none.
+    ///
+    /// # Errors
+    /// Why cuBLAS is not available (not found, or the handle could not be
+    /// created on the stream).
     pub fn cublas(&self) -> std::result::Result<&CublasHandle, String> {
         self.cublas
             .get_or_init(|| {
@@ -590,6 +639,9 @@ impl CudaDevice {
 
     /// Runs `f` (which queues work on this device) between two events and
     /// returns the GPU milliseconds between them.
+    ///
+    /// # Errors
+    /// What `f` returns; [`Error::Cuda`] when an event call fails.
     pub fn time<F: FnOnce() -> Result<()>>(&self, f: F) -> Result<f32> {
         self.current()?;
         let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;

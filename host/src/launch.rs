@@ -385,6 +385,9 @@ impl Device {
     /// [`Device::launch`]. This is how a kernel author runs a kernel that is not
     /// (yet) in the shipped code objects in the emulator; on a GPU the kernel
     /// must be in the loaded code object.
+    ///
+    /// # Errors
+    /// As [`Device::launch`].
     pub fn launch_kernel(
         &self,
         kernel: &KernelInfo,
@@ -609,6 +612,11 @@ impl Device {
     /// dev.launch_typed(KernelRef::of::<unary_sqrt_f32>(), LaunchConfig::linear(3, 64),
     ///     (Out::new(&y), In::new(&x), 3, 0, In::null(), 0, 0, 0, 0, 0.0)).unwrap();
     /// ```
+    ///
+    /// # Errors
+    /// As [`Device::launch`]; the argument types are checked at compile time,
+    /// their count and sizes against the kernel again at run time
+    /// ([`Error::ArgumentMismatch`]).
     pub fn launch_typed<'a, A: Params<'a>>(
         &self,
         kernel: KernelRef<A>,

@@ -99,6 +99,10 @@ pub fn expected_param_bytes(kernel: &KernelInfo) -> Vec<u32> {
 }
 
 /// Checks `kernel` against its `.entry` in `ptx`: Err names what differs.
+///
+/// # Errors
+/// A message naming the kernel when it is missing from the module or its
+/// parameter sizes differ.
 pub fn check_entry(entries: &[PtxEntry], kernel: &KernelInfo) -> Result<(), String> {
     let entry = entries
         .iter()

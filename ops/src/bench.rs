@@ -164,6 +164,10 @@ fn ops() -> Vec<(&'static str, f64, OpFn)> {
 /// let report = bench::run(&Device::emulator(WaveSize::Wave32), cfg).unwrap();
 /// assert!(report.rows.iter().all(|r| r.ms > 0.0));
 /// ```
+///
+/// # Errors
+/// The first op that fails on `dev` (allocation, a launch, a fault), as its
+/// [`crate::Error`].
 pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     let elems = (cfg.rows * cfg.cols) as u64;
     // Copy bandwidth: a device-to-device copy of one f32 input.

@@ -442,6 +442,10 @@ impl Layout {
 /// assert_eq!(broadcast_shape("add", &[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
 /// assert!(broadcast_shape("add", &[2], &[3]).is_err());
 /// ```
+///
+/// # Errors
+/// [`Error::BroadcastIncompatible`] naming `op` and both shapes when a dim
+/// differs and neither is 1.
 pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];

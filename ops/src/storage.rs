@@ -153,6 +153,10 @@ impl Storage {
     /// assert!(t.shared_storage().typed::<u32>().is_err());
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`crate::Error::FormatMismatch`] when the storage holds another dtype or
+    /// blocks of a quantized format.
     pub fn typed<T: crate::WithDType>(&self) -> Result<&DeviceBuffer<T>> {
         match (self.format, self.buffer.typed::<T>()) {
             (Format::Dense(d), Some(b)) if d == T::DTYPE => Ok(b),
