@@ -543,14 +543,17 @@ impl<T: WithDType> Tensor<T> {
         Ok(Self::from_parts(out, self.shape()))
     }
 
-    /// The same elements with another shape (a view when contiguous, else a copy).
+    /// The same elements with another shape: a view when contiguous, or when
+    /// the dims it merges or splits are contiguous among themselves (the rule
+    /// of `torch.view`: a narrowed column, a split of one transposed dim,
+    /// dims of size 1 added or dropped), else a copy.
     ///
     /// ```
     /// use ferrocm_ops::{Device, Tensor};
     /// let t = Tensor::<f32>::zeros(&[2, 3], &Device::Cpu)?;
     /// assert_eq!(t.reshape(&[3, 2])?.shape(), &[3, 2]);
     /// assert!(t.reshape(&[4]).is_err());
-    /// // A transposed view is copied first: the values come in its row-major order.
+    /// // Merging a transposed view's dims copies: the values come in its row-major order.
     /// let u = Tensor::<f32>::arange(0, 6, &Device::Cpu)?.reshape(&[2, 3])?.transpose(0, 1)?;
     /// assert_eq!(u.reshape(&[6])?.to_vec()?, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     /// # Ok::<(), ferrocm_ops::Error>(())
