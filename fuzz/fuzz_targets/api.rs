@@ -352,6 +352,29 @@ fn pick_small<'a>(ts: &'a [DynTensor], i: u8) -> Option<&'a DynTensor> {
     pick(ts, i).filter(|t| t.elem_count() <= WORK_LIMIT)
 }
 
+/// Most multiply-adds a matmul may cost the emulator, counted over whole
+/// workgroup tiles: one tile step of `gemm_mma` (128x128x32) took the
+/// instrumented emulator about 0.2 s, so even a 3x3 product over a batch of
+/// 96 took 20 s and timed the fuzzer out.
+const MATMUL_WORK_LIMIT: usize = 1 << 20;
+
+/// The multiply-adds of `a @ b` counted over whole workgroup tiles (the
+/// tiles of the kernel the dtype takes: the matrix-unit kernel for f16 and
+/// bf16, the FMA-tiled one otherwise), with every batch dim of both sides
+/// multiplied in: an upper bound, whatever they broadcast to.
+fn matmul_work(dtype: DType, a: &[usize], b: &[usize]) -> usize {
+    let (bm, bn, bk) = match dtype {
+        DType::F16 | DType::BF16 => (128, 128, 32),
+        _ => (64, 64, 16),
+    };
+    let last = |s: &[usize], back: usize| s.len().checked_sub(back).map_or(1, |i| s[i]);
+    let batch = |s: &[usize]| s.iter().rev().skip(2).product::<usize>();
+    let (m, k, n) = (last(a, 2), last(a, 1), last(b, 1));
+    [batch(a), batch(b), m.div_ceil(bm) * bm, n.div_ceil(bn) * bn, k.max(1).div_ceil(bk) * bk]
+        .iter()
+        .fold(1usize, |w, &d| w.saturating_mul(d.max(1)))
+}
+
 /// One step on one device's tensors: `None` when it takes a tensor and
 /// there is none.
 fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynTensor>, Error>> {
@@ -616,8 +639,7 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
         }
         Step::Matmul { a, b } => {
             let (a, b) = (pick_small(ts, *a)?, pick_small(ts, *b)?);
-            // The work is about |a| * |b| / k: bound it for the emulator.
-            if a.elem_count().saturating_mul(b.elem_count()) > WORK_LIMIT * 64 {
+            if matmul_work(a.dtype().unwrap_or(DType::F16), a.shape(), b.shape()) > MATMUL_WORK_LIMIT {
                 return None;
             }
             new(a.dtype().and_then(|d| {
@@ -626,7 +648,11 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
         }
         Step::Linear { x, w, bias, act } => {
             let (x, w) = (pick_small(ts, *x)?, pick_small(ts, *w)?);
-            if x.elem_count().saturating_mul(w.elem_count()) > WORK_LIMIT * 64 {
+            // x [.., k] @ w^T: its rows are all of x's leading dims.
+            let rows = x.shape().iter().rev().skip(1).product::<usize>();
+            let k = x.shape().last().copied().unwrap_or(1);
+            let n = w.shape().first().copied().unwrap_or(1);
+            if matmul_work(x.dtype().unwrap_or(DType::F16), &[rows, k], &[k, n]) > MATMUL_WORK_LIMIT {
                 return None;
             }
             let act = [None, Some(Activation::Relu), Some(Activation::Gelu), Some(Activation::GeluErf), Some(Activation::Silu)]
