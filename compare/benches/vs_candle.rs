@@ -239,6 +239,7 @@ fn main() {
         let tf = median_ms(reps, &|| drop(v.argsort(false).unwrap()));
         println!("\nf32   argsort {vrows}x32000: candle {tc:.1} ms, ferrocm {tf:.1} ms, {:.2}x", tc / tf);
     }
+    llm_cases(n, reps, &filter, memcpy);
     // Issue 10's Cpu targets: GEMM 1024^3 and 4096^3 f32 (and f16) at least
     // candle's speed; matvec 4096 x 4096 at 50% of memcpy in weight bytes
     // (VS_CANDLE_MATMUL_BIG=0 leaves out the 4096^3 GEMM).
@@ -273,6 +274,77 @@ fn main() {
             tc / tf,
             100.0 * gbs / memcpy
         );
+    }
+}
+
+/// Issue 12's inputs on one side: x (n x n) with its weight and bias, q
+/// (1, 32, 2048, 128) with (2048, 64) tables, a fused gate-up (n/4 x 2·14336).
+struct Llm<X> {
+    x: X,
+    w: X,
+    b: X,
+    q: X,
+    cos: X,
+    sin: X,
+    gu: X,
+}
+
+impl Llm<Tensor<f32>> {
+    fn new(n: usize) -> Self {
+        let dev = Device::Cpu;
+        let r = |s: &[usize], m, sd, seed| Tensor::<f32>::randn(s, m, sd, seed, &dev).unwrap();
+        let angles = r(&[2048, 64], 0.0, 1.0, 14);
+        Self {
+            x: r(&[n, n], 0.0, 1.0, 10),
+            w: r(&[n], 1.0, 0.1, 11),
+            b: r(&[n], 0.0, 0.1, 12),
+            q: r(&[1, 32, 2048, 128], 0.0, 1.0, 13),
+            cos: angles.cos().unwrap(),
+            sin: angles.sin().unwrap(),
+            gu: r(&[n / 4, 2 * 14336], 0.0, 1.0, 15),
+        }
+    }
+
+    fn map<Y>(&self, f: impl Fn(&Tensor<f32>) -> Y) -> Llm<Y> {
+        Llm { x: f(&self.x), w: f(&self.w), b: f(&self.b), q: f(&self.q), cos: f(&self.cos), sin: f(&self.sin), gu: f(&self.gu) }
+    }
+}
+
+/// Issue 12's ops against candle-nn's on the Cpu: RMSNorm and LayerNorm
+/// (n x n), RoPE in both pair layouts, SwiGLU of a fused gate-up; f32 and bf16.
+fn llm_cases(n: usize, reps: usize, filter: &str, memcpy: f64) {
+    let cdev = CDevice::Cpu;
+    println!("\n{:<26} {:>10} {:>10} {:>7} {:>9} {:>8}", "llm", "candle ms", "ferrocm ms", "ratio", "GB/s", "% memcpy");
+    let f32s = Llm::new(n);
+    let candle = f32s.map(|t| CTensor::from_vec(t.to_vec().unwrap(), t.shape(), &cdev).unwrap());
+    llm_rows("f32", &f32s, &candle, reps, filter, memcpy);
+    let bf16s = f32s.map(|t| t.to_dtype::<bf16>().unwrap());
+    let cbf16 = candle.map_c(|t| t.to_dtype(CDType::BF16).unwrap());
+    llm_rows("bf16", &bf16s, &cbf16, reps, filter, memcpy);
+}
+
+impl Llm<CTensor> {
+    fn map_c(&self, f: impl Fn(&CTensor) -> CTensor) -> Self {
+        Llm { x: f(&self.x), w: f(&self.w), b: f(&self.b), q: f(&self.q), cos: f(&self.cos), sin: f(&self.sin), gu: f(&self.gu) }
+    }
+}
+
+fn llm_rows<T: ferrocm::ops::WithDType>(dt: &str, f: &Llm<Tensor<T>>, c: &Llm<CTensor>, reps: usize, filter: &str, memcpy: f64) {
+    let e = size_of::<T>();
+    let (nn, q, t, gu) = (f.x.elem_count(), f.q.elem_count(), f.cos.elem_count(), f.gu.elem_count());
+    type Run<'a> = Box<dyn Fn() + 'a>;
+    let cases: Vec<(&str, usize, Run, Run)> = vec![
+        ("rms_norm", 2 * nn * e, Box::new(|| drop(f.x.rms_norm(&f.w, 1e-5).unwrap())), Box::new(|| drop(candle_nn::ops::rms_norm(&c.x, &c.w, 1e-5).unwrap()))),
+        ("layer_norm", 2 * nn * e, Box::new(|| drop(f.x.layer_norm(&f.w, Some(&f.b), 1e-5).unwrap())), Box::new(|| drop(candle_nn::ops::layer_norm(&c.x, &c.w, &c.b, 1e-5).unwrap()))),
+        ("rope", (2 * q + 2 * t) * e, Box::new(|| drop(f.q.rope(&f.cos, &f.sin, 0).unwrap())), Box::new(|| drop(candle_nn::rotary_emb::rope(&c.q, &c.cos, &c.sin).unwrap()))),
+        ("rope_i", (2 * q + 2 * t) * e, Box::new(|| drop(f.q.rope_i(&f.cos, &f.sin, 0).unwrap())), Box::new(|| drop(candle_nn::rotary_emb::rope_i(&c.q, &c.cos, &c.sin).unwrap()))),
+        ("swiglu", gu / 2 * 3 * e, Box::new(|| drop(f.gu.glu_halves(ferrocm::Activation::Silu).unwrap())), Box::new(|| drop(candle_nn::ops::swiglu(&c.gu).unwrap()))),
+    ];
+    for (name, bytes, fe, ce) in cases.iter().filter(|c| c.0.contains(filter) || "llm".contains(filter)) {
+        let tc = median_ms(reps, &**ce);
+        let tf = median_ms(reps, &**fe);
+        let gbs = *bytes as f64 / tf / 1e6;
+        println!("{:<26} {tc:>10.2} {tf:>10.2} {:>6.2}x {gbs:>9.1} {:>7.0}%", format!("{name} {dt}"), tc / tf, 100.0 * gbs / memcpy);
     }
 }
 

@@ -39,9 +39,12 @@ pub mod affine;
 pub mod binary;
 pub mod cast;
 pub mod fill;
+pub mod glu;
 pub mod index;
 pub mod matmul;
+pub mod norm;
 pub mod reduce;
+pub mod rope;
 pub mod sort;
 pub mod ternary;
 pub mod unary;
@@ -62,6 +65,9 @@ pub trait ElemKernels:
     + sort::SortKernels
     + index::ScatterKernels
     + matmul::MatmulKernels
+    + norm::NormKernels
+    + glu::GluKernels
+    + rope::RopeKernels
 {
 }
 
@@ -78,6 +84,9 @@ impl<T> ElemKernels for T where
         + sort::SortKernels
         + index::ScatterKernels
         + matmul::MatmulKernels
+        + norm::NormKernels
+        + glu::GluKernels
+        + rope::RopeKernels
 {
 }
 
@@ -132,6 +141,9 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         sort::KERNELS,
         matmul::KERNELS,
         matmul::MMA_KERNELS,
+        norm::KERNELS,
+        glu::KERNELS,
+        rope::KERNELS,
     ]
     .into_iter()
     .flatten()

@@ -25,7 +25,7 @@ use crate::elem::*;
 use crate::index::W128;
 use crate::kernels;
 use crate::math;
-use crate::unary::{Gelu, GeluErf, Relu, Silu, UnaryOp};
+pub use crate::unary::{ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, activation};
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
 #[cfg(not(ferrocm_device))]
@@ -77,38 +77,6 @@ pub const GEMM_LDS_BYTES: u32 = 2 * GEMM_BK * GEMM_PITCH * 4;
 pub const GEMV_MAX_M: u32 = 8;
 /// Workitems per GEMV workgroup (one wave per output column).
 pub const GEMV_BLOCK: u32 = 256;
-
-/// No activation.
-pub const ACT_NONE: u32 = 0;
-/// `relu` ([`Relu`]).
-pub const ACT_RELU: u32 = 1;
-/// `gelu`, tanh approximation ([`Gelu`]).
-pub const ACT_GELU: u32 = 2;
-/// `gelu` with erf ([`GeluErf`]).
-pub const ACT_GELU_ERF: u32 = 3;
-/// `silu` ([`Silu`]).
-pub const ACT_SILU: u32 = 4;
-
-/// The fused activation `act` (one of the `ACT_*` codes) applied to `v`:
-/// the unary ops' own formulas, so `linear(.., Some(Silu))` equals
-/// `linear(..).silu()` up to the rounding of the intermediate.
-///
-/// ```
-/// use ferrocm_kernels::matmul::{ACT_NONE, ACT_RELU, activation};
-/// assert_eq!(activation(-2.0, ACT_RELU), 0.0);
-/// assert_eq!(activation(-2.0, ACT_NONE), -2.0);
-/// ```
-#[amdgpu_device]
-#[inline(always)]
-pub fn activation(v: f32, act: u32) -> f32 {
-    match act {
-        ACT_RELU => Relu::apply(v, 0.0),
-        ACT_GELU => Gelu::apply(v, 0.0),
-        ACT_GELU_ERF => GeluErf::apply(v, 0.0),
-        ACT_SILU => Silu::apply(v, 0.0),
-        _ => v,
-    }
-}
 
 /// A float element the matrix kernels take: how many fit in a 16-byte word
 /// and the dot product of two words (written out element by element: a

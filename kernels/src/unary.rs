@@ -162,6 +162,39 @@ const _: () = {
     pick!(f32 => F32, F16 => F16, Bf16 => BF16; u8, u32, i64);
 };
 
+/// No activation.
+pub const ACT_NONE: u32 = 0;
+/// `relu` ([`Relu`]).
+pub const ACT_RELU: u32 = 1;
+/// `gelu`, tanh approximation ([`Gelu`]).
+pub const ACT_GELU: u32 = 2;
+/// `gelu` with erf ([`GeluErf`]).
+pub const ACT_GELU_ERF: u32 = 3;
+/// `silu` ([`Silu`]).
+pub const ACT_SILU: u32 = 4;
+
+/// The activation `act` (one of the `ACT_*` codes) applied to `v`: the
+/// unary ops' own formulas, for the kernels that fuse one (`linear(..,
+/// Some(Silu))` equals `linear(..).silu()` up to the rounding of the
+/// intermediate; `glu` gates with it).
+///
+/// ```
+/// use ferrocm_kernels::unary::{ACT_NONE, ACT_RELU, activation};
+/// assert_eq!(activation(-2.0, ACT_RELU), 0.0);
+/// assert_eq!(activation(-2.0, ACT_NONE), -2.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn activation(v: f32, act: u32) -> f32 {
+    match act {
+        ACT_RELU => Relu::apply(v, 0.0),
+        ACT_GELU => Gelu::apply(v, 0.0),
+        ACT_GELU_ERF => GeluErf::apply(v, 0.0),
+        ACT_SILU => Silu::apply(v, 0.0),
+        _ => v,
+    }
+}
+
 #[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 

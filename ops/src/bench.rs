@@ -195,6 +195,7 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
         rows.push(timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), op)?);
     }
     rows.extend(llm_rows(dev, cfg, copy_gbps)?);
+    rows.extend(layer_rows(dev, cfg, copy_gbps)?);
     rows.extend(matmul_rows(dev, cfg, copy_gbps)?);
     Ok(BenchReport {
         device: dev.to_string(),
@@ -306,6 +307,117 @@ fn llm_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchR
         )?);
     }
     Ok(rows)
+}
+
+/// The per-token ops of a transformer layer at Llama sizes (for the default
+/// config; smaller configs scale them down): RMSNorm and its fused residual
+/// add over 4096 x 4096, LayerNorm, RoPE on q of (1, 32, 2048, 128) with a
+/// (2048, 64) table, SwiGLU on 4096 x 14336. Bytes: every input read once
+/// (weights and tables included), every output written once.
+fn layer_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
+    let h = cfg.cols.min(4096);
+    let rows = cfg.rows.min(4096);
+    let ffn = h * 7 / 2;
+    let (heads, seq, hd) = (32.min(h / 128).max(1), rows.min(2048), 128.min(h));
+    let build = |d: &Device| -> Result<_> {
+        let f = |shape: &[usize], seed| Tensor::<f32>::randn(shape, 0.0, 1.0, seed, d);
+        let q = f(&[1, heads, seq, hd], 34)?;
+        let angles = f(&[seq, hd / 2], 35)?;
+        Ok((
+            f(&[rows, h], 30)?,
+            f(&[rows, h], 31)?,
+            f(&[h], 32)?,
+            (
+                q.to_dtype::<bf16>()?,
+                angles.cos()?.to_dtype::<bf16>()?,
+                angles.sin()?.to_dtype::<bf16>()?,
+            ),
+            (
+                f(&[rows, ffn], 36)?.to_dtype::<bf16>()?,
+                f(&[rows, ffn], 37)?.to_dtype::<bf16>()?,
+            ),
+            (q, angles.cos()?, angles.sin()?),
+            (
+                f(&[rows, h], 30)?.to_dtype::<bf16>()?,
+                f(&[rows, h], 31)?.to_dtype::<bf16>()?,
+                f(&[h], 32)?.to_dtype::<bf16>()?,
+            ),
+        ))
+    };
+    type Bf = Tensor<bf16>;
+    type F = Tensor<f32>;
+    type Layer = (F, F, F, (Bf, Bf, Bf), (Bf, Bf), (F, F, F), (Bf, Bf, Bf));
+    type LayerOp = fn(&Layer) -> Result<()>;
+    let n = rows * h;
+    let (q, table) = (heads * seq * hd, seq * hd / 2);
+    let ops: Vec<(&str, Vec<usize>, u64, LayerOp)> = vec![
+        ("rms_norm f32", vec![rows, h], (8 * n + 4 * h) as u64, |i| {
+            i.0.rms_norm(&i.2, 1e-5).map(drop)
+        }),
+        (
+            "rms_norm bf16",
+            vec![rows, h],
+            (4 * n + 2 * h) as u64,
+            |i| i.6.0.rms_norm(&i.6.2, 1e-5).map(drop),
+        ),
+        (
+            "add_rms_norm bf16",
+            vec![rows, h],
+            (8 * n + 2 * h) as u64,
+            |i| i.6.0.add_rms_norm(&i.6.1, &i.6.2, 1e-5).map(drop),
+        ),
+        (
+            "add_rms_norm f32",
+            vec![rows, h],
+            (16 * n + 4 * h) as u64,
+            |i| i.0.add_rms_norm(&i.1, &i.2, 1e-5).map(drop),
+        ),
+        (
+            "layer_norm f32",
+            vec![rows, h],
+            (8 * n + 8 * h) as u64,
+            |i| i.0.layer_norm(&i.2, Some(&i.2), 1e-5).map(drop),
+        ),
+        (
+            "rope bf16",
+            vec![1, heads, seq, hd],
+            (4 * q + 4 * table) as u64,
+            |i| i.3.0.rope(&i.3.1, &i.3.2, 0).map(drop),
+        ),
+        (
+            "rope_i bf16",
+            vec![1, heads, seq, hd],
+            (4 * q + 4 * table) as u64,
+            |i| i.3.0.rope_i(&i.3.1, &i.3.2, 0).map(drop),
+        ),
+        (
+            "rope f32",
+            vec![1, heads, seq, hd],
+            (8 * q + 8 * table) as u64,
+            |i| i.5.0.rope(&i.5.1, &i.5.2, 0).map(drop),
+        ),
+        (
+            "swiglu bf16",
+            vec![rows, ffn],
+            (6 * rows * ffn) as u64,
+            |i| i.4.0.swiglu(&i.4.1).map(drop),
+        ),
+    ];
+    let inputs = build(dev)?;
+    let cpu_inputs = match cfg.compare_cpu && dev.runs_kernels() {
+        true => Some(build(&Device::Cpu)?),
+        false => None,
+    };
+    let timed = Timed {
+        dev,
+        reps: cfg.reps,
+        copy_gbps,
+    };
+    let mut out = Vec::new();
+    for (name, shape, bytes, op) in ops {
+        out.push(timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), op)?);
+    }
+    Ok(out)
 }
 
 /// The matrix products of an LLM at its sizes (for the default config; smaller

@@ -134,7 +134,7 @@ impl<T: WithDType> Tensor<T> {
 
 /// An elementwise function of two `T`s into an `R`, with its kernel per dtype:
 /// what [`Zip`] needs to run both an arithmetic op and a comparison.
-trait ZipFn<T: WithDType, R: WithDType> {
+pub(crate) trait ZipFn<T: WithDType, R: WithDType> {
     /// What a fault of this op is ("" for an op that cannot fault).
     const FAULT: &'static str = "";
     /// Whether `apply(a, b)` is a fault (integer division by zero).
@@ -151,7 +151,7 @@ trait ZipFn<T: WithDType, R: WithDType> {
     ) -> Result<()>;
 }
 
-type ZipArgs<'a, K, R> = (
+pub(crate) type ZipArgs<'a, K, R> = (
     Out<'a, R>,
     ferrocm_host::In<'a, K>,
     ferrocm_host::In<'a, K>,
@@ -237,12 +237,12 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> crate::cpu::Func2<T, T, R> for 
 }
 
 /// `out[i] = F(a[i], b[i])` over two tensors of the output's shape (broadcast views).
-struct Zip<'a, T: WithDType, R: WithDType, F> {
-    name: &'static str,
-    a: &'a Tensor<T>,
-    b: &'a Tensor<T>,
-    out: DeviceBuffer<R>,
-    _op: PhantomData<F>,
+pub(crate) struct Zip<'a, T: WithDType, R: WithDType, F> {
+    pub(crate) name: &'static str,
+    pub(crate) a: &'a Tensor<T>,
+    pub(crate) b: &'a Tensor<T>,
+    pub(crate) out: DeviceBuffer<R>,
+    pub(crate) _op: PhantomData<F>,
 }
 
 impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {

@@ -261,6 +261,56 @@ impl Runner<'_> {
                         .linear(&b(dev)?, Some(&bias), Some(act))
                 });
             }
+            // The LLM ops: norms over the rows (weights and bias from their
+            // own seeds), the fused adds (both outputs), gated activations,
+            // rotary embeddings of the rows as positions (the first
+            // 2 * (cols / 2) dims rotate: all of them, or all but one).
+            let (rows, cols) = (inp.rows, inp.cols);
+            let w = move |dev: &Device| Tensor::<T>::rand(&[cols], 0.5, 1.5, 21, dev);
+            let bias = move |dev: &Device| Tensor::<T>::rand(&[cols], -1.0, 1.0, 22, dev);
+            self.case("rms_norm".into(), d, move |dev| {
+                x(dev)?.rms_norm(&w(dev)?, 1e-5)
+            });
+            self.case("layer_norm".into(), d, move |dev| {
+                x(dev)?.layer_norm(&w(dev)?, Some(&bias(dev)?), 1e-5)
+            });
+            for (name, layer, sum) in [
+                ("add_rms_norm", false, false),
+                ("add_rms_norm[sum]", false, true),
+                ("add_layer_norm", true, false),
+                ("add_layer_norm[sum]", true, true),
+            ] {
+                self.case(name.into(), d, move |dev| {
+                    let (x, r, w) = (x(dev)?, y(dev)?, w(dev)?);
+                    let (s, n) = match layer {
+                        true => x.add_layer_norm(&r, &w, None, 1e-5)?,
+                        false => x.add_rms_norm(&r, &w, 1e-5)?,
+                    };
+                    Ok(if sum { s } else { n })
+                });
+            }
+            self.case("swiglu".into(), d, move |dev| x(dev)?.swiglu(&y(dev)?));
+            self.case("glu_gelu".into(), d, move |dev| {
+                x(dev)?.glu(&y(dev)?, Activation::Gelu)
+            });
+            let half = cols / 2;
+            let table =
+                move |dev: &Device, seed| Tensor::<T>::rand(&[rows, half], -1.0, 1.0, seed, dev);
+            for (name, layout) in [("rope", 0), ("rope_i", 1), ("rope_thd", 2)] {
+                self.case(name.into(), d, move |dev| {
+                    let (cos, sin) = (table(dev, 23)?, table(dev, 24)?);
+                    let shape = match layout {
+                        2 => [1, rows, 1, cols],
+                        _ => [1, 1, rows, cols],
+                    };
+                    let x = x(dev)?.reshape(&shape)?;
+                    match layout {
+                        0 => x.rope(&cos, &sin, 0),
+                        1 => x.rope_i(&cos, &sin, 0),
+                        _ => x.rope_thd(&cos, &sin, 0),
+                    }
+                });
+            }
         }
         self.case("affine".into(), d, move |dev| {
             x(dev)?.affine(if d.is_float() { 1.5 } else { 3.0 }, 2.0)

@@ -1,0 +1,108 @@
+//! Gated activations: `glu_{f32,f16,bf16}` computes `act(gate) * up`
+//! elementwise (f32 arithmetic, one rounding), with broadcasting: SwiGLU
+//! (`act` = silu: Llama, Mistral, Qwen), GeGLU (gelu, tanh or erf: Gemma,
+//! T5 v1.1), ReGLU (relu). One kernel per dtype serves every activation:
+//! `act` is one of the [`crate::unary`] `ACT_*` codes, uniform over the
+//! launch, so the branch on it costs nothing per element.
+//!
+//! The arguments are those of the binary kernels (`layout`, when `ndim >
+//! 0`, holds the output dims, then the gate's strides, then up's), plus
+//! `act`: a gate and an up that are two halves of one `[.., 2d]` tensor run
+//! in place as strided views.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use crate::unary::activation;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// `act(gate) * up` in f32, rounded once: the scalar definition the kernels
+/// and the Cpu backend share.
+///
+/// ```
+/// use ferrocm_kernels::glu::glu_apply;
+/// use ferrocm_kernels::unary::{ACT_RELU, ACT_SILU};
+/// assert_eq!(glu_apply(-1.0f32, 3.0, ACT_RELU), 0.0);
+/// assert_eq!(glu_apply(0.0f32, 3.0, ACT_SILU), 0.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn glu_apply<T: Elem>(gate: T, up: T, act: u32) -> T {
+    T::from_f32(activation(gate.to_f32(), act) * up.to_f32())
+}
+
+/// The body of `glu_*`.
+#[amdgpu_device]
+#[inline(always)]
+pub fn glu_body<T: Elem>(
+    out: *mut T,
+    gate: *const T,
+    up: *const T,
+    n: u64,
+    strides: Strides<2>,
+    act: u32,
+) {
+    grid_stride_batched(
+        n,
+        strides.is_contiguous(),
+        |i| unsafe {
+            let at = strides.coords(i);
+            (load(gate, strides.at(at, 0)), load(up, strides.at(at, 1)))
+        },
+        |i, (g, u)| unsafe { store(out, i as usize, glu_apply(g, u, act)) },
+    );
+}
+
+/// The parameter types of `glu_{T}`: those of the binary kernels without
+/// the fault channel, then the activation code.
+#[cfg(not(ferrocm_device))]
+pub type GluArgs<T> = (
+    *mut T,
+    *const T,
+    *const T,
+    u64,
+    u32,
+    *const u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u32,
+);
+
+#[cfg(not(ferrocm_device))]
+use crate::host::KernelRef;
+
+/// The gated-activation kernel of an element type (float types; host side).
+#[cfg(not(ferrocm_device))]
+pub trait GluKernels: Sized + 'static {
+    /// `glu_{T}`, if the type has one.
+    const GLU: Option<KernelRef<GluArgs<Self>>>;
+}
+
+macro_rules! glu_kernels {
+    ($($name:ident: $t:ty),*; none: $($n:ty),*) => {
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl GluKernels for $t {
+                const GLU: Option<KernelRef<GluArgs<Self>>> = Some(KernelRef::of::<$name>());
+            }
+        )*
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl GluKernels for $n {
+                const GLU: Option<KernelRef<GluArgs<Self>>> = None;
+            }
+        )*
+        kernels! {$(
+            fn $name(out: *mut $t, gate: *const $t, up: *const $t, n: u64, ndim: u32, layout: *const u64,
+                     l0: u64, l1: u64, a0: u64, a1: u64, b0: u64, b1: u64, act: u32) {
+                glu_body::<$t>(out, gate, up, n, Strides::new(ndim, layout, [l0, l1], [[a0, a1], [b0, b1]]), act)
+            }
+        )*}
+    };
+}
+
+glu_kernels!(glu_f32: f32, glu_f16: F16, glu_bf16: Bf16; none: u8, u32, i64);

@@ -1,0 +1,295 @@
+//! Row normalisations over the last dim, for f32, f16 and bf16 (f32
+//! arithmetic):
+//! - `rms_norm_{dtype}`: `y = h / sqrt(mean(h²) + eps) * w` (Llama, Mistral,
+//!   Qwen, Gemma; T5's "layer norm");
+//! - `layer_norm_{dtype}`: `y = (h - mean(h)) / sqrt(var(h) + eps) * w + b`
+//!   (biased variance, as `torch.nn.LayerNorm`; `b` may be null);
+//! - `add_rms_norm_{dtype}`, `add_layer_norm_{dtype}`: the same with
+//!   `h = x + residual` (rounded to the dtype, exactly as a separate `add`
+//!   would store it), writing `h` too: the residual stream and the next
+//!   layer's input in one pass, as llama.cpp and vLLM fuse them.
+//!
+//! The rows are `rows × cols`, contiguous. Rows of up to [`NORM_WAVE_COLS`]
+//! go one wave per row (several rows per workgroup: no barrier, no LDS);
+//! longer rows one workgroup per row. Both loop when there are more rows
+//! than teams. Each workitem reads a strided slice of its row with four
+//! loads in flight, the team sums in f32 (a wave butterfly, then one LDS
+//! slot per wave), and a second pass writes the output: it re-reads `x`
+//! (or, fused, the `h` it stored, one stream instead of two), which the
+//! row's first pass has just brought into the cache.
+//!
+//! The layer norm sums `h - h[0]` and its square (the shifted-data
+//! formula): the variance keeps its precision when the mean is large
+//! against the spread, where `Σh² - (Σh)²/n` would cancel.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use crate::reduce::{Sum, block_reduce};
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// Workitems per workgroup of the norm kernels.
+#[amdgpu_device]
+pub const NORM_BLOCK: u32 = 256;
+
+/// Rows up to this many elements go one wave per row.
+#[amdgpu_device]
+pub const NORM_WAVE_COLS: u32 = 1024;
+
+/// LDS a norm launch must provide (the workgroup sum's slots:
+/// [`crate::reduce::REDUCE_LDS_BYTES`]).
+#[amdgpu_device]
+pub const NORM_LDS_BYTES: u32 = crate::reduce::REDUCE_LDS_BYTES;
+
+/// `1 / sqrt(mean(h²) + eps)` from `Σ h²` over `cols` elements: the scale
+/// of an RMS norm (shared by the kernels and the Cpu backend).
+///
+/// ```
+/// use ferrocm_kernels::norm::rms_scale;
+/// assert_eq!(rms_scale(16.0, 4, 0.0), 0.5); // h = [2, 2, 2, 2]
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn rms_scale(sum_sq: f32, cols: u32, eps: f32) -> f32 {
+    crate::math::rsqrt(sum_sq / cols as f32 + eps)
+}
+
+/// `(mean, 1 / sqrt(var + eps))` of a row from the sums of `h - shift`
+/// and of its square over `cols` elements (biased variance; a rounding
+/// below zero counts as zero, a NaN stays NaN). Shared by the kernels and the Cpu backend.
+///
+/// ```
+/// use ferrocm_kernels::norm::layer_stats;
+/// // h = [1, 3]: shifted by 1, the sums are 2 and 4.
+/// assert_eq!(layer_stats(1.0, 2.0, 4.0, 2, 0.0), (2.0, 1.0));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn layer_stats(shift: f32, s1: f32, s2: f32, cols: u32, eps: f32) -> (f32, f32) {
+    let n = cols as f32;
+    let d = s1 / n;
+    let var = s2 / n - d * d;
+    // Below zero only by rounding; NaN (an infinite or NaN input) stays.
+    let var = if var < 0.0 { 0.0 } else { var };
+    (shift + d, crate::math::rsqrt(var + eps))
+}
+
+/// The normalised value of `h`: `(h - mean) * scale * w + b` (an RMS norm
+/// has mean 0; no bias is `b = -0.0`, the additive identity that keeps the
+/// sign of a zero), in f32, rounded once by the caller.
+///
+/// ```
+/// use ferrocm_kernels::norm::norm_apply;
+/// assert_eq!(norm_apply(3.0, 1.0, 0.5, 2.0, 1.0), 3.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn norm_apply(h: f32, mean: f32, scale: f32, w: f32, b: f32) -> f32 {
+    (h - mean) * scale * w + b
+}
+
+/// The body of the norm kernels: `LAYER` picks the layer norm, `ADD` the
+/// fused residual add (`res` and `sum_out` are used only then; `b` may be
+/// null). `per_wave != 0` makes each wave a team of its own (the op passes
+/// it for rows of at most [`NORM_WAVE_COLS`]).
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
+    out: *mut T,
+    sum_out: *mut T,
+    x: *const T,
+    res: *const T,
+    w: *const T,
+    b: *const T,
+    rows: u64,
+    cols: u32,
+    eps: f32,
+    per_wave: u32,
+) {
+    let waves = num_waves() as u64;
+    let (mut row, teams, me, size) = if per_wave != 0 {
+        let team = workgroup_id_x() as u64 * waves + wave_id() as u64;
+        (
+            team,
+            num_workgroups_x() as u64 * waves,
+            lane_id(),
+            wave_size(),
+        )
+    } else {
+        let team = workgroup_id_x() as u64;
+        (
+            team,
+            num_workgroups_x() as u64,
+            workitem_id_x(),
+            workgroup_size_x(),
+        )
+    };
+    let team_sum = |v: f32| {
+        if per_wave != 0 {
+            wave_sum_f32(v)
+        } else {
+            block_reduce::<f32, Sum>(v)
+        }
+    };
+    while row < rows {
+        let base = row as usize * cols as usize;
+        // The row's value at c: x, or x + residual rounded to T (stored:
+        // the second pass and the caller read it back).
+        let h = |c: u32| unsafe {
+            let v = load(x, base + c as usize);
+            if ADD {
+                let s = v.add(load(res, base + c as usize));
+                store(sum_out, base + c as usize, s);
+                s
+            } else {
+                v
+            }
+        };
+        // The layer norm's shift: the row's first value (every workitem
+        // reads it; fused, it is recomputed, not read back).
+        let shift = if LAYER {
+            let v = unsafe { load(x, base) };
+            if ADD {
+                v.add(unsafe { load(res, base) }).to_f32()
+            } else {
+                v.to_f32()
+            }
+        } else {
+            0.0
+        };
+        let (mut s1, mut s2) = (0.0f32, 0.0f32);
+        let mut acc = |v: T| {
+            let d = v.to_f32() - shift;
+            s1 += d;
+            s2 += d * d;
+        };
+        let mut c = me;
+        while c + 3 * size < cols {
+            let (v0, v1, v2, v3) = (h(c), h(c + size), h(c + 2 * size), h(c + 3 * size));
+            acc(v0);
+            acc(v1);
+            acc(v2);
+            acc(v3);
+            c += 4 * size;
+        }
+        while c < cols {
+            acc(h(c));
+            c += size;
+        }
+        let (mean, scale) = if LAYER {
+            let (s1, s2) = (team_sum(s1), team_sum(s2));
+            layer_stats(shift, s1, s2, cols, eps)
+        } else {
+            (0.0, rms_scale(team_sum(s2), cols, eps))
+        };
+        // The second pass reads h back: x, or the sum this workitem stored
+        // (the same elements as in the first pass).
+        let src = if ADD { sum_out as *const T } else { x };
+        let put = |c: u32, v: T| unsafe {
+            let i = base + c as usize;
+            let bias = if LAYER && !b.is_null() {
+                load(b, c as usize).to_f32()
+            } else {
+                -0.0
+            };
+            let y = norm_apply(v.to_f32(), mean, scale, load(w, c as usize).to_f32(), bias);
+            store(out, i, T::from_f32(y));
+        };
+        let get = |c: u32| unsafe { load(src, base + c as usize) };
+        c = me;
+        while c + 3 * size < cols {
+            let (v0, v1, v2, v3) = (get(c), get(c + size), get(c + 2 * size), get(c + 3 * size));
+            put(c, v0);
+            put(c + size, v1);
+            put(c + 2 * size, v2);
+            put(c + 3 * size, v3);
+            c += 4 * size;
+        }
+        while c < cols {
+            put(c, get(c));
+            c += size;
+        }
+        row += teams;
+    }
+}
+
+/// The parameter types of every norm kernel on element type `T`: `(out,
+/// sum_out, x, residual, weight, bias, rows, cols, eps, per_wave)`; the
+/// unfused kernels get null `sum_out` and `residual`, the RMS norms a null
+/// bias.
+#[cfg(not(ferrocm_device))]
+pub type NormArgs<T> = (
+    *mut T,
+    *mut T,
+    *const T,
+    *const T,
+    *const T,
+    *const T,
+    u64,
+    u32,
+    f32,
+    u32,
+);
+
+#[cfg(not(ferrocm_device))]
+use crate::host::KernelRef;
+
+/// The norm kernels of one element type (host side).
+#[cfg(not(ferrocm_device))]
+#[derive(Clone, Copy, Debug)]
+pub struct NormTable<T: 'static> {
+    /// `rms_norm_{T}`.
+    pub rms: KernelRef<NormArgs<T>>,
+    /// `add_rms_norm_{T}`.
+    pub add_rms: KernelRef<NormArgs<T>>,
+    /// `layer_norm_{T}`.
+    pub layer: KernelRef<NormArgs<T>>,
+    /// `add_layer_norm_{T}`.
+    pub add_layer: KernelRef<NormArgs<T>>,
+}
+
+/// The norm kernels of an element type: float types only.
+#[cfg(not(ferrocm_device))]
+pub trait NormKernels: Sized + 'static {
+    /// The four kernels, if the type has them.
+    const NORM: Option<NormTable<Self>>;
+}
+
+macro_rules! norm_kernels {
+    (none: $($n:ty),*) => {$(
+        #[cfg(not(ferrocm_device))]
+        impl NormKernels for $n {
+            const NORM: Option<NormTable<Self>> = None;
+        }
+    )*};
+    ($($t:ty => $rms:ident, $add_rms:ident, $layer:ident, $add_layer:ident;)*) => {
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl NormKernels for $t {
+                const NORM: Option<NormTable<Self>> = Some(NormTable {
+                    rms: KernelRef::of::<$rms>(),
+                    add_rms: KernelRef::of::<$add_rms>(),
+                    layer: KernelRef::of::<$layer>(),
+                    add_layer: KernelRef::of::<$add_layer>(),
+                });
+            }
+        )*
+        norm_kernels!(@k $($t => $rms false false, $add_rms false true, $layer true false, $add_layer true true;)*);
+    };
+    (@k $($t:ty => $($name:ident $layer:literal $add:literal),*;)*) => {
+        kernels! {$($(
+            fn $name(out: *mut $t, sum_out: *mut $t, x: *const $t, res: *const $t, w: *const $t,
+                     b: *const $t, rows: u64, cols: u32, eps: f32, per_wave: u32) {
+                norm_body::<$t, $layer, $add>(out, sum_out, x, res, w, b, rows, cols, eps, per_wave)
+            }
+        )*)*}
+    };
+}
+
+norm_kernels! {
+    f32 => rms_norm_f32, add_rms_norm_f32, layer_norm_f32, add_layer_norm_f32;
+    F16 => rms_norm_f16, add_rms_norm_f16, layer_norm_f16, add_layer_norm_f16;
+    Bf16 => rms_norm_bf16, add_rms_norm_bf16, layer_norm_bf16, add_layer_norm_bf16;
+}
+norm_kernels!(none: u8, u32, i64);

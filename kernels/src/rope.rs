@@ -1,0 +1,201 @@
+//! Rotary position embeddings, for f32, f16 and bf16 (f32 arithmetic, one
+//! rounding per element), in three layouts:
+//! - `rope_{dtype}`: x is `(b, h, t, d)` and each rotated pair is `(i, i +
+//!   r/2)`, the two halves of the rotary dims (Llama, Mistral, Qwen, Gemma as
+//!   Hugging Face writes them; GGML's NeoX mode);
+//! - `rope_i_{dtype}`: `(b, h, t, d)` with interleaved pairs `(2i, 2i + 1)`
+//!   (GPT-J, GGML's normal mode: Llama as Meta wrote it);
+//! - `rope_thd_{dtype}`: x is `(b, t, h, d)`, halves as `rope` (a layout
+//!   straight out of a QKV projection, without a transpose).
+//!
+//! Pair `i` of position `p` turns by the angle whose cosine and sine are
+//! `cos[p][i]` and `sin[p][i]`: `(x0, x1) -> (x0 c - x1 s, x0 s + x1 c)`.
+//! The tables hold `r/2` columns, so only the first `r` of the `d` dims
+//! rotate (partial rotary: Phi, GPT-NeoX, ChatGLM); the rest are copied.
+//! Position `p` is `offset + t_i` (decode with a cache: the table is the
+//! whole context, `offset` the cache length), read from row `p` of the
+//! table, or of batch `b_i`'s table when `per_batch` is set (`(b, T, r/2)`
+//! tables: packed sequences, per-sequence positions).
+//!
+//! One workitem per unit of a row: units `0..r/2` are the rotated pairs,
+//! the `d - r` after them copy one element each. Input and output are
+//! contiguous.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// The halves layout `(b, h, t, d)`.
+#[amdgpu_device]
+pub const ROPE_HALVES: u32 = 0;
+/// Interleaved pairs, `(b, h, t, d)`.
+#[amdgpu_device]
+pub const ROPE_INTERLEAVED: u32 = 1;
+/// The halves layout, `(b, t, h, d)`.
+#[amdgpu_device]
+pub const ROPE_THD: u32 = 2;
+
+/// One rotated pair: `(x0 c - x1 s, x0 s + x1 c)` in f32 (shared by the
+/// kernels and the Cpu backend).
+///
+/// ```
+/// use ferrocm_kernels::rope::rope_pair;
+/// assert_eq!(rope_pair(1.0, 0.0, 0.0, 1.0), (0.0, 1.0)); // a quarter turn
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn rope_pair(x0: f32, x1: f32, c: f32, s: f32) -> (f32, f32) {
+    (x0 * c - x1 * s, x0 * s + x1 * c)
+}
+
+/// Where pair `i` of a row sits: the offsets of its two elements (the
+/// halves layouts `(i, i + r/2)`, the interleaved `(2i, 2i + 1)`).
+///
+/// ```
+/// use ferrocm_kernels::rope::{ROPE_HALVES, ROPE_INTERLEAVED, rope_pair_at};
+/// assert_eq!(rope_pair_at::<ROPE_HALVES>(3, 16), (3, 11));
+/// assert_eq!(rope_pair_at::<ROPE_INTERLEAVED>(3, 16), (6, 7));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn rope_pair_at<const LAYOUT: u32>(i: u32, r: u32) -> (u32, u32) {
+    if LAYOUT == ROPE_INTERLEAVED {
+        (2 * i, 2 * i + 1)
+    } else {
+        (i, i + r / 2)
+    }
+}
+
+/// The body of the rope kernels. `rows` is `b * h * t`; `t_table` the rows
+/// of one table (of each batch's, `per_batch != 0`).
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn rope_body<T: Elem, const LAYOUT: u32>(
+    out: *mut T,
+    x: *const T,
+    cos: *const T,
+    sin: *const T,
+    rows: u64,
+    h: u32,
+    t: u32,
+    d: u32,
+    r: u32,
+    t_table: u32,
+    offset: u32,
+    per_batch: u32,
+) {
+    let half = r / 2;
+    let units = (d - half) as u64;
+    grid_stride(rows * units, |u| {
+        let row = u / units;
+        let k = (u - row * units) as u32;
+        let base = row as usize * d as usize;
+        if k < half {
+            // The row's position and batch.
+            let (ti, bi) = if LAYOUT == ROPE_THD {
+                (
+                    (row / h as u64 % t as u64) as u32,
+                    row / (h as u64 * t as u64),
+                )
+            } else {
+                ((row % t as u64) as u32, row / (h as u64 * t as u64))
+            };
+            let table_row = if per_batch != 0 {
+                bi * t_table as u64
+            } else {
+                0
+            } + (offset + ti) as u64;
+            let at = table_row as usize * half as usize + k as usize;
+            let (c, s) = unsafe { (load(cos, at).to_f32(), load(sin, at).to_f32()) };
+            let (i0, i1) = rope_pair_at::<LAYOUT>(k, r);
+            let (i0, i1) = (base + i0 as usize, base + i1 as usize);
+            unsafe {
+                let (y0, y1) = rope_pair(load(x, i0).to_f32(), load(x, i1).to_f32(), c, s);
+                store(out, i0, T::from_f32(y0));
+                store(out, i1, T::from_f32(y1));
+            }
+        } else {
+            let i = base + (r + k - half) as usize;
+            unsafe { store(out, i, load(x, i)) };
+        }
+    });
+}
+
+/// The parameter types of every rope kernel on element type `T`: `(out, x,
+/// cos, sin, rows, h, t, d, r, t_table, offset, per_batch)`.
+#[cfg(not(ferrocm_device))]
+pub type RopeArgs<T> = (
+    *mut T,
+    *const T,
+    *const T,
+    *const T,
+    u64,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+);
+
+#[cfg(not(ferrocm_device))]
+use crate::host::KernelRef;
+
+/// The rope kernels of one element type, by layout (host side).
+#[cfg(not(ferrocm_device))]
+#[derive(Clone, Copy, Debug)]
+pub struct RopeTable<T: 'static> {
+    /// `rope_{T}` ([`ROPE_HALVES`]).
+    pub halves: KernelRef<RopeArgs<T>>,
+    /// `rope_i_{T}` ([`ROPE_INTERLEAVED`]).
+    pub interleaved: KernelRef<RopeArgs<T>>,
+    /// `rope_thd_{T}` ([`ROPE_THD`]).
+    pub thd: KernelRef<RopeArgs<T>>,
+}
+
+/// The rope kernels of an element type: float types only.
+#[cfg(not(ferrocm_device))]
+pub trait RopeKernels: Sized + 'static {
+    /// The three kernels, if the type has them.
+    const ROPE: Option<RopeTable<Self>>;
+}
+
+macro_rules! rope_kernels {
+    (none: $($n:ty),*) => {$(
+        #[cfg(not(ferrocm_device))]
+        impl RopeKernels for $n {
+            const ROPE: Option<RopeTable<Self>> = None;
+        }
+    )*};
+    ($($t:ty => $halves:ident, $inter:ident, $thd:ident;)*) => {
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl RopeKernels for $t {
+                const ROPE: Option<RopeTable<Self>> = Some(RopeTable {
+                    halves: KernelRef::of::<$halves>(),
+                    interleaved: KernelRef::of::<$inter>(),
+                    thd: KernelRef::of::<$thd>(),
+                });
+            }
+        )*
+        rope_kernels!(@k $($t => $halves ROPE_HALVES, $inter ROPE_INTERLEAVED, $thd ROPE_THD;)*);
+    };
+    (@k $($t:ty => $($name:ident $layout:ident),*;)*) => {
+        kernels! {$($(
+            fn $name(out: *mut $t, x: *const $t, cos: *const $t, sin: *const $t, rows: u64, h: u32,
+                     t: u32, d: u32, r: u32, t_table: u32, offset: u32, per_batch: u32) {
+                rope_body::<$t, $layout>(out, x, cos, sin, rows, h, t, d, r, t_table, offset, per_batch)
+            }
+        )*)*}
+    };
+}
+
+rope_kernels! {
+    f32 => rope_f32, rope_i_f32, rope_thd_f32;
+    F16 => rope_f16, rope_i_f16, rope_thd_f16;
+    Bf16 => rope_bf16, rope_i_bf16, rope_thd_bf16;
+}
+rope_kernels!(none: u8, u32, i64);

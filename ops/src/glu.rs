@@ -1,0 +1,143 @@
+//! Gated activations, `act(gate) * up` (SwiGLU, GeGLU, ReGLU): API, Cpu
+//! implementation, kernel path. They ride on the binary ops' machinery
+//! ([`Zip`]: broadcasting, strided views, the Cpu's vectorised loops); the
+//! kernel is `glu_{dtype}` with the activation as an argument.
+
+use crate::backend;
+use crate::binary::{Zip, ZipArgs, ZipFn, broadcast_pair};
+use crate::dtype::WithDType;
+use crate::error::{Error, Result};
+use crate::matmul::Activation;
+use crate::tensor::Tensor;
+use ferrocm_host::{Device, LaunchConfig};
+use ferrocm_kernels::glu::{GluKernels, glu_apply};
+use ferrocm_kernels::unary::{ACT_GELU, ACT_GELU_ERF, ACT_RELU, ACT_SILU};
+use std::marker::PhantomData;
+
+/// `act(a) * b` with the activation's code `ACT` as a constant: the Cpu
+/// loop is compiled once per activation, the kernel takes the code.
+struct Gated<const ACT: u32>;
+
+impl<T: WithDType, const ACT: u32> ZipFn<T, T> for Gated<ACT> {
+    #[inline(always)]
+    fn apply(a: T, b: T) -> T {
+        T::from_kernel(glu_apply(a.to_kernel(), b.to_kernel(), ACT))
+    }
+    fn launch(
+        dev: &Device,
+        name: &'static str,
+        cfg: LaunchConfig,
+        args: ZipArgs<'_, T::Kernel, T::Kernel>,
+    ) -> Result<()> {
+        let kernel = T::Kernel::GLU.ok_or(Error::UnsupportedDType {
+            op: name,
+            dtype: T::DTYPE,
+        })?;
+        let (out, a, b, n, ndim, layout, d0, d1, a0, a1, b0, b1) = args;
+        let args = (out, a, b, n, ndim, layout, d0, d1, a0, a1, b0, b1, ACT);
+        Ok(dev.launch_typed(kernel, cfg, args)?)
+    }
+}
+
+impl<T: WithDType> Tensor<T> {
+    /// `act(self) * up` elementwise, with broadcasting: the gate of a gated
+    /// linear unit (f32, f16, bf16; computed in f32 and rounded once, so
+    /// it can differ from `self.silu()?.mul(up)` by the rounding of the
+    /// intermediate). `Activation::Silu` is SwiGLU (Llama, Mistral, Qwen),
+    /// `Gelu` / `GeluErf` GeGLU (Gemma, T5 v1.1), `Relu` ReGLU.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Activation, Device, Tensor};
+    /// let gate = Tensor::from_slice(&[-1.0f32, 0.0, 2.0], &[3], &Device::Cpu)?;
+    /// let up = Tensor::from_slice(&[5.0f32, 5.0, 3.0], &[3], &Device::Cpu)?;
+    /// assert_eq!(gate.glu(&up, Activation::Relu)?.to_vec()?, vec![0.0, 0.0, 6.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for integer dtypes,
+    /// [`Error::BroadcastIncompatible`], [`Error::DeviceMismatch`],
+    /// [`Error::Host`] (memory, launch).
+    pub fn glu(&self, up: &Self, act: Activation) -> Result<Self> {
+        match act {
+            Activation::Relu => self.gated::<ACT_RELU>(up, "glu(relu)"),
+            Activation::Gelu => self.gated::<ACT_GELU>(up, "glu(gelu)"),
+            Activation::GeluErf => self.gated::<ACT_GELU_ERF>(up, "glu(gelu_erf)"),
+            Activation::Silu => self.gated::<ACT_SILU>(up, "swiglu"),
+        }
+    }
+
+    /// SwiGLU: `silu(self) * up`, fused ([`Tensor::glu`] with
+    /// [`Activation::Silu`]): the MLP of Llama, Mistral and Qwen,
+    /// `down(swiglu(gate(x), up(x)))`.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let gate = Tensor::from_slice(&[0.0f32, 1.0], &[2], &Device::Cpu)?;
+    /// let up = Tensor::from_slice(&[4.0f32, 2.0], &[2], &Device::Cpu)?;
+    /// let y = gate.swiglu(&up)?.to_vec()?;
+    /// assert_eq!(y[0], 0.0);
+    /// assert!((y[1] - 2.0 / (1.0 + (-1.0f32).exp())).abs() < 1e-6);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::glu`].
+    pub fn swiglu(&self, up: &Self) -> Result<Self> {
+        self.glu(up, Activation::Silu)
+    }
+
+    /// The gated unit of one `[.., 2d]` tensor holding the gate in its first
+    /// half of the last dim and up in its second (candle-nn's `swiglu`, a
+    /// fused gate-up projection): `act(x[.., :d]) * x[.., d:]`, `[.., d]`.
+    /// The halves are read in place (views).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Activation, Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, 4.0], &[1, 4], &Device::Cpu)?;
+    /// let y = x.glu_halves(Activation::Relu)?;
+    /// assert_eq!((y.shape(), y.to_vec()?), (&[1, 2][..], vec![3.0, 0.0]));
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadParameter`] for a rank-0 tensor or an odd last dim; as
+    /// [`Tensor::glu`] otherwise.
+    pub fn glu_halves(&self, act: Activation) -> Result<Self> {
+        let last = self.shape().last().copied();
+        let d = match last {
+            Some(n) if n % 2 == 0 => n / 2,
+            _ => {
+                return Err(Error::BadParameter {
+                    op: "glu_halves",
+                    what: format!(
+                        "the last dim must be even (gate and up halves), shape {:?}",
+                        self.shape()
+                    ),
+                });
+            }
+        };
+        let dim = self.rank() - 1;
+        self.narrow(dim, 0, d)?.glu(&self.narrow(dim, d, d)?, act)
+    }
+
+    fn gated<const ACT: u32>(&self, up: &Self, name: &'static str) -> Result<Self> {
+        if !T::DTYPE.is_float() {
+            return Err(Error::UnsupportedDType {
+                op: name,
+                dtype: T::DTYPE,
+            });
+        }
+        let (shape, a, b) = broadcast_pair(name, self, up)?;
+        let dev = a.device();
+        let out = dev.alloc::<T>(shape.iter().product())?;
+        let op = Zip::<T, T, Gated<ACT>> {
+            name,
+            a: &a,
+            b: &b,
+            out,
+            _op: PhantomData,
+        };
+        Ok(Tensor::from_parts(backend::run(dev, op)?, &shape))
+    }
+}

@@ -1,0 +1,816 @@
+//! The LLM ops (RMSNorm, LayerNorm and their fused residual adds, the gated
+//! activations, rotary embeddings) against f64 formulas written here, on
+//! the Cpu, the emulator (wave 32 and 64, sanitizer on) and any GPU that
+//! answers. Nothing here calls the ops' scalar functions: inputs are decoded
+//! to f64 with the `half` crate (exact), the formula is evaluated in f64,
+//! and the bound says what the op's f32 arithmetic may add to it.
+
+mod common;
+use ferrocm::ops::{Error, WithDType};
+use ferrocm::{Activation, Device, Tensor, bf16, f16};
+
+/// 2^-24: the unit roundoff of f32.
+const U32: f64 = 1.0 / 16_777_216.0;
+
+/// A dtype under test: its exact value as f64, its rounding from f64, the
+/// spacing of its values near `v`.
+trait Float: WithDType + Copy {
+    const MANT: i32;
+    fn f64(self) -> f64;
+    fn of(v: f64) -> Self;
+    /// The distance between `|v|` and the next value of the type up
+    /// (subnormals: the smallest step).
+    fn ulp(v: f64) -> f64 {
+        let min_exp = if Self::MANT == 10 { -14 } else { -126 };
+        let e = if v == 0.0 || !v.is_finite() {
+            min_exp
+        } else {
+            (v.abs().log2().floor() as i32).max(min_exp)
+        };
+        2f64.powi(e - Self::MANT)
+    }
+}
+impl Float for f32 {
+    const MANT: i32 = 23;
+    fn f64(self) -> f64 {
+        self as f64
+    }
+    fn of(v: f64) -> Self {
+        v as f32
+    }
+}
+impl Float for f16 {
+    const MANT: i32 = 10;
+    fn f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn of(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+impl Float for bf16 {
+    const MANT: i32 = 7;
+    fn f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn of(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+}
+
+/// Deterministic pseudo-random numbers (xorshift), uniform in [-1, 1).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+    fn vec<T: Float>(&mut self, n: usize, scale: f64, shift: f64) -> Vec<T> {
+        (0..n).map(|_| T::of(shift + scale * self.next())).collect()
+    }
+    /// Small integers in `-k..=k` (their sums and squares are exact in f32).
+    fn ints<T: Float>(&mut self, n: usize, k: i32) -> Vec<T> {
+        (0..n)
+            .map(|_| T::of(((self.next() + 1.0) * (k as f64 + 0.5)).floor() - k as f64))
+            .collect()
+    }
+}
+
+/// `got` against `want` (NaN matches NaN; infinities exactly), within
+/// `bound(i)`; the message names the case and the element.
+fn check<T: Float>(case: &str, got: &[T], want: &[f64], bound: impl Fn(usize) -> f64) {
+    assert_eq!(got.len(), want.len(), "{case}: length");
+    for (i, (g, &w)) in got.iter().zip(want).enumerate() {
+        let g = g.f64();
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= bound(i)
+        };
+        assert!(
+            ok,
+            "{case}: element {i}: got {g}, want {w} (bound {:e})",
+            bound(i)
+        );
+    }
+}
+
+// ===========================================================================
+// RMSNorm and LayerNorm
+// ===========================================================================
+
+/// The f64 references: the sum rounded to the dtype (fused), then per row
+/// `(h - mean) / sqrt(var + eps) * w + b` (RMS: mean 0, var = mean(h²)).
+fn norm_reference<T: Float>(
+    layer: bool,
+    h: &[T],
+    cols: usize,
+    w: &[T],
+    b: Option<&[T]>,
+    eps: f64,
+) -> Vec<f64> {
+    let mut out = Vec::with_capacity(h.len());
+    for row in h.chunks(cols) {
+        let v: Vec<f64> = row.iter().map(|x| x.f64()).collect();
+        let n = cols as f64;
+        let mean = if layer {
+            v.iter().sum::<f64>() / n
+        } else {
+            0.0
+        };
+        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+        let scale = 1.0 / (var + eps).sqrt();
+        for (c, x) in v.iter().enumerate() {
+            let bias = b.map_or(0.0, |b| b[c].f64());
+            out.push((x - mean) * scale * w[c].f64() + bias);
+        }
+    }
+    out
+}
+
+/// The bound of one output: what the f32 math may add (`rel` of the terms:
+/// the sums' chains and a few roundings), plus the rounding to the dtype.
+fn norm_bound<T: Float>(want: f64, terms: f64, rel: f64) -> f64 {
+    let half_ulp = if T::MANT == 23 { 0.0 } else { T::ulp(want) };
+    rel * terms + half_ulp
+}
+
+/// Runs one norm case on `dev` and checks it.
+#[allow(clippy::too_many_arguments)]
+fn norm_case<T: Float>(
+    dev: &Device,
+    layer: bool,
+    fused: bool,
+    rows: usize,
+    cols: usize,
+    x: &[T],
+    r: &[T],
+    w: &[T],
+    b: Option<&[T]>,
+    rel: f64,
+) {
+    let eps = 1e-5;
+    let shape = [rows, cols];
+    let case = format!(
+        "{}{}_norm {} {rows}x{cols} on {dev}{}",
+        if fused { "add_" } else { "" },
+        if layer { "layer" } else { "rms" },
+        T::DTYPE,
+        if b.is_some() { " with bias" } else { "" }
+    );
+    let xt = Tensor::from_slice(x, &shape, dev).unwrap();
+    let rt = Tensor::from_slice(r, &shape, dev).unwrap();
+    let wt = Tensor::from_slice(w, &[cols], dev).unwrap();
+    let bt = b.map(|b| Tensor::from_slice(b, &[cols], dev).unwrap());
+    // The sum rounded once to the dtype (these inputs make x + r exact in
+    // f32, so this is also the f32 add's result).
+    let h: Vec<T> = if fused {
+        x.iter()
+            .zip(r)
+            .map(|(a, b)| T::of(a.f64() + b.f64()))
+            .collect()
+    } else {
+        x.to_vec()
+    };
+    let (sum, y) = match (layer, fused) {
+        (false, false) => (None, xt.rms_norm(&wt, eps as f32)),
+        (true, false) => (None, xt.layer_norm(&wt, bt.as_ref(), eps as f32)),
+        (false, true) => {
+            let (s, y) = xt.add_rms_norm(&rt, &wt, eps as f32).unwrap();
+            (Some(s), Ok(y))
+        }
+        (true, true) => {
+            let (s, y) = xt
+                .add_layer_norm(&rt, &wt, bt.as_ref(), eps as f32)
+                .unwrap();
+            (Some(s), Ok(y))
+        }
+    };
+    let y = y.unwrap_or_else(|e| panic!("{case}: {e}"));
+    assert_eq!(y.shape(), &shape, "{case}: shape");
+    if let Some(s) = sum {
+        let got: Vec<T> = s.to_vec().unwrap();
+        let bits = |v: &[T]| v.iter().map(|x| x.f64().to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&h), "{case}: the sum");
+    }
+    let want = norm_reference(layer, &h, cols, w, b, eps);
+    // The terms the error scales with: the output's size, and for the layer
+    // norm the weight (the centred value's error is relative to the spread).
+    let got: Vec<T> = y.to_vec().unwrap();
+    check(&case, &got, &want, |i| {
+        let c = i % cols;
+        let terms = want[i].abs() + if layer { w[c].f64().abs() } else { 0.0 };
+        norm_bound::<T>(want[i], terms, rel) + b.map_or(0.0, |b| b[c].f64().abs() * U32)
+    });
+}
+
+/// Random rows: the worst case of f32 sums over the longest chain any
+/// device adds (a Cpu lane: cols/8 terms; a GPU workitem fewer, plus its
+/// tree), then a square root, a division and three products.
+fn random_rel(cols: usize) -> f64 {
+    (cols as f64 / 8.0 + 32.0) * U32
+}
+
+fn norm_random<T: Float>() {
+    for dev in common::devices() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for &(rows, cols) in &[
+            (1, 1),
+            (3, 2),
+            (2, 7),
+            (5, 31),
+            (3, 64),
+            (2, 129),
+            (9, 1000),
+            (3, 1024),
+            (2, 1025),
+            (2, 4099),
+        ] {
+            let x = rng.vec::<T>(rows * cols, 2.0, 0.5);
+            let r = rng.vec::<T>(rows * cols, 1.0, 0.0);
+            let w = rng.vec::<T>(cols, 1.0, 0.2);
+            let b = rng.vec::<T>(cols, 0.5, 0.0);
+            for (layer, fused, bias) in [
+                (false, false, false),
+                (false, true, false),
+                (true, false, true),
+                (true, false, false),
+                (true, true, true),
+            ] {
+                let bias = bias.then_some(&b[..]);
+                norm_case(
+                    &dev,
+                    layer,
+                    fused,
+                    rows,
+                    cols,
+                    &x,
+                    &r,
+                    &w,
+                    bias,
+                    random_rel(cols),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rms_and_layer_norm_f32_random_rows() {
+    norm_random::<f32>();
+}
+
+#[test]
+fn rms_and_layer_norm_f16_random_rows() {
+    norm_random::<f16>();
+}
+
+#[test]
+fn rms_and_layer_norm_bf16_random_rows() {
+    norm_random::<bf16>();
+}
+
+/// Long rows of small integers: every sum and square is exact in f32 (in
+/// any order), so only the final square root, division and products round:
+/// a tight bound that would catch one element too many or too few even in
+/// a row of 65536.
+#[test]
+fn norms_of_long_rows_with_exact_sums() {
+    for dev in common::devices() {
+        let mut rng = Rng(7);
+        for &cols in &[4096usize, 65536, 65537] {
+            let rows = 2;
+            let x = rng.ints::<f32>(rows * cols, 4);
+            let r = rng.ints::<f32>(rows * cols, 2);
+            let w = rng.vec::<f32>(cols, 1.0, 0.0);
+            for (layer, fused) in [(false, false), (false, true), (true, false), (true, true)] {
+                norm_case(&dev, layer, fused, rows, cols, &x, &r, &w, None, 16.0 * U32);
+            }
+            let xb = rng.ints::<bf16>(rows * cols, 4);
+            let wb = rng.vec::<bf16>(cols, 1.0, 0.0);
+            norm_case(
+                &dev,
+                false,
+                false,
+                rows,
+                cols,
+                &xb,
+                &xb,
+                &wb,
+                None,
+                16.0 * U32,
+            );
+        }
+    }
+}
+
+/// A large mean against a small spread: `Σh² - (Σh)²/n` in f32 would lose
+/// every digit of the variance; the shifted sums keep it.
+#[test]
+fn layer_norm_keeps_the_variance_under_a_large_mean() {
+    for dev in common::devices() {
+        let mut rng = Rng(11);
+        let (rows, cols) = (3, 1000);
+        let x = rng.vec::<f32>(rows * cols, 1.0, 1000.0);
+        let w = vec![1.0f32; cols];
+        // The mean rounds at 1000 (half an ulp: 2^-15), an error relative to
+        // the spread (~0.58) of 5e-5 in each output; the bound is 4x that.
+        // The unshifted formula's error would be ~1.
+        norm_case(
+            &dev,
+            true,
+            false,
+            rows,
+            cols,
+            &x,
+            &x,
+            &w,
+            None,
+            4000.0 * U32,
+        );
+    }
+}
+
+#[test]
+fn norms_propagate_nan_and_infinity_per_row() {
+    for dev in common::devices() {
+        let cols = 5;
+        let x = [
+            1.0f32,
+            f32::NAN,
+            2.0,
+            3.0,
+            4.0,
+            1.0,
+            2.0,
+            f32::INFINITY,
+            3.0,
+            4.0,
+            1.0,
+            -2.0,
+            0.0,
+            -0.0,
+            2.0,
+        ];
+        let w = [1.0f32; 5];
+        for layer in [false, true] {
+            norm_case(&dev, layer, false, 3, cols, &x, &x, &w, None, 64.0 * U32);
+        }
+        // A row of zeros: 0 with eps > 0 (the sign of zero kept by rms).
+        let z = Tensor::from_slice(&[0.0f32, -0.0], &[1, 2], &dev).unwrap();
+        let w2 = Tensor::from_slice(&[1.0f32, 1.0], &[2], &dev).unwrap();
+        let y = z.rms_norm(&w2, 1e-6).unwrap().to_vec().unwrap();
+        assert_eq!(
+            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            vec![0, (-0.0f32).to_bits()],
+            "rms_norm of zeros on {dev}"
+        );
+    }
+}
+
+#[test]
+fn norms_take_views_and_empty_tensors() {
+    for dev in common::devices() {
+        // A transposed view: the op normalises its logical rows.
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2], &dev).unwrap();
+        let xt = x.transpose(0, 1).unwrap(); // [[1, 3, 5], [2, 4, 6]]
+        let w = Tensor::from_slice(&[1.0f32, 1.0, 1.0], &[3], &dev).unwrap();
+        let y = xt.rms_norm(&w, 0.0).unwrap().to_vec().unwrap();
+        let want = norm_reference(
+            false,
+            &[1.0f32, 3.0, 5.0, 2.0, 4.0, 6.0],
+            3,
+            &[1.0f32; 3],
+            None,
+            0.0,
+        );
+        check(
+            &format!("rms_norm of a transposed view on {dev}"),
+            &y,
+            &want,
+            |i| 8.0 * U32 * want[i].abs(),
+        );
+        // A weight that is a strided view.
+        let wide = Tensor::from_slice(&[1.0f32, 9.0, 1.0, 9.0, 1.0, 9.0], &[3, 2], &dev).unwrap();
+        let w_view = wide.narrow(1, 0, 1).unwrap().reshape(&[3]).unwrap(); // stride 2
+        let y2 = xt.rms_norm(&w_view, 0.0).unwrap().to_vec().unwrap();
+        assert_eq!(y, y2, "strided weight on {dev}");
+        // Rank 1: one row.
+        let v = Tensor::from_slice(&[3.0f32, 4.0], &[2], &dev).unwrap();
+        let w2 = Tensor::from_slice(&[1.0f32, 1.0], &[2], &dev).unwrap();
+        assert_eq!(
+            v.layer_norm(&w2, None, 0.0).unwrap().to_vec().unwrap(),
+            vec![-1.0, 1.0],
+            "{dev}"
+        );
+        // Empty: no rows, or rows of nothing.
+        for shape in [[0usize, 4], [3, 0]] {
+            let e = Tensor::<bf16>::zeros(&shape, &dev).unwrap();
+            let we = Tensor::<bf16>::ones(&[shape[1]], &dev).unwrap();
+            assert_eq!(e.rms_norm(&we, 1e-6).unwrap().shape(), &shape);
+            let (s, y) = e.add_layer_norm(&e, &we, Some(&we), 1e-6).unwrap();
+            assert_eq!((s.shape(), y.shape()), (&shape[..], &shape[..]));
+        }
+    }
+}
+
+#[test]
+fn norms_refuse_bad_inputs_with_typed_errors() {
+    let dev = Device::Cpu;
+    let x = Tensor::<f32>::zeros(&[2, 3], &dev).unwrap();
+    let w = Tensor::<f32>::ones(&[3], &dev).unwrap();
+    let w4 = Tensor::<f32>::ones(&[4], &dev).unwrap();
+    assert!(matches!(
+        x.rms_norm(&w4, 1e-6),
+        Err(Error::ShapeMismatch {
+            op: "rms_norm weight",
+            ..
+        })
+    ));
+    assert!(matches!(
+        x.layer_norm(&w, Some(&w4), 1e-6),
+        Err(Error::ShapeMismatch {
+            op: "layer_norm bias",
+            ..
+        })
+    ));
+    let r = Tensor::<f32>::zeros(&[3, 2], &dev).unwrap();
+    assert!(matches!(
+        x.add_rms_norm(&r, &w, 1e-6),
+        Err(Error::ShapeMismatch {
+            op: "add_rms_norm",
+            ..
+        })
+    ));
+    for eps in [-1.0, f32::NAN] {
+        assert!(
+            matches!(
+                x.rms_norm(&w, eps),
+                Err(Error::BadParameter { op: "rms_norm", .. })
+            ),
+            "eps {eps}"
+        );
+    }
+    let s = Tensor::<f32>::zeros(&[], &dev).unwrap();
+    assert!(matches!(
+        s.rms_norm(&w, 1e-6),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let i = Tensor::<i64>::zeros(&[2, 3], &dev).unwrap();
+    let wi = Tensor::<i64>::ones(&[3], &dev).unwrap();
+    assert!(matches!(
+        i.rms_norm(&wi, 1e-6),
+        Err(Error::UnsupportedDType { op: "rms_norm", .. })
+    ));
+    let emu = Device::emulator(ferrocm::WaveSize::Wave32);
+    let we = Tensor::<f32>::ones(&[3], &emu).unwrap();
+    assert!(matches!(
+        x.rms_norm(&we, 1e-6),
+        Err(Error::DeviceMismatch { op: "rms_norm", .. })
+    ));
+}
+
+// ===========================================================================
+// Gated activations
+// ===========================================================================
+
+fn act_reference(act: Activation, x: f64) -> f64 {
+    match act {
+        Activation::Relu => x.max(0.0),
+        Activation::Silu => x / (1.0 + (-x).exp()),
+        Activation::Gelu => {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+        }
+        // erf(x/√2) from its series / continued fraction is long to write;
+        // 1 + erf(z) = erfc(-z), and erfc by its Chebyshev fit (Numerical
+        // Recipes' erfcc, relative error < 1.2e-7, below f32's 6e-8 ulp
+        // times the bound below).
+        Activation::GeluErf => 0.5 * x * erfcc(-x / std::f64::consts::SQRT_2),
+        _ => unreachable!(),
+    }
+}
+
+fn erfcc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let ans = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
+    if x >= 0.0 { ans } else { 2.0 - ans }
+}
+
+fn glu_case<T: Float>(dev: &Device, act: Activation) {
+    let mut rng = Rng(3);
+    let n = 1000;
+    let mut g = rng.vec::<T>(n, 6.0, 0.0);
+    g.extend([0.0, -0.0, 1e-3, -20.0, 20.0].map(T::of));
+    let u = rng.vec::<T>(g.len(), 3.0, 0.0);
+    let gt = Tensor::from_slice(&g, &[g.len()], dev).unwrap();
+    let ut = Tensor::from_slice(&u, &[u.len()], dev).unwrap();
+    let got: Vec<T> = gt.glu(&ut, act).unwrap().to_vec().unwrap();
+    let want: Vec<f64> = g
+        .iter()
+        .zip(&u)
+        .map(|(g, u)| act_reference(act, g.f64()) * u.f64())
+        .collect();
+    // f32: the activation's own bound (8 ulp for gelu, 4 silu, exact relu;
+    // erfcc's 1.2e-7 for gelu_erf) and one product; gelu's cancellation for
+    // x << 0 adds |x|·2⁻²¹. f16/bf16: one rounding of that.
+    let case = format!("glu({act:?}) {} on {dev}", T::DTYPE);
+    check(&case, &got, &want, |i| {
+        let (x, w) = (g[i].f64(), want[i]);
+        let rel = match act {
+            Activation::Relu => U32,
+            Activation::Silu => 6.0 * U32,
+            Activation::Gelu => 10.0 * U32,
+            _ => 10.0 * U32 + 1.3e-7,
+        };
+        let floor = match act {
+            Activation::Gelu | Activation::GeluErf => x.abs() * 2f64.powi(-21) * u[i].f64().abs(),
+            _ => 0.0,
+        };
+        rel * w.abs() + floor + if T::MANT == 23 { 0.0 } else { T::ulp(w) }
+    });
+}
+
+#[test]
+fn glu_matches_the_formulas_for_every_activation() {
+    for dev in common::devices() {
+        for act in [
+            Activation::Silu,
+            Activation::Gelu,
+            Activation::GeluErf,
+            Activation::Relu,
+        ] {
+            glu_case::<f32>(&dev, act);
+            glu_case::<f16>(&dev, act);
+            glu_case::<bf16>(&dev, act);
+        }
+    }
+}
+
+#[test]
+fn glu_broadcasts_and_reads_halves_in_place() {
+    for dev in common::devices() {
+        // [.., 2d] halves: gate first (candle-nn's swiglu).
+        let x = Tensor::from_slice(
+            &[1.0f32, -2.0, 3.0, 4.0, -1.0, 0.5, 2.0, 2.0],
+            &[2, 4],
+            &dev,
+        )
+        .unwrap();
+        let y = x.glu_halves(Activation::Relu).unwrap();
+        assert_eq!(
+            (y.shape(), y.to_vec().unwrap()),
+            (&[2, 2][..], vec![3.0, 0.0, 0.0, 1.0]),
+            "{dev}"
+        );
+        // A broadcast up: [2, 2] gate, [2] up.
+        let g = Tensor::from_slice(&[1.0f32, -1.0, 2.0, -2.0], &[2, 2], &dev).unwrap();
+        let u = Tensor::from_slice(&[10.0f32, 100.0], &[2], &dev).unwrap();
+        assert_eq!(
+            g.glu(&u, Activation::Relu).unwrap().to_vec().unwrap(),
+            vec![10.0, 0.0, 20.0, 0.0],
+            "{dev}"
+        );
+        // swiglu = glu(silu); NaN propagates; empty works.
+        let n = Tensor::from_slice(&[f32::NAN, 1.0], &[2], &dev).unwrap();
+        let s = n.swiglu(&n).unwrap().to_vec().unwrap();
+        assert!(
+            s[0].is_nan() && (s[1] as f64 - act_reference(Activation::Silu, 1.0)).abs() < 1e-6,
+            "{dev}"
+        );
+        let e = Tensor::<bf16>::zeros(&[0, 8], &dev).unwrap();
+        assert_eq!(e.glu_halves(Activation::Gelu).unwrap().shape(), &[0, 4]);
+    }
+    let odd = Tensor::<f32>::zeros(&[2, 3], &Device::Cpu).unwrap();
+    assert!(matches!(
+        odd.glu_halves(Activation::Silu),
+        Err(Error::BadParameter {
+            op: "glu_halves",
+            ..
+        })
+    ));
+    let i = Tensor::<u32>::zeros(&[2], &Device::Cpu).unwrap();
+    assert!(matches!(
+        i.swiglu(&i),
+        Err(Error::UnsupportedDType { op: "swiglu", .. })
+    ));
+    let a = Tensor::<f32>::zeros(&[2, 3], &Device::Cpu).unwrap();
+    let b = Tensor::<f32>::zeros(&[2], &Device::Cpu).unwrap();
+    assert!(matches!(
+        a.swiglu(&b),
+        Err(Error::BroadcastIncompatible { .. })
+    ));
+}
+
+// ===========================================================================
+// Rotary embeddings
+// ===========================================================================
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RopeLayout {
+    Halves,
+    Interleaved,
+    Thd,
+}
+
+/// The f64 reference: for each `(b, h, t)` row, position `offset + t`,
+/// pairs `(i, i + r/2)` or `(2i, 2i + 1)` turned by that position's angle.
+#[allow(clippy::too_many_arguments)]
+fn rope_reference<T: Float>(
+    layout: RopeLayout,
+    x: &[T],
+    [b, d0, d1, d]: [usize; 4],
+    cos: &[T],
+    sin: &[T],
+    t_table: usize,
+    half: usize,
+    per_batch: bool,
+    offset: usize,
+) -> Vec<f64> {
+    let mut out: Vec<f64> = x.iter().map(|v| v.f64()).collect();
+    for bi in 0..b {
+        for i0 in 0..d0 {
+            for i1 in 0..d1 {
+                let t = if layout == RopeLayout::Thd { i0 } else { i1 };
+                let row = ((bi * d0 + i0) * d1 + i1) * d;
+                let trow = if per_batch { bi * t_table } else { 0 } + offset + t;
+                for k in 0..half {
+                    let (c, s) = (cos[trow * half + k].f64(), sin[trow * half + k].f64());
+                    let (p, q) = match layout {
+                        RopeLayout::Interleaved => (2 * k, 2 * k + 1),
+                        _ => (k, k + half),
+                    };
+                    let (x0, x1) = (x[row + p].f64(), x[row + q].f64());
+                    out[row + p] = x0 * c - x1 * s;
+                    out[row + q] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn rope_case<T: Float>(
+    dev: &Device,
+    layout: RopeLayout,
+    shape: [usize; 4],
+    half: usize,
+    per_batch: bool,
+    offset: usize,
+) {
+    let mut rng = Rng(5 + half as u64);
+    let t = if layout == RopeLayout::Thd {
+        shape[1]
+    } else {
+        shape[2]
+    };
+    let t_table = offset + t + 3;
+    let tables = if per_batch { shape[0] } else { 1 } * t_table * half;
+    let x = rng.vec::<T>(shape.iter().product(), 4.0, 0.0);
+    // Angles: real cos/sin pairs.
+    let angles: Vec<f64> = (0..tables).map(|_| rng.next() * 10.0).collect();
+    let cos: Vec<T> = angles.iter().map(|a| T::of(a.cos())).collect();
+    let sin: Vec<T> = angles.iter().map(|a| T::of(a.sin())).collect();
+    let tshape: Vec<usize> = if per_batch {
+        vec![shape[0], t_table, half]
+    } else {
+        vec![t_table, half]
+    };
+    let xt = Tensor::from_slice(&x, &shape, dev).unwrap();
+    let ct = Tensor::from_slice(&cos, &tshape, dev).unwrap();
+    let st = Tensor::from_slice(&sin, &tshape, dev).unwrap();
+    let y = match layout {
+        RopeLayout::Halves => xt.rope(&ct, &st, offset),
+        RopeLayout::Interleaved => xt.rope_i(&ct, &st, offset),
+        RopeLayout::Thd => xt.rope_thd(&ct, &st, offset),
+    };
+    let case = format!(
+        "{layout:?} rope {} {shape:?} r={} per_batch={per_batch} offset={offset} on {dev}",
+        T::DTYPE,
+        2 * half
+    );
+    let got: Vec<T> = y
+        .unwrap_or_else(|e| panic!("{case}: {e}"))
+        .to_vec()
+        .unwrap();
+    let want = rope_reference(
+        layout, &x, shape, &cos, &sin, t_table, half, per_batch, offset,
+    );
+    // Two products and a sum in f32: 2 ulp of each product's size (the sum
+    // may cancel), then the rounding to the dtype.
+    let xmax = 4.0;
+    check(&case, &got, &want, |i| {
+        3.0 * U32 * 2.0 * xmax + if T::MANT == 23 { 0.0 } else { T::ulp(want[i]) }
+    });
+}
+
+#[test]
+fn rope_matches_the_rotation_in_every_layout() {
+    for dev in common::devices() {
+        for layout in [RopeLayout::Halves, RopeLayout::Interleaved, RopeLayout::Thd] {
+            // (b, h, t, d) or (b, t, h, d); full and partial rotary; odd heads
+            // and lengths; a decode step (t = 1 at an offset); per-batch tables.
+            for (shape, half, per_batch, offset) in [
+                ([2, 3, 5, 8], 4, false, 0),
+                ([1, 2, 7, 16], 4, false, 0),
+                ([2, 3, 1, 64], 32, false, 37),
+                ([3, 1, 4, 6], 3, true, 2),
+                ([1, 5, 3, 10], 1, true, 0),
+            ] {
+                let shape = if layout == RopeLayout::Thd {
+                    [shape[0], shape[2], shape[1], shape[3]]
+                } else {
+                    shape
+                };
+                rope_case::<f32>(&dev, layout, shape, half, per_batch, offset);
+                rope_case::<f16>(&dev, layout, shape, half, per_batch, offset);
+                rope_case::<bf16>(&dev, layout, shape, half, per_batch, offset);
+            }
+        }
+    }
+}
+
+#[test]
+fn rope_takes_views_and_refuses_bad_tables() {
+    for dev in common::devices() {
+        // A (b, t, h, d) tensor transposed to (b, h, t, d): rope on the view
+        // equals rope_thd on the original, transposed.
+        let mut rng = Rng(9);
+        let x: Vec<f32> = rng.vec(2 * 3 * 4 * 8, 1.0, 0.0);
+        let thd = Tensor::from_slice(&x, &[2, 3, 4, 8], &dev).unwrap();
+        let angles: Vec<f64> = (0..3 * 4).map(|_| rng.next() * 3.0).collect();
+        let cos = Tensor::from_slice(
+            &angles.iter().map(|a| a.cos() as f32).collect::<Vec<_>>(),
+            &[3, 4],
+            &dev,
+        )
+        .unwrap();
+        let sin = Tensor::from_slice(
+            &angles.iter().map(|a| a.sin() as f32).collect::<Vec<_>>(),
+            &[3, 4],
+            &dev,
+        )
+        .unwrap();
+        let a = thd
+            .rope_thd(&cos, &sin, 0)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        let b = thd
+            .transpose(1, 2)
+            .unwrap()
+            .rope(&cos, &sin, 0)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        assert_eq!(a, b, "rope of a view vs rope_thd on {dev}");
+        let e = Tensor::<f32>::zeros(&[0, 2, 3, 8], &dev).unwrap();
+        assert_eq!(e.rope(&cos, &sin, 0).unwrap().shape(), &[0, 2, 3, 8]);
+    }
+    let dev = Device::Cpu;
+    let x = Tensor::<f32>::zeros(&[1, 2, 3, 8], &dev).unwrap();
+    let t = |s: &[usize]| Tensor::<f32>::zeros(s, &dev).unwrap();
+    let bad = |r: ferrocm::ops::Result<Tensor<f32>>| matches!(r, Err(Error::BadParameter { .. }));
+    assert!(
+        bad(x.rope(&t(&[3, 5]), &t(&[3, 5]), 0)),
+        "10 rotary dims of 8"
+    );
+    assert!(
+        bad(x.rope(&t(&[3, 4]), &t(&[3, 4]), 1)),
+        "positions 1..4 of 3"
+    );
+    assert!(
+        bad(x.rope(&t(&[2, 3, 4]), &t(&[2, 3, 4]), 0)),
+        "tables of another batch"
+    );
+    assert!(
+        bad(t(&[2, 8]).rope(&t(&[3, 4]), &t(&[3, 4]), 0)),
+        "rank 2 x"
+    );
+    assert!(matches!(
+        x.rope(&t(&[3, 4]), &t(&[4, 4]), 0),
+        Err(Error::ShapeMismatch { op: "rope", .. })
+    ));
+    let xi = Tensor::<u8>::zeros(&[1, 1, 1, 2], &dev).unwrap();
+    let ti = Tensor::<u8>::zeros(&[1, 1], &dev).unwrap();
+    assert!(matches!(
+        xi.rope_i(&ti, &ti, 0),
+        Err(Error::UnsupportedDType { op: "rope_i", .. })
+    ));
+}
