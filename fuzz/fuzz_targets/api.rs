@@ -368,7 +368,8 @@ fn matmul_work(dtype: DType, a: &[usize], b: &[usize]) -> usize {
         _ => (64, 64, 16),
     };
     let last = |s: &[usize], back: usize| s.len().checked_sub(back).map_or(1, |i| s[i]);
-    let batch = |s: &[usize]| s.iter().rev().skip(2).product::<usize>();
+    let product = |s: &[usize]| s.iter().fold(1usize, |p, &d| p.saturating_mul(d));
+    let batch = |s: &[usize]| product(&s[..s.len().saturating_sub(2)]);
     let (m, k, n) = (last(a, 2), last(a, 1), last(b, 1));
     [batch(a), batch(b), m.div_ceil(bm) * bm, n.div_ceil(bn) * bn, k.max(1).div_ceil(bk) * bk]
         .iter()
@@ -649,7 +650,9 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
         Step::Linear { x, w, bias, act } => {
             let (x, w) = (pick_small(ts, *x)?, pick_small(ts, *w)?);
             // x [.., k] @ w^T: its rows are all of x's leading dims.
-            let rows = x.shape().iter().rev().skip(1).product::<usize>();
+            // (Saturating: a broadcast view's dims may multiply past usize.)
+            let lead = &x.shape()[..x.shape().len().saturating_sub(1)];
+            let rows = lead.iter().fold(1usize, |p, &d| p.saturating_mul(d));
             let k = x.shape().last().copied().unwrap_or(1);
             let n = w.shape().first().copied().unwrap_or(1);
             if matmul_work(x.dtype().unwrap_or(DType::F16), &[rows, k], &[k, n]) > MATMUL_WORK_LIMIT {
