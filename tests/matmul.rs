@@ -375,6 +375,11 @@ fn linear_case<T: WithDType>(dev: &Device) {
         (&[6usize][..], 32usize, 37usize),
         (&[2, 7][..], 16, 20),
         (&[3][..], 9, 11),
+        // One output column over more rows than the GEMV takes: the op
+        // turns `[m, k] x [k, 1]` into a row times a matrix, where the bias
+        // (one element for every row) once read past its end (fuzzer).
+        (&[3, 9][..], 3, 1),
+        (&[12][..], 16, 1),
     ]
     .iter()
     .enumerate()

@@ -342,8 +342,9 @@ fn product<T: WithDType>(
     // A matrix times column vectors (`[m, k] x [k, 1]`, rows of A contiguous):
     // the same numbers as the vector's row times Aᵀ, the matrix-vector
     // kernel's layout (A read once, at the copy rate); C `[m, 1]` and
-    // `[1, m]` are the same memory.
-    if plan.n == 1 && !plan.is_gemv() && (plan.a.cs == 1 || plan.k <= 1) {
+    // `[1, m]` are the same memory. Not with a bias: its one element
+    // would have to cover every column of the swapped product.
+    if plan.n == 1 && bias.is_none() && !plan.is_gemv() && (plan.a.cs == 1 || plan.k <= 1) {
         plan = Plan {
             m: 1,
             n: plan.m,
