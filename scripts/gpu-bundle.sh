@@ -22,7 +22,7 @@ cp target/release/ferrocm "$out/"
 # wrapping and division-by-zero faults, and the host crate's unit tests (CUDA discovery,
 # the PTX checks).
 cargo test --release --features cuda --no-run --message-format=json \
-    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing --test matmul -p ferrocm-host --lib 2>/dev/null |
+    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing --test matmul --test llm -p ferrocm-host --lib 2>/dev/null |
     python3 -c '
 import json, sys, shutil
 for line in sys.stdin:

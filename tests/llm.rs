@@ -730,6 +730,8 @@ fn rope_matches_the_rotation_in_every_layout() {
                 ([2, 3, 1, 64], 32, false, 37),
                 ([3, 1, 4, 6], 3, true, 2),
                 ([1, 5, 3, 10], 1, true, 0),
+                // Partial rotary on 16-byte words (the kernels' word path).
+                ([1, 2, 3, 32], 8, true, 1),
             ] {
                 let shape = if layout == RopeLayout::Thd {
                     [shape[0], shape[2], shape[1], shape[3]]

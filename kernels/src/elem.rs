@@ -367,3 +367,156 @@ macro_rules! int_elem {
 int_elem!(u8);
 int_elem!(u32);
 int_elem!(i64);
+
+/// Elements of `T` in one 16-byte word ([`crate::index::W128`]): the unit of
+/// the vector loads of contiguous rows (4 f32, 8 f16 or bf16).
+///
+/// ```
+/// use ferrocm_kernels::elem::{Bf16, per_word};
+/// assert_eq!((per_word::<f32>(), per_word::<Bf16>()), (4, 8));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn per_word<T>() -> u32 {
+    (16 / size_of::<T>()) as u32
+}
+
+/// Element `k` (0 or 1; 0 for 32-bit types) of a 32-bit lane of `T`s.
+#[amdgpu_device]
+#[inline(always)]
+fn lane_get<T: Elem>(lane: u32, k: u32) -> T {
+    if size_of::<T>() == 4 {
+        T::from_bits64(lane as u64)
+    } else {
+        T::from_bits64(((lane >> (16 * k)) & 0xffff) as u64)
+    }
+}
+
+/// A 32-bit lane from its elements (`hi` unused for 32-bit types).
+#[amdgpu_device]
+#[inline(always)]
+fn lane_of<T: Elem>(lo: T, hi: T) -> u32 {
+    if size_of::<T>() == 4 {
+        lo.to_bits64() as u32
+    } else {
+        (lo.to_bits64() as u32 & 0xffff) | ((hi.to_bits64() as u32) << 16)
+    }
+}
+
+/// Calls `f(k, element k)` for each element of a 16-byte word of 16- or
+/// 32-bit `T`s, in order. Written out lane by lane (no loop indexed by a
+/// variable), so the word stays in registers.
+///
+/// ```
+/// use ferrocm_kernels::elem::word_for_each;
+/// use ferrocm_kernels::index::W128;
+/// let w = W128([1.0f32.to_bits(), 2.0f32.to_bits(), 3.0f32.to_bits(), 4.0f32.to_bits()]);
+/// let mut sum = 0.0;
+/// word_for_each::<f32>(w, |_, x| sum += x);
+/// assert_eq!(sum, 10.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn word_for_each<T: Elem>(w: crate::index::W128, mut f: impl FnMut(u32, T)) {
+    let two = size_of::<T>() == 2;
+    let mut lane = |l: u32, v: u32| {
+        if two {
+            f(2 * l, lane_get::<T>(v, 0));
+            f(2 * l + 1, lane_get::<T>(v, 1));
+        } else {
+            f(l, lane_get::<T>(v, 0));
+        }
+    };
+    lane(0, w.0[0]);
+    lane(1, w.0[1]);
+    lane(2, w.0[2]);
+    lane(3, w.0[3]);
+}
+
+/// A 16-byte word of 16- or 32-bit `T`s whose element `k` is `f(k, a[k],
+/// b[k], c[k])`, written out lane by lane (see [`word_for_each`]).
+///
+/// ```
+/// use ferrocm_kernels::elem::word_map3;
+/// use ferrocm_kernels::index::W128;
+/// let w = |v: [f32; 4]| W128(v.map(f32::to_bits));
+/// let out = word_map3::<f32>(w([1.0, 2.0, 3.0, 4.0]), w([1.0; 4]), w([0.5; 4]), |_, a, b, c| a + b * c);
+/// assert_eq!(out, w([1.5, 2.5, 3.5, 4.5]));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn word_map3<T: Elem>(
+    a: crate::index::W128,
+    b: crate::index::W128,
+    c: crate::index::W128,
+    mut f: impl FnMut(u32, T, T, T) -> T,
+) -> crate::index::W128 {
+    let two = size_of::<T>() == 2;
+    let mut lane = |l: u32, a: u32, b: u32, c: u32| {
+        let k = if two { 2 * l } else { l };
+        let lo = f(
+            k,
+            lane_get::<T>(a, 0),
+            lane_get::<T>(b, 0),
+            lane_get::<T>(c, 0),
+        );
+        let hi = if two {
+            f(
+                k + 1,
+                lane_get::<T>(a, 1),
+                lane_get::<T>(b, 1),
+                lane_get::<T>(c, 1),
+            )
+        } else {
+            lo
+        };
+        lane_of::<T>(lo, hi)
+    };
+    crate::index::W128([
+        lane(0, a.0[0], b.0[0], c.0[0]),
+        lane(1, a.0[1], b.0[1], c.0[1]),
+        lane(2, a.0[2], b.0[2], c.0[2]),
+        lane(3, a.0[3], b.0[3], c.0[3]),
+    ])
+}
+
+/// Two 16-byte words of 16- or 32-bit `T`s from four: element `k` of the
+/// results is `f(a[k], b[k], c[k], d[k])` (a rotation's pair of outputs),
+/// written out lane by lane (see [`word_for_each`]).
+///
+/// ```
+/// use ferrocm_kernels::elem::word_map4x2;
+/// use ferrocm_kernels::index::W128;
+/// let w = |v: f32| W128([v.to_bits(); 4]);
+/// let (p, q) = word_map4x2::<f32>(w(1.0), w(2.0), w(3.0), w(4.0), |a, b, c, d| (a + b, c * d));
+/// assert_eq!((p, q), (w(3.0), w(12.0)));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn word_map4x2<T: Elem>(
+    a: crate::index::W128,
+    b: crate::index::W128,
+    c: crate::index::W128,
+    d: crate::index::W128,
+    mut f: impl FnMut(T, T, T, T) -> (T, T),
+) -> (crate::index::W128, crate::index::W128) {
+    let two = size_of::<T>() == 2;
+    let mut lane = |a: u32, b: u32, c: u32, d: u32| {
+        let g = |v: u32, k: u32| lane_get::<T>(v, k);
+        let (p0, q0) = f(g(a, 0), g(b, 0), g(c, 0), g(d, 0));
+        let (p1, q1) = if two {
+            f(g(a, 1), g(b, 1), g(c, 1), g(d, 1))
+        } else {
+            (p0, q0)
+        };
+        (lane_of::<T>(p0, p1), lane_of::<T>(q0, q1))
+    };
+    let l0 = lane(a.0[0], b.0[0], c.0[0], d.0[0]);
+    let l1 = lane(a.0[1], b.0[1], c.0[1], d.0[1]);
+    let l2 = lane(a.0[2], b.0[2], c.0[2], d.0[2]);
+    let l3 = lane(a.0[3], b.0[3], c.0[3], d.0[3]);
+    (
+        crate::index::W128([l0.0, l1.0, l2.0, l3.0]),
+        crate::index::W128([l0.1, l1.1, l2.1, l3.1]),
+    )
+}

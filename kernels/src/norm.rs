@@ -12,8 +12,11 @@
 //! The rows are `rows × cols`, contiguous. Rows of up to [`NORM_WAVE_COLS`]
 //! go one wave per row (several rows per workgroup: no barrier, no LDS);
 //! longer rows one workgroup per row. Both loop when there are more rows
-//! than teams. Each workitem reads a strided slice of its row with four
-//! loads in flight, the team sums in f32 (a wave butterfly, then one LDS
+//! than teams. Each workitem reads a strided slice of its row, a 16-byte
+//! word per load when the row and every operand start on words
+//! ([`NORM_WORDS`]: 4 f32 or 8 f16/bf16 per load; 2-byte loads left bf16
+//! rows at 59% of the H100's copy bandwidth), else four elements in flight;
+//! the team sums in f32 (a wave butterfly, then one LDS
 //! slot per wave), and a second pass writes the output: it re-reads `x`
 //! (or, fused, the `h` it stored, one stream instead of two), which the
 //! row's first pass has just brought into the cache.
@@ -24,6 +27,7 @@
 
 use crate::device::*;
 use crate::elem::*;
+use crate::index::W128;
 use crate::kernels;
 use crate::reduce::{Sum, block_reduce};
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
@@ -88,10 +92,18 @@ pub fn norm_apply(h: f32, mean: f32, scale: f32, w: f32, b: f32) -> f32 {
     (h - mean) * scale * w + b
 }
 
+/// `flags` bit: each wave is a team of its own (the op sets it for rows of
+/// at most [`NORM_WAVE_COLS`]).
+#[amdgpu_device]
+pub const NORM_PER_WAVE: u32 = 1;
+/// `flags` bit: rows and every operand start on 16-byte words, so rows are
+/// read and written a word (4 f32, 8 f16/bf16) per load.
+#[amdgpu_device]
+pub const NORM_WORDS: u32 = 2;
+
 /// The body of the norm kernels: `LAYER` picks the layer norm, `ADD` the
 /// fused residual add (`res` and `sum_out` are used only then; `b` may be
-/// null). `per_wave != 0` makes each wave a team of its own (the op passes
-/// it for rows of at most [`NORM_WAVE_COLS`]).
+/// null); `flags` holds [`NORM_PER_WAVE`] and [`NORM_WORDS`].
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -105,10 +117,12 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
     rows: u64,
     cols: u32,
     eps: f32,
-    per_wave: u32,
+    flags: u32,
 ) {
+    let per_wave = flags & NORM_PER_WAVE != 0;
+    let words = flags & NORM_WORDS != 0 && size_of::<T>() <= 4;
     let waves = num_waves() as u64;
-    let (mut row, teams, me, size) = if per_wave != 0 {
+    let (mut row, teams, me, size) = if per_wave {
         let team = workgroup_id_x() as u64 * waves + wave_id() as u64;
         (
             team,
@@ -126,26 +140,15 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
         )
     };
     let team_sum = |v: f32| {
-        if per_wave != 0 {
+        if per_wave {
             wave_sum_f32(v)
         } else {
             block_reduce::<f32, Sum>(v)
         }
     };
+    let has_bias = LAYER && !b.is_null();
     while row < rows {
         let base = row as usize * cols as usize;
-        // The row's value at c: x, or x + residual rounded to T (stored:
-        // the second pass and the caller read it back).
-        let h = |c: u32| unsafe {
-            let v = load(x, base + c as usize);
-            if ADD {
-                let s = v.add(load(res, base + c as usize));
-                store(sum_out, base + c as usize, s);
-                s
-            } else {
-                v
-            }
-        };
         // The layer norm's shift: the row's first value (every workitem
         // reads it; fused, it is recomputed, not read back).
         let shift = if LAYER {
@@ -164,18 +167,10 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
             s1 += d;
             s2 += d * d;
         };
-        let mut c = me;
-        while c + 3 * size < cols {
-            let (v0, v1, v2, v3) = (h(c), h(c + size), h(c + 2 * size), h(c + 3 * size));
-            acc(v0);
-            acc(v1);
-            acc(v2);
-            acc(v3);
-            c += 4 * size;
-        }
-        while c < cols {
-            acc(h(c));
-            c += size;
+        if words {
+            norm_sums_words::<T, ADD>(sum_out, x, res, base, cols, me, size, &mut acc);
+        } else {
+            norm_sums::<T, ADD>(sum_out, x, res, base, cols, me, size, &mut acc);
         }
         let (mean, scale) = if LAYER {
             let (s1, s2) = (team_sum(s1), team_sum(s2));
@@ -186,36 +181,145 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
         // The second pass reads h back: x, or the sum this workitem stored
         // (the same elements as in the first pass).
         let src = if ADD { sum_out as *const T } else { x };
-        let put = |c: u32, v: T| unsafe {
-            let i = base + c as usize;
-            let bias = if LAYER && !b.is_null() {
-                load(b, c as usize).to_f32()
-            } else {
-                -0.0
-            };
-            let y = norm_apply(v.to_f32(), mean, scale, load(w, c as usize).to_f32(), bias);
-            store(out, i, T::from_f32(y));
+        let y = |v: T, w: T, b: T| {
+            let bias = if has_bias { b.to_f32() } else { -0.0 };
+            T::from_f32(norm_apply(v.to_f32(), mean, scale, w.to_f32(), bias))
         };
-        let get = |c: u32| unsafe { load(src, base + c as usize) };
-        c = me;
-        while c + 3 * size < cols {
-            let (v0, v1, v2, v3) = (get(c), get(c + size), get(c + 2 * size), get(c + 3 * size));
-            put(c, v0);
-            put(c + size, v1);
-            put(c + 2 * size, v2);
-            put(c + 3 * size, v3);
-            c += 4 * size;
-        }
-        while c < cols {
-            put(c, get(c));
-            c += size;
+        if words {
+            let per = per_word::<T>() as usize;
+            let (src, ow) = (src as *const W128, out as *mut W128);
+            let (ww, bw) = (w as *const W128, b as *const W128);
+            let (wbase, nw) = (base / per, cols / per as u32);
+            let mut c = me;
+            while c < nw {
+                unsafe {
+                    let hv = load(src, wbase + c as usize);
+                    let wv = load(ww, c as usize);
+                    let bv = if has_bias { load(bw, c as usize) } else { wv };
+                    store(
+                        ow,
+                        wbase + c as usize,
+                        word_map3::<T>(hv, wv, bv, |_, h, w, b| y(h, w, b)),
+                    );
+                }
+                c += size;
+            }
+        } else {
+            let put = |c: u32, v: T| unsafe {
+                let bias = if has_bias { load(b, c as usize) } else { v };
+                store(out, base + c as usize, y(v, load(w, c as usize), bias));
+            };
+            let get = |c: u32| unsafe { load(src, base + c as usize) };
+            let mut c = me;
+            while c + 3 * size < cols {
+                let (v0, v1, v2, v3) =
+                    (get(c), get(c + size), get(c + 2 * size), get(c + 3 * size));
+                put(c, v0);
+                put(c + size, v1);
+                put(c + 2 * size, v2);
+                put(c + 3 * size, v3);
+                c += 4 * size;
+            }
+            while c < cols {
+                put(c, get(c));
+                c += size;
+            }
         }
         row += teams;
     }
 }
 
+/// The first pass over a row, an element at a time: `acc(h)` for this
+/// workitem's elements (four loads in flight), storing `h = x + res` when
+/// fused.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn norm_sums<T: Elem, const ADD: bool>(
+    sum_out: *mut T,
+    x: *const T,
+    res: *const T,
+    base: usize,
+    cols: u32,
+    me: u32,
+    size: u32,
+    acc: &mut impl FnMut(T),
+) {
+    // The row's value at c: x, or x + residual rounded to T (stored: the
+    // second pass and the caller read it back).
+    let h = |c: u32| unsafe {
+        let v = load(x, base + c as usize);
+        if ADD {
+            let s = v.add(load(res, base + c as usize));
+            store(sum_out, base + c as usize, s);
+            s
+        } else {
+            v
+        }
+    };
+    let mut c = me;
+    while c + 3 * size < cols {
+        let (v0, v1, v2, v3) = (h(c), h(c + size), h(c + 2 * size), h(c + 3 * size));
+        acc(v0);
+        acc(v1);
+        acc(v2);
+        acc(v3);
+        c += 4 * size;
+    }
+    while c < cols {
+        acc(h(c));
+        c += size;
+    }
+}
+
+/// [`norm_sums`] a 16-byte word at a time (two in flight per input).
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn norm_sums_words<T: Elem, const ADD: bool>(
+    sum_out: *mut T,
+    x: *const T,
+    res: *const T,
+    base: usize,
+    cols: u32,
+    me: u32,
+    size: u32,
+    acc: &mut impl FnMut(T),
+) {
+    let per = per_word::<T>() as usize;
+    let (xw, rw, sw) = (x as *const W128, res as *const W128, sum_out as *mut W128);
+    let (wbase, nw) = (base / per, cols / per as u32);
+    let h = |c: u32, a: W128| unsafe {
+        if ADD {
+            let r = load(rw, wbase + c as usize);
+            let s = word_map3::<T>(a, r, r, |_, x, r, _| x.add(r));
+            store(sw, wbase + c as usize, s);
+            s
+        } else {
+            a
+        }
+    };
+    let mut c = me;
+    while c + size < nw {
+        let (a0, a1) = unsafe {
+            (
+                load(xw, wbase + c as usize),
+                load(xw, wbase + (c + size) as usize),
+            )
+        };
+        let (h0, h1) = (h(c, a0), h(c + size, a1));
+        word_for_each::<T>(h0, |_, v| acc(v));
+        word_for_each::<T>(h1, |_, v| acc(v));
+        c += 2 * size;
+    }
+    if c < nw {
+        let a = unsafe { load(xw, wbase + c as usize) };
+        word_for_each::<T>(h(c, a), |_, v| acc(v));
+    }
+}
+
 /// The parameter types of every norm kernel on element type `T`: `(out,
-/// sum_out, x, residual, weight, bias, rows, cols, eps, per_wave)`; the
+/// sum_out, x, residual, weight, bias, rows, cols, eps, flags)`; the
 /// unfused kernels get null `sum_out` and `residual`, the RMS norms a null
 /// bias.
 #[cfg(not(ferrocm_device))]
@@ -280,8 +384,8 @@ macro_rules! norm_kernels {
     (@k $($t:ty => $($name:ident $layer:literal $add:literal),*;)*) => {
         kernels! {$($(
             fn $name(out: *mut $t, sum_out: *mut $t, x: *const $t, res: *const $t, w: *const $t,
-                     b: *const $t, rows: u64, cols: u32, eps: f32, per_wave: u32) {
-                norm_body::<$t, $layer, $add>(out, sum_out, x, res, w, b, rows, cols, eps, per_wave)
+                     b: *const $t, rows: u64, cols: u32, eps: f32, flags: u32) {
+                norm_body::<$t, $layer, $add>(out, sum_out, x, res, w, b, rows, cols, eps, flags)
             }
         )*)*}
     };

@@ -15,9 +15,10 @@ use crate::dtype::WithDType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
-use ferrocm_kernels::elem::Elem;
+use ferrocm_kernels::elem::{Elem, per_word};
 use ferrocm_kernels::norm::{
-    NORM_BLOCK, NORM_LDS_BYTES, NORM_WAVE_COLS, NormKernels, layer_stats, norm_apply, rms_scale,
+    NORM_BLOCK, NORM_LDS_BYTES, NORM_PER_WAVE, NORM_WAVE_COLS, NORM_WORDS, NormKernels,
+    layer_stats, norm_apply, rms_scale,
 };
 use rayon::prelude::*;
 
@@ -163,6 +164,16 @@ impl<T: WithDType> Op for Norm<'_, T> {
         };
         // Short rows: a wave per row, as many rows per workgroup as waves.
         let per_wave = self.cols <= NORM_WAVE_COLS as usize;
+        // 16-byte words when every row and operand starts on one (the
+        // buffers are 256-byte aligned; views start at their offset).
+        let per = per_word::<T::Kernel>() as usize;
+        let operands = [Some(self.x), self.residual, Some(self.weight), self.bias];
+        let words = self.cols.is_multiple_of(per)
+            && operands
+                .iter()
+                .flatten()
+                .all(|t| t.layout().offset().is_multiple_of(per));
+        let flags = if per_wave { NORM_PER_WAVE } else { 0 } | if words { NORM_WORDS } else { 0 };
         let teams = match per_wave {
             true => {
                 (self.rows as u64).div_ceil((NORM_BLOCK / dev.wave_size().unwrap_or(32)) as u64)
@@ -187,7 +198,7 @@ impl<T: WithDType> Op for Norm<'_, T> {
                 self.rows as u64,
                 self.cols as u32,
                 self.eps,
-                per_wave as u32,
+                flags,
             ),
         )?;
         Ok((self.out, self.sum))
