@@ -300,21 +300,24 @@ fn norm_sums_words<T: Elem, const ADD: bool>(
         }
     };
     let mut c = me;
-    while c + size < nw {
+    // Unfused: two words in flight. Fused, x and res make two already, and
+    // a second call site of `h` (its f16 adds are long) would be outlined,
+    // its words passed through scratch.
+    while !ADD && c + size < nw {
         let (a0, a1) = unsafe {
             (
                 load(xw, wbase + c as usize),
                 load(xw, wbase + (c + size) as usize),
             )
         };
-        let (h0, h1) = (h(c, a0), h(c + size, a1));
-        word_for_each::<T>(h0, |_, v| acc(v));
-        word_for_each::<T>(h1, |_, v| acc(v));
+        word_for_each::<T>(a0, |_, v| acc(v));
+        word_for_each::<T>(a1, |_, v| acc(v));
         c += 2 * size;
     }
-    if c < nw {
+    while c < nw {
         let a = unsafe { load(xw, wbase + c as usize) };
         word_for_each::<T>(h(c, a), |_, v| acc(v));
+        c += size;
     }
 }
 

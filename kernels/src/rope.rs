@@ -119,20 +119,12 @@ pub fn rope_body<T: Elem, const LAYOUT: u32>(
         return;
     }
     let units = (d - half) as u64;
+    let small = rows * units <= u32::MAX as u64;
     grid_stride(rows * units, |u| {
-        let row = u / units;
-        let k = (u - row * units) as u32;
+        let (row, k) = rope_split(u, units, small);
         let base = row as usize * d as usize;
         if k < half {
-            // The row's position and batch.
-            let (ti, bi) = if LAYOUT == ROPE_THD {
-                (
-                    (row / h as u64 % t as u64) as u32,
-                    row / (h as u64 * t as u64),
-                )
-            } else {
-                ((row % t as u64) as u32, row / (h as u64 * t as u64))
-            };
+            let (ti, bi) = rope_position::<LAYOUT>(row, h, t, small);
             let table_row = if per_batch != 0 {
                 bi * t_table as u64
             } else {
@@ -152,6 +144,45 @@ pub fn rope_body<T: Elem, const LAYOUT: u32>(
             unsafe { store(out, i, load(x, i)) };
         }
     });
+}
+
+/// Unit `u` as (row, unit in the row), in 32-bit arithmetic when `small`
+/// (every index fits): a 64-bit division is a long instruction sequence on
+/// a GPU, and it is per unit.
+#[amdgpu_device]
+#[inline(always)]
+fn rope_split(u: u64, units: u64, small: bool) -> (u64, u32) {
+    if small {
+        let (u, units) = (u as u32, units as u32);
+        let row = u / units;
+        (row as u64, u - row * units)
+    } else {
+        let row = u / units;
+        (row, (u - row * units) as u32)
+    }
+}
+
+/// The position (in the sequence) and batch of `row`, in 32-bit arithmetic
+/// when `small` (the row fits).
+#[amdgpu_device]
+#[inline(always)]
+fn rope_position<const LAYOUT: u32>(row: u64, h: u32, t: u32, small: bool) -> (u32, u64) {
+    if small {
+        let row = row as u32;
+        let ti = if LAYOUT == ROPE_THD {
+            row / h % t
+        } else {
+            row % t
+        };
+        (ti, (row / h / t) as u64)
+    } else {
+        let ti = if LAYOUT == ROPE_THD {
+            row / h as u64 % t as u64
+        } else {
+            row % t as u64
+        };
+        (ti as u32, row / (h as u64 * t as u64))
+    }
 }
 
 /// [`rope_body`] on 16-byte words: `dw` words per row, `hw` per half; unit
@@ -180,19 +211,12 @@ fn rope_words<T: Elem, const LAYOUT: u32>(
         sin as *const W128,
     );
     let units = (dw - hw) as u64;
+    let small = rows * units <= u32::MAX as u64;
     grid_stride(rows * units, |u| {
-        let row = u / units;
-        let k = (u - row * units) as u32;
+        let (row, k) = rope_split(u, units, small);
         let base = row as usize * dw as usize;
         if k < hw {
-            let (ti, bi) = if LAYOUT == ROPE_THD {
-                (
-                    (row / h as u64 % t as u64) as u32,
-                    row / (h as u64 * t as u64),
-                )
-            } else {
-                ((row % t as u64) as u32, row / (h as u64 * t as u64))
-            };
+            let (ti, bi) = rope_position::<LAYOUT>(row, h, t, small);
             let table_row = if per_batch != 0 {
                 bi * t_table as u64
             } else {

@@ -351,6 +351,18 @@ fn layer_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
     let n = rows * h;
     let (q, table) = (heads * seq * hd, seq * hd / 2);
     let ops: Vec<(&str, Vec<usize>, u64, LayerOp)> = vec![
+        // The copy at these sizes: the floor the rows below approach (a
+        // launch's fixed cost weighs more on 32 MB than on the 268 MB copy
+        // the percentages are of).
+        ("copy f32 (norm size)", vec![rows, h], (8 * n) as u64, |i| {
+            i.0.copy().map(drop)
+        }),
+        (
+            "copy bf16 (norm size)",
+            vec![rows, h],
+            (4 * n) as u64,
+            |i| i.6.0.copy().map(drop),
+        ),
         ("rms_norm f32", vec![rows, h], (8 * n + 4 * h) as u64, |i| {
             i.0.rms_norm(&i.2, 1e-5).map(drop)
         }),
