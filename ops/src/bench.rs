@@ -311,14 +311,17 @@ fn llm_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchR
 
 /// The per-token ops of a transformer layer at Llama sizes (for the default
 /// config; smaller configs scale them down): RMSNorm and its fused residual
-/// add over 4096 x 4096, LayerNorm, RoPE on q of (1, 32, 2048, 128) with a
+/// add over 16384 x 4096 (the PyTorch anchors' size), LayerNorm, RoPE on q of (1, 32, 2048, 128) with a
 /// (2048, 64) table, SwiGLU on 4096 x 14336. Bytes: every input read once
 /// (weights and tables included), every output written once.
 fn layer_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
     let h = cfg.cols.min(4096);
-    let rows = cfg.rows.min(4096);
+    // The norms at the size of the PyTorch anchors (16384 x 4096 by
+    // default); SwiGLU over 4096 tokens.
+    let rows = cfg.rows;
+    let tokens = cfg.rows.min(4096);
     let ffn = h * 7 / 2;
-    let (heads, seq, hd) = (32.min(h / 128).max(1), rows.min(2048), 128.min(h));
+    let (heads, seq, hd) = (32.min(h / 128).max(1), tokens.min(2048), 128.min(h));
     let build = |d: &Device| -> Result<_> {
         let f = |shape: &[usize], seed| Tensor::<f32>::randn(shape, 0.0, 1.0, seed, d);
         let q = f(&[1, heads, seq, hd], 34)?;
@@ -351,17 +354,20 @@ fn layer_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
     let n = rows * h;
     let (q, table) = (heads * seq * hd, seq * hd / 2);
     let ops: Vec<(&str, Vec<usize>, u64, LayerOp)> = vec![
-        // The copy at these sizes: the floor the rows below approach (a
-        // launch's fixed cost weighs more on 32 MB than on the 268 MB copy
-        // the percentages are of).
-        ("copy f32 (norm size)", vec![rows, h], (8 * n) as u64, |i| {
-            i.0.copy().map(drop)
-        }),
+        // The copy kernel at the sizes below: the rope's 34 MB pay a
+        // launch's fixed cost that the 268 MB copy the percentages are of
+        // does not.
         (
             "copy bf16 (norm size)",
             vec![rows, h],
             (4 * n) as u64,
             |i| i.6.0.copy().map(drop),
+        ),
+        (
+            "copy bf16 (rope size)",
+            vec![1, heads, seq, hd],
+            (4 * q) as u64,
+            |i| i.3.0.copy().map(drop),
         ),
         ("rms_norm f32", vec![rows, h], (8 * n + 4 * h) as u64, |i| {
             i.0.rms_norm(&i.2, 1e-5).map(drop)
