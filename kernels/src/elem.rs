@@ -520,3 +520,20 @@ pub fn word_map4x2<T: Elem>(
         crate::index::W128([l0.1, l1.1, l2.1, l3.1]),
     )
 }
+
+/// Whether `T` converts to and from f32 in a few instructions: every type
+/// but f16, whose conversions are long in software. Kernels that repeat a
+/// per-word body at several sites keep f16 to one site (the compiler
+/// outlines a long body called from several, and the call passes its words
+/// through scratch memory).
+///
+/// ```
+/// use ferrocm_kernels::elem::{Bf16, F16, short_convert};
+/// assert!(short_convert::<f32>() && short_convert::<Bf16>() && !short_convert::<F16>());
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn short_convert<T: Elem>() -> bool {
+    // bf16's one is 0x3f80 (f32's high half), f16's 0x3c00.
+    size_of::<T>() != 2 || T::ONE.to_bits64() == 0x3f80
+}

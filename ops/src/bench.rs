@@ -336,8 +336,8 @@ fn layer_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
                 angles.sin()?.to_dtype::<bf16>()?,
             ),
             (
-                f(&[rows, ffn], 36)?.to_dtype::<bf16>()?,
-                f(&[rows, ffn], 37)?.to_dtype::<bf16>()?,
+                f(&[tokens, ffn], 36)?.to_dtype::<bf16>()?,
+                f(&[tokens, ffn], 37)?.to_dtype::<bf16>()?,
             ),
             (q, angles.cos()?, angles.sin()?),
             (
