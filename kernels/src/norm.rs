@@ -147,11 +147,13 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
         }
     };
     let has_bias = LAYER && !b.is_null();
-    // Unfused rows of at most four words per workitem stay in registers
-    // between the passes: no second read (f32 rows of 16384 x 4096 re-read
-    // from L2 ran at 76% of the copy bandwidth).
+    // Unfused f32 rows of at most four words per workitem stay in
+    // registers between the passes: no second read (rows of 16384 x 4096
+    // re-read from L2 ran at 76% of the copy bandwidth, held at 99%). bf16
+    // rows ran slower held (96% -> 76%: two of the four slots used, the
+    // registers of all four): they take the two-pass path.
     let per = per_word::<T>();
-    let held = words && !ADD && short_convert::<T>() && cols / per <= 4 * size;
+    let held = words && !ADD && size_of::<T>() == 4 && cols / per <= 4 * size;
     while row < rows {
         let base = row as usize * cols as usize;
         if held {

@@ -416,8 +416,8 @@ fn layer_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
         ),
         (
             "swiglu bf16",
-            vec![rows, ffn],
-            (6 * rows * ffn) as u64,
+            vec![tokens, ffn],
+            (6 * tokens * ffn) as u64,
             |i| i.4.0.swiglu(&i.4.1).map(drop),
         ),
     ];

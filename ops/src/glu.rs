@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::matmul::Activation;
 use crate::tensor::Tensor;
 use ferrocm_host::{Device, LaunchConfig};
+use ferrocm_kernels::elem::per_word;
 use ferrocm_kernels::glu::{GluKernels, glu_apply};
 use ferrocm_kernels::unary::{ACT_GELU, ACT_GELU_ERF, ACT_RELU, ACT_SILU};
 use std::marker::PhantomData;
@@ -34,6 +35,13 @@ impl<T: WithDType, const ACT: u32> ZipFn<T, T> for Gated<ACT> {
             dtype: T::DTYPE,
         })?;
         let (out, a, b, n, ndim, layout, d0, d1, a0, a1, b0, b1) = args;
+        // Contiguous operands go a 16-byte word per workitem when they
+        // start on words (the kernel checks; any grid is correct).
+        let per = per_word::<T::Kernel>() as u64;
+        let cfg = match ndim {
+            0 => LaunchConfig::linear(n.div_ceil(per), cfg.block[0]),
+            _ => cfg,
+        };
         let args = (out, a, b, n, ndim, layout, d0, d1, a0, a1, b0, b1, ACT);
         Ok(dev.launch_typed(kernel, cfg, args)?)
     }
