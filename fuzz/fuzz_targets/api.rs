@@ -371,7 +371,10 @@ fn matmul_work(dtype: DType, a: &[usize], b: &[usize]) -> usize {
     let product = |s: &[usize]| s.iter().fold(1usize, |p, &d| p.saturating_mul(d));
     let batch = |s: &[usize]| product(&s[..s.len().saturating_sub(2)]);
     let (m, k, n) = (last(a, 2), last(a, 1), last(b, 1));
-    [batch(a), batch(b), m.div_ceil(bm) * bm, n.div_ceil(bn) * bn, k.max(1).div_ceil(bk) * bk]
+    // Dims rounded up to whole tiles (saturating: a broadcast view's dims
+    // may be near usize::MAX).
+    let tiles = |d: usize, t: usize| d.div_ceil(t).saturating_mul(t);
+    [batch(a), batch(b), tiles(m, bm), tiles(n, bn), tiles(k.max(1), bk)]
         .iter()
         .fold(1usize, |w, &d| w.saturating_mul(d.max(1)))
 }

@@ -381,10 +381,16 @@ pub const fn per_word<T>() -> u32 {
     (16 / size_of::<T>()) as u32
 }
 
-/// Element `k` (0 or 1; 0 for 32-bit types) of a 32-bit lane of `T`s.
+/// Element `k` (0 or 1; 0 for 32-bit types) of a 32-bit lane of `T`s (a
+/// 16-byte word is four lanes).
+///
+/// ```
+/// use ferrocm_kernels::elem::{Bf16, lane_get};
+/// assert_eq!(lane_get::<Bf16>(0x4000_3f80, 1), Bf16(0x4000)); // [1.0, 2.0]
+/// ```
 #[amdgpu_device]
 #[inline(always)]
-fn lane_get<T: Elem>(lane: u32, k: u32) -> T {
+pub fn lane_get<T: Elem>(lane: u32, k: u32) -> T {
     if size_of::<T>() == 4 {
         T::from_bits64(lane as u64)
     } else {
@@ -393,9 +399,14 @@ fn lane_get<T: Elem>(lane: u32, k: u32) -> T {
 }
 
 /// A 32-bit lane from its elements (`hi` unused for 32-bit types).
+///
+/// ```
+/// use ferrocm_kernels::elem::{Bf16, lane_of};
+/// assert_eq!(lane_of(Bf16(0x3f80), Bf16(0x4000)), 0x4000_3f80);
+/// ```
 #[amdgpu_device]
 #[inline(always)]
-fn lane_of<T: Elem>(lo: T, hi: T) -> u32 {
+pub fn lane_of<T: Elem>(lo: T, hi: T) -> u32 {
     if size_of::<T>() == 4 {
         lo.to_bits64() as u32
     } else {

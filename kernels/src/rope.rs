@@ -88,13 +88,13 @@ pub fn rope_body<T: Elem, const LAYOUT: u32>(
     per_batch: u32,
 ) {
     let half = r / 2;
-    // The halves layouts with rows, halves and tables on 16-byte words: a
-    // word of each half (4 f32, 8 f16/bf16 pairs) per load (2-byte loads
-    // held bf16 to 41% of the H100's copy bandwidth).
+    // Rows, halves and tables on 16-byte words: a word of each half (4
+    // f32, 8 f16/bf16 pairs), or the two words of `per` interleaved pairs,
+    // per load (2-byte loads held bf16 to 41% of the H100's copy
+    // bandwidth).
     let per = per_word::<T>();
     let on_word = |p: usize| p.is_multiple_of(16);
-    if LAYOUT != ROPE_INTERLEAVED
-        && size_of::<T>() <= 4
+    if size_of::<T>() <= 4
         && half.is_multiple_of(per)
         && d.is_multiple_of(per)
         && on_word(out as usize)
@@ -146,6 +146,72 @@ pub fn rope_body<T: Elem, const LAYOUT: u32>(
     });
 }
 
+/// [`rope_pair`] on elements of `T`, rounded once.
+#[amdgpu_device]
+#[inline(always)]
+fn rope_elems<T: Elem>(x0: T, x1: T, c: T, s: T) -> (T, T) {
+    let (a, b) = rope_pair(x0.to_f32(), x1.to_f32(), c.to_f32(), s.to_f32());
+    (T::from_f32(a), T::from_f32(b))
+}
+
+/// `per` interleaved pairs: words `a` and `b` hold pairs `0..per/2` and
+/// `per/2..per` as `(x0, x1)` neighbours, `c` and `s` their `per` cosines
+/// and sines. Written out lane by lane with constant indices (16-bit types:
+/// a lane is a pair; f32: two lanes are).
+#[amdgpu_device]
+#[inline(always)]
+fn rope_interleaved_words<T: Elem>(a: W128, b: W128, c: W128, s: W128) -> (W128, W128) {
+    if size_of::<T>() == 2 {
+        // Pair p's cosine is element p % 2 of lane p / 2 of `c`.
+        let pair = |x: u32, cl: u32, sl: u32, k: u32| {
+            let (y0, y1) = rope_elems::<T>(
+                lane_get(x, 0),
+                lane_get(x, 1),
+                lane_get(cl, k),
+                lane_get(sl, k),
+            );
+            lane_of(y0, y1)
+        };
+        (
+            W128([
+                pair(a.0[0], c.0[0], s.0[0], 0),
+                pair(a.0[1], c.0[0], s.0[0], 1),
+                pair(a.0[2], c.0[1], s.0[1], 0),
+                pair(a.0[3], c.0[1], s.0[1], 1),
+            ]),
+            W128([
+                pair(b.0[0], c.0[2], s.0[2], 0),
+                pair(b.0[1], c.0[2], s.0[2], 1),
+                pair(b.0[2], c.0[3], s.0[3], 0),
+                pair(b.0[3], c.0[3], s.0[3], 1),
+            ]),
+        )
+    } else {
+        // A pair is two lanes; pair p's cosine is lane p of `c`.
+        let pair = |x0: u32, x1: u32, cl: u32, sl: u32| {
+            let (y0, y1) = rope_elems::<T>(
+                lane_get(x0, 0),
+                lane_get(x1, 0),
+                lane_get(cl, 0),
+                lane_get(sl, 0),
+            );
+            (lane_of(y0, y0), lane_of(y1, y1))
+        };
+        let (p0, p1) = (
+            pair(a.0[0], a.0[1], c.0[0], s.0[0]),
+            pair(a.0[2], a.0[3], c.0[1], s.0[1]),
+        );
+        let (p2, p3) = (
+            pair(b.0[0], b.0[1], c.0[2], s.0[2]),
+            pair(b.0[2], b.0[3], c.0[3], s.0[3]),
+        );
+        (
+            W128([p0.0, p0.1, p1.0, p1.1]),
+            W128([p2.0, p2.1, p3.0, p3.1]),
+        )
+    }
+}
+
 /// Unit `u` as (row, unit in the row), in 32-bit arithmetic when `small`
 /// (every index fits): a 64-bit division is a long instruction sequence on
 /// a GPU, and it is per unit.
@@ -186,7 +252,9 @@ fn rope_position<const LAYOUT: u32>(row: u64, h: u32, t: u32, small: bool) -> (u
 }
 
 /// [`rope_body`] on 16-byte words: `dw` words per row, `hw` per half; unit
-/// `k < hw` of a row rotates word `k` of each half, the others copy a word.
+/// `k < hw` of a row rotates word `k` of each half (interleaved: words `2k`
+/// and `2k + 1`, the same pairs as word `k` of the tables), the others copy
+/// a word.
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -223,14 +291,21 @@ fn rope_words<T: Elem, const LAYOUT: u32>(
                 0
             } + (offset + ti) as u64;
             let at = table_row as usize * hw as usize + k as usize;
-            let (i0, i1) = (base + k as usize, base + (hw + k) as usize);
+            // Halves: word k of each half. Interleaved: the two words of
+            // pairs k * per .. (k + 1) * per.
+            let (i0, i1) = if LAYOUT == ROPE_INTERLEAVED {
+                (base + 2 * k as usize, base + 2 * k as usize + 1)
+            } else {
+                (base + k as usize, base + (hw + k) as usize)
+            };
             unsafe {
                 let (c, s) = (load(cw, at), load(sw, at));
                 let (x0, x1) = (load(xw, i0), load(xw, i1));
-                let (y0, y1) = word_map4x2::<T>(x0, x1, c, s, |x0, x1, c, s| {
-                    let (a, b) = rope_pair(x0.to_f32(), x1.to_f32(), c.to_f32(), s.to_f32());
-                    (T::from_f32(a), T::from_f32(b))
-                });
+                let (y0, y1) = if LAYOUT == ROPE_INTERLEAVED {
+                    rope_interleaved_words::<T>(x0, x1, c, s)
+                } else {
+                    word_map4x2::<T>(x0, x1, c, s, |x0, x1, c, s| rope_elems(x0, x1, c, s))
+                };
                 store(ow, i0, y0);
                 store(ow, i1, y1);
             }

@@ -108,14 +108,13 @@ impl<T: WithDType, const LAYOUT: u32> Op for Rope<'_, T, LAYOUT> {
         };
         let rows = (p.b * p.h * p.t) as u64;
         let units = rows * (p.d - p.r / 2) as u64;
-        // The kernel moves 16-byte words when the halves layouts' rows,
-        // halves and tables start on them (the buffers are 256-byte
+        // The kernel moves 16-byte words when rows, halves and tables
+        // start on them (the buffers are 256-byte
         // aligned): a workitem per word, not per element (7 of 8 idle
         // workitems held bf16 to 61% of the copy bandwidth). Any grid is
         // correct: the kernel loops.
         let per = per_word::<T::Kernel>() as usize;
-        let on_words = LAYOUT != ROPE_INTERLEAVED
-            && (p.r / 2).is_multiple_of(per)
+        let on_words = (p.r / 2).is_multiple_of(per)
             && p.d.is_multiple_of(per)
             && [self.x, self.cos, self.sin]
                 .iter()
