@@ -124,13 +124,8 @@ pub fn rope_body<T: Elem, const LAYOUT: u32>(
         let (row, k) = rope_split(u, units, small);
         let base = row as usize * d as usize;
         if k < half {
-            let (ti, bi) = rope_position::<LAYOUT>(row, h, t, small);
-            let table_row = if per_batch != 0 {
-                bi * t_table as u64
-            } else {
-                0
-            } + (offset + ti) as u64;
-            let at = table_row as usize * half as usize + k as usize;
+            let table_row = rope_table_row::<LAYOUT>(row, h, t, t_table, offset, per_batch, small);
+            let at = table_row * half as usize + k as usize;
             let (c, s) = unsafe { (load(cos, at).to_f32(), load(sin, at).to_f32()) };
             let (i0, i1) = rope_pair_at::<LAYOUT>(k, r);
             let (i0, i1) = (base + i0 as usize, base + i1 as usize);
@@ -228,12 +223,22 @@ fn rope_split(u: u64, units: u64, small: bool) -> (u64, u32) {
     }
 }
 
-/// The position (in the sequence) and batch of `row`, in 32-bit arithmetic
-/// when `small` (the row fits).
+/// The table row of `row`: its position in the sequence plus `offset`, in
+/// its batch's table when `per_batch != 0`; 32-bit arithmetic when `small`
+/// (the row fits).
 #[amdgpu_device]
 #[inline(always)]
-fn rope_position<const LAYOUT: u32>(row: u64, h: u32, t: u32, small: bool) -> (u32, u64) {
-    if small {
+#[allow(clippy::too_many_arguments)]
+fn rope_table_row<const LAYOUT: u32>(
+    row: u64,
+    h: u32,
+    t: u32,
+    t_table: u32,
+    offset: u32,
+    per_batch: u32,
+    small: bool,
+) -> usize {
+    let (ti, bi) = if small {
         let row = row as u32;
         let ti = if LAYOUT == ROPE_THD {
             row / h % t
@@ -248,7 +253,13 @@ fn rope_position<const LAYOUT: u32>(row: u64, h: u32, t: u32, small: bool) -> (u
             row % t as u64
         };
         (ti as u32, row / (h as u64 * t as u64))
-    }
+    };
+    let first = if per_batch != 0 {
+        bi * t_table as u64
+    } else {
+        0
+    };
+    (first + (offset + ti) as u64) as usize
 }
 
 /// [`rope_body`] on 16-byte words: `dw` words per row, `hw` per half; unit
@@ -284,13 +295,8 @@ fn rope_words<T: Elem, const LAYOUT: u32>(
         let (row, k) = rope_split(u, units, small);
         let base = row as usize * dw as usize;
         if k < hw {
-            let (ti, bi) = rope_position::<LAYOUT>(row, h, t, small);
-            let table_row = if per_batch != 0 {
-                bi * t_table as u64
-            } else {
-                0
-            } + (offset + ti) as u64;
-            let at = table_row as usize * hw as usize + k as usize;
+            let table_row = rope_table_row::<LAYOUT>(row, h, t, t_table, offset, per_batch, small);
+            let at = table_row * hw as usize + k as usize;
             // Halves: word k of each half. Interleaved: the two words of
             // pairs k * per .. (k + 1) * per.
             let (i0, i1) = if LAYOUT == ROPE_INTERLEAVED {

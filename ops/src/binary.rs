@@ -104,10 +104,20 @@ impl<T: WithDType> Tensor<T> {
     }
 
     fn binary_op<O: BinaryKernel>(&self, rhs: &Self, name: &'static str) -> Result<Self> {
+        self.zip::<T, Arith<O>>(rhs, name)
+    }
+
+    /// `F(self, rhs)` elementwise with broadcasting, into a new tensor: the
+    /// arithmetic ops, the comparisons and the gated activations.
+    pub(crate) fn zip<R: WithDType, F: ZipFn<T, R>>(
+        &self,
+        rhs: &Self,
+        name: &'static str,
+    ) -> Result<Tensor<R>> {
         let (shape, a, b) = broadcast_pair(name, self, rhs)?;
         let dev = a.device();
-        let out = dev.alloc::<T>(shape.iter().product())?;
-        let op = Zip::<T, T, Arith<O>> {
+        let out = dev.alloc::<R>(shape.iter().product())?;
+        let op = Zip::<T, R, F> {
             name,
             a: &a,
             b: &b,
@@ -118,17 +128,7 @@ impl<T: WithDType> Tensor<T> {
     }
 
     fn cmp_op<O: CmpKernel>(&self, rhs: &Self, name: &'static str) -> Result<Tensor<u8>> {
-        let (shape, a, b) = broadcast_pair(name, self, rhs)?;
-        let dev = a.device();
-        let out = dev.alloc::<u8>(shape.iter().product())?;
-        let op = Zip::<T, u8, Compare<O>> {
-            name,
-            a: &a,
-            b: &b,
-            out,
-            _op: PhantomData,
-        };
-        Ok(Tensor::from_parts(backend::run(dev, op)?, &shape))
+        self.zip::<u8, Compare<O>>(rhs, name)
     }
 }
 
@@ -237,12 +237,12 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> crate::cpu::Func2<T, T, R> for 
 }
 
 /// `out[i] = F(a[i], b[i])` over two tensors of the output's shape (broadcast views).
-pub(crate) struct Zip<'a, T: WithDType, R: WithDType, F> {
-    pub(crate) name: &'static str,
-    pub(crate) a: &'a Tensor<T>,
-    pub(crate) b: &'a Tensor<T>,
-    pub(crate) out: DeviceBuffer<R>,
-    pub(crate) _op: PhantomData<F>,
+struct Zip<'a, T: WithDType, R: WithDType, F> {
+    name: &'static str,
+    a: &'a Tensor<T>,
+    b: &'a Tensor<T>,
+    out: DeviceBuffer<R>,
+    _op: PhantomData<F>,
 }
 
 impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {

@@ -3,8 +3,7 @@
 //! ([`Zip`]: broadcasting, strided views, the Cpu's vectorised loops); the
 //! kernel is `glu_{dtype}` with the activation as an argument.
 
-use crate::backend;
-use crate::binary::{Zip, ZipArgs, ZipFn, broadcast_pair};
+use crate::binary::{ZipArgs, ZipFn};
 use crate::dtype::WithDType;
 use crate::error::{Error, Result};
 use crate::matmul::Activation;
@@ -13,7 +12,6 @@ use ferrocm_host::{Device, LaunchConfig};
 use ferrocm_kernels::elem::per_word;
 use ferrocm_kernels::glu::{GluKernels, glu_apply};
 use ferrocm_kernels::unary::{ACT_GELU, ACT_GELU_ERF, ACT_RELU, ACT_SILU};
-use std::marker::PhantomData;
 
 /// `act(a) * b` with the activation's code `ACT` as a constant: the Cpu
 /// loop is compiled once per activation, the kernel takes the code.
@@ -136,16 +134,6 @@ impl<T: WithDType> Tensor<T> {
                 dtype: T::DTYPE,
             });
         }
-        let (shape, a, b) = broadcast_pair(name, self, up)?;
-        let dev = a.device();
-        let out = dev.alloc::<T>(shape.iter().product())?;
-        let op = Zip::<T, T, Gated<ACT>> {
-            name,
-            a: &a,
-            b: &b,
-            out,
-            _op: PhantomData,
-        };
-        Ok(Tensor::from_parts(backend::run(dev, op)?, &shape))
+        self.zip::<T, Gated<ACT>>(up, name)
     }
 }
