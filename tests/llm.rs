@@ -816,3 +816,398 @@ fn rope_takes_views_and_refuses_bad_tables() {
         Err(Error::UnsupportedDType { op: "rope_i", .. })
     ));
 }
+
+// ===========================================================================
+// Attention
+// ===========================================================================
+
+/// One attention case: `(b, h_q, h_kv, s_q, s_kv, d)` and the options.
+#[derive(Clone)]
+struct AttnCase {
+    dims: [usize; 6],
+    causal: bool,
+    window: Option<usize>,
+    softcap: Option<f32>,
+    /// The mask's shape (broadcast to `(b, h_q, s_q, s_kv)`), if any.
+    mask: Option<Vec<usize>>,
+}
+
+/// The f64 reference: per query row, the logits of the keys it sees
+/// (`q · k * scale`, softcapped, plus the mask), their softmax, the
+/// weighted sum of the values; a row that sees nothing (or only -inf) is 0.
+#[allow(clippy::too_many_arguments)]
+fn attn_reference<T: Float>(
+    c: &AttnCase,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    mask: Option<&[T]>,
+    scale: f64,
+) -> Vec<f64> {
+    let [b, h_q, h_kv, s_q, s_kv, d] = c.dims;
+    let g = h_q / h_kv;
+    // The mask's strides over (b, h_q, s_q, s_kv): 0 where it broadcasts.
+    let mstrides = c.mask.as_ref().map(|shape| {
+        let full = [b, h_q, s_q, s_kv];
+        let mut padded = vec![1; 4 - shape.len()];
+        padded.extend(shape);
+        let mut st = [0usize; 4];
+        let mut acc = 1;
+        for i in (0..4).rev() {
+            st[i] = if padded[i] == 1 && full[i] != 1 {
+                0
+            } else {
+                acc
+            };
+            acc *= padded[i];
+        }
+        st
+    });
+    let mut out = vec![0.0; b * h_q * s_q * d];
+    for bi in 0..b {
+        for h in 0..h_q {
+            for i in 0..s_q {
+                let pos = i as i64 + s_kv as i64 - s_q as i64;
+                let qr = &q[((bi * h_q + h) * s_q + i) * d..][..d];
+                let mut logits = Vec::new();
+                for j in 0..s_kv {
+                    let jj = j as i64;
+                    if (c.causal && jj > pos) || c.window.is_some_and(|w| jj <= pos - w as i64) {
+                        continue;
+                    }
+                    let kr = &k[((bi * h_kv + h / g) * s_kv + j) * d..][..d];
+                    let mut x: f64 = qr
+                        .iter()
+                        .zip(kr)
+                        .map(|(a, b)| a.f64() * b.f64())
+                        .sum::<f64>()
+                        * scale;
+                    if let Some(cap) = c.softcap {
+                        x = cap as f64 * (x / cap as f64).tanh();
+                    }
+                    if let (Some(m), Some(st)) = (mask, mstrides) {
+                        x += m[bi * st[0] + h * st[1] + i * st[2] + j * st[3]].f64();
+                    }
+                    logits.push((j, x));
+                }
+                let row = &mut out[((bi * h_q + h) * s_q + i) * d..][..d];
+                if logits.iter().any(|(_, x)| x.is_nan()) {
+                    row.iter_mut().for_each(|y| *y = f64::NAN);
+                    continue;
+                }
+                let mx = logits
+                    .iter()
+                    .map(|(_, x)| *x)
+                    .fold(f64::NEG_INFINITY, f64::max);
+                if mx == f64::NEG_INFINITY {
+                    continue;
+                }
+                let mut l = 0.0;
+                for &(j, x) in &logits {
+                    let p = (x - mx).exp();
+                    if p == 0.0 {
+                        continue;
+                    }
+                    l += p;
+                    let vr = &v[((bi * h_kv + h / g) * s_kv + j) * d..][..d];
+                    for (y, vv) in row.iter_mut().zip(vr) {
+                        *y += p * vv.f64();
+                    }
+                }
+                row.iter_mut().for_each(|y| *y /= l);
+            }
+        }
+    }
+    out
+}
+
+/// The bound on one output: the dtype's rounding of the result, plus the
+/// f32 error of the logits (a dot of `d` terms of at most 1, times the
+/// scale) and of the exponentials and sums, relative to `max |v|`.
+fn attn_bound<T: Float>(want: f64, d: usize, vmax: f64) -> f64 {
+    T::ulp(want) + 64.0 * (d as f64).sqrt() * U32 * vmax
+}
+
+/// The options of a case on tensors of `T`.
+fn attn_opts<'a, T: WithDType>(
+    c: &AttnCase,
+    mask: Option<&'a Tensor<T>>,
+) -> ferrocm::AttentionOptions<'a, T> {
+    let mut o = ferrocm::AttentionOptions::new();
+    o.causal = c.causal;
+    o.window = c.window;
+    o.softcap = c.softcap;
+    o.mask = mask;
+    o
+}
+
+/// Runs `c` on `dev` with random inputs (and a mask with some -inf, and
+/// a fully hidden row when it has one) against the reference.
+fn attn_case<T: Float>(dev: &Device, c: &AttnCase, seed: u64) {
+    let [b, h_q, h_kv, s_q, s_kv, d] = c.dims;
+    let mut rng = Rng(seed);
+    let q: Vec<T> = rng.vec(b * h_q * s_q * d, 1.0, 0.0);
+    let k: Vec<T> = rng.vec(b * h_kv * s_kv * d, 1.0, 0.0);
+    let v: Vec<T> = rng.vec(b * h_kv * s_kv * d, 1.0, 0.0);
+    let mask: Option<Vec<T>> = c.mask.as_ref().map(|shape| {
+        let n: usize = shape.iter().product();
+        let mut m: Vec<T> = rng.vec(n, 2.0, 0.0);
+        for (i, x) in m.iter_mut().enumerate() {
+            if i % 7 == 3 {
+                *x = T::of(f64::NEG_INFINITY);
+            }
+        }
+        // The first row of keys hidden whole.
+        let last = *shape.last().unwrap();
+        m[..last]
+            .iter_mut()
+            .for_each(|x| *x = T::of(f64::NEG_INFINITY));
+        m
+    });
+    let scale = 1.0 / (d as f32).sqrt();
+    let want = attn_reference(c, &q, &k, &v, mask.as_deref(), scale as f64);
+    let t = |x: &[T], s: &[usize]| Tensor::from_slice(x, s, dev).unwrap();
+    let (qt, kt, vt) = (
+        t(&q, &[b, h_q, s_q, d]),
+        t(&k, &[b, h_kv, s_kv, d]),
+        t(&v, &[b, h_kv, s_kv, d]),
+    );
+    let mt = mask.as_ref().map(|m| t(m, c.mask.as_ref().unwrap()));
+    let got = qt.attention(&kt, &vt, &attn_opts(c, mt.as_ref())).unwrap();
+    assert_eq!(got.shape(), &[b, h_q, s_q, d]);
+    let name = format!(
+        "attention {:?} {dev:?} {:?} causal {} window {:?} softcap {:?} mask {:?}",
+        T::DTYPE,
+        c.dims,
+        c.causal,
+        c.window,
+        c.softcap,
+        c.mask
+    );
+    check(&name, &got.to_vec().unwrap(), &want, |i| {
+        attn_bound::<T>(want[i], d, 1.0)
+    });
+}
+
+/// The shape grid: decode (s_q 1 to 8) with GQA and MQA over caches long
+/// enough to split, prefill, every head dim, odd head counts and lengths.
+fn attn_grid() -> Vec<AttnCase> {
+    let case = |dims, causal, window, softcap, mask: Option<Vec<usize>>| AttnCase {
+        dims,
+        causal,
+        window,
+        softcap,
+        mask,
+    };
+    vec![
+        // Decode: one query, GQA 4:1, 300 keys (three splits on the emulator).
+        case([1, 4, 1, 1, 300, 128], true, None, None, None),
+        // MQA, s_q 8, a window, two batches.
+        case([2, 3, 1, 8, 261, 64], true, Some(50), None, None),
+        // Odd heads and lengths, no causal mask, d 80.
+        case([1, 3, 3, 5, 67, 80], false, None, None, None),
+        // Causal prefill with a softcap, d 96.
+        case([1, 2, 1, 33, 33, 96], true, None, Some(5.0), None),
+        // d 256 with a per-batch-and-row mask (a hidden row, some -inf).
+        case(
+            [2, 2, 2, 3, 130, 256],
+            false,
+            None,
+            None,
+            Some(vec![2, 1, 3, 130]),
+        ),
+        // More queries than keys, causal: the first rows see nothing.
+        case([1, 1, 1, 6, 4, 64], true, None, None, Some(vec![6, 4])),
+        // A mask broadcast along the keys (copied) and the heads.
+        case([1, 2, 1, 2, 17, 64], false, Some(5), None, Some(vec![2, 1])),
+    ]
+}
+
+fn attention_grid<T: Float>() {
+    for dev in common::devices() {
+        for (n, c) in attn_grid().iter().enumerate() {
+            attn_case::<T>(&dev, c, 0x9e37 + n as u64);
+        }
+    }
+}
+
+#[test]
+fn attention_f32_matches_the_naive_formula() {
+    attention_grid::<f32>();
+}
+
+#[test]
+fn attention_f16_matches_the_naive_formula() {
+    attention_grid::<f16>();
+}
+
+#[test]
+fn attention_bf16_matches_the_naive_formula() {
+    attention_grid::<bf16>();
+}
+
+#[test]
+fn attention_reads_cache_views_and_permuted_layouts() {
+    // k and v are the first 70 positions of a (1, 2, 96, 64) cache; q is a
+    // (b, s, h, d) tensor seen as (b, h, s, d); a view off its 16-byte
+    // words is copied first. All must equal the contiguous call.
+    let (h_q, h_kv, s_q, s_kv, cap, d) = (4, 2, 3, 70, 96, 64);
+    let mut rng = Rng(77);
+    let cache_k: Vec<bf16> = rng.vec(h_kv * cap * d, 1.0, 0.0);
+    let cache_v: Vec<bf16> = rng.vec(h_kv * cap * d, 1.0, 0.0);
+    let q_bshd: Vec<bf16> = rng.vec(s_q * h_q * d, 1.0, 0.0);
+    // The contiguous operands, for the reference.
+    let k: Vec<bf16> = (0..h_kv)
+        .flat_map(|h| cache_k[h * cap * d..][..s_kv * d].to_vec())
+        .collect();
+    let v: Vec<bf16> = (0..h_kv)
+        .flat_map(|h| cache_v[h * cap * d..][..s_kv * d].to_vec())
+        .collect();
+    let q: Vec<bf16> = (0..h_q)
+        .flat_map(|h| (0..s_q).flat_map(move |i| (0..d).map(move |e| (h, i, e))))
+        .map(|(h, i, e)| q_bshd[(i * h_q + h) * d + e])
+        .collect();
+    let c = AttnCase {
+        dims: [1, h_q, h_kv, s_q, s_kv, d],
+        causal: true,
+        window: None,
+        softcap: None,
+        mask: None,
+    };
+    let want = attn_reference(&c, &q, &k, &v, None, 1.0 / 8.0);
+    for dev in common::devices() {
+        let ck = Tensor::from_slice(&cache_k, &[1, h_kv, cap, d], &dev).unwrap();
+        let cv = Tensor::from_slice(&cache_v, &[1, h_kv, cap, d], &dev).unwrap();
+        let kv = (
+            ck.narrow(2, 0, s_kv).unwrap(),
+            cv.narrow(2, 0, s_kv).unwrap(),
+        );
+        let qt = Tensor::from_slice(&q_bshd, &[1, s_q, h_q, d], &dev)
+            .unwrap()
+            .permute(&[0usize, 2, 1, 3][..])
+            .unwrap();
+        let opts = ferrocm::AttentionOptions::new().causal();
+        let got = qt.attention(&kv.0, &kv.1, &opts).unwrap().to_vec().unwrap();
+        check(&format!("cache views {dev:?}"), &got, &want, |i| {
+            attn_bound::<bf16>(want[i], d, 1.0)
+        });
+        // Off the words: one element into a longer buffer.
+        let mut shifted = vec![bf16::ZERO];
+        shifted.extend(&k);
+        let ks = Tensor::from_slice(&shifted, &[shifted.len()], &dev).unwrap();
+        let ks = ks
+            .narrow(0, 1, k.len())
+            .unwrap()
+            .reshape(&[1, h_kv, s_kv, d])
+            .unwrap();
+        let got = qt.attention(&ks, &kv.1, &opts).unwrap().to_vec().unwrap();
+        check(&format!("unaligned k {dev:?}"), &got, &want, |i| {
+            attn_bound::<bf16>(want[i], d, 1.0)
+        });
+    }
+}
+
+#[test]
+fn attention_hides_rows_to_zero_and_shows_nan() {
+    let d = 64;
+    for dev in common::devices() {
+        // q row 0 of 4 holds a NaN; key 3 holds a NaN, which causal rows 0
+        // to 2 of a 4 x 4 prefill never see; a mask hides row 1 whole.
+        let mut q = vec![0.5f32; 4 * d];
+        q[5] = f32::NAN;
+        let mut k = vec![0.25f32; 4 * d];
+        k[3 * d + 7] = f32::NAN;
+        let v: Vec<f32> = (0..4 * d).map(|i| (i / d) as f32).collect();
+        let mut m = vec![0.0f32; 16];
+        m[4..8].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+        let t = |x: &[f32], s: &[usize]| Tensor::from_slice(x, s, &dev).unwrap();
+        let (qt, kt, vt, mt) = (
+            t(&q, &[1, 1, 4, d]),
+            t(&k, &[1, 1, 4, d]),
+            t(&v, &[1, 1, 4, d]),
+            t(&m, &[4, 4]),
+        );
+        let opts = ferrocm::AttentionOptions::new().causal().mask(&mt);
+        let got = qt.attention(&kt, &vt, &opts).unwrap().to_vec().unwrap();
+        let row = |r: usize| &got[r * d..(r + 1) * d];
+        assert!(row(0).iter().all(|x| x.is_nan()), "{dev:?}: NaN query");
+        assert!(
+            row(1).iter().all(|&x| x == 0.0),
+            "{dev:?}: hidden row {:?}",
+            row(1)
+        );
+        // Row 2 sees keys 0..=2 with equal logits: the mean of 0, 1, 2.
+        assert!(
+            row(2).iter().all(|&x| (x - 1.0).abs() < 1e-6),
+            "{dev:?}: {:?}",
+            row(2)
+        );
+        assert!(row(3).iter().all(|x| x.is_nan()), "{dev:?}: NaN key");
+        // Empty operands and no keys.
+        let e = Tensor::<f32>::zeros(&[0, 1, 4, d], &dev).unwrap();
+        assert_eq!(
+            e.attention(&e, &e, &Default::default()).unwrap().shape(),
+            &[0, 1, 4, d]
+        );
+        let nk = Tensor::<f32>::zeros(&[1, 1, 0, d], &dev).unwrap();
+        let z = qt
+            .attention(&nk, &nk, &Default::default())
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        assert!(z.iter().all(|&x| x == 0.0));
+    }
+}
+
+#[test]
+fn attention_refuses_bad_inputs_with_typed_errors() {
+    let dev = Device::Cpu;
+    let z = |s: &[usize]| Tensor::<f32>::zeros(s, &dev).unwrap();
+    let none = ferrocm::AttentionOptions::new();
+    let (q, k) = (z(&[1, 4, 2, 64]), z(&[1, 2, 5, 64]));
+    let bad = |r: ferrocm::Result<Tensor<f32>>, what: &str| match r {
+        Err(Error::BadParameter {
+            op: "attention",
+            what: w,
+        }) => assert!(w.contains(what), "{w}"),
+        other => panic!("want BadParameter({what}), got {other:?}"),
+    };
+    let (q72, k72) = (z(&[1, 4, 2, 72]), z(&[1, 2, 5, 72]));
+    bad(q72.attention(&k72, &k72, &none), "64, 80, 96, 128, 256");
+    let k3 = z(&[1, 3, 5, 64]);
+    bad(q.attention(&k3, &k3, &none), "not a multiple");
+    bad(q.attention(&k, &k, &none.scale(f32::NAN)), "scale");
+    bad(q.attention(&k, &k, &none.softcap(0.0)), "softcap");
+    bad(q.attention(&k, &k, &none.softcap(f32::INFINITY)), "softcap");
+    bad(q.attention(&k, &k, &none.window(0)), "window");
+    let shape = |r: ferrocm::Result<Tensor<f32>>, op: &str| match r {
+        Err(Error::ShapeMismatch { op: o, .. }) => assert_eq!(o, op),
+        other => panic!("want ShapeMismatch({op}), got {other:?}"),
+    };
+    shape(q.attention(&z(&[1, 2, 5, 128]), &k, &none), "attention k");
+    shape(q.attention(&z(&[2, 2, 5, 64]), &k, &none), "attention k");
+    shape(q.attention(&k, &z(&[1, 2, 6, 64]), &none), "attention v");
+    shape(z(&[4, 2, 64]).attention(&k, &k, &none), "attention q");
+    let m = z(&[3, 5]);
+    shape(q.attention(&k, &k, &none.mask(&m)), "attention mask");
+    let m5 = z(&[1, 1, 1, 2, 5]);
+    shape(q.attention(&k, &k, &none.mask(&m5)), "attention mask");
+    let qi = Tensor::<u32>::zeros(&[1, 4, 2, 64], &dev).unwrap();
+    let ki = Tensor::<u32>::zeros(&[1, 2, 5, 64], &dev).unwrap();
+    assert!(matches!(
+        qi.attention(&ki, &ki, &ferrocm::AttentionOptions::new()),
+        Err(Error::UnsupportedDType {
+            op: "attention",
+            ..
+        })
+    ));
+    let emu = Device::emulator(ferrocm::WaveSize::Wave32);
+    let ke = Tensor::<f32>::zeros(&[1, 2, 5, 64], &emu).unwrap();
+    assert!(matches!(
+        q.attention(&ke, &ke, &none),
+        Err(Error::DeviceMismatch {
+            op: "attention",
+            ..
+        })
+    ));
+}

@@ -16,6 +16,34 @@
 //! `ferrocm_device` (the host build), the emulator. build.rs sets
 //! `--cfg ferrocm_device` for both GPU builds; kernel files test only that.
 
+/// `$body` for `$i` = 0, 1, 2, 3 while `$i < $n` (`$n` a constant), written
+/// out: array indices stay constants whatever the body's size. A `for`
+/// loop the compiler declines to unroll (NVPTX's limits are lower than
+/// AMDGPU's) indexes its arrays by a variable, which puts them in local
+/// memory.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! unroll4 {
+    ($i:ident < $n:expr => $body:block) => {{
+        if 0 < $n {
+            let $i = 0usize;
+            $body
+        }
+        if 1 < $n {
+            let $i = 1usize;
+            $body
+        }
+        if 2 < $n {
+            let $i = 2usize;
+            $body
+        }
+        if 3 < $n {
+            let $i = 3usize;
+            $body
+        }
+    }};
+}
+
 use rocm_kernel_macros::amdgpu_device;
 
 #[cfg(not(ferrocm_device))]

@@ -36,6 +36,7 @@ pub mod math;
 pub mod mma;
 
 pub mod affine;
+pub mod attention;
 pub mod binary;
 pub mod cast;
 pub mod fill;
@@ -68,6 +69,7 @@ pub trait ElemKernels:
     + norm::NormKernels
     + glu::GluKernels
     + rope::RopeKernels
+    + attention::AttnKernels
 {
 }
 
@@ -87,6 +89,7 @@ impl<T> ElemKernels for T where
         + norm::NormKernels
         + glu::GluKernels
         + rope::RopeKernels
+        + attention::AttnKernels
 {
 }
 
@@ -144,6 +147,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         norm::KERNELS,
         glu::KERNELS,
         rope::KERNELS,
+        attention::KERNELS,
     ]
     .into_iter()
     .flatten()

@@ -26,36 +26,11 @@ use crate::index::W128;
 use crate::kernels;
 use crate::math;
 pub use crate::unary::{ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, activation};
+use crate::unroll4;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
 #[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
-
-/// `$body` for `$i` = 0, 1, 2, 3 while `$i < $n` (`$n` a constant), written
-/// out: array indices stay constants whatever the body's size. A `for`
-/// loop the compiler declines to unroll (NVPTX's limits are lower than
-/// AMDGPU's) indexes its arrays by a variable, which puts them in local
-/// memory.
-macro_rules! unroll4 {
-    ($i:ident < $n:expr => $body:block) => {{
-        if 0 < $n {
-            let $i = 0usize;
-            $body
-        }
-        if 1 < $n {
-            let $i = 1usize;
-            $body
-        }
-        if 2 < $n {
-            let $i = 2usize;
-            $body
-        }
-        if 3 < $n {
-            let $i = 3usize;
-            $body
-        }
-    }};
-}
 
 /// Rows of C per GEMM workgroup.
 pub const GEMM_BM: u32 = 64;
@@ -90,6 +65,9 @@ pub trait MatElem: Elem {
     /// The value as f32 ([`Elem::to_f32`], through the GPU's conversion
     /// instruction for f16).
     fn widen(self) -> f32;
+    /// The word's elements as f32, in order (the first [`MatElem::PER_WORD`]
+    /// entries; the rest 0).
+    fn unpack(w: W128) -> [f32; 8];
 }
 
 #[amdgpu_device]
@@ -98,6 +76,20 @@ impl MatElem for f32 {
     #[inline(always)]
     fn widen(self) -> f32 {
         self
+    }
+    #[inline(always)]
+    fn unpack(w: W128) -> [f32; 8] {
+        let f = f32::from_bits;
+        [
+            f(w.0[0]),
+            f(w.0[1]),
+            f(w.0[2]),
+            f(w.0[3]),
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        ]
     }
     #[inline(always)]
     fn dot_word(w: W128, x: W128, acc: f32) -> f32 {
@@ -137,6 +129,17 @@ fn f16_to_f32(h: u16) -> f32 {
     return F16(h).to_f32();
 }
 
+/// The 8 halves of a word as f32, in order.
+#[amdgpu_device]
+#[inline(always)]
+fn unpack_halves(w: W128, bf16: bool) -> [f32; 8] {
+    let (a0, a1) = halves(w.0[0], bf16);
+    let (b0, b1) = halves(w.0[1], bf16);
+    let (c0, c1) = halves(w.0[2], bf16);
+    let (d0, d1) = halves(w.0[3], bf16);
+    [a0, a1, b0, b1, c0, c1, d0, d1]
+}
+
 /// `acc + Σ w[e] * x[e]` over the 8 halves of two words.
 #[amdgpu_device]
 #[inline(always)]
@@ -163,6 +166,10 @@ impl MatElem for Bf16 {
         f32::from_bits((self.0 as u32) << 16)
     }
     #[inline(always)]
+    fn unpack(w: W128) -> [f32; 8] {
+        unpack_halves(w, true)
+    }
+    #[inline(always)]
     fn dot_word(w: W128, x: W128, acc: f32) -> f32 {
         dot_halves(w, x, acc, true)
     }
@@ -174,6 +181,10 @@ impl MatElem for F16 {
     #[inline(always)]
     fn widen(self) -> f32 {
         f16_to_f32(self.0)
+    }
+    #[inline(always)]
+    fn unpack(w: W128) -> [f32; 8] {
+        unpack_halves(w, false)
     }
     #[inline(always)]
     fn dot_word(w: W128, x: W128, acc: f32) -> f32 {

@@ -18,6 +18,7 @@
 //! # Ok::<(), ferrocm_ops::Error>(())
 //! ```
 
+pub mod attention;
 mod backend;
 pub mod bench;
 pub mod binary;
@@ -43,6 +44,7 @@ pub mod tensor;
 pub mod ternary;
 pub mod unary;
 
+pub use attention::AttentionOptions;
 pub use binary::{Binary, Cmp};
 pub use dim::{Dim, Dims};
 pub use dtype::{DType, WithDType};

@@ -1,0 +1,569 @@
+//! Attention, `softmax(q·kᵀ·scale (softcapped) + mask) · v` per query row,
+//! for f32, f16 and bf16 (f32 math), with causal and sliding-window
+//! masking, grouped-query heads and split-K ("flash-decoding"):
+//!
+//! - `attn_rows_{dtype}_w{1,2,4}`: a workgroup takes [`ATTN_ROWS`] query
+//!   rows of one batch and KV head (the query heads that share it first:
+//!   GQA reads each key once for all of them) and one split of the keys.
+//!   Its workitems form groups of `lanes` (8 or 16) workitems per key: each
+//!   holds `w` 16-byte words of every row's query and of the key and value
+//!   rows, the group sums the dot products with butterflies, and each group
+//!   keeps an online softmax (max `m`, sum `l`, unnormalised output `o`)
+//!   over the keys it visits (every `groups`-th). The next key's words are
+//!   in flight while one is used. At the end the groups of a wave merge
+//!   through butterflies, the waves through LDS; with one split the result
+//!   is the output, else `(m, l, o)` goes to a partial buffer;
+//! - `attn_merge_{dtype}`: merges the splits' partials of each row.
+//!
+//! Keys a query cannot see (causal, window) are never read, so one split
+//! of a long cache and a prefill's early rows cost nothing there; a key
+//! whose logit is -inf (an additive mask) adds nothing; a row that sees no
+//! key is zeros (`l == 0`), never NaN. NaN in a seen logit gives NaN.
+//!
+//! The scalar steps ([`attn_visible`], [`attn_logit`], [`attn_weight`],
+//! [`attn_finish`]) are shared with the Cpu backend.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::index::W128;
+use crate::kernels;
+use crate::math;
+use crate::matmul::MatElem;
+use crate::unroll4;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// Workitems per workgroup of the attention row kernels.
+#[amdgpu_device]
+pub const ATTN_BLOCK: u32 = 256;
+/// Query rows per workgroup of the row kernels.
+#[amdgpu_device]
+pub const ATTN_ROWS: u32 = 4;
+/// Workitems per workgroup of the merge kernel.
+#[amdgpu_device]
+pub const ATTN_MERGE_BLOCK: u32 = 128;
+/// `flags` bit: causal (aligned to the end: query `i` of `s_q` sits at
+/// position `i + s_kv - s_q`).
+#[amdgpu_device]
+pub const ATTN_CAUSAL: u32 = 1;
+/// `flags >> ATTN_LANES_SHIFT & 0xff`: workitems per key (a power of two,
+/// at most 16).
+#[amdgpu_device]
+pub const ATTN_LANES_SHIFT: u32 = 8;
+/// f32 values per (wave, row) slot of the row kernels' LDS beyond the head
+/// dim: `m` and `l`.
+#[amdgpu_device]
+pub const ATTN_STATS: u32 = 2;
+
+/// The head dims the kernels take.
+pub const ATTN_HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
+
+/// Whether query `i` (of `s_q`, aligned to the end of `s_kv` keys: at
+/// position `p = i + s_kv - s_q`) sees key `j`: `j <= p` when causal, and
+/// `j > p - window` when `window > 0` (Mistral's sliding window: the query
+/// and the `window - 1` keys before it).
+///
+/// ```
+/// use ferrocm_kernels::attention::attn_visible;
+/// // Decode: one query at position 9 of 10 keys.
+/// assert!(attn_visible(0, 9, 1, 10, true, 0) && attn_visible(0, 0, 1, 10, true, 0));
+/// assert!(!attn_visible(0, 6, 1, 10, true, 3) && attn_visible(0, 7, 1, 10, true, 3));
+/// assert!(!attn_visible(0, 1, 4, 4, true, 0)); // prefill: row 0 sees key 0 only
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn attn_visible(i: u32, j: u32, s_q: u32, s_kv: u32, causal: bool, window: u32) -> bool {
+    // Both sides shifted by s_q: no negative positions.
+    let (p, k) = (i as u64 + s_kv as u64, j as u64 + s_q as u64);
+    (!causal || k <= p) && (window == 0 || k + window as u64 > p)
+}
+
+/// The logit of a seen key: `dot * scale`, softcapped (`cap * tanh(s /
+/// cap)`, Gemma 2) when `softcap > 0`, plus the additive mask value.
+///
+/// ```
+/// use ferrocm_kernels::attention::attn_logit;
+/// assert_eq!(attn_logit(4.0, 0.5, 0.0, 1.0), 3.0);
+/// assert!((attn_logit(100.0, 1.0, 5.0, 0.0) - 5.0).abs() < 1e-6);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn attn_logit(dot: f32, scale: f32, softcap: f32, mask: f32) -> f32 {
+    let s = dot * scale;
+    let s = if softcap > 0.0 {
+        softcap * math::tanh(s / softcap)
+    } else {
+        s
+    };
+    s + mask
+}
+
+/// `exp(s - m)`, the weight of logit `s` under the running max `m`; 0 for
+/// `s = -inf` (also when `m` is: a row that has seen nothing).
+///
+/// ```
+/// use ferrocm_kernels::attention::attn_weight;
+/// assert_eq!(attn_weight(2.0, 2.0), 1.0);
+/// assert_eq!(attn_weight(f32::NEG_INFINITY, f32::NEG_INFINITY), 0.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn attn_weight(s: f32, m: f32) -> f32 {
+    if s == f32::NEG_INFINITY {
+        0.0
+    } else {
+        math::exp(s - m)
+    }
+}
+
+/// The output value from the unnormalised sum `o` and the softmax
+/// denominator `l`: 0 when no key was seen.
+///
+/// ```
+/// use ferrocm_kernels::attention::attn_finish;
+/// assert_eq!(attn_finish(3.0, 2.0), 1.5);
+/// assert_eq!(attn_finish(0.0, 0.0), 0.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn attn_finish(o: f32, l: f32) -> f32 {
+    if l == 0.0 { 0.0 } else { o / l }
+}
+
+/// The running max after `s` (NaN if either is NaN: a NaN logit shows).
+#[amdgpu_device]
+#[inline(always)]
+fn max_nan(m: f32, s: f32) -> f32 {
+    Elem::max(m, s)
+}
+
+/// `o = o * a + p * v` over a word's elements.
+#[amdgpu_device]
+#[inline(always)]
+fn scale_add<T: MatElem>(o: &mut [f32; 8], a: f32, p: f32, v: [f32; 8]) {
+    let mut e = 0;
+    while e < T::PER_WORD as usize {
+        o[e] = math::fma(p, v[e], o[e] * a);
+        e += 1;
+    }
+}
+
+/// `acc + Σ q[e] * k[e]` over a word's elements.
+#[amdgpu_device]
+#[inline(always)]
+fn dot<T: MatElem>(q: [f32; 8], k: W128, acc: f32) -> f32 {
+    let k = T::unpack(k);
+    let mut acc = acc;
+    let mut e = 0;
+    while e < T::PER_WORD as usize {
+        acc = math::fma(q[e], k[e], acc);
+        e += 1;
+    }
+    acc
+}
+
+/// The shape and strides of an attention launch (element units; `mask`
+/// rows are contiguous along the keys).
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct AttnGeometry {
+    /// Query heads, KV heads, query rows, keys, head dim.
+    pub dims: (u32, u32, u32, u32, u32),
+    /// Strides of q over (batch, head, row).
+    pub q: (u64, u64, u64),
+    /// Strides of k.
+    pub k: (u64, u64, u64),
+    /// Strides of v.
+    pub v: (u64, u64, u64),
+    /// Strides of the mask over (batch, query head, query row).
+    pub mask: (u64, u64, u64),
+}
+
+/// The query row `r` of a workgroup's block `rb` in KV head `kvh`: `(valid,
+/// query head, row)`.
+#[amdgpu_device]
+#[inline(always)]
+fn block_row(rb: u32, r: u32, kvh: u32, g: u32, s_q: u32) -> (bool, u32, u32) {
+    let rho = rb * ATTN_ROWS + r;
+    (rho < g * s_q, kvh * g + rho / s_q, rho % s_q)
+}
+
+/// The body of the row kernels (see the module doc): `W` words per workitem
+/// and row; `flags` holds [`ATTN_CAUSAL`] and the lanes per key.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn attn_rows_body<T: MatElem, const W: usize>(
+    out: *mut T,
+    part: *mut f32,
+    q: *const T,
+    k: *const T,
+    v: *const T,
+    mask: *const T,
+    geo: AttnGeometry,
+    (scale, softcap, window, flags, chunk): (f32, f32, u32, u32, u32),
+) {
+    const R: usize = ATTN_ROWS as usize;
+    let (h_q, h_kv, s_q, s_kv, d) = geo.dims;
+    let per = T::PER_WORD;
+    let nw = d / per;
+    let lanes = (flags >> ATTN_LANES_SHIFT) & 0xff;
+    let causal = flags & ATTN_CAUSAL != 0;
+    let tid = workitem_id_x();
+    let (gi, gl) = (tid / lanes, tid % lanes);
+    let groups = workgroup_size_x() / lanes;
+    // At least 1: a division the compiler cannot prove safe calls the panic
+    // handler.
+    let g = Ord::max(h_q / Ord::max(h_kv, 1), 1);
+    let s_q = Ord::max(s_q, 1);
+    let row_blocks = Ord::max((g * s_q).div_ceil(ATTN_ROWS), 1);
+    let wg = workgroup_id_x();
+    let (rb, bh) = (wg % row_blocks, wg / row_blocks);
+    let (kvh, bi) = (bh % Ord::max(h_kv, 1), bh / Ord::max(h_kv, 1));
+    let (split, splits) = (workgroup_id_y(), num_workgroups_y());
+    let begin = Ord::min(split as u64 * chunk as u64, s_kv as u64) as u32;
+    let end = Ord::min(begin as u64 + chunk as u64, s_kv as u64) as u32;
+    // The keys some row of the block sees, within the split.
+    let (mut lo, mut hi) = (end, begin);
+    let mut q_words = [[W128([0; 4]); W]; R];
+    unroll4!(r < R => {
+        let (valid, head, i) = block_row(rb, r as u32, kvh, g, s_q);
+        if valid {
+            // Position + 1, shifted by s_q (see attn_visible).
+            let p1 = i as u64 + s_kv as u64 + 1;
+            let row_hi = if causal { p1.saturating_sub(s_q as u64) } else { end as u64 };
+            let row_lo = if window > 0 {
+                p1.saturating_sub(s_q as u64 + window as u64)
+            } else {
+                0
+            };
+            hi = Ord::max(hi, Ord::min(row_hi, end as u64) as u32);
+            lo = Ord::min(lo, Ord::max(row_lo, begin as u64) as u32);
+            let base = bi as u64 * geo.q.0 + head as u64 * geo.q.1 + i as u64 * geo.q.2;
+            unroll4!(t < W => {
+                let wi = gl + lanes * t as u32;
+                if wi < nw {
+                    q_words[r][t] = unsafe { load(q as *const W128, (base / per as u64) as usize + wi as usize) };
+                }
+            });
+        }
+    });
+    let kv_base = |s: (u64, u64, u64)| bi as u64 * s.0 + kvh as u64 * s.1;
+    let (k_base, v_base) = (kv_base(geo.k), kv_base(geo.v));
+    // Key j's words of this workitem (zeros past the head dim or the span).
+    let fetch = |j: u32, ok: bool| {
+        let mut kw = [W128([0; 4]); W];
+        let mut vw = [W128([0; 4]); W];
+        if ok {
+            let (ko, vo) = (k_base + j as u64 * geo.k.2, v_base + j as u64 * geo.v.2);
+            unroll4!(t < W => {
+                let wi = gl + lanes * t as u32;
+                if wi < nw {
+                    unsafe {
+                        kw[t] = load(k as *const W128, (ko / per as u64) as usize + wi as usize);
+                        vw[t] = load(v as *const W128, (vo / per as u64) as usize + wi as usize);
+                    }
+                }
+            });
+        }
+        (kw, vw)
+    };
+    let mut m = [f32::NEG_INFINITY; R];
+    let mut l = [0.0f32; R];
+    let mut o = [[[0.0f32; 8]; W]; R];
+    // Every group runs the same number of steps (the butterflies need all
+    // lanes of the wave), idle past the span.
+    let steps = if hi > lo {
+        (hi - lo).div_ceil(groups)
+    } else {
+        0
+    };
+    let mut j = lo + gi;
+    let (mut kw, mut vw) = fetch(j, j < hi);
+    let mut step = 0;
+    while step < steps {
+        let next = j + groups;
+        let (kn, vn) = fetch(next, next < hi);
+        let mut s = [0.0f32; R];
+        unroll4!(r < R => {
+            unroll4!(t < W => {
+                s[r] = dot::<T>(T::unpack(q_words[r][t]), kw[t], s[r]);
+            });
+        });
+        let mut off = 1;
+        while off < lanes {
+            unroll4!(r < R => {
+                s[r] += wave_shfl_xor_f32(s[r], off);
+            });
+            off *= 2;
+        }
+        if j < hi {
+            unroll4!(r < R => {
+                let (valid, head, i) = block_row(rb, r as u32, kvh, g, s_q);
+                if valid && attn_visible(i, j, s_q, s_kv, causal, window) {
+                    let mv = if mask.is_null() {
+                        0.0
+                    } else {
+                        let at = bi as u64 * geo.mask.0 + head as u64 * geo.mask.1 + i as u64 * geo.mask.2 + j as u64;
+                        unsafe { load(mask, at as usize) }.to_f32()
+                    };
+                    let x = attn_logit(s[r], scale, softcap, mv);
+                    if x != f32::NEG_INFINITY {
+                        let mn = max_nan(m[r], x);
+                        let (a, p) = (attn_weight(m[r], mn), attn_weight(x, mn));
+                        m[r] = mn;
+                        l[r] = math::fma(l[r], a, p);
+                        unroll4!(t < W => {
+                            scale_add::<T>(&mut o[r][t], a, p, T::unpack(vw[t]));
+                        });
+                    }
+                }
+            });
+        }
+        kw = kn;
+        vw = vn;
+        j = next;
+        step += 1;
+    }
+    // The groups of a wave merge their states.
+    let mut off = lanes;
+    while off < wave_size() {
+        unroll4!(r < R => {
+            let (mo, lo_) = (wave_shfl_xor_f32(m[r], off), wave_shfl_xor_f32(l[r], off));
+            let mn = max_nan(m[r], mo);
+            let (a, b) = (attn_weight(m[r], mn), attn_weight(mo, mn));
+            m[r] = mn;
+            l[r] = l[r] * a + lo_ * b;
+            unroll4!(t < W => {
+                let mut e = 0;
+                while e < per as usize {
+                    let oo = wave_shfl_xor_f32(o[r][t][e], off);
+                    o[r][t][e] = o[r][t][e] * a + oo * b;
+                    e += 1;
+                }
+            });
+        });
+        off *= 2;
+    }
+    // Then the waves, through LDS: slot (wave, row) holds m, l, o[d].
+    let sh = lds::<f32>();
+    let slot = d + ATTN_STATS;
+    let wave = wave_id();
+    if lane_id() < lanes {
+        unroll4!(r < R => {
+            let at = (wave * ATTN_ROWS + r as u32) * slot;
+            if lane_id() == 0 {
+                sh.store(at, m[r]);
+                sh.store(at + 1, l[r]);
+            }
+            unroll4!(t < W => {
+                let wi = gl + lanes * t as u32;
+                if wi < nw {
+                    let mut e = 0;
+                    while e < per as usize {
+                        sh.store(at + ATTN_STATS + wi * per + e as u32, o[r][t][e]);
+                        e += 1;
+                    }
+                }
+            });
+        });
+    }
+    barrier();
+    let waves = num_waves();
+    let mut idx = tid;
+    while idx < ATTN_ROWS * d {
+        let (r, e) = (idx / d, idx % d);
+        let (valid, head, i) = block_row(rb, r, kvh, g, s_q);
+        if valid {
+            let mut mt = f32::NEG_INFINITY;
+            let mut w = 0;
+            while w < waves {
+                mt = max_nan(mt, sh.load((w * ATTN_ROWS + r) * slot));
+                w += 1;
+            }
+            let (mut lt, mut ot) = (0.0f32, 0.0f32);
+            let mut w = 0;
+            while w < waves {
+                let at = (w * ATTN_ROWS + r) * slot;
+                let wt = attn_weight(sh.load(at), mt);
+                lt += sh.load(at + 1) * wt;
+                ot += sh.load(at + ATTN_STATS + e) * wt;
+                w += 1;
+            }
+            let row = (bi as u64 * h_q as u64 + head as u64) * s_q as u64 + i as u64;
+            if splits == 1 {
+                unsafe {
+                    store(
+                        out,
+                        (row * d as u64 + e as u64) as usize,
+                        T::from_f32(attn_finish(ot, lt)),
+                    )
+                };
+            } else {
+                let at = (row * splits as u64 + split as u64) * slot as u64;
+                unsafe {
+                    store(part, (at + (ATTN_STATS + e) as u64) as usize, ot);
+                    if e == 0 {
+                        store(part, at as usize, mt);
+                        store(part, at as usize + 1, lt);
+                    }
+                }
+            }
+        }
+        idx += workgroup_size_x();
+    }
+}
+
+/// The merge kernel's body: for each of `rows` output rows, the splits'
+/// partial `(m, l, o[d])` (slots of `d + 2` f32, `splits` per row) combined
+/// into `o / l`.
+#[amdgpu_device]
+#[inline(always)]
+pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32, splits: u32) {
+    let slot = (d + ATTN_STATS) as u64;
+    let mut row = workgroup_id_x() as u64;
+    while row < rows {
+        let base = row * splits as u64 * slot;
+        let stat = |s: u32, x: u64| unsafe { load(part, (base + s as u64 * slot + x) as usize) };
+        let mut mt = f32::NEG_INFINITY;
+        let mut s = 0;
+        while s < splits {
+            mt = max_nan(mt, stat(s, 0));
+            s += 1;
+        }
+        let mut e = workitem_id_x();
+        while e < d {
+            let (mut lt, mut ot) = (0.0f32, 0.0f32);
+            let mut s = 0;
+            while s < splits {
+                let wt = attn_weight(stat(s, 0), mt);
+                lt += stat(s, 1) * wt;
+                ot += stat(s, (ATTN_STATS + e) as u64) * wt;
+                s += 1;
+            }
+            unsafe {
+                store(
+                    out,
+                    (row * d as u64 + e as u64) as usize,
+                    T::from_f32(attn_finish(ot, lt)),
+                )
+            };
+            e += workgroup_size_x();
+        }
+        row += num_workgroups_x() as u64;
+    }
+}
+
+/// The parameter types of the row kernels on element type `T`: `(out,
+/// part, q, k, v, mask, h_q, h_kv, s_q, s_kv, d, q strides (batch, head,
+/// row), k strides, v strides, mask strides (batch, head, row), scale,
+/// softcap, window, flags, chunk)`; `mask` may be null, `part` is null
+/// with one split.
+#[cfg(not(ferrocm_device))]
+pub type AttnArgs<T> = (
+    *mut T,
+    *mut f32,
+    *const T,
+    *const T,
+    *const T,
+    *const T,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    f32,
+    f32,
+    u32,
+    u32,
+    u32,
+);
+
+/// The parameter types of the merge kernel: `(out, part, rows, d, splits)`.
+#[cfg(not(ferrocm_device))]
+pub type AttnMergeArgs<T> = (*mut T, *const f32, u64, u32, u32);
+
+#[cfg(not(ferrocm_device))]
+use crate::host::KernelRef;
+
+/// The attention kernels of one element type (host side).
+#[cfg(not(ferrocm_device))]
+#[derive(Clone, Copy, Debug)]
+pub struct AttnTable<T: 'static> {
+    /// `attn_rows_{T}_w{1,2,4}`: 1, 2 and 4 words per workitem and row
+    /// (16-bit types have no `w4`: their largest head dim needs 2; that
+    /// slot repeats `w2`).
+    pub rows: [KernelRef<AttnArgs<T>>; 3],
+    /// `attn_merge_{T}`.
+    pub merge: KernelRef<AttnMergeArgs<T>>,
+}
+
+/// The attention kernels of an element type: float types only.
+#[cfg(not(ferrocm_device))]
+pub trait AttnKernels: Sized + 'static {
+    /// The kernels, if the type has them.
+    const ATTN: Option<AttnTable<Self>>;
+}
+
+macro_rules! attn_kernels {
+    (none: $($n:ty),*) => {$(
+        #[cfg(not(ferrocm_device))]
+        impl AttnKernels for $n {
+            const ATTN: Option<AttnTable<Self>> = None;
+        }
+    )*};
+    ($($t:ty => [$($rows:ident $w:literal),*], [$w1:ident, $w2:ident, $w4:ident], $merge:ident;)*) => {
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl AttnKernels for $t {
+                const ATTN: Option<AttnTable<Self>> = Some(AttnTable {
+                    rows: [KernelRef::of::<$w1>(), KernelRef::of::<$w2>(), KernelRef::of::<$w4>()],
+                    merge: KernelRef::of::<$merge>(),
+                });
+            }
+        )*
+        kernels! {$(
+            $(
+                fn $rows(out: *mut $t, part: *mut f32, q: *const $t, k: *const $t, v: *const $t,
+                         mask: *const $t, h_q: u32, h_kv: u32, s_q: u32, s_kv: u32, d: u32,
+                         q_bs: u64, q_hs: u64, q_ss: u64, k_bs: u64, k_hs: u64, k_ss: u64,
+                         v_bs: u64, v_hs: u64, v_ss: u64, m_bs: u64, m_hs: u64, m_qs: u64,
+                         scale: f32, softcap: f32, window: u32, flags: u32, chunk: u32) {
+                    let geo = AttnGeometry {
+                        dims: (h_q, h_kv, s_q, s_kv, d),
+                        q: (q_bs, q_hs, q_ss),
+                        k: (k_bs, k_hs, k_ss),
+                        v: (v_bs, v_hs, v_ss),
+                        mask: (m_bs, m_hs, m_qs),
+                    };
+                    let params = (scale, softcap, window, flags, chunk);
+                    attn_rows_body::<$t, $w>(out, part, q, k, v, mask, geo, params)
+                }
+            )*
+            fn $merge(out: *mut $t, part: *const f32, rows: u64, d: u32, splits: u32) {
+                attn_merge_body::<$t>(out, part, rows, d, splits)
+            }
+        )*}
+    };
+}
+
+attn_kernels! {
+    f32 => [attn_rows_f32_w1 1, attn_rows_f32_w2 2, attn_rows_f32_w4 4],
+        [attn_rows_f32_w1, attn_rows_f32_w2, attn_rows_f32_w4], attn_merge_f32;
+    F16 => [attn_rows_f16_w1 1, attn_rows_f16_w2 2],
+        [attn_rows_f16_w1, attn_rows_f16_w2, attn_rows_f16_w2], attn_merge_f16;
+    Bf16 => [attn_rows_bf16_w1 1, attn_rows_bf16_w2 2],
+        [attn_rows_bf16_w1, attn_rows_bf16_w2, attn_rows_bf16_w2], attn_merge_bf16;
+}
+attn_kernels!(none: u8, u32, i64);

@@ -1,0 +1,628 @@
+//! Scaled dot-product attention for decode and prefill: API, Cpu
+//! implementation, kernel path.
+//!
+//! `out[b, h, i] = Σ_j softmax_j(logit(q[b, h, i] · k[b, h / g, j])) v[b, h / g, j]`
+//! with `logit(x) = softcap(x * scale) + mask[b, h, i, j]`, keys a query
+//! cannot see (causal, sliding window) left out, `g = h_q / h_kv` query
+//! heads per KV head (grouped-query and multi-query attention). f32 math
+//! whatever the dtype; the output is rounded once.
+//!
+//! Both implementations keep an online softmax per query row (a running
+//! max, the denominator and the unnormalised output), so no `s_q x s_kv`
+//! score matrix exists anywhere: the Cpu walks tiles of 64 keys for blocks
+//! of 16 query rows, in parallel over heads and row blocks; the kernels
+//! split the keys across workgroups (flash-decoding) and merge the splits'
+//! statistics in a second launch.
+
+use crate::backend::{self, Op};
+use crate::dtype::WithDType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
+use ferrocm_kernels::attention::{
+    ATTN_BLOCK, ATTN_CAUSAL, ATTN_HEAD_DIMS, ATTN_LANES_SHIFT, ATTN_MERGE_BLOCK, ATTN_ROWS,
+    ATTN_STATS, AttnKernels, attn_finish, attn_logit, attn_visible, attn_weight,
+};
+use ferrocm_kernels::elem::{Elem, per_word};
+use rayon::prelude::*;
+
+/// Query rows per Cpu task.
+const CPU_ROWS: usize = 16;
+/// Keys per Cpu tile (converted to f32 once per tile).
+const CPU_KEYS: usize = 64;
+/// The fewest keys a kernel split takes: shorter splits spend more on the
+/// merge than they save.
+const MIN_CHUNK: usize = 128;
+
+/// The options of [`Tensor::attention`]: the scale, causal masking, an
+/// additive mask, a sliding window and a logit softcap. `Default` is plain
+/// attention with scale `1 / sqrt(d)`.
+///
+/// ```
+/// use ferrocm_ops::attention::AttentionOptions;
+/// use ferrocm_ops::Tensor;
+/// let opts: AttentionOptions<'_, f32> = AttentionOptions::new().causal().window(4096).softcap(50.0);
+/// assert!(opts.causal && opts.window == Some(4096) && opts.softcap == Some(50.0));
+/// ```
+#[derive(Clone, Copy)]
+pub struct AttentionOptions<'a, T: WithDType> {
+    /// Multiplies `q · k` (default `1 / sqrt(head dim)`).
+    pub scale: Option<f32>,
+    /// Query `i` of `s_q` sits at position `i + s_kv - s_q` and sees keys
+    /// up to its position (aligned to the end: decode with a cache).
+    pub causal: bool,
+    /// Added to the logits, broadcastable to `(b, h_q, s_q, s_kv)` as
+    /// NumPy broadcasts (-inf hides a key).
+    pub mask: Option<&'a Tensor<T>>,
+    /// A query at position `p` sees keys `j > p - window` (Mistral's
+    /// sliding window: itself and the `window - 1` keys before it).
+    pub window: Option<usize>,
+    /// Logits become `cap * tanh(logit / cap)` before the mask (Gemma 2).
+    pub softcap: Option<f32>,
+}
+
+impl<T: WithDType> Default for AttentionOptions<'_, T> {
+    fn default() -> Self {
+        Self {
+            scale: None,
+            causal: false,
+            mask: None,
+            window: None,
+            softcap: None,
+        }
+    }
+}
+
+impl<'a, T: WithDType> AttentionOptions<'a, T> {
+    /// Plain attention, scale `1 / sqrt(d)`.
+    ///
+    /// ```
+    /// use ferrocm_ops::attention::AttentionOptions;
+    /// let o = AttentionOptions::<f32>::new();
+    /// assert!(!o.causal && o.scale.is_none());
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With this scale.
+    ///
+    /// ```
+    /// use ferrocm_ops::attention::AttentionOptions;
+    /// assert_eq!(AttentionOptions::<f32>::new().scale(0.125).scale, Some(0.125));
+    /// ```
+    pub fn scale(mut self, scale: f32) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+
+    /// Causal, aligned to the end.
+    ///
+    /// ```
+    /// use ferrocm_ops::attention::AttentionOptions;
+    /// assert!(AttentionOptions::<f32>::new().causal().causal);
+    /// ```
+    pub fn causal(mut self) -> Self {
+        self.causal = true;
+        self
+    }
+
+    /// With an additive mask.
+    ///
+    /// ```
+    /// use ferrocm_ops::{attention::AttentionOptions, Device, Tensor};
+    /// let m = Tensor::<f32>::zeros(&[1, 4], &Device::Cpu)?;
+    /// assert!(AttentionOptions::new().mask(&m).mask.is_some());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    pub fn mask(mut self, mask: &'a Tensor<T>) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+
+    /// With a sliding window of `window` keys.
+    ///
+    /// ```
+    /// use ferrocm_ops::attention::AttentionOptions;
+    /// assert_eq!(AttentionOptions::<f32>::new().window(8).window, Some(8));
+    /// ```
+    pub fn window(mut self, window: usize) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// With a logit softcap.
+    ///
+    /// ```
+    /// use ferrocm_ops::attention::AttentionOptions;
+    /// assert_eq!(AttentionOptions::<f32>::new().softcap(30.0).softcap, Some(30.0));
+    /// ```
+    pub fn softcap(mut self, cap: f32) -> Self {
+        self.softcap = Some(cap);
+        self
+    }
+}
+
+/// The checked sizes of one attention call.
+#[derive(Clone, Copy)]
+struct Dims {
+    b: usize,
+    h_q: usize,
+    h_kv: usize,
+    s_q: usize,
+    s_kv: usize,
+    d: usize,
+}
+
+/// One attention over prepared views (see [`Inputs`]) into `out`.
+struct Attend<'a, T: WithDType> {
+    inputs: Inputs<'a, T>,
+    out: DeviceBuffer<T>,
+}
+
+/// The operands of one attention: q, k, v with unit stride along the head
+/// dim, the mask broadcast to `(b, h_q, s_q, s_kv)` with unit stride along
+/// the keys.
+struct Inputs<'a, T: WithDType> {
+    q: &'a Tensor<T>,
+    k: &'a Tensor<T>,
+    v: &'a Tensor<T>,
+    mask: Option<&'a Tensor<T>>,
+    dims: Dims,
+    scale: f32,
+    /// 0: none.
+    softcap: f32,
+    causal: bool,
+    /// 0: none.
+    window: u32,
+}
+
+/// Strides of a rank-4 view over its first three dims.
+fn strides3<T: WithDType>(t: &Tensor<T>) -> [usize; 3] {
+    let s = t.layout().strides();
+    [s[0], s[1], s[2]]
+}
+
+/// A view's elements from its offset on (the Cpu's buffer).
+fn data<T: WithDType>(t: &Tensor<T>) -> &[T] {
+    &crate::cpu::host(t.buf())[t.layout().offset()..]
+}
+
+/// `Σ a[e] * b[e]` in f32, eight partial sums (the loop vectorises).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, at) = a.as_chunks::<8>();
+    let (bc, bt) = b.as_chunks::<8>();
+    for (x, y) in ac.iter().zip(bc) {
+        for e in 0..8 {
+            acc[e] = x[e].mul_add(y[e], acc[e]);
+        }
+    }
+    for (e, (x, y)) in at.iter().zip(bt).enumerate() {
+        acc[e] = x.mul_add(*y, acc[e]);
+    }
+    acc.iter().sum()
+}
+
+/// One Cpu task: rows `i0..i0 + out.len() / d` of query head `h` of batch
+/// `b`, tile by tile over the keys they see.
+struct CpuBlock<'a, T: WithDType> {
+    op: &'a Inputs<'a, T>,
+    b: usize,
+    h: usize,
+    i0: usize,
+    out: &'a mut [T],
+}
+
+impl<T: WithDType> crate::cpu::Task for CpuBlock<'_, T> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        let a = self.op;
+        let Dims { s_q, s_kv, d, .. } = a.dims;
+        let g = a.dims.h_q / a.dims.h_kv;
+        let (b, h, i0) = (self.b, self.h, self.i0);
+        let n = self.out.len() / d;
+        let f = |v: &T| v.to_kernel().to_f32();
+        let (qd, kd, vd) = (data(a.q), data(a.k), data(a.v));
+        let (qs, ks, vs) = (strides3(a.q), strides3(a.k), strides3(a.v));
+        let q: Vec<f32> = (0..n)
+            .flat_map(|r| {
+                let at = b * qs[0] + h * qs[1] + (i0 + r) * qs[2];
+                qd[at..at + d].iter().map(f)
+            })
+            .collect();
+        let mask = a.mask.map(|m| (data(m), strides3(m)));
+        // The keys some row of the block sees.
+        let (first, last) = (i0 as u64 + s_kv as u64, (i0 + n - 1) as u64 + s_kv as u64);
+        let hi = match a.causal {
+            true => (last + 1).saturating_sub(s_q as u64).min(s_kv as u64) as usize,
+            false => s_kv,
+        };
+        let lo = match a.window {
+            0 => 0,
+            w => (first + 1).saturating_sub(s_q as u64 + w as u64) as usize,
+        };
+        let (mut m, mut l) = (vec![f32::NEG_INFINITY; n], vec![0.0f32; n]);
+        let mut o = vec![0.0f32; n * d];
+        let (mut kt, mut vt) = (vec![0.0f32; CPU_KEYS * d], vec![0.0f32; CPU_KEYS * d]);
+        let mut s = vec![0.0f32; CPU_KEYS];
+        let (kv_k, kv_v) = (b * ks[0] + h / g * ks[1], b * vs[0] + h / g * vs[1]);
+        let mut j0 = lo;
+        while j0 < hi {
+            let kb = CPU_KEYS.min(hi - j0);
+            for jj in 0..kb {
+                let (ka, va) = (kv_k + (j0 + jj) * ks[2], kv_v + (j0 + jj) * vs[2]);
+                for e in 0..d {
+                    kt[jj * d + e] = f(&kd[ka + e]);
+                    vt[jj * d + e] = f(&vd[va + e]);
+                }
+            }
+            for r in 0..n {
+                let i = i0 + r;
+                let qr = &q[r * d..(r + 1) * d];
+                let mut mx = m[r];
+                for jj in 0..kb {
+                    let j = j0 + jj;
+                    s[jj] = if attn_visible(
+                        i as u32,
+                        j as u32,
+                        s_q as u32,
+                        s_kv as u32,
+                        a.causal,
+                        a.window,
+                    ) {
+                        let mv = match mask {
+                            Some((md, ms)) => f(&md[b * ms[0] + h * ms[1] + i * ms[2] + j]),
+                            None => 0.0,
+                        };
+                        attn_logit(dot(qr, &kt[jj * d..(jj + 1) * d]), a.scale, a.softcap, mv)
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                    mx = Elem::max(mx, s[jj]);
+                }
+                if mx == f32::NEG_INFINITY {
+                    continue;
+                }
+                let alpha = attn_weight(m[r], mx);
+                let or = &mut o[r * d..(r + 1) * d];
+                if alpha != 1.0 {
+                    or.iter_mut().for_each(|x| *x *= alpha);
+                }
+                l[r] *= alpha;
+                for jj in 0..kb {
+                    let p = attn_weight(s[jj], mx);
+                    if p != 0.0 {
+                        l[r] += p;
+                        for (x, y) in or.iter_mut().zip(&vt[jj * d..(jj + 1) * d]) {
+                            *x = p.mul_add(*y, *x);
+                        }
+                    }
+                }
+                m[r] = mx;
+            }
+            j0 += kb;
+        }
+        for (r, row) in self.out.chunks_mut(d).enumerate() {
+            for (y, x) in row.iter_mut().zip(&o[r * d..(r + 1) * d]) {
+                *y = T::from_kernel(T::Kernel::from_f32(attn_finish(*x, l[r])));
+            }
+        }
+    }
+}
+
+impl<T: WithDType> Op for Attend<'_, T> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(self) -> Result<DeviceBuffer<T>> {
+        let Attend { inputs, mut out } = self;
+        let Dims { h_q, s_q, d, .. } = inputs.dims;
+        let this = &inputs;
+        crate::cpu::host_mut(&mut out)
+            .par_chunks_mut(s_q * d)
+            .enumerate()
+            .for_each(|(bh, head)| {
+                head.par_chunks_mut(CPU_ROWS * d)
+                    .enumerate()
+                    .for_each(|(blk, out)| {
+                        crate::cpu::vectorized(CpuBlock {
+                            op: this,
+                            b: bh / h_q,
+                            h: bh % h_q,
+                            i0: blk * CPU_ROWS,
+                            out,
+                        })
+                    })
+            });
+        Ok(out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let Attend {
+            inputs: a,
+            out: out_buf,
+        } = self;
+        let table = T::Kernel::ATTN.ok_or(Error::UnsupportedDType {
+            op: "attention",
+            dtype: T::DTYPE,
+        })?;
+        let Dims {
+            b,
+            h_q,
+            h_kv,
+            s_q,
+            s_kv,
+            d,
+        } = a.dims;
+        // Workitems per key and words each holds: a 16-byte word per
+        // workitem while the row has at most 16, else 16 workitems.
+        let words = d / per_word::<T::Kernel>() as usize;
+        let (lanes, w) = match words {
+            ..=16 => (words.next_power_of_two(), 1),
+            _ => (16, words.div_ceil(16)),
+        };
+        let kernel = table.rows[w.trailing_zeros() as usize];
+        let rows = (h_q / h_kv) * s_q;
+        let blocks = (b * h_kv * rows.div_ceil(ATTN_ROWS as usize)) as u64;
+        // Enough splits of the keys to give each compute unit two
+        // workgroups (the emulator: eight), none shorter than MIN_CHUNK.
+        let target = dev.gpu_info().map_or(8, |i| 2 * i.compute_units as u64);
+        let max_splits = s_kv.div_ceil(MIN_CHUNK).max(1) as u64;
+        let splits = target.div_ceil(blocks).clamp(1, max_splits.min(1024));
+        let chunk = s_kv.div_ceil(splits as usize).max(1);
+        let splits = s_kv.div_ceil(chunk).max(1);
+        if blocks > i32::MAX as u64 {
+            return Err(Error::TooLarge {
+                op: "attention",
+                shape: a.q.shape().to_vec(),
+            });
+        }
+        let out_rows = b * h_q * s_q;
+        let part = match splits {
+            1 => None,
+            _ => Some(dev.alloc::<f32>(out_rows * splits * (d + ATTN_STATS as usize))?),
+        };
+        let waves = ATTN_BLOCK / dev.wave_size().unwrap_or(32);
+        let lds = waves * ATTN_ROWS * (d as u32 + ATTN_STATS) * 4;
+        let flags = (lanes as u32) << ATTN_LANES_SHIFT | if a.causal { ATTN_CAUSAL } else { 0 };
+        let (qs, ks, vs) = (strides3(a.q), strides3(a.k), strides3(a.v));
+        let ms = a.mask.map_or([0; 3], strides3);
+        let u = |x: usize| x as u64;
+        let out = out_buf.view_as::<T::Kernel>().expect("same size");
+        dev.launch_typed(
+            kernel,
+            LaunchConfig {
+                grid: [blocks as u32, splits as u32, 1],
+                block: [ATTN_BLOCK, 1, 1],
+                lds_bytes: lds,
+            },
+            (
+                Out::new(out),
+                part.as_ref().map(Out::new).unwrap_or_else(Out::null),
+                a.q.input(),
+                a.k.input(),
+                a.v.input(),
+                a.mask.map(|m| m.input()).unwrap_or_else(In::null),
+                h_q as u32,
+                h_kv as u32,
+                s_q as u32,
+                s_kv as u32,
+                d as u32,
+                u(qs[0]),
+                u(qs[1]),
+                u(qs[2]),
+                u(ks[0]),
+                u(ks[1]),
+                u(ks[2]),
+                u(vs[0]),
+                u(vs[1]),
+                u(vs[2]),
+                u(ms[0]),
+                u(ms[1]),
+                u(ms[2]),
+                a.scale,
+                a.softcap,
+                a.window,
+                flags,
+                chunk as u32,
+            ),
+        )?;
+        if let Some(part) = &part {
+            dev.launch_typed(
+                table.merge,
+                LaunchConfig::rows(out_rows as u64, ATTN_MERGE_BLOCK, 0),
+                (
+                    Out::new(out),
+                    In::new(part),
+                    out_rows as u64,
+                    d as u32,
+                    splits as u32,
+                ),
+            )?;
+        }
+        Ok(out_buf)
+    }
+}
+
+impl<T: WithDType> Tensor<T> {
+    /// Scaled dot-product attention with `self` as the queries, `(b, h_q,
+    /// s_q, d)`, and keys and values `(b, h_kv, s_kv, d)`: `softmax(q · kᵀ
+    /// * scale + mask) · v` per query row, with `h_q / h_kv` query heads
+    /// sharing each KV head (GQA, MQA). Returns `(b, h_q, s_q, d)`. f32,
+    /// f16, bf16, f32 math; head dims 64, 80, 96, 128 and 256.
+    ///
+    /// Views need no copy when their last dim is contiguous and, on a GPU,
+    /// they start on 16 bytes: a `narrow` of a longer KV cache along the
+    /// sequence, a `(b, s, h, d)` tensor permuted to `(b, h, s, d)`. Others
+    /// are copied first. [`AttentionOptions`] sets the scale, causal
+    /// masking (aligned to the end, for decode with a cache), an additive
+    /// mask, a sliding window and a softcap; a query row that sees no key
+    /// (everything masked) is zeros.
+    ///
+    /// ```
+    /// use ferrocm_ops::{attention::AttentionOptions, Device, Tensor};
+    /// let dev = Device::Cpu;
+    /// // One query, two keys: the second key is twice as likely.
+    /// let q = Tensor::from_slice(&[1.0f32; 64], &[1, 1, 1, 64], &dev)?;
+    /// let mut k = vec![0.0f32; 128];
+    /// k[64] = 2f32.ln(); // q · k1 = ln 2 with scale 1
+    /// let k = Tensor::from_slice(&k, &[1, 1, 2, 64], &dev)?;
+    /// let v: Vec<f32> = (0..128).map(|i| (i / 64) as f32 * 3.0).collect(); // rows 0 and 3
+    /// let v = Tensor::from_slice(&v, &[1, 1, 2, 64], &dev)?;
+    /// let out = q.attention(&k, &v, &AttentionOptions::new().scale(1.0))?.to_vec()?;
+    /// assert!((out[0] - 2.0).abs() < 1e-6); // (1 * 0 + 2 * 3) / 3
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for integers; [`Error::ShapeMismatch`]
+    /// when an operand is not rank 4, k's or v's batch or head dim differs
+    /// from q's, v's shape from k's, or the mask does not broadcast to
+    /// `(b, h_q, s_q, s_kv)`; [`Error::BadParameter`] for a head dim other
+    /// than 64, 80, 96, 128, 256, `h_q` not a multiple of `h_kv` (or no KV
+    /// heads), a scale that is not finite, a softcap that is not a positive
+    /// finite number, a window of 0; [`Error::DeviceMismatch`];
+    /// [`Error::TooLarge`] past the kernels' 32-bit counts; [`Error::Host`].
+    pub fn attention(&self, k: &Self, v: &Self, opts: &AttentionOptions<'_, T>) -> Result<Self> {
+        let op = "attention";
+        if !T::DTYPE.is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: T::DTYPE,
+            });
+        }
+        self.same_device(op, k)?;
+        self.same_device(op, v)?;
+        if let Some(m) = opts.mask {
+            self.same_device(op, m)?;
+        }
+        let bad = |what: String| Error::BadParameter { op, what };
+        let mismatch = |op, lhs: &[usize], rhs: &[usize]| Error::ShapeMismatch {
+            op,
+            lhs: lhs.to_vec(),
+            rhs: rhs.to_vec(),
+        };
+        for (t, what) in [
+            (self, "attention q"),
+            (k, "attention k"),
+            (v, "attention v"),
+        ] {
+            if t.rank() != 4 {
+                return Err(mismatch(what, &[0, 0, 0, 0], t.shape()));
+            }
+        }
+        let (qs, ks) = (self.shape(), k.shape());
+        if ks[0] != qs[0] || ks[3] != qs[3] {
+            return Err(mismatch("attention k", qs, ks));
+        }
+        if v.shape() != ks {
+            return Err(mismatch("attention v", ks, v.shape()));
+        }
+        let dims = Dims {
+            b: qs[0],
+            h_q: qs[1],
+            h_kv: ks[1],
+            s_q: qs[2],
+            s_kv: ks[2],
+            d: qs[3],
+        };
+        if !ATTN_HEAD_DIMS.contains(&dims.d) {
+            return Err(bad(format!(
+                "head dim {} is not supported (supported: 64, 80, 96, 128, 256)",
+                dims.d
+            )));
+        }
+        if dims.h_kv == 0 || !dims.h_q.is_multiple_of(dims.h_kv) {
+            return Err(bad(format!(
+                "{} query heads are not a multiple of {} key/value heads",
+                dims.h_q, dims.h_kv
+            )));
+        }
+        let scale = opts.scale.unwrap_or(1.0 / (dims.d as f32).sqrt());
+        if !scale.is_finite() {
+            return Err(bad(format!("scale must be finite, got {scale}")));
+        }
+        let softcap = match opts.softcap {
+            Some(c) if !(c.is_finite() && c > 0.0) => {
+                return Err(bad(format!("softcap must be positive and finite, got {c}")));
+            }
+            Some(c) => c,
+            None => 0.0,
+        };
+        let window = match opts.window {
+            Some(0) => return Err(bad("window must be at least 1 key".into())),
+            // Past every position it hides nothing.
+            Some(w) => w.min(dims.s_q + dims.s_kv) as u32,
+            None => 0,
+        };
+        let full = [dims.b, dims.h_q, dims.s_q, dims.s_kv];
+        let mask = match opts.mask {
+            Some(m) => {
+                if m.rank() > 4 {
+                    return Err(mismatch("attention mask", &full, m.shape()));
+                }
+                let m = m
+                    .broadcast_as(&full)
+                    .map_err(|_| mismatch("attention mask", &full, m.shape()))?;
+                // Keys at unit stride (a mask broadcast along them is copied).
+                Some(match m.layout().strides()[3] == 1 || dims.s_kv <= 1 {
+                    true => m,
+                    false => m.contiguous()?,
+                })
+            }
+            None => None,
+        };
+        let fits = |x: usize| x <= u32::MAX as usize;
+        let rows = dims.h_q.checked_mul(dims.s_q).unwrap_or(usize::MAX);
+        if !(fits(rows) && fits(dims.s_kv.saturating_add(dims.s_q).saturating_add(rows))) {
+            return Err(Error::TooLarge {
+                op,
+                shape: qs.to_vec(),
+            });
+        }
+        let dev = self.device();
+        let out_shape = [dims.b, dims.h_q, dims.s_q, dims.d];
+        let n = out_shape.iter().product::<usize>();
+        if n == 0 {
+            return Tensor::zeros(&out_shape, dev);
+        }
+        if dims.s_kv == 0 {
+            // No keys: every row sees nothing.
+            return Tensor::zeros(&out_shape, dev);
+        }
+        let (q, k, v) = (ready(self)?, ready(k)?, ready(v)?);
+        let inputs = Inputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            mask: mask.as_ref(),
+            dims,
+            scale,
+            softcap,
+            causal: opts.causal,
+            window,
+        };
+        let out = dev.alloc::<T>(n)?;
+        let out = backend::run(dev, Attend { inputs, out })?;
+        Ok(Tensor::from_parts(out, &out_shape))
+    }
+}
+
+/// `t` itself when the kernels can read it in place (unit stride along the
+/// head dim; its start and its strides on 16-byte words), else a
+/// contiguous copy.
+fn ready<T: WithDType>(t: &Tensor<T>) -> Result<Tensor<T>> {
+    let per = per_word::<T::Kernel>() as usize;
+    let l = t.layout();
+    let s = l.strides();
+    let words = l.offset().is_multiple_of(per)
+        && (0..3).all(|i| s[i].is_multiple_of(per) || l.shape()[i] == 1);
+    if s[3] == 1 && words {
+        Ok(t.clone())
+    } else {
+        // A new buffer: `contiguous` keeps a contiguous view off its words.
+        t.copy()
+    }
+}
