@@ -2,7 +2,7 @@
 //! for f32, f16 and bf16 (f32 math), with causal and sliding-window
 //! masking, grouped-query heads and split-K ("flash-decoding"):
 //!
-//! - `attn_rows_{dtype}_w{1,2,4}`: a workgroup takes [`ATTN_ROWS`] query
+//! - `attn_rows_{dtype}_w{1,2,4}`: a workgroup takes [`ATTN_ROWS`] `/ w` query
 //!   rows of one batch and KV head (the query heads that share it first:
 //!   GQA reads each key once for all of them) and one split of the keys.
 //!   Its workitems form groups of `lanes` (8 or 16) workitems per key: each
@@ -20,7 +20,7 @@
 //! whose logit is -inf (an additive mask) adds nothing; a row that sees no
 //! key is zeros (`l == 0`), never NaN. NaN in a seen logit gives NaN.
 //!
-//! The scalar steps ([`attn_visible`], [`attn_logit`], [`attn_weight`],
+//! The scalar steps ([`attn_span`], [`attn_logit`], [`attn_weight`],
 //! [`attn_finish`]) are shared with the Cpu backend.
 
 use crate::device::*;
@@ -35,7 +35,9 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 /// Workitems per workgroup of the attention row kernels.
 #[amdgpu_device]
 pub const ATTN_BLOCK: u32 = 256;
-/// Query rows per workgroup of the row kernels.
+/// Query rows per workgroup of the row kernels with one word per
+/// workitem and row; with `w` words, `ATTN_ROWS / w` (the registers of a
+/// row grow with its words: 4 rows of 2 words spilled on gfx90a).
 #[amdgpu_device]
 pub const ATTN_ROWS: u32 = 4;
 /// Workitems per workgroup of the merge kernel.
@@ -57,24 +59,35 @@ pub const ATTN_STATS: u32 = 2;
 /// The head dims the kernels take.
 pub const ATTN_HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
 
-/// Whether query `i` (of `s_q`, aligned to the end of `s_kv` keys: at
-/// position `p = i + s_kv - s_q`) sees key `j`: `j <= p` when causal, and
-/// `j > p - window` when `window > 0` (Mistral's sliding window: the query
-/// and the `window - 1` keys before it).
+/// The keys query `i` (of `s_q`, aligned to the end of `s_kv` keys: at
+/// position `p = i + s_kv - s_q`) sees, as the range `lo..hi`: `j <= p`
+/// when causal, and `j > p - window` when `window > 0` (Mistral's sliding
+/// window: the query and the `window - 1` keys before it). Empty (`lo ==
+/// hi`) when it sees none.
 ///
 /// ```
-/// use ferrocm_kernels::attention::attn_visible;
-/// // Decode: one query at position 9 of 10 keys.
-/// assert!(attn_visible(0, 9, 1, 10, true, 0) && attn_visible(0, 0, 1, 10, true, 0));
-/// assert!(!attn_visible(0, 6, 1, 10, true, 3) && attn_visible(0, 7, 1, 10, true, 3));
-/// assert!(!attn_visible(0, 1, 4, 4, true, 0)); // prefill: row 0 sees key 0 only
+/// use ferrocm_kernels::attention::attn_span;
+/// assert_eq!(attn_span(0, 1, 10, true, 0), (0, 10)); // decode: every key
+/// assert_eq!(attn_span(0, 1, 10, true, 3), (7, 10)); // the last three
+/// assert_eq!(attn_span(0, 4, 4, true, 0), (0, 1)); // prefill row 0
+/// assert_eq!(attn_span(0, 6, 4, true, 0), (0, 0)); // before every key
 /// ```
 #[amdgpu_device]
 #[inline(always)]
-pub fn attn_visible(i: u32, j: u32, s_q: u32, s_kv: u32, causal: bool, window: u32) -> bool {
-    // Both sides shifted by s_q: no negative positions.
-    let (p, k) = (i as u64 + s_kv as u64, j as u64 + s_q as u64);
-    (!causal || k <= p) && (window == 0 || k + window as u64 > p)
+pub fn attn_span(i: u32, s_q: u32, s_kv: u32, causal: bool, window: u32) -> (u32, u32) {
+    // p + 1, both sides shifted by s_q: no negative positions.
+    let p1 = i as u64 + s_kv as u64 + 1;
+    let hi = if causal {
+        Ord::min(p1.saturating_sub(s_q as u64), s_kv as u64)
+    } else {
+        s_kv as u64
+    };
+    let lo = if window > 0 {
+        p1.saturating_sub(s_q as u64 + window as u64)
+    } else {
+        0
+    };
+    (Ord::min(lo, hi) as u32, hi as u32)
 }
 
 /// The logit of a seen key: `dot * scale`, softcapped (`cap * tanh(s /
@@ -182,17 +195,18 @@ pub struct AttnGeometry {
 /// query head, row)`.
 #[amdgpu_device]
 #[inline(always)]
-fn block_row(rb: u32, r: u32, kvh: u32, g: u32, s_q: u32) -> (bool, u32, u32) {
-    let rho = rb * ATTN_ROWS + r;
+fn block_row(rb: u32, r: u32, rows: u32, kvh: u32, g: u32, s_q: u32) -> (bool, u32, u32) {
+    let rho = rb * rows + r;
     (rho < g * s_q, kvh * g + rho / s_q, rho % s_q)
 }
 
 /// The body of the row kernels (see the module doc): `W` words per workitem
-/// and row; `flags` holds [`ATTN_CAUSAL`] and the lanes per key.
+/// and row, `R` rows per workgroup (`ATTN_ROWS / W`); `flags` holds
+/// [`ATTN_CAUSAL`] and the lanes per key.
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub fn attn_rows_body<T: MatElem, const W: usize>(
+pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     out: *mut T,
     part: *mut f32,
     q: *const T,
@@ -202,7 +216,6 @@ pub fn attn_rows_body<T: MatElem, const W: usize>(
     geo: AttnGeometry,
     (scale, softcap, window, flags, chunk): (f32, f32, u32, u32, u32),
 ) {
-    const R: usize = ATTN_ROWS as usize;
     let (h_q, h_kv, s_q, s_kv, d) = geo.dims;
     let per = T::PER_WORD;
     let nw = d / per;
@@ -215,29 +228,30 @@ pub fn attn_rows_body<T: MatElem, const W: usize>(
     // handler.
     let g = Ord::max(h_q / Ord::max(h_kv, 1), 1);
     let s_q = Ord::max(s_q, 1);
-    let row_blocks = Ord::max((g * s_q).div_ceil(ATTN_ROWS), 1);
+    let row_blocks = Ord::max((g * s_q).div_ceil(R as u32), 1);
     let wg = workgroup_id_x();
     let (rb, bh) = (wg % row_blocks, wg / row_blocks);
     let (kvh, bi) = (bh % Ord::max(h_kv, 1), bh / Ord::max(h_kv, 1));
     let (split, splits) = (workgroup_id_y(), num_workgroups_y());
     let begin = Ord::min(split as u64 * chunk as u64, s_kv as u64) as u32;
     let end = Ord::min(begin as u64 + chunk as u64, s_kv as u64) as u32;
-    // The keys some row of the block sees, within the split.
+    // The keys each row sees within the split (none for rows past the
+    // block's end), and those some row sees; where its mask row starts.
     let (mut lo, mut hi) = (end, begin);
+    let mut span = [(0u32, 0u32); R];
+    let mut mask_row = [0u64; R];
     let mut q_words = [[W128([0; 4]); W]; R];
     unroll4!(r < R => {
-        let (valid, head, i) = block_row(rb, r as u32, kvh, g, s_q);
+        let (valid, head, i) = block_row(rb, r as u32, R as u32, kvh, g, s_q);
         if valid {
-            // Position + 1, shifted by s_q (see attn_visible).
-            let p1 = i as u64 + s_kv as u64 + 1;
-            let row_hi = if causal { p1.saturating_sub(s_q as u64) } else { end as u64 };
-            let row_lo = if window > 0 {
-                p1.saturating_sub(s_q as u64 + window as u64)
-            } else {
-                0
-            };
-            hi = Ord::max(hi, Ord::min(row_hi, end as u64) as u32);
-            lo = Ord::min(lo, Ord::max(row_lo, begin as u64) as u32);
+            let (a, b) = attn_span(i, s_q, s_kv, causal, window);
+            let (a, b) = (Ord::max(a, begin), Ord::min(b, end));
+            if a < b {
+                span[r] = (a, b);
+                lo = Ord::min(lo, a);
+                hi = Ord::max(hi, b);
+            }
+            mask_row[r] = bi as u64 * geo.mask.0 + head as u64 * geo.mask.1 + i as u64 * geo.mask.2;
             let base = bi as u64 * geo.q.0 + head as u64 * geo.q.1 + i as u64 * geo.q.2;
             unroll4!(t < W => {
                 let wi = gl + lanes * t as u32;
@@ -278,11 +292,21 @@ pub fn attn_rows_body<T: MatElem, const W: usize>(
         0
     };
     let mut j = lo + gi;
-    let (mut kw, mut vw) = fetch(j, j < hi);
+    // One word per row: the next key's words load while this one is used
+    // (with two, the registers they take made gfx942 spill).
+    let prefetch = W == 1;
+    let (mut kw, mut vw) = fetch(j, prefetch && j < hi);
     let mut step = 0;
     while step < steps {
         let next = j + groups;
-        let (kn, vn) = fetch(next, next < hi);
+        let (kn, vn) = fetch(
+            if prefetch { next } else { j },
+            (if prefetch { next } else { j }) < hi,
+        );
+        if !prefetch {
+            kw = kn;
+            vw = vn;
+        }
         let mut s = [0.0f32; R];
         unroll4!(r < R => {
             unroll4!(t < W => {
@@ -298,13 +322,11 @@ pub fn attn_rows_body<T: MatElem, const W: usize>(
         }
         if j < hi {
             unroll4!(r < R => {
-                let (valid, head, i) = block_row(rb, r as u32, kvh, g, s_q);
-                if valid && attn_visible(i, j, s_q, s_kv, causal, window) {
+                if span[r].0 <= j && j < span[r].1 {
                     let mv = if mask.is_null() {
                         0.0
                     } else {
-                        let at = bi as u64 * geo.mask.0 + head as u64 * geo.mask.1 + i as u64 * geo.mask.2 + j as u64;
-                        unsafe { load(mask, at as usize) }.to_f32()
+                        unsafe { load(mask, (mask_row[r] + j as u64) as usize) }.to_f32()
                     };
                     let x = attn_logit(s[r], scale, softcap, mv);
                     if x != f32::NEG_INFINITY {
@@ -350,7 +372,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize>(
     let wave = wave_id();
     if lane_id() < lanes {
         unroll4!(r < R => {
-            let at = (wave * ATTN_ROWS + r as u32) * slot;
+            let at = (wave * R as u32 + r as u32) * slot;
             if lane_id() == 0 {
                 sh.store(at, m[r]);
                 sh.store(at + 1, l[r]);
@@ -370,20 +392,20 @@ pub fn attn_rows_body<T: MatElem, const W: usize>(
     barrier();
     let waves = num_waves();
     let mut idx = tid;
-    while idx < ATTN_ROWS * d {
+    while idx < R as u32 * d {
         let (r, e) = (idx / d, idx % d);
-        let (valid, head, i) = block_row(rb, r, kvh, g, s_q);
+        let (valid, head, i) = block_row(rb, r, R as u32, kvh, g, s_q);
         if valid {
             let mut mt = f32::NEG_INFINITY;
             let mut w = 0;
             while w < waves {
-                mt = max_nan(mt, sh.load((w * ATTN_ROWS + r) * slot));
+                mt = max_nan(mt, sh.load((w * R as u32 + r) * slot));
                 w += 1;
             }
             let (mut lt, mut ot) = (0.0f32, 0.0f32);
             let mut w = 0;
             while w < waves {
-                let at = (w * ATTN_ROWS + r) * slot;
+                let at = (w * R as u32 + r) * slot;
                 let wt = attn_weight(sh.load(at), mt);
                 lt += sh.load(at + 1) * wt;
                 ot += sh.load(at + ATTN_STATS + e) * wt;
@@ -415,40 +437,67 @@ pub fn attn_rows_body<T: MatElem, const W: usize>(
 
 /// The merge kernel's body: for each of `rows` output rows, the splits'
 /// partial `(m, l, o[d])` (slots of `d + 2` f32, `splits` per row) combined
-/// into `o / l`.
+/// into `o / l`. The splits' `m` and `l` go to LDS first (2 * `splits`
+/// f32), so each workitem's loop over the splits waits on one global load
+/// per split, four in flight.
 #[amdgpu_device]
 #[inline(always)]
 pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32, splits: u32) {
     let slot = (d + ATTN_STATS) as u64;
+    let sh = lds::<f32>();
+    let tid = workitem_id_x();
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let base = row * splits as u64 * slot;
-        let stat = |s: u32, x: u64| unsafe { load(part, (base + s as u64 * slot + x) as usize) };
+        let at = |s: u32, x: u32| (base + s as u64 * slot + x as u64) as usize;
+        let mut s = tid;
+        while s < splits {
+            unsafe {
+                sh.store(s, load(part, at(s, 0)));
+                sh.store(splits + s, load(part, at(s, 1)));
+            }
+            s += workgroup_size_x();
+        }
+        barrier();
         let mut mt = f32::NEG_INFINITY;
         let mut s = 0;
         while s < splits {
-            mt = max_nan(mt, stat(s, 0));
+            mt = max_nan(mt, sh.load(s));
             s += 1;
         }
-        let mut e = workitem_id_x();
+        let mut lt = 0.0f32;
+        let mut s = 0;
+        while s < splits {
+            lt += sh.load(splits + s) * attn_weight(sh.load(s), mt);
+            s += 1;
+        }
+        let mut e = tid;
         while e < d {
-            let (mut lt, mut ot) = (0.0f32, 0.0f32);
+            let mut ot = [0.0f32; 4];
             let mut s = 0;
+            while s + 4 <= splits {
+                unroll4!(u < 4 => {
+                    let su = s + u as u32;
+                    ot[u] += unsafe { load(part, at(su, ATTN_STATS + e)) } * attn_weight(sh.load(su), mt);
+                });
+                s += 4;
+            }
             while s < splits {
-                let wt = attn_weight(stat(s, 0), mt);
-                lt += stat(s, 1) * wt;
-                ot += stat(s, (ATTN_STATS + e) as u64) * wt;
+                ot[0] += unsafe { load(part, at(s, ATTN_STATS + e)) } * attn_weight(sh.load(s), mt);
                 s += 1;
             }
+            let o = (ot[0] + ot[1]) + (ot[2] + ot[3]);
             unsafe {
                 store(
                     out,
                     (row * d as u64 + e as u64) as usize,
-                    T::from_f32(attn_finish(ot, lt)),
+                    T::from_f32(attn_finish(o, lt)),
                 )
             };
             e += workgroup_size_x();
         }
+        // The stats slots are rewritten for the next row.
+        barrier();
         row += num_workgroups_x() as u64;
     }
 }
@@ -548,7 +597,7 @@ macro_rules! attn_kernels {
                         mask: (m_bs, m_hs, m_qs),
                     };
                     let params = (scale, softcap, window, flags, chunk);
-                    attn_rows_body::<$t, $w>(out, part, q, k, v, mask, geo, params)
+                    attn_rows_body::<$t, $w, { ATTN_ROWS as usize / $w }>(out, part, q, k, v, mask, geo, params)
                 }
             )*
             fn $merge(out: *mut $t, part: *const f32, rows: u64, d: u32, splits: u32) {

@@ -21,7 +21,7 @@ use crate::tensor::Tensor;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::attention::{
     ATTN_BLOCK, ATTN_CAUSAL, ATTN_HEAD_DIMS, ATTN_LANES_SHIFT, ATTN_MERGE_BLOCK, ATTN_ROWS,
-    ATTN_STATS, AttnKernels, attn_finish, attn_logit, attn_visible, attn_weight,
+    ATTN_STATS, AttnKernels, attn_finish, attn_logit, attn_span, attn_weight,
 };
 use ferrocm_kernels::elem::{Elem, per_word};
 use rayon::prelude::*;
@@ -234,16 +234,10 @@ impl<T: WithDType> crate::cpu::Task for CpuBlock<'_, T> {
             })
             .collect();
         let mask = a.mask.map(|m| (data(m), strides3(m)));
-        // The keys some row of the block sees.
-        let (first, last) = (i0 as u64 + s_kv as u64, (i0 + n - 1) as u64 + s_kv as u64);
-        let hi = match a.causal {
-            true => (last + 1).saturating_sub(s_q as u64).min(s_kv as u64) as usize,
-            false => s_kv,
-        };
-        let lo = match a.window {
-            0 => 0,
-            w => (first + 1).saturating_sub(s_q as u64 + w as u64) as usize,
-        };
+        // The keys some row of the block sees (the spans move right with
+        // the row).
+        let row_span = |i: usize| attn_span(i as u32, s_q as u32, s_kv as u32, a.causal, a.window);
+        let (lo, hi) = (row_span(i0).0 as usize, row_span(i0 + n - 1).1 as usize);
         let (mut m, mut l) = (vec![f32::NEG_INFINITY; n], vec![0.0f32; n]);
         let mut o = vec![0.0f32; n * d];
         let (mut kt, mut vt) = (vec![0.0f32; CPU_KEYS * d], vec![0.0f32; CPU_KEYS * d]);
@@ -263,16 +257,10 @@ impl<T: WithDType> crate::cpu::Task for CpuBlock<'_, T> {
                 let i = i0 + r;
                 let qr = &q[r * d..(r + 1) * d];
                 let mut mx = m[r];
+                let span = attn_span(i as u32, s_q as u32, s_kv as u32, a.causal, a.window);
                 for jj in 0..kb {
                     let j = j0 + jj;
-                    s[jj] = if attn_visible(
-                        i as u32,
-                        j as u32,
-                        s_q as u32,
-                        s_kv as u32,
-                        a.causal,
-                        a.window,
-                    ) {
+                    s[jj] = if span.0 as usize <= j && j < span.1 as usize {
                         let mv = match mask {
                             Some((md, ms)) => f(&md[b * ms[0] + h * ms[1] + i * ms[2] + j]),
                             None => 0.0,
@@ -365,7 +353,8 @@ impl<T: WithDType> Op for Attend<'_, T> {
         };
         let kernel = table.rows[w.trailing_zeros() as usize];
         let rows = (h_q / h_kv) * s_q;
-        let blocks = (b * h_kv * rows.div_ceil(ATTN_ROWS as usize)) as u64;
+        let block_rows = ATTN_ROWS / w as u32;
+        let blocks = (b * h_kv * rows.div_ceil(block_rows as usize)) as u64;
         // Enough splits of the keys to give each compute unit two
         // workgroups (the emulator: eight), none shorter than MIN_CHUNK.
         let target = dev.gpu_info().map_or(8, |i| 2 * i.compute_units as u64);
@@ -385,7 +374,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
             _ => Some(dev.alloc::<f32>(out_rows * splits * (d + ATTN_STATS as usize))?),
         };
         let waves = ATTN_BLOCK / dev.wave_size().unwrap_or(32);
-        let lds = waves * ATTN_ROWS * (d as u32 + ATTN_STATS) * 4;
+        let lds = waves * block_rows * (d as u32 + ATTN_STATS) * 4;
         let flags = (lanes as u32) << ATTN_LANES_SHIFT | if a.causal { ATTN_CAUSAL } else { 0 };
         let (qs, ks, vs) = (strides3(a.q), strides3(a.k), strides3(a.v));
         let ms = a.mask.map_or([0; 3], strides3);
@@ -432,7 +421,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
         if let Some(part) = &part {
             dev.launch_typed(
                 table.merge,
-                LaunchConfig::rows(out_rows as u64, ATTN_MERGE_BLOCK, 0),
+                LaunchConfig::rows(out_rows as u64, ATTN_MERGE_BLOCK, 8 * splits as u32),
                 (
                     Out::new(out),
                     In::new(part),

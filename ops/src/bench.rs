@@ -197,6 +197,7 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     rows.extend(llm_rows(dev, cfg, copy_gbps)?);
     rows.extend(layer_rows(dev, cfg, copy_gbps)?);
     rows.extend(matmul_rows(dev, cfg, copy_gbps)?);
+    rows.extend(attention_rows(dev, cfg, copy_gbps)?);
     Ok(BenchReport {
         device: dev.to_string(),
         copy_gbps,
@@ -617,4 +618,92 @@ pub fn to_json(r: &BenchReport) -> String {
         })
         .collect();
     serde_json::json!({"device": r.device, "copy_gbps": r.copy_gbps, "rows": rows}).to_string()
+}
+
+/// Attention at Llama 3 8B's sizes (for the default config; smaller configs
+/// scale them down): a decode step, one query of 32 heads over 4096 cached
+/// keys of 8 KV heads, d 128 (bytes: K and V read once, q and the output),
+/// in bf16 and f32; and a causal bf16 prefill of 2048 tokens (`flops`: 2 s²
+/// d h, the causal half of the two products, as the PyTorch anchor counts).
+fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
+    let d = 128.min(cfg.cols).max(64);
+    let heads = (cfg.cols / 128).clamp(1, 32);
+    let kv_heads = (heads / 4).max(1);
+    let (s_kv, seq) = (cfg.rows.min(4096), cfg.rows.min(2048));
+    let build = |dev: &Device| -> Result<_> {
+        let f = |shape: &[usize], seed| Tensor::<f32>::randn(shape, 0.0, 1.0, seed, dev);
+        let (q, k, v) = (
+            f(&[1, heads, 1, d], 40)?,
+            f(&[1, kv_heads, s_kv, d], 41)?,
+            f(&[1, kv_heads, s_kv, d], 42)?,
+        );
+        let p = |seed| f(&[1, heads, seq, d], seed)?.to_dtype::<bf16>();
+        Ok((
+            (
+                q.to_dtype::<bf16>()?,
+                k.to_dtype::<bf16>()?,
+                v.to_dtype::<bf16>()?,
+            ),
+            (q, k, v),
+            (p(43)?, p(44)?, p(45)?),
+        ))
+    };
+    type Bf = Tensor<bf16>;
+    type F = Tensor<f32>;
+    type Attn = ((Bf, Bf, Bf), (F, F, F), (Bf, Bf, Bf));
+    type AttnOp = fn(&Attn) -> Result<()>;
+    let kv = 2 * kv_heads * s_kv * d;
+    let io = 2 * heads * d;
+    let ops: [(&str, Vec<usize>, u64, Option<u64>, AttnOp); 3] = [
+        (
+            "attention decode bf16",
+            vec![1, heads, kv_heads, s_kv, d],
+            (2 * (kv + io)) as u64,
+            None,
+            |i| {
+                i.0.0
+                    .attention(&i.0.1, &i.0.2, &crate::AttentionOptions::new().causal())
+                    .map(drop)
+            },
+        ),
+        (
+            "attention decode f32",
+            vec![1, heads, kv_heads, s_kv, d],
+            (4 * (kv + io)) as u64,
+            None,
+            |i| {
+                i.1.0
+                    .attention(&i.1.1, &i.1.2, &crate::AttentionOptions::new().causal())
+                    .map(drop)
+            },
+        ),
+        (
+            "attention prefill bf16",
+            vec![1, heads, seq, d],
+            (2 * 4 * heads * seq * d) as u64,
+            Some((2 * seq * seq * d * heads) as u64),
+            |i| {
+                i.2.0
+                    .attention(&i.2.1, &i.2.2, &crate::AttentionOptions::new().causal())
+                    .map(drop)
+            },
+        ),
+    ];
+    let inputs = build(dev)?;
+    let cpu_inputs = match cfg.compare_cpu && dev.runs_kernels() {
+        true => Some(build(&Device::Cpu)?),
+        false => None,
+    };
+    let timed = Timed {
+        dev,
+        reps: cfg.reps,
+        copy_gbps,
+    };
+    let mut rows = Vec::new();
+    for (name, shape, bytes, flops, op) in ops {
+        let mut row = timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), op)?;
+        row.flops = flops;
+        rows.push(row);
+    }
+    Ok(rows)
 }

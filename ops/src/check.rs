@@ -311,6 +311,41 @@ impl Runner<'_> {
                     }
                 });
             }
+            // Attention over `cols` keys: a GQA decode step, `rows` causal
+            // queries with a window (aligned to the end), and the input as
+            // an additive mask with a softcap at head dim 256.
+            let rnd = move |dev: &Device, shape: &[usize], seed| {
+                Tensor::<T>::rand(shape, -1.0, 1.0, seed, dev)
+            };
+            self.case("attention[decode,gqa]".into(), d, move |dev| {
+                let (q, k, v) = (
+                    rnd(dev, &[1, 8, 1, 128], 31)?,
+                    rnd(dev, &[1, 2, cols, 128], 32)?,
+                    rnd(dev, &[1, 2, cols, 128], 33)?,
+                );
+                q.attention(&k, &v, &crate::AttentionOptions::new().causal())
+            });
+            self.case("attention[causal,window]".into(), d, move |dev| {
+                let (q, k, v) = (
+                    rnd(dev, &[1, 4, rows, 64], 34)?,
+                    rnd(dev, &[1, 4, cols, 64], 35)?,
+                    rnd(dev, &[1, 4, cols, 64], 36)?,
+                );
+                q.attention(&k, &v, &crate::AttentionOptions::new().causal().window(100))
+            });
+            self.case("attention[mask,softcap]".into(), d, move |dev| {
+                let (q, k, v) = (
+                    rnd(dev, &[1, 2, rows, 256], 37)?,
+                    rnd(dev, &[1, 1, cols, 256], 38)?,
+                    rnd(dev, &[1, 1, cols, 256], 39)?,
+                );
+                let m = x(dev)?;
+                q.attention(
+                    &k,
+                    &v,
+                    &crate::AttentionOptions::new().mask(&m).softcap(30.0),
+                )
+            });
         }
         self.case("affine".into(), d, move |dev| {
             x(dev)?.affine(if d.is_float() { 1.5 } else { 3.0 }, 2.0)
