@@ -923,9 +923,13 @@ fn attn_reference<T: Float>(
 
 /// The bound on one output: the dtype's rounding of the result, plus the
 /// f32 error of the logits (a dot of `d` terms of at most 1, times the
-/// scale) and of the exponentials and sums, relative to `max |v|`.
+/// scale) and of the exponentials and sums, relative to `max |v|`, plus the
+/// matrix-unit kernel's rounding of the probabilities to the dtype before
+/// they multiply the values (FlashAttention's second product): each weight
+/// off by half an ulp of 1 at most, so the weighted mean of the values by
+/// that much of `max |v|`.
 fn attn_bound<T: Float>(want: f64, d: usize, vmax: f64) -> f64 {
-    T::ulp(want) + 64.0 * (d as f64).sqrt() * U32 * vmax
+    T::ulp(want) + 64.0 * (d as f64).sqrt() * U32 * vmax + T::ulp(1.0) / 2.0 * vmax
 }
 
 /// The options of a case on tensors of `T`.

@@ -435,6 +435,282 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     }
 }
 
+/// Query rows per wave of the matrix-unit kernel (one mma tile).
+#[amdgpu_device]
+pub const ATTN_MMA_ROWS: u32 = 16;
+/// Keys per LDS stage of the matrix-unit kernel (two mma column tiles).
+#[amdgpu_device]
+pub const ATTN_MMA_KEYS: u32 = 32;
+/// The largest head dim of the matrix-unit kernel (its output tiles are
+/// registers: 256 would take twice as many).
+pub const ATTN_MMA_MAX_D: usize = 128;
+/// f32 per row of a wave's score tile in LDS.
+#[amdgpu_device]
+const S_PITCH: u32 = ATTN_MMA_KEYS + 4;
+/// Words per row of a wave's probability tile (16-bit values) in LDS.
+#[amdgpu_device]
+const P_PITCH: u32 = ATTN_MMA_KEYS / 2 + 4;
+
+/// Words (32-bit) per row of the q, k and v tiles of head dim `d`: the row
+/// and one 16-byte word of padding (rows land on different banks).
+#[amdgpu_device]
+#[inline(always)]
+const fn tile_pitch(d: u32) -> u32 {
+    d / 2 + 4
+}
+
+/// LDS of the matrix-unit kernel with `waves` waves and head dim `d`, in
+/// bytes: q (16 rows per wave), k and v ([`ATTN_MMA_KEYS`] rows), each
+/// wave's scores (f32) and probabilities (16-bit), two f32 per row.
+///
+/// ```
+/// use ferrocm_kernels::attention::attn_mma_lds_bytes;
+/// assert!(attn_mma_lds_bytes(4, 128) <= 64 * 1024);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn attn_mma_lds_bytes(waves: u32, d: u32) -> u32 {
+    let rows = waves * ATTN_MMA_ROWS;
+    4 * (rows * tile_pitch(d) + 2 * ATTN_MMA_KEYS * tile_pitch(d) + rows * (S_PITCH + P_PITCH + 2))
+}
+
+/// The matrix-unit attention kernel (f16, bf16; head dims up to
+/// [`ATTN_MMA_MAX_D`], a multiple of 16): the arguments and the split of
+/// the keys of the row kernels, with [`ATTN_MMA_ROWS`] query rows per wave
+/// (one wave per workgroup for a decode step, four for a prefill). Per
+/// stage of [`ATTN_MMA_KEYS`] keys staged in LDS: each wave multiplies its
+/// q tile by the keys on the device layer's [`crate::mma`] primitive, the
+/// lanes that own a row (as many per row as the wave has lanes over 16)
+/// turn the scores into the online softmax's probabilities (rounded to
+/// `T`, as FlashAttention's second product takes them) and rescale
+/// factors, and the wave multiplies the probabilities by the values into
+/// its f32 output tiles.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem>(
+    out: *mut T,
+    part: *mut f32,
+    q: *const T,
+    k: *const T,
+    v: *const T,
+    mask: *const T,
+    geo: AttnGeometry,
+    (scale, softcap, window, flags, chunk): (f32, f32, u32, u32, u32),
+) {
+    use crate::mma::{Acc, load_a, load_b, load_b_t, mma};
+    const OT: usize = (ATTN_MMA_MAX_D / 16) as usize;
+    let (h_q, h_kv, s_q, s_kv, d) = geo.dims;
+    let causal = flags & ATTN_CAUSAL != 0;
+    let pitch = tile_pitch(d);
+    let (wpr, nw, nt) = (pitch / 4, d / 8, d / 16);
+    let (tid, size, wave, waves) = (workitem_id_x(), workgroup_size_x(), wave_id(), num_waves());
+    let lane = lane_id();
+    let block_rows = ATTN_MMA_ROWS * waves;
+    let g = Ord::max(h_q / Ord::max(h_kv, 1), 1);
+    let s_q = Ord::max(s_q, 1);
+    let rows = g * s_q;
+    let row_blocks = Ord::max(rows.div_ceil(block_rows), 1);
+    let wg = workgroup_id_x();
+    let (rb, bh) = (wg % row_blocks, wg / row_blocks);
+    let (kvh, bi) = (bh % Ord::max(h_kv, 1), bh / Ord::max(h_kv, 1));
+    let (split, splits) = (workgroup_id_y(), num_workgroups_y());
+    let begin = Ord::min(split as u64 * chunk as u64, s_kv as u64) as u32;
+    let end = Ord::min(begin as u64 + chunk as u64, s_kv as u64) as u32;
+    // LDS: q, k, v tiles, then per wave its scores, probabilities, stats.
+    let k_b = 4 * block_rows * pitch;
+    let v_b = k_b + 4 * ATTN_MMA_KEYS * pitch;
+    let s_b = v_b + 4 * ATTN_MMA_KEYS * pitch;
+    let p_b = s_b + 4 * block_rows * S_PITCH;
+    let st_b = p_b + 4 * block_rows * P_PITCH;
+    let (qt, kt, vt) = (lds_at::<u32>(0), lds_at::<u32>(k_b), lds_at::<u32>(v_b));
+    let sw = lds_at::<f32>(s_b + 4 * wave * ATTN_MMA_ROWS * S_PITCH);
+    let pw = lds_at::<u32>(p_b + 4 * wave * ATTN_MMA_ROWS * P_PITCH);
+    let stw = lds_at::<f32>(st_b + 4 * wave * ATTN_MMA_ROWS * 2);
+    // The block's q rows (zeros past its end).
+    let mut e = tid;
+    while e < block_rows * nw {
+        let (r, c) = (e / nw, e % nw);
+        let (valid, head, i) = block_row(rb, r, block_rows, kvh, g, s_q);
+        let mut w = W128([0; 4]);
+        if valid {
+            let base = bi as u64 * geo.q.0 + head as u64 * geo.q.1 + i as u64 * geo.q.2;
+            w = unsafe { load(q as *const W128, (base / 8) as usize + c as usize) };
+        }
+        lds_at::<W128>(0).store(r * wpr + c, w);
+        e += size;
+    }
+    // The keys some row of the block sees: the spans move right with the
+    // row, so the hull runs from the first row's to the last row's (every
+    // row when the block holds two heads' rows).
+    let first = rb * block_rows;
+    let last = Ord::min(first + block_rows, rows) - 1;
+    let (i_lo, i_hi) = if first / s_q == last / s_q {
+        (first % s_q, last % s_q)
+    } else {
+        (0, s_q - 1)
+    };
+    let lo = Ord::max(attn_span(i_lo, s_q, s_kv, causal, window).0, begin);
+    let hi = Ord::min(attn_span(i_hi, s_q, s_kv, causal, window).1, end);
+    // This lane's row (of the wave's 16) and its share of each stage's keys.
+    let parts = wave_size() / ATTN_MMA_ROWS;
+    let (my_row, my_part) = (lane % ATTN_MMA_ROWS, lane / ATTN_MMA_ROWS);
+    let per_lane = ATTN_MMA_KEYS / parts;
+    let (valid, head, i) = block_row(rb, wave * ATTN_MMA_ROWS + my_row, block_rows, kvh, g, s_q);
+    // Within the split: the stage past its end holds zeros, not keys.
+    let span = if valid {
+        let (a, b) = attn_span(i, s_q, s_kv, causal, window);
+        (Ord::max(a, lo), Ord::min(b, hi))
+    } else {
+        (0, 0)
+    };
+    let mask_row = bi as u64 * geo.mask.0 + head as u64 * geo.mask.1 + i as u64 * geo.mask.2;
+    let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+    let mut o = [Acc::zero(); OT];
+    let mut j0 = lo;
+    while j0 < hi {
+        // The stage's keys and values (zeros past the span).
+        let mut e = tid;
+        while e < ATTN_MMA_KEYS * nw {
+            let (c, w) = (e / nw, e % nw);
+            let j = j0 + c;
+            let (mut kw, mut vw) = (W128([0; 4]), W128([0; 4]));
+            if j < hi {
+                let ko = bi as u64 * geo.k.0 + kvh as u64 * geo.k.1 + j as u64 * geo.k.2;
+                let vo = bi as u64 * geo.v.0 + kvh as u64 * geo.v.1 + j as u64 * geo.v.2;
+                unsafe {
+                    kw = load(k as *const W128, (ko / 8) as usize + w as usize);
+                    vw = load(v as *const W128, (vo / 8) as usize + w as usize);
+                }
+            }
+            lds_at::<W128>(k_b).store(c * wpr + w, kw);
+            lds_at::<W128>(v_b).store(c * wpr + w, vw);
+            e += size;
+        }
+        barrier();
+        // Scores: the wave's 16 rows by the stage's two 16-key tiles.
+        let mut sacc = [Acc::zero(); 2];
+        let mut ks = 0;
+        while ks < d {
+            let fa = load_a(qt, pitch, wave * ATTN_MMA_ROWS, ks);
+            unroll4!(t < 2 => {
+                let fb = load_b(kt, pitch, 16 * t as u32, ks);
+                mma::<T>(&mut sacc[t], &fa, &fb);
+            });
+            ks += 16;
+        }
+        unroll4!(t < 2 => {
+            sacc[t].map(|r, c, x| {
+                sw.store(r * S_PITCH + 16 * t as u32 + c, x);
+                x
+            });
+        });
+        barrier();
+        // The row owners: logits, the new max, probabilities, rescale.
+        let c0 = my_part * per_lane;
+        let mut mx = f32::NEG_INFINITY;
+        let mut c = 0;
+        while c < per_lane {
+            let j = j0 + c0 + c;
+            let x = if span.0 <= j && j < span.1 {
+                let mv = if mask.is_null() {
+                    0.0
+                } else {
+                    unsafe { load(mask, (mask_row + j as u64) as usize) }.to_f32()
+                };
+                attn_logit(sw.load(my_row * S_PITCH + c0 + c), scale, softcap, mv)
+            } else {
+                f32::NEG_INFINITY
+            };
+            sw.store(my_row * S_PITCH + c0 + c, x);
+            mx = max_nan(mx, x);
+            c += 1;
+        }
+        let mut off = ATTN_MMA_ROWS;
+        while off < wave_size() {
+            mx = max_nan(mx, wave_shfl_xor_f32(mx, off));
+            off *= 2;
+        }
+        let mn = max_nan(m, mx);
+        let alpha = attn_weight(m, mn);
+        let mut psum = 0.0f32;
+        let mut c = 0;
+        while c < per_lane {
+            let p0 = attn_weight(sw.load(my_row * S_PITCH + c0 + c), mn);
+            let p1 = attn_weight(sw.load(my_row * S_PITCH + c0 + c + 1), mn);
+            psum += p0 + p1;
+            pw.store(
+                my_row * P_PITCH + (c0 + c) / 2,
+                lane_of(T::from_f32(p0), T::from_f32(p1)),
+            );
+            c += 2;
+        }
+        let mut off = ATTN_MMA_ROWS;
+        while off < wave_size() {
+            psum += wave_shfl_xor_f32(psum, off);
+            off *= 2;
+        }
+        m = mn;
+        l = l * alpha + psum;
+        if my_part == 0 {
+            stw.store(2 * my_row, alpha);
+        }
+        barrier();
+        // Output tiles: rescaled, plus the probabilities times the values.
+        let fa0 = crate::mma::load_a(pw, P_PITCH, 0, 0);
+        let fa1 = crate::mma::load_a(pw, P_PITCH, 0, 16);
+        unroll4!(t1 < 2 => {
+            unroll4!(t0 < 4 => {
+                let t = 4 * t1 + t0;
+                if t < OT && (t as u32) < nt {
+                    o[t].map(|r, _, x| x * stw.load(2 * r));
+                    let fb0 = load_b_t(vt, pitch, 16 * t as u32, 0);
+                    mma::<T>(&mut o[t], &fa0, &fb0);
+                    let fb1 = load_b_t(vt, pitch, 16 * t as u32, 16);
+                    mma::<T>(&mut o[t], &fa1, &fb1);
+                }
+            });
+        });
+        barrier();
+        j0 += ATTN_MMA_KEYS;
+    }
+    // Each row's (m, l) for the lanes that hold its outputs.
+    if my_part == 0 {
+        stw.store(2 * my_row, m);
+        stw.store(2 * my_row + 1, l);
+    }
+    barrier();
+    let slot = (d + ATTN_STATS) as u64;
+    unroll4!(t1 < 2 => {
+        unroll4!(t0 < 4 => {
+            let t = 4 * t1 + t0;
+            if t < OT && (t as u32) < nt {
+                o[t].map(|r, c, x| {
+                    let (valid, head, i) = block_row(rb, wave * ATTN_MMA_ROWS + r, block_rows, kvh, g, s_q);
+                    if valid {
+                        let row = (bi as u64 * h_q as u64 + head as u64) * s_q as u64 + i as u64;
+                        let col = 16 * t as u32 + c;
+                        let (rm, rl) = (stw.load(2 * r), stw.load(2 * r + 1));
+                        if splits == 1 {
+                            unsafe { store(out, (row * d as u64 + col as u64) as usize, T::from_f32(attn_finish(x, rl))) };
+                        } else {
+                            let at = (row * splits as u64 + split as u64) * slot;
+                            unsafe {
+                                store(part, (at + (ATTN_STATS + col) as u64) as usize, x);
+                                if col == 0 {
+                                    store(part, at as usize, rm);
+                                    store(part, at as usize + 1, rl);
+                                }
+                            }
+                        }
+                    }
+                    x
+                });
+            }
+        });
+    });
+}
+
 /// The merge kernel's body: for each of `rows` output rows, the splits'
 /// partial `(m, l, o[d])` (slots of `d + 2` f32, `splits` per row) combined
 /// into `o / l`. The splits' `m` and `l` go to LDS first (2 * `splits`
@@ -556,6 +832,8 @@ pub struct AttnTable<T: 'static> {
     pub rows: [KernelRef<AttnArgs<T>>; 3],
     /// `attn_merge_{T}`.
     pub merge: KernelRef<AttnMergeArgs<T>>,
+    /// `attn_mma_{T}`: the matrix-unit kernel (16-bit types).
+    pub mma: Option<KernelRef<AttnArgs<T>>>,
 }
 
 /// The attention kernels of an element type: float types only.
@@ -572,13 +850,14 @@ macro_rules! attn_kernels {
             const ATTN: Option<AttnTable<Self>> = None;
         }
     )*};
-    ($($t:ty => [$($rows:ident $w:literal),*], [$w1:ident, $w2:ident, $w4:ident], $merge:ident;)*) => {
+    ($($t:ty => [$($rows:ident $w:literal),*], [$w1:ident, $w2:ident, $w4:ident], $merge:ident, [$($mma:ident)?];)*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl AttnKernels for $t {
                 const ATTN: Option<AttnTable<Self>> = Some(AttnTable {
                     rows: [KernelRef::of::<$w1>(), KernelRef::of::<$w2>(), KernelRef::of::<$w4>()],
                     merge: KernelRef::of::<$merge>(),
+                    mma: attn_kernels!(@opt $($mma)?),
                 });
             }
         )*
@@ -603,16 +882,35 @@ macro_rules! attn_kernels {
             fn $merge(out: *mut $t, part: *const f32, rows: u64, d: u32, splits: u32) {
                 attn_merge_body::<$t>(out, part, rows, d, splits)
             }
+            $(
+                fn $mma(out: *mut $t, part: *mut f32, q: *const $t, k: *const $t, v: *const $t,
+                        mask: *const $t, h_q: u32, h_kv: u32, s_q: u32, s_kv: u32, d: u32,
+                        q_bs: u64, q_hs: u64, q_ss: u64, k_bs: u64, k_hs: u64, k_ss: u64,
+                        v_bs: u64, v_hs: u64, v_ss: u64, m_bs: u64, m_hs: u64, m_qs: u64,
+                        scale: f32, softcap: f32, window: u32, flags: u32, chunk: u32) {
+                    let geo = AttnGeometry {
+                        dims: (h_q, h_kv, s_q, s_kv, d),
+                        q: (q_bs, q_hs, q_ss),
+                        k: (k_bs, k_hs, k_ss),
+                        v: (v_bs, v_hs, v_ss),
+                        mask: (m_bs, m_hs, m_qs),
+                    };
+                    let params = (scale, softcap, window, flags, chunk);
+                    attn_mma_body::<$t>(out, part, q, k, v, mask, geo, params)
+                }
+            )?
         )*}
     };
+    (@opt) => { None };
+    (@opt $mma:ident) => { Some(KernelRef::of::<$mma>()) };
 }
 
 attn_kernels! {
     f32 => [attn_rows_f32_w1 1, attn_rows_f32_w2 2, attn_rows_f32_w4 4],
-        [attn_rows_f32_w1, attn_rows_f32_w2, attn_rows_f32_w4], attn_merge_f32;
+        [attn_rows_f32_w1, attn_rows_f32_w2, attn_rows_f32_w4], attn_merge_f32, [];
     F16 => [attn_rows_f16_w1 1, attn_rows_f16_w2 2],
-        [attn_rows_f16_w1, attn_rows_f16_w2, attn_rows_f16_w2], attn_merge_f16;
+        [attn_rows_f16_w1, attn_rows_f16_w2, attn_rows_f16_w2], attn_merge_f16, [attn_mma_f16];
     Bf16 => [attn_rows_bf16_w1 1, attn_rows_bf16_w2 2],
-        [attn_rows_bf16_w1, attn_rows_bf16_w2, attn_rows_bf16_w2], attn_merge_bf16;
+        [attn_rows_bf16_w1, attn_rows_bf16_w2, attn_rows_bf16_w2], attn_merge_bf16, [attn_mma_bf16];
 }
 attn_kernels!(none: u8, u32, i64);

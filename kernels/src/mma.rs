@@ -39,6 +39,7 @@
 use crate::device::*;
 use crate::elem::*;
 use crate::math;
+use crate::unroll4;
 use rocm_kernel_macros::amdgpu_device;
 
 /// Rows, columns and depth of one wave's tile product.
@@ -336,6 +337,22 @@ impl Acc {
     #[inline(always)]
     pub fn value(&self, i: usize) -> f32 {
         self.v[i]
+    }
+
+    /// Replaces each element this lane holds by `f(row, column, value)`
+    /// (written out: the indices stay constants).
+    #[inline(always)]
+    pub fn map(&mut self, mut f: impl FnMut(u32, u32, f32) -> f32) {
+        let len = Self::len();
+        unroll4!(e1 < ACC.div_ceil(4) => {
+            unroll4!(e0 < 4 => {
+                let e = 4 * e1 + e0;
+                if e < ACC && (e as u32) < len {
+                    let (r, c) = Self::at(e as u32);
+                    self.v[e] = f(r, c, self.v[e]);
+                }
+            });
+        });
     }
 }
 

@@ -20,8 +20,9 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::attention::{
-    ATTN_BLOCK, ATTN_CAUSAL, ATTN_HEAD_DIMS, ATTN_LANES_SHIFT, ATTN_MERGE_BLOCK, ATTN_ROWS,
-    ATTN_STATS, AttnKernels, attn_finish, attn_logit, attn_span, attn_weight,
+    ATTN_BLOCK, ATTN_CAUSAL, ATTN_HEAD_DIMS, ATTN_LANES_SHIFT, ATTN_MERGE_BLOCK, ATTN_MMA_MAX_D,
+    ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, AttnKernels, attn_finish, attn_logit, attn_mma_lds_bytes,
+    attn_span, attn_weight,
 };
 use ferrocm_kernels::elem::{Elem, per_word};
 use rayon::prelude::*;
@@ -344,21 +345,41 @@ impl<T: WithDType> Op for Attend<'_, T> {
             s_kv,
             d,
         } = a.dims;
-        // Workitems per key and words each holds: a 16-byte word per
-        // workitem while the row has at most 16, else 16 workitems.
-        let words = d / per_word::<T::Kernel>() as usize;
-        let (lanes, w) = match words {
-            ..=16 => (words.next_power_of_two(), 1),
-            _ => (16, words.div_ceil(16)),
-        };
-        let kernel = table.rows[w.trailing_zeros() as usize];
         let rows = (h_q / h_kv) * s_q;
-        let block_rows = ATTN_ROWS / w as u32;
+        let wave = dev.wave_size().unwrap_or(32);
+        // The matrix-unit kernel for 16-bit types up to d 128: a wave per
+        // 16 query rows, one wave per workgroup when a KV head's rows fit
+        // in it (decode), else four. Otherwise the row kernel: workitems per
+        // key and the words each holds, a 16-byte word per workitem while
+        // a row has at most 16, else 16 workitems.
+        let (kernel, block, block_rows, lds, min_chunk, lanes_flags) = match table.mma {
+            Some(mma) if d <= ATTN_MMA_MAX_D => {
+                let waves = if rows <= ATTN_MMA_ROWS as usize { 1 } else { 4 };
+                let lds = attn_mma_lds_bytes(waves, d as u32);
+                (mma, waves * wave, waves * ATTN_MMA_ROWS, lds, 64, 0)
+            }
+            _ => {
+                let words = d / per_word::<T::Kernel>() as usize;
+                let (lanes, w) = match words {
+                    ..=16 => (words.next_power_of_two(), 1),
+                    _ => (16, words.div_ceil(16)),
+                };
+                let block_rows = ATTN_ROWS / w as u32;
+                let waves = ATTN_BLOCK / wave;
+                let lds = waves * block_rows * (d as u32 + ATTN_STATS) * 4;
+                let kernel = table.rows[w.trailing_zeros() as usize];
+                let flags = (lanes as u32) << ATTN_LANES_SHIFT;
+                (kernel, ATTN_BLOCK, block_rows, lds, MIN_CHUNK, flags)
+            }
+        };
         let blocks = (b * h_kv * rows.div_ceil(block_rows as usize)) as u64;
-        // Enough splits of the keys to give each compute unit two
-        // workgroups (the emulator: eight), none shorter than MIN_CHUNK.
-        let target = dev.gpu_info().map_or(8, |i| 2 * i.compute_units as u64);
-        let max_splits = s_kv.div_ceil(MIN_CHUNK).max(1) as u64;
+        // Enough splits of the keys to give each compute unit eight waves
+        // (the emulator: eight workgroups), none shorter than `min_chunk`.
+        let waves = Ord::max(block / wave, 1) as u64;
+        let target = dev
+            .gpu_info()
+            .map_or(8, |i| 8 * i.compute_units as u64 / waves);
+        let max_splits = s_kv.div_ceil(min_chunk).max(1) as u64;
         let splits = target.div_ceil(blocks).clamp(1, max_splits.min(1024));
         let chunk = s_kv.div_ceil(splits as usize).max(1);
         let splits = s_kv.div_ceil(chunk).max(1);
@@ -373,9 +394,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
             1 => None,
             _ => Some(dev.alloc::<f32>(out_rows * splits * (d + ATTN_STATS as usize))?),
         };
-        let waves = ATTN_BLOCK / dev.wave_size().unwrap_or(32);
-        let lds = waves * block_rows * (d as u32 + ATTN_STATS) * 4;
-        let flags = (lanes as u32) << ATTN_LANES_SHIFT | if a.causal { ATTN_CAUSAL } else { 0 };
+        let flags = lanes_flags | if a.causal { ATTN_CAUSAL } else { 0 };
         let (qs, ks, vs) = (strides3(a.q), strides3(a.k), strides3(a.v));
         let ms = a.mask.map_or([0; 3], strides3);
         let u = |x: usize| x as u64;
@@ -384,7 +403,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
             kernel,
             LaunchConfig {
                 grid: [blocks as u32, splits as u32, 1],
-                block: [ATTN_BLOCK, 1, 1],
+                block: [block, 1, 1],
                 lds_bytes: lds,
             },
             (
