@@ -690,9 +690,14 @@ fn build_arch(crate_dir: &Path, target_dir: &Path, arch: &str) -> Result<PathBuf
             // kernel (copy_bf16 == copy_f16) then has no kernel descriptor and
             // the link fails. Every kernel must stay a kernel.
             "-Zmerge-functions=disabled".into(),
-            "--check-cfg=cfg(ferrocm_device,ferrocm_nvptx,ferrocm_gfx9,ferrocm_gfx10,ferrocm_gfx11,ferrocm_gfx12)".into(),
+            "--check-cfg=cfg(ferrocm_device,ferrocm_nvptx,ferrocm_gfx9,ferrocm_gfx10,ferrocm_gfx11,ferrocm_gfx12,ferrocm_vgprs128)".into(),
             "--check-cfg=cfg(ferrocm_mma,values(none(),\"sync\",\"mfma\",\"wmma11\",\"wmma12\"))".into(),
     ];
+    // RDNA3 parts with the smaller register file (1024 VGPRs per SIMD, not
+    // 1536): 128 VGPRs per workitem at the default 1024-workitem bound.
+    if matches!(arch, "gfx1102" | "gfx1103" | "gfx1150" | "gfx1152") {
+        flags.push("--cfg=ferrocm_vgprs128".into());
+    }
     if let Some(unit) = matrix_unit_of(arch) {
         // `cfg(ferrocm_mma)`: some unit; `cfg(ferrocm_mma = "..")`: which.
         flags.push("--cfg=ferrocm_mma".into());

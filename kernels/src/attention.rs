@@ -435,6 +435,14 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     }
 }
 
+/// `w` where `keep`, else zeros (lane by lane: selects, no branch).
+#[amdgpu_device]
+#[inline(always)]
+fn word_if(w: W128, keep: bool) -> W128 {
+    let m = if keep { u32::MAX } else { 0 };
+    W128([w.0[0] & m, w.0[1] & m, w.0[2] & m, w.0[3] & m])
+}
+
 /// Query rows per wave of the matrix-unit kernel (one mma tile).
 #[amdgpu_device]
 pub const ATTN_MMA_ROWS: u32 = 16;
@@ -451,6 +459,22 @@ const S_PITCH: u32 = ATTN_MMA_KEYS + 4;
 #[amdgpu_device]
 const P_PITCH: u32 = ATTN_MMA_KEYS / 2 + 4;
 
+/// Words per row of the v tile stored transposed (a row per dim, the
+/// stage's keys along it), where the matrix unit's transposed fragment
+/// loads are not cheap ([`crate::mma::TRANSPOSED_LOADS`]): gathering them
+/// half by half made the PV product's loads take 120 registers on gfx11.
+#[amdgpu_device]
+const VT_PITCH: u32 = ATTN_MMA_KEYS / 2 + 4;
+
+/// Words of the v tile for head dim `d` (either layout).
+#[amdgpu_device]
+#[inline(always)]
+const fn v_words(d: u32) -> u32 {
+    let rows = ATTN_MMA_KEYS * tile_pitch(d);
+    let transposed = d * VT_PITCH;
+    if rows > transposed { rows } else { transposed }
+}
+
 /// Words (32-bit) per row of the q, k and v tiles of head dim `d`: the row
 /// and one 16-byte word of padding (rows land on different banks).
 #[amdgpu_device]
@@ -461,7 +485,8 @@ const fn tile_pitch(d: u32) -> u32 {
 
 /// LDS of the matrix-unit kernel with `waves` waves and head dim `d`, in
 /// bytes: q (16 rows per wave), k and v ([`ATTN_MMA_KEYS`] rows), each
-/// wave's scores (f32) and probabilities (16-bit), two f32 per row.
+/// wave's scores (f32) and probabilities (16-bit), four words per row (its
+/// rescale factor or `m`, `l`, and its output row).
 ///
 /// ```
 /// use ferrocm_kernels::attention::attn_mma_lds_bytes;
@@ -471,7 +496,10 @@ const fn tile_pitch(d: u32) -> u32 {
 #[inline(always)]
 pub const fn attn_mma_lds_bytes(waves: u32, d: u32) -> u32 {
     let rows = waves * ATTN_MMA_ROWS;
-    4 * (rows * tile_pitch(d) + 2 * ATTN_MMA_KEYS * tile_pitch(d) + rows * (S_PITCH + P_PITCH + 2))
+    4 * (rows * tile_pitch(d)
+        + ATTN_MMA_KEYS * tile_pitch(d)
+        + v_words(d)
+        + rows * (S_PITCH + P_PITCH + 4))
 }
 
 /// The matrix-unit attention kernel (f16, bf16; head dims up to
@@ -488,7 +516,7 @@ pub const fn attn_mma_lds_bytes(waves: u32, d: u32) -> u32 {
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem>(
+pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     out: *mut T,
     part: *mut f32,
     q: *const T,
@@ -498,9 +526,30 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem>(
     geo: AttnGeometry,
     (scale, softcap, window, flags, chunk): (f32, f32, u32, u32, u32),
 ) {
-    use crate::mma::{Acc, load_a, load_b, load_b_t, mma};
+    // A GPU without a matrix unit gets the row kernels from the op layer:
+    // the FMA body's registers do not fit this kernel there. The emulator
+    // runs it, the logic the matrix units run.
+    #[cfg(all(ferrocm_device, not(ferrocm_mma)))]
+    {
+        let _ = (
+            out, part, q, k, v, mask, geo, scale, softcap, window, flags, chunk,
+        );
+        return;
+    }
+    #[allow(unreachable_code)]
+    use crate::mma::{Acc, TRANSPOSED_LOADS, load_a, load_b, load_b_t, mma};
+    // Output tiles held per pass over the keys: all of d 128's eight, but
+    // four where 128 registers must do (its rows then take two passes, each
+    // recomputing the scores: d 128 spilled there), and in the emulator,
+    // which so runs the passes' logic (d 80 to 128 take two).
+    #[cfg(all(ferrocm_device, not(ferrocm_vgprs128)))]
     const OT: usize = (ATTN_MMA_MAX_D / 16) as usize;
-    let (h_q, h_kv, s_q, s_kv, d) = geo.dims;
+    #[cfg(any(ferrocm_vgprs128, not(ferrocm_device)))]
+    const OT: usize = 4;
+    // The head dim is the kernel's (`geo.dims.4` equals it): constant
+    // loop bounds, and registers for its tiles only.
+    let (h_q, h_kv, s_q, s_kv, _) = geo.dims;
+    let d = D;
     let causal = flags & ATTN_CAUSAL != 0;
     let pitch = tile_pitch(d);
     let (wpr, nw, nt) = (pitch / 4, d / 8, d / 16);
@@ -520,26 +569,13 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem>(
     // LDS: q, k, v tiles, then per wave its scores, probabilities, stats.
     let k_b = 4 * block_rows * pitch;
     let v_b = k_b + 4 * ATTN_MMA_KEYS * pitch;
-    let s_b = v_b + 4 * ATTN_MMA_KEYS * pitch;
+    let s_b = v_b + 4 * v_words(d);
     let p_b = s_b + 4 * block_rows * S_PITCH;
     let st_b = p_b + 4 * block_rows * P_PITCH;
     let (qt, kt, vt) = (lds_at::<u32>(0), lds_at::<u32>(k_b), lds_at::<u32>(v_b));
     let sw = lds_at::<f32>(s_b + 4 * wave * ATTN_MMA_ROWS * S_PITCH);
     let pw = lds_at::<u32>(p_b + 4 * wave * ATTN_MMA_ROWS * P_PITCH);
-    let stw = lds_at::<f32>(st_b + 4 * wave * ATTN_MMA_ROWS * 2);
-    // The block's q rows (zeros past its end).
-    let mut e = tid;
-    while e < block_rows * nw {
-        let (r, c) = (e / nw, e % nw);
-        let (valid, head, i) = block_row(rb, r, block_rows, kvh, g, s_q);
-        let mut w = W128([0; 4]);
-        if valid {
-            let base = bi as u64 * geo.q.0 + head as u64 * geo.q.1 + i as u64 * geo.q.2;
-            w = unsafe { load(q as *const W128, (base / 8) as usize + c as usize) };
-        }
-        lds_at::<W128>(0).store(r * wpr + c, w);
-        e += size;
-    }
+    let stw = lds_at::<f32>(st_b + 4 * wave * ATTN_MMA_ROWS * 4);
     // The keys some row of the block sees: the spans move right with the
     // row, so the hull runs from the first row's to the last row's (every
     // row when the block holds two heads' rows).
@@ -565,150 +601,228 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem>(
         (0, 0)
     };
     let mask_row = bi as u64 * geo.mask.0 + head as u64 * geo.mask.1 + i as u64 * geo.mask.2;
-    let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
-    let mut o = [Acc::zero(); OT];
-    let mut j0 = lo;
-    while j0 < hi {
-        // The stage's keys and values (zeros past the span).
+    let k_base = bi as u64 * geo.k.0 + kvh as u64 * geo.k.1;
+    let v_base = bi as u64 * geo.v.0 + kvh as u64 * geo.v.1;
+    // Output tiles tile0 + 0..OT of this pass.
+    let mut tile0 = 0;
+    while tile0 < nt {
+        // The block's q rows (zeros past its end), staged by each pass: the
+        // last one's output went through this LDS.
         let mut e = tid;
-        while e < ATTN_MMA_KEYS * nw {
-            let (c, w) = (e / nw, e % nw);
-            let j = j0 + c;
-            let (mut kw, mut vw) = (W128([0; 4]), W128([0; 4]));
-            if j < hi {
-                let ko = bi as u64 * geo.k.0 + kvh as u64 * geo.k.1 + j as u64 * geo.k.2;
-                let vo = bi as u64 * geo.v.0 + kvh as u64 * geo.v.1 + j as u64 * geo.v.2;
-                unsafe {
-                    kw = load(k as *const W128, (ko / 8) as usize + w as usize);
-                    vw = load(v as *const W128, (vo / 8) as usize + w as usize);
-                }
-            }
-            lds_at::<W128>(k_b).store(c * wpr + w, kw);
-            lds_at::<W128>(v_b).store(c * wpr + w, vw);
+        while e < block_rows * nw {
+            let (r, c) = (e / nw, e % nw);
+            // Rows past the block's end read its first row, then zeros.
+            let (valid, _, _) = block_row(rb, r, block_rows, kvh, g, s_q);
+            let (_, head, i) = block_row(rb, if valid { r } else { 0 }, block_rows, kvh, g, s_q);
+            let base = bi as u64 * geo.q.0 + head as u64 * geo.q.1 + i as u64 * geo.q.2;
+            let w = word_if(
+                unsafe { load(q as *const W128, (base / 8) as usize + c as usize) },
+                valid,
+            );
+            // Four word stores: one 16-byte store here left 32 bytes of
+            // scratch on gfx90a and gfx11.
+            let words = lds_at::<u32>(0);
+            unroll4!(h < 4 => {
+                words.store(4 * (r * wpr + c) + h as u32, w.0[h]);
+            });
             e += size;
         }
-        barrier();
-        // Scores: the wave's 16 rows by the stage's two 16-key tiles.
-        let mut sacc = [Acc::zero(); 2];
-        let mut ks = 0;
-        while ks < d {
-            let fa = load_a(qt, pitch, wave * ATTN_MMA_ROWS, ks);
-            unroll4!(t < 2 => {
-                let fb = load_b(kt, pitch, 16 * t as u32, ks);
-                mma::<T>(&mut sacc[t], &fa, &fb);
-            });
-            ks += 16;
-        }
-        unroll4!(t < 2 => {
-            sacc[t].map(|r, c, x| {
-                sw.store(r * S_PITCH + 16 * t as u32 + c, x);
-                x
-            });
-        });
-        barrier();
-        // The row owners: logits, the new max, probabilities, rescale.
-        let c0 = my_part * per_lane;
-        let mut mx = f32::NEG_INFINITY;
-        let mut c = 0;
-        while c < per_lane {
-            let j = j0 + c0 + c;
-            let x = if span.0 <= j && j < span.1 {
-                let mv = if mask.is_null() {
-                    0.0
+        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+        let mut o = [Acc::zero(); OT];
+        let mut j0 = lo;
+        while j0 < hi {
+            // The stage's keys and values (zeros past the span).
+            let mut e = tid;
+            while e < ATTN_MMA_KEYS * nw {
+                let (c, w) = (e / nw, e % nw);
+                let j = j0 + c;
+                // Keys past the span read the stage's first key, then zeros
+                // (a word chosen under a branch went through local memory on
+                // NVIDIA).
+                let ok = j < hi;
+                let jj = if ok { j } else { j0 };
+                let (ko, vo) = (k_base + jj as u64 * geo.k.2, v_base + jj as u64 * geo.v.2);
+                let kw = word_if(
+                    unsafe { load(k as *const W128, (ko / 8) as usize + w as usize) },
+                    ok,
+                );
+                let vw = word_if(
+                    unsafe { load(v as *const W128, (vo / 8) as usize + w as usize) },
+                    ok,
+                );
+                lds_at::<W128>(k_b).store(c * wpr + w, kw);
+                if TRANSPOSED_LOADS {
+                    lds_at::<W128>(v_b).store(c * wpr + w, vw);
                 } else {
-                    unsafe { load(mask, (mask_row + j as u64) as usize) }.to_f32()
+                    // Dims 8w.. of key c go down column c of the dim rows.
+                    let halves = lds_at::<u16>(v_b);
+                    unroll4!(h < 4 => {
+                        let dim = 8 * w + 2 * h as u32;
+                        halves.store(dim * 2 * VT_PITCH + c, vw.0[h] as u16);
+                        halves.store((dim + 1) * 2 * VT_PITCH + c, (vw.0[h] >> 16) as u16);
+                    });
+                }
+                e += size;
+            }
+            barrier();
+            // Scores: the wave's 16 rows by the stage's two 16-key tiles.
+            let mut sacc = [Acc::zero(); 2];
+            let mut ks = 0;
+            while ks < d {
+                let fa = load_a(qt, pitch, wave * ATTN_MMA_ROWS, ks);
+                unroll4!(t < 2 => {
+                    let fb = load_b(kt, pitch, 16 * t as u32, ks);
+                    mma::<T>(&mut sacc[t], &fa, &fb);
+                    schedule_barrier();
+                });
+                ks += 16;
+            }
+            unroll4!(t < 2 => {
+                sacc[t].map(|r, c, x| {
+                    sw.store(r * S_PITCH + 16 * t as u32 + c, x);
+                    x
+                });
+            });
+            barrier();
+            // The row owners: logits, the new max, probabilities, rescale.
+            let c0 = my_part * per_lane;
+            let mut mx = f32::NEG_INFINITY;
+            let mut c = 0;
+            while c < per_lane {
+                let j = j0 + c0 + c;
+                let x = if span.0 <= j && j < span.1 {
+                    let mv = if mask.is_null() {
+                        0.0
+                    } else {
+                        unsafe { load(mask, (mask_row + j as u64) as usize) }.to_f32()
+                    };
+                    attn_logit(sw.load(my_row * S_PITCH + c0 + c), scale, softcap, mv)
+                } else {
+                    f32::NEG_INFINITY
                 };
-                attn_logit(sw.load(my_row * S_PITCH + c0 + c), scale, softcap, mv)
-            } else {
-                f32::NEG_INFINITY
-            };
-            sw.store(my_row * S_PITCH + c0 + c, x);
-            mx = max_nan(mx, x);
-            c += 1;
+                sw.store(my_row * S_PITCH + c0 + c, x);
+                mx = max_nan(mx, x);
+                c += 1;
+            }
+            let mut off = ATTN_MMA_ROWS;
+            while off < wave_size() {
+                mx = max_nan(mx, wave_shfl_xor_f32(mx, off));
+                off *= 2;
+            }
+            let mn = max_nan(m, mx);
+            let alpha = attn_weight(m, mn);
+            let mut psum = 0.0f32;
+            let mut c = 0;
+            while c < per_lane {
+                let p0 = attn_weight(sw.load(my_row * S_PITCH + c0 + c), mn);
+                let p1 = attn_weight(sw.load(my_row * S_PITCH + c0 + c + 1), mn);
+                psum += p0 + p1;
+                pw.store(
+                    my_row * P_PITCH + (c0 + c) / 2,
+                    lane_of(T::from_f32(p0), T::from_f32(p1)),
+                );
+                c += 2;
+            }
+            let mut off = ATTN_MMA_ROWS;
+            while off < wave_size() {
+                psum += wave_shfl_xor_f32(psum, off);
+                off *= 2;
+            }
+            m = mn;
+            l = l * alpha + psum;
+            if my_part == 0 {
+                stw.store(4 * my_row, alpha);
+            }
+            barrier();
+            // Output tiles: rescaled, plus the probabilities times the values
+            // (one 16-key probability fragment at a time against every tile).
+            unroll4!(h < 2 => {
+                let k0 = 16 * h as u32;
+                let fa = load_a(pw, P_PITCH, 0, k0);
+                unroll4!(t1 < 2 => {
+                    unroll4!(t0 < 4 => {
+                        let t = 4 * t1 + t0;
+                        if t < OT && tile0 + (t as u32) < nt {
+                            if h == 0 {
+                                o[t].map(|r, _, x| x * stw.load(4 * r));
+                            }
+                            let fb = if TRANSPOSED_LOADS {
+                                load_b_t(vt, pitch, 16 * (tile0 + t as u32), k0)
+                            } else {
+                                load_b(vt, VT_PITCH, 16 * (tile0 + t as u32), k0)
+                            };
+                            mma::<T>(&mut o[t], &fa, &fb);
+                            // One tile's loads at a time.
+                            schedule_barrier();
+                        }
+                    });
+                });
+            });
+            barrier();
+            j0 += ATTN_MMA_KEYS;
         }
-        let mut off = ATTN_MMA_ROWS;
-        while off < wave_size() {
-            mx = max_nan(mx, wave_shfl_xor_f32(mx, off));
-            off *= 2;
-        }
-        let mn = max_nan(m, mx);
-        let alpha = attn_weight(m, mn);
-        let mut psum = 0.0f32;
-        let mut c = 0;
-        while c < per_lane {
-            let p0 = attn_weight(sw.load(my_row * S_PITCH + c0 + c), mn);
-            let p1 = attn_weight(sw.load(my_row * S_PITCH + c0 + c + 1), mn);
-            psum += p0 + p1;
-            pw.store(
-                my_row * P_PITCH + (c0 + c) / 2,
-                lane_of(T::from_f32(p0), T::from_f32(p1)),
-            );
-            c += 2;
-        }
-        let mut off = ATTN_MMA_ROWS;
-        while off < wave_size() {
-            psum += wave_shfl_xor_f32(psum, off);
-            off *= 2;
-        }
-        m = mn;
-        l = l * alpha + psum;
+        // Each row's (m, l) and output row (u32::MAX twice: none) for the
+        // lanes that hold its outputs.
         if my_part == 0 {
-            stw.store(2 * my_row, alpha);
+            let row = (bi as u64 * h_q as u64 + head as u64) * s_q as u64 + i as u64;
+            let row = if valid { row } else { u64::MAX };
+            stw.store(4 * my_row, m);
+            stw.store(4 * my_row + 1, l);
+            stw.store(4 * my_row + 2, f32::from_bits(row as u32));
+            stw.store(4 * my_row + 3, f32::from_bits((row >> 32) as u32));
         }
+        // The output tiles through LDS (the q, k and v tiles are done with),
+        // then written a row at a time: one store site, not one per element.
         barrier();
-        // Output tiles: rescaled, plus the probabilities times the values.
-        let fa0 = crate::mma::load_a(pw, P_PITCH, 0, 0);
-        let fa1 = crate::mma::load_a(pw, P_PITCH, 0, 16);
+        let ob = lds_at::<f32>(4 * wave * ATTN_MMA_ROWS * d);
         unroll4!(t1 < 2 => {
             unroll4!(t0 < 4 => {
                 let t = 4 * t1 + t0;
-                if t < OT && (t as u32) < nt {
-                    o[t].map(|r, _, x| x * stw.load(2 * r));
-                    let fb0 = load_b_t(vt, pitch, 16 * t as u32, 0);
-                    mma::<T>(&mut o[t], &fa0, &fb0);
-                    let fb1 = load_b_t(vt, pitch, 16 * t as u32, 16);
-                    mma::<T>(&mut o[t], &fa1, &fb1);
+                if t < OT && tile0 + (t as u32) < nt {
+                    o[t].map(|r, c, x| {
+                        ob.store(r * d + 16 * (tile0 + t as u32) + c, x);
+                        x
+                    });
                 }
             });
         });
         barrier();
-        j0 += ATTN_MMA_KEYS;
-    }
-    // Each row's (m, l) for the lanes that hold its outputs.
-    if my_part == 0 {
-        stw.store(2 * my_row, m);
-        stw.store(2 * my_row + 1, l);
-    }
-    barrier();
-    let slot = (d + ATTN_STATS) as u64;
-    unroll4!(t1 < 2 => {
-        unroll4!(t0 < 4 => {
-            let t = 4 * t1 + t0;
-            if t < OT && (t as u32) < nt {
-                o[t].map(|r, c, x| {
-                    let (valid, head, i) = block_row(rb, wave * ATTN_MMA_ROWS + r, block_rows, kvh, g, s_q);
-                    if valid {
-                        let row = (bi as u64 * h_q as u64 + head as u64) * s_q as u64 + i as u64;
-                        let col = 16 * t as u32 + c;
-                        let (rm, rl) = (stw.load(2 * r), stw.load(2 * r + 1));
-                        if splits == 1 {
-                            unsafe { store(out, (row * d as u64 + col as u64) as usize, T::from_f32(attn_finish(x, rl))) };
-                        } else {
-                            let at = (row * splits as u64 + split as u64) * slot;
-                            unsafe {
-                                store(part, (at + (ATTN_STATS + col) as u64) as usize, x);
-                                if col == 0 {
-                                    store(part, at as usize, rm);
-                                    store(part, at as usize + 1, rl);
-                                }
-                            }
+        let slot = (d + ATTN_STATS) as u64;
+        // This pass's columns.
+        let c_lo = 16 * tile0;
+        let width = 16 * Ord::min(tile0 + OT as u32, nt) - c_lo;
+        let mut e = lane;
+        while e < ATTN_MMA_ROWS * width {
+            let (r, col) = (e / width, c_lo + e % width);
+            let row =
+                stw.load(4 * r + 2).to_bits() as u64 | (stw.load(4 * r + 3).to_bits() as u64) << 32;
+            if row != u64::MAX {
+                let (x, rm, rl) = (ob.load(r * d + col), stw.load(4 * r), stw.load(4 * r + 1));
+                if splits == 1 {
+                    unsafe {
+                        store(
+                            out,
+                            (row * d as u64 + col as u64) as usize,
+                            T::from_f32(attn_finish(x, rl)),
+                        )
+                    };
+                } else {
+                    let at = (row * splits as u64 + split as u64) * slot;
+                    unsafe {
+                        store(part, (at + (ATTN_STATS + col) as u64) as usize, x);
+                        if col == 0 {
+                            store(part, at as usize, rm);
+                            store(part, at as usize + 1, rl);
                         }
                     }
-                    x
-                });
+                }
             }
-        });
-    });
+            e += wave_size();
+        }
+        tile0 += OT as u32;
+        // The next pass rewrites the LDS this one's output went through.
+        barrier();
+    }
 }
 
 /// The merge kernel's body: for each of `rows` output rows, the splits'
@@ -832,8 +946,9 @@ pub struct AttnTable<T: 'static> {
     pub rows: [KernelRef<AttnArgs<T>>; 3],
     /// `attn_merge_{T}`.
     pub merge: KernelRef<AttnMergeArgs<T>>,
-    /// `attn_mma_{T}`: the matrix-unit kernel (16-bit types).
-    pub mma: Option<KernelRef<AttnArgs<T>>>,
+    /// `attn_mma_{T}_d{64,80,96,128}`: the matrix-unit kernels (16-bit
+    /// types), one per head dim.
+    pub mma: Option<[KernelRef<AttnArgs<T>>; 4]>,
 }
 
 /// The attention kernels of an element type: float types only.
@@ -850,14 +965,14 @@ macro_rules! attn_kernels {
             const ATTN: Option<AttnTable<Self>> = None;
         }
     )*};
-    ($($t:ty => [$($rows:ident $w:literal),*], [$w1:ident, $w2:ident, $w4:ident], $merge:ident, [$($mma:ident)?];)*) => {
+    ($($t:ty => [$($rows:ident $w:literal),*], [$w1:ident, $w2:ident, $w4:ident], $merge:ident, [$($mma:ident $d:literal),*];)*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl AttnKernels for $t {
                 const ATTN: Option<AttnTable<Self>> = Some(AttnTable {
                     rows: [KernelRef::of::<$w1>(), KernelRef::of::<$w2>(), KernelRef::of::<$w4>()],
                     merge: KernelRef::of::<$merge>(),
-                    mma: attn_kernels!(@opt $($mma)?),
+                    mma: attn_kernels!(@opt $($mma)*),
                 });
             }
         )*
@@ -896,21 +1011,23 @@ macro_rules! attn_kernels {
                         mask: (m_bs, m_hs, m_qs),
                     };
                     let params = (scale, softcap, window, flags, chunk);
-                    attn_mma_body::<$t>(out, part, q, k, v, mask, geo, params)
+                    attn_mma_body::<$t, $d>(out, part, q, k, v, mask, geo, params)
                 }
-            )?
+            )*
         )*}
     };
     (@opt) => { None };
-    (@opt $mma:ident) => { Some(KernelRef::of::<$mma>()) };
+    (@opt $($mma:ident)+) => { Some([$(KernelRef::of::<$mma>()),+]) };
 }
 
 attn_kernels! {
     f32 => [attn_rows_f32_w1 1, attn_rows_f32_w2 2, attn_rows_f32_w4 4],
         [attn_rows_f32_w1, attn_rows_f32_w2, attn_rows_f32_w4], attn_merge_f32, [];
     F16 => [attn_rows_f16_w1 1, attn_rows_f16_w2 2],
-        [attn_rows_f16_w1, attn_rows_f16_w2, attn_rows_f16_w2], attn_merge_f16, [attn_mma_f16];
+        [attn_rows_f16_w1, attn_rows_f16_w2, attn_rows_f16_w2], attn_merge_f16,
+        [attn_mma_f16_d64 64, attn_mma_f16_d80 80, attn_mma_f16_d96 96, attn_mma_f16_d128 128];
     Bf16 => [attn_rows_bf16_w1 1, attn_rows_bf16_w2 2],
-        [attn_rows_bf16_w1, attn_rows_bf16_w2, attn_rows_bf16_w2], attn_merge_bf16, [attn_mma_bf16];
+        [attn_rows_bf16_w1, attn_rows_bf16_w2, attn_rows_bf16_w2], attn_merge_bf16,
+        [attn_mma_bf16_d64 64, attn_mma_bf16_d80 80, attn_mma_bf16_d96 96, attn_mma_bf16_d128 128];
 }
 attn_kernels!(none: u8, u32, i64);

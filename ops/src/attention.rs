@@ -353,10 +353,16 @@ impl<T: WithDType> Op for Attend<'_, T> {
         // key and the words each holds, a 16-byte word per workitem while
         // a row has at most 16, else 16 workitems.
         let (kernel, block, block_rows, lds, min_chunk, lanes_flags) = match table.mma {
-            Some(mma) if d <= ATTN_MMA_MAX_D => {
+            // (A GPU without a matrix unit runs the row kernel: the FMA
+            // body's registers do not fit there.)
+            Some(mma) if d <= ATTN_MMA_MAX_D && (!dev.is_gpu() || dev.matrix_unit().is_some()) => {
                 let waves = if rows <= ATTN_MMA_ROWS as usize { 1 } else { 4 };
                 let lds = attn_mma_lds_bytes(waves, d as u32);
-                (mma, waves * wave, waves * ATTN_MMA_ROWS, lds, 64, 0)
+                let kernel = mma[ATTN_HEAD_DIMS
+                    .iter()
+                    .position(|&h| h == d)
+                    .expect("checked")];
+                (kernel, waves * wave, waves * ATTN_MMA_ROWS, lds, 64, 0)
             }
             _ => {
                 let words = d / per_word::<T::Kernel>() as usize;
