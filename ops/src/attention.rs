@@ -446,7 +446,11 @@ impl<T: WithDType> Op for Attend<'_, T> {
         if let Some(part) = &part {
             dev.launch_typed(
                 table.merge,
-                LaunchConfig::rows(out_rows as u64, ATTN_MERGE_BLOCK, 8 * splits as u32),
+                LaunchConfig::rows(
+                    out_rows as u64,
+                    ATTN_MERGE_BLOCK,
+                    4 * (2 * splits as u32 + Ord::max(ATTN_MERGE_BLOCK, d as u32)),
+                ),
                 (
                     Out::new(out),
                     In::new(part),
