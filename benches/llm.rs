@@ -1,8 +1,11 @@
 //! The per-token ops of a transformer layer at Llama sizes: RMSNorm (and its
 //! fused residual add) and LayerNorm over 4096 x 4096, RoPE on q of
-//! (1, 32, 2048, 128), SwiGLU over 4096 x 14336; f32 and bf16, on the Cpu
-//! and on every GPU that answers, side by side. Throughput is the bytes the
-//! op must move (inputs read once, outputs written once).
+//! (1, 32, 2048, 128), SwiGLU over 4096 x 14336, attention (a decode step
+//! of 32 query heads over 4096 cached keys of 8 KV heads, and a causal
+//! prefill of 2048 tokens, d 128, bf16); f32 and bf16, on the Cpu and on
+//! every GPU that answers, side by side. Throughput is the bytes the op
+//! must move (inputs read once, outputs written once; the prefill's, though
+//! it is bound by its 2 s² d h FLOPs: 34 GFLOP).
 
 use criterion::{criterion_group, criterion_main};
 use ferrocm::ops::Tensor;
@@ -16,6 +19,8 @@ const FFN: usize = 14336;
 const HEADS: usize = 32;
 const SEQ: usize = 2048;
 const HEAD_DIM: usize = 128;
+const KV_HEADS: usize = 8;
+const CACHE: usize = 4096;
 
 struct Inputs {
     dev: Device,
@@ -33,6 +38,10 @@ struct Inputs {
     sinb: Tensor<bf16>,
     gate: Tensor<bf16>,
     up: Tensor<bf16>,
+    /// Decode: q (1, 32, 1, 128), k and v (1, 8, 4096, 128).
+    decode: [Tensor<bf16>; 3],
+    /// Prefill: q, k, v (1, 32, 2048, 128).
+    prefill: [Tensor<bf16>; 3],
 }
 
 impl common::OnDevice for Inputs {
@@ -57,6 +66,12 @@ fn inputs(dev: Device) -> Inputs {
         sinb: b(&sin),
         gate: b(&f(&[N, FFN], 6)),
         up: b(&f(&[N, FFN], 7)),
+        decode: [
+            b(&f(&[1, HEADS, 1, HEAD_DIM], 8)),
+            b(&f(&[1, KV_HEADS, CACHE, HEAD_DIM], 9)),
+            b(&f(&[1, KV_HEADS, CACHE, HEAD_DIM], 10)),
+        ],
+        prefill: [11, 12, 13].map(|seed| b(&f(&[1, HEADS, SEQ, HEAD_DIM], seed))),
         x,
         r,
         w,
@@ -70,7 +85,8 @@ fn inputs(dev: Device) -> Inputs {
 fn llm(c: &mut criterion::Criterion) {
     let inputs: Vec<Inputs> = common::devices().into_iter().map(inputs).collect();
     let (n, q, t) = (N * N, HEADS * SEQ * HEAD_DIM, SEQ * HEAD_DIM / 2);
-    let families: [common::Family<Inputs>; 3] = [
+    let kv = 2 * KV_HEADS * CACHE * HEAD_DIM;
+    let families: [common::Family<Inputs>; 4] = [
         (
             "norm",
             vec![
@@ -110,6 +126,21 @@ fn llm(c: &mut criterion::Criterion) {
             vec![("swiglu_bf16", 6 * N * FFN, |i| {
                 drop(i.gate.swiglu(&i.up).unwrap())
             })],
+        ),
+        (
+            "attention",
+            vec![
+                ("decode_bf16", 2 * (kv + 2 * HEADS * HEAD_DIM), |i| {
+                    let [q, k, v] = &i.decode;
+                    let opts = ferrocm::AttentionOptions::new().causal();
+                    drop(q.attention(k, v, &opts).unwrap())
+                }),
+                ("prefill_causal_bf16", 2 * 4 * q, |i| {
+                    let [q, k, v] = &i.prefill;
+                    let opts = ferrocm::AttentionOptions::new().causal();
+                    drop(q.attention(k, v, &opts).unwrap())
+                }),
+            ],
         ),
     ];
     common::run_families(c, &inputs, families.into());

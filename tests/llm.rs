@@ -994,7 +994,9 @@ fn attn_case<T: Float>(dev: &Device, c: &AttnCase, seed: u64) {
 }
 
 /// The shape grid: decode (s_q 1 to 8) with GQA and MQA over caches long
-/// enough to split, prefill, every head dim, odd head counts and lengths.
+/// enough to split, prefill, every head dim on both kernels (16-bit types
+/// take the matrix-unit one past 16 query rows per KV head), odd head
+/// counts and lengths.
 fn attn_grid() -> Vec<AttnCase> {
     let case = |dims, causal, window, softcap, mask: Option<Vec<usize>>| AttnCase {
         dims,
@@ -1024,6 +1026,10 @@ fn attn_grid() -> Vec<AttnCase> {
         case([1, 1, 1, 6, 4, 64], true, None, None, Some(vec![6, 4])),
         // A mask broadcast along the keys (copied) and the heads.
         case([1, 2, 1, 2, 17, 64], false, Some(5), None, Some(vec![2, 1])),
+        // Prefill on the matrix-unit kernel (more than 16 rows per KV
+        // head) at d 128 and d 80, with a window and a mask.
+        case([1, 2, 2, 20, 45, 128], true, Some(30), None, None),
+        case([1, 4, 2, 9, 70, 80], true, None, None, Some(vec![1, 4, 9, 70])),
     ]
 }
 

@@ -347,16 +347,22 @@ impl<T: WithDType> Op for Attend<'_, T> {
         } = a.dims;
         let rows = (h_q / h_kv) * s_q;
         let wave = dev.wave_size().unwrap_or(32);
-        // The matrix-unit kernel for 16-bit types up to d 128: a wave per
-        // 16 query rows, one wave per workgroup when a KV head's rows fit
-        // in it (decode), else four. Otherwise the row kernel: workitems per
-        // key and the words each holds, a 16-byte word per workitem while
-        // a row has at most 16, else 16 workitems.
+        // The matrix-unit kernel for 16-bit types up to d 128 when a KV
+        // head has more than 16 query rows (prefill): four waves of 16
+        // rows. Otherwise the row kernel: workitems per key and the words
+        // each holds, a 16-byte word per workitem while a row has at most
+        // 16, else 16 workitems. (A decode step on the matrix-unit kernel,
+        // one wave per workgroup, took 41 us on the H100 against the row
+        // kernel's 37: a lone wave waits on every stage's loads.)
         let (kernel, block, block_rows, lds, min_chunk, lanes_flags) = match table.mma {
             // (A GPU without a matrix unit runs the row kernel: the FMA
             // body's registers do not fit there.)
-            Some(mma) if d <= ATTN_MMA_MAX_D && (!dev.is_gpu() || dev.matrix_unit().is_some()) => {
-                let waves = if rows <= ATTN_MMA_ROWS as usize { 1 } else { 4 };
+            Some(mma)
+                if d <= ATTN_MMA_MAX_D
+                    && rows > ATTN_MMA_ROWS as usize
+                    && (!dev.is_gpu() || dev.matrix_unit().is_some()) =>
+            {
+                let waves = 4;
                 let lds = attn_mma_lds_bytes(waves, d as u32);
                 let kernel = mma[ATTN_HEAD_DIMS
                     .iter()
