@@ -1029,7 +1029,13 @@ fn attn_grid() -> Vec<AttnCase> {
         // Prefill on the matrix-unit kernel (more than 16 rows per KV
         // head) at d 128 and d 80, with a window and a mask.
         case([1, 2, 2, 20, 45, 128], true, Some(30), None, None),
-        case([1, 4, 2, 9, 70, 80], true, None, None, Some(vec![1, 4, 9, 70])),
+        case(
+            [1, 4, 2, 9, 70, 80],
+            true,
+            None,
+            None,
+            Some(vec![1, 4, 9, 70]),
+        ),
     ]
 }
 

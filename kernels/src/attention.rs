@@ -867,18 +867,17 @@ pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32
         while grp < groups && e < d {
             let mut ot = [0.0f32; 8];
             let mut s = grp;
-            while s + 7 * groups < splits {
+            while s < splits {
+                // Eight loads in flight, the last round's too.
                 unroll4!(u1 < 2 => {
                     unroll4!(u0 < 4 => {
                         let su = s + (4 * u1 + u0) as u32 * groups;
-                        ot[4 * u1 + u0] += unsafe { load(part, at(su, ATTN_STATS + e)) } * attn_weight(sh.load(su), mt);
+                        if su < splits {
+                            ot[4 * u1 + u0] += unsafe { load(part, at(su, ATTN_STATS + e)) } * attn_weight(sh.load(su), mt);
+                        }
                     });
                 });
                 s += 8 * groups;
-            }
-            while s < splits {
-                ot[0] += unsafe { load(part, at(s, ATTN_STATS + e)) } * attn_weight(sh.load(s), mt);
-                s += groups;
             }
             let o = ((ot[0] + ot[1]) + (ot[2] + ot[3])) + ((ot[4] + ot[5]) + (ot[6] + ot[7]));
             if groups > 1 {
