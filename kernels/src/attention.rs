@@ -526,6 +526,8 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     geo: AttnGeometry,
     (scale, softcap, window, flags, chunk): (f32, f32, u32, u32, u32),
 ) {
+    #[allow(unused_imports)]
+    use crate::mma::{Acc, TRANSPOSED_LOADS, load_a, load_b, load_b_t, mma};
     // A GPU without a matrix unit gets the row kernels from the op layer:
     // the FMA body's registers do not fit this kernel there. The emulator
     // runs it, the logic the matrix units run.
@@ -536,8 +538,6 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
         );
         return;
     }
-    #[allow(unreachable_code)]
-    use crate::mma::{Acc, TRANSPOSED_LOADS, load_a, load_b, load_b_t, mma};
     // Output tiles held per pass over the keys: all of d 128's eight, but
     // four where 128 registers must do (its rows then take two passes, each
     // recomputing the scores: d 128 spilled there), and in the emulator,
@@ -548,6 +548,7 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     const OT: usize = 4;
     // The head dim is the kernel's (`geo.dims.4` equals it): constant
     // loop bounds, and registers for its tiles only.
+    #[allow(unreachable_code)]
     let (h_q, h_kv, s_q, s_kv, _) = geo.dims;
     let d = D;
     let causal = flags & ATTN_CAUSAL != 0;

@@ -385,12 +385,15 @@ impl<T: WithDType> Op for Attend<'_, T> {
             }
         };
         let blocks = (b * h_kv * rows.div_ceil(block_rows as usize)) as u64;
-        // Enough splits of the keys to give each compute unit eight waves
-        // (the emulator: eight workgroups), none shorter than `min_chunk`.
+        // Enough splits of the keys to give each compute unit two
+        // workgroups and eight waves (the emulator: eight workgroups), none
+        // shorter than `min_chunk`. (The row kernel with 17 splits of a
+        // 4096-key decode step instead of 32 took 53 us, not 37.)
         let waves = Ord::max(block / wave, 1) as u64;
-        let target = dev
-            .gpu_info()
-            .map_or(8, |i| 8 * i.compute_units as u64 / waves);
+        let target = dev.gpu_info().map_or(8, |i| {
+            let cus = i.compute_units as u64;
+            Ord::max(2 * cus, 8 * cus / waves)
+        });
         let max_splits = s_kv.div_ceil(min_chunk).max(1) as u64;
         let splits = target.div_ceil(blocks).clamp(1, max_splits.min(1024));
         let chunk = s_kv.div_ceil(splits as usize).max(1);
@@ -472,8 +475,8 @@ impl<T: WithDType> Op for Attend<'_, T> {
 
 impl<T: WithDType> Tensor<T> {
     /// Scaled dot-product attention with `self` as the queries, `(b, h_q,
-    /// s_q, d)`, and keys and values `(b, h_kv, s_kv, d)`: `softmax(q · kᵀ
-    /// * scale + mask) · v` per query row, with `h_q / h_kv` query heads
+    /// s_q, d)`, and keys and values `(b, h_kv, s_kv, d)`:
+    /// `softmax(q · kᵀ · scale + mask) · v` per query row, with `h_q / h_kv` query heads
     /// sharing each KV head (GQA, MQA). Returns `(b, h_q, s_q, d)`. f32,
     /// f16, bf16, f32 math; head dims 64, 80, 96, 128 and 256.
     ///
@@ -599,7 +602,7 @@ impl<T: WithDType> Tensor<T> {
             None => None,
         };
         let fits = |x: usize| x <= u32::MAX as usize;
-        let rows = dims.h_q.checked_mul(dims.s_q).unwrap_or(usize::MAX);
+        let rows = dims.h_q.saturating_mul(dims.s_q);
         if !(fits(rows) && fits(dims.s_kv.saturating_add(dims.s_q).saturating_add(rows))) {
             return Err(Error::TooLarge {
                 op,

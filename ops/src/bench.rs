@@ -652,9 +652,11 @@ fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<
     type F = Tensor<f32>;
     type Attn = ((Bf, Bf, Bf), (F, F, F), (Bf, Bf, Bf));
     type AttnOp = fn(&Attn) -> Result<()>;
+    /// Name, shape, bytes, FLOPs (the prefill), the op.
+    type AttnRow = (&'static str, Vec<usize>, u64, Option<u64>, AttnOp);
     let kv = 2 * kv_heads * s_kv * d;
     let io = 2 * heads * d;
-    let ops: [(&str, Vec<usize>, u64, Option<u64>, AttnOp); 3] = [
+    let ops: [AttnRow; 3] = [
         (
             "attention decode bf16",
             vec![1, heads, kv_heads, s_kv, d],
