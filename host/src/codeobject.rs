@@ -798,7 +798,15 @@ mod tests {
                     "{}/{}: wave size {}",
                     r.arch, r.kernel, r.wave_size
                 );
-                assert!(r.occupancy >= 1 && r.vgpr > 0 && r.sgpr > 0, "{r:?}");
+                // The matrix-unit attention kernels are empty stubs on archs
+                // without a matrix unit (the op layer launches the row
+                // kernels there): no registers.
+                let stub = r.kernel.starts_with("attn_mma_")
+                    && ferrocm_kernels::host::matrix_unit_of(co.arch).is_none();
+                assert!(
+                    r.occupancy >= 1 && (stub || r.vgpr > 0 && r.sgpr > 0),
+                    "{r:?}"
+                );
             }
             // The same bytes checked against every other arch are refused.
             for (other, _) in ARCH_MACH.iter().filter(|(a, _)| *a != co.arch) {
