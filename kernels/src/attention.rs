@@ -40,7 +40,8 @@ pub const ATTN_BLOCK: u32 = 256;
 /// row grow with its words: 4 rows of 2 words spilled on gfx90a).
 #[amdgpu_device]
 pub const ATTN_ROWS: u32 = 4;
-/// Workitems per workgroup of the merge kernel.
+/// Workitems per workgroup of the merge kernel (a power of two: its
+/// denominator sums by a tree).
 #[amdgpu_device]
 pub const ATTN_MERGE_BLOCK: u32 = 256;
 /// `flags` bit: causal (aligned to the end: query `i` of `s_q` sits at
@@ -124,7 +125,7 @@ pub fn attn_weight(s: f32, m: f32) -> f32 {
     if s == f32::NEG_INFINITY {
         0.0
     } else {
-        math::exp(s - m)
+        math::exp_fast(s - m)
     }
 }
 
@@ -826,13 +827,33 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     }
 }
 
+/// The LDS bytes of a merge launch of [`ATTN_MERGE_BLOCK`] workitems: the
+/// splits' m and weights, a partial denominator per workitem, the groups'
+/// column sums.
+///
+/// ```
+/// use ferrocm_kernels::attention::attn_merge_lds_bytes;
+/// assert_eq!(attn_merge_lds_bytes(32, 128), 4 * (64 + 256 + 256));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn attn_merge_lds_bytes(splits: u32, d: u32) -> u32 {
+    let sums = if d > ATTN_MERGE_BLOCK {
+        d
+    } else {
+        ATTN_MERGE_BLOCK
+    };
+    4 * (2 * splits + ATTN_MERGE_BLOCK + sums)
+}
+
 /// The merge kernel's body: for each of `rows` output rows, the splits'
 /// partial `(m, l, o[d])` (slots of `d + 2` f32, `splits` per row) combined
-/// into `o / l`. The splits' `m` and `l` go to LDS first; then `groups =
-/// workitems / d` workitems share each column, each summing every
-/// `groups`-th split with eight loads in flight, and the first group adds
-/// the others' sums from LDS (one workitem per column waited on 64 splits'
-/// loads in turn: 15 us for a decode step's merge).
+/// into `o / l`. The splits' `m` go to LDS; each split's weight `exp(m -
+/// max)` is computed once, into LDS, with `l` times it summed by a tree.
+/// Then `groups = workitems / d` workitems share each column, each summing
+/// every `groups`-th split with eight loads in flight, and the first group
+/// adds the others' sums from LDS (one workitem per column waited on 64
+/// splits' loads in turn: 15 us for a decode step's merge).
 #[amdgpu_device]
 #[inline(always)]
 pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32, splits: u32) {
@@ -842,18 +863,16 @@ pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32
     let size = workgroup_size_x();
     let groups = Ord::max(size / Ord::max(d, 1), 1);
     let (grp, col) = (tid / Ord::max(d, 1), tid % Ord::max(d, 1));
-    // LDS: m and l of each split, then each group's column sums.
-    let sums = 2 * splits;
+    // LDS: each split's m, then its weight, then the partial sums of l
+    // (one per workitem), then each group's column sums.
+    let (weights, lsum, sums) = (splits, 2 * splits, 2 * splits + size);
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let base = row * splits as u64 * slot;
         let at = |s: u32, x: u32| (base + s as u64 * slot + x as u64) as usize;
         let mut s = tid;
         while s < splits {
-            unsafe {
-                sh.store(s, load(part, at(s, 0)));
-                sh.store(splits + s, load(part, at(s, 1)));
-            }
+            sh.store(s, unsafe { load(part, at(s, 0)) });
             s += size;
         }
         barrier();
@@ -863,6 +882,16 @@ pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32
             mt = max_nan(mt, sh.load(s));
             s += 1;
         }
+        let mut s = tid;
+        let mut lt = 0.0f32;
+        while s < splits {
+            let w = attn_weight(sh.load(s), mt);
+            sh.store(weights + s, w);
+            lt += unsafe { load(part, at(s, 1)) } * w;
+            s += size;
+        }
+        sh.store(lsum + tid, lt);
+        barrier();
         // Columns col, col + d, ... of this group (d > workitems: several).
         let mut e = col;
         while grp < groups && e < d {
@@ -874,53 +903,44 @@ pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32
                     unroll4!(u0 < 4 => {
                         let su = s + (4 * u1 + u0) as u32 * groups;
                         if su < splits {
-                            ot[4 * u1 + u0] += unsafe { load(part, at(su, ATTN_STATS + e)) } * attn_weight(sh.load(su), mt);
+                            ot[4 * u1 + u0] += unsafe { load(part, at(su, ATTN_STATS + e)) } * sh.load(weights + su);
                         }
                     });
                 });
                 s += 8 * groups;
             }
             let o = ((ot[0] + ot[1]) + (ot[2] + ot[3])) + ((ot[4] + ot[5]) + (ot[6] + ot[7]));
-            if groups > 1 {
-                sh.store(sums + grp * d + e, o);
-            } else {
-                let mut lt = 0.0f32;
-                let mut s = 0;
-                while s < splits {
-                    lt += sh.load(splits + s) * attn_weight(sh.load(s), mt);
-                    s += 1;
-                }
-                unsafe {
-                    store(
-                        out,
-                        (row * d as u64 + e as u64) as usize,
-                        T::from_f32(attn_finish(o, lt)),
-                    )
-                };
-            }
+            sh.store(sums + grp * d + e, o);
             e += size;
         }
         barrier();
-        if groups > 1 && grp == 0 && col < d {
-            let mut lt = 0.0f32;
-            let mut s = 0;
-            while s < splits {
-                lt += sh.load(splits + s) * attn_weight(sh.load(s), mt);
-                s += 1;
+        // The denominator: the workitems' partial sums (zeros past the
+        // splits), a tree in LDS.
+        let mut half = size / 2;
+        while half > 0 {
+            if tid < half {
+                sh.store(lsum + tid, sh.load(lsum + tid) + sh.load(lsum + tid + half));
             }
+            barrier();
+            half /= 2;
+        }
+        let lt = sh.load(lsum);
+        let mut e = tid;
+        while e < d {
             let mut o = 0.0f32;
             let mut g = 0;
             while g < groups {
-                o += sh.load(sums + g * d + col);
+                o += sh.load(sums + g * d + e);
                 g += 1;
             }
             unsafe {
                 store(
                     out,
-                    (row * d as u64 + col as u64) as usize,
+                    (row * d as u64 + e as u64) as usize,
                     T::from_f32(attn_finish(o, lt)),
                 )
             };
+            e += size;
         }
         // The LDS is rewritten for the next row.
         barrier();

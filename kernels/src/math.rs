@@ -27,6 +27,9 @@ mod llvm {
         pub fn cos(x: f32) -> f32;
         #[link_name = "llvm.sqrt.f32"]
         pub fn sqrt(x: f32) -> f32;
+        #[cfg(target_arch = "nvptx64")]
+        #[link_name = "llvm.nvvm.ex2.approx.ftz.f"]
+        pub fn ex2_approx_ftz(x: f32) -> f32;
         #[link_name = "llvm.fma.f32"]
         pub fn fma(a: f32, b: f32, c: f32) -> f32;
         #[link_name = "llvm.floor.f32"]
@@ -86,6 +89,30 @@ pub fn exp(x: f32) -> f32 {
     return unsafe { llvm::exp(x) };
     #[cfg(not(target_arch = "amdgpu"))]
     return portable::exp_f32_fma(x);
+}
+/// e^x where speed matters more than the last ulps: the weights of a
+/// softmax inside a kernel (attention), whose error the f32 sums dwarf.
+///
+/// NVPTX: `ex2.approx.ftz` of `x · log2 e` (one multiply and one MUFU op
+/// instead of [`exp`]'s 25; about 2 ulp, plus `|x|` times the product's
+/// rounding, results below 2^-126 flushed to 0). AMDGPU: `llvm.exp.f32`
+/// (`v_exp_f32` with its range reduction). Elsewhere (the emulator, the Cpu
+/// backend): [`exp`], so those two agree bit for bit. `-inf` gives 0, NaN
+/// gives NaN everywhere.
+///
+/// ```
+/// use ferrocm_kernels::math::exp_fast;
+/// assert_eq!(exp_fast(0.0), 1.0);
+/// assert_eq!(exp_fast(f32::NEG_INFINITY), 0.0);
+/// assert!((exp_fast(-3.0) - (-3.0f32).exp()).abs() < 1e-6);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn exp_fast(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { llvm::ex2_approx_ftz(x * core::f32::consts::LOG2_E) };
+    #[cfg(not(target_arch = "nvptx64"))]
+    return exp(x);
 }
 unary_math!(
     /// Natural logarithm.

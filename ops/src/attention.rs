@@ -21,8 +21,8 @@ use crate::tensor::Tensor;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::attention::{
     ATTN_BLOCK, ATTN_CAUSAL, ATTN_HEAD_DIMS, ATTN_LANES_SHIFT, ATTN_MERGE_BLOCK, ATTN_MMA_MAX_D,
-    ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, AttnKernels, attn_finish, attn_logit, attn_mma_lds_bytes,
-    attn_span, attn_weight,
+    ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, AttnKernels, attn_finish, attn_logit,
+    attn_merge_lds_bytes, attn_mma_lds_bytes, attn_span, attn_weight,
 };
 use ferrocm_kernels::elem::{Elem, per_word};
 use rayon::prelude::*;
@@ -458,7 +458,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
                 LaunchConfig::rows(
                     out_rows as u64,
                     ATTN_MERGE_BLOCK,
-                    4 * (2 * splits as u32 + Ord::max(ATTN_MERGE_BLOCK, d as u32)),
+                    attn_merge_lds_bytes(splits as u32, d as u32),
                 ),
                 (
                     Out::new(out),
