@@ -67,7 +67,7 @@ test_kernel!(DIVERGENT_WAVE = fn divergent_wave(out: *mut f32) {
     unsafe { *out.add(global_id_x() as usize) = v };
 });
 
-test_kernel!(WAVE_OPS = fn wave_ops(sum: *mut f32, max: *mut f32, xor1: *mut u32, bcast: *mut u32, ballot: *mut u64, lane: *mut u32) {
+test_kernel!(WAVE_OPS = fn wave_ops(sum: *mut f32, max: *mut f32, xor1: *mut u32, bcast: *mut u32, ballot: *mut u64, lane: *mut u32, gather: *mut u32) {
     let g = global_id_x() as usize;
     let l = lane_id();
     unsafe {
@@ -77,6 +77,8 @@ test_kernel!(WAVE_OPS = fn wave_ops(sum: *mut f32, max: *mut f32, xor1: *mut u32
         *bcast.add(g) = wave_broadcast(l * 10, 3);
         *ballot.add(g) = wave_ballot(l.is_multiple_of(3));
         *lane.add(g) = l;
+        // A source per lane: lane l reads lane (5l + 3) mod the wave size.
+        *gather.add(g) = wave_shfl(l * 7 + 1, (l * 5 + 3) % wave_size());
     }
 });
 
@@ -378,6 +380,7 @@ fn wave_ops_are_lockstep_for_both_wave_sizes() {
         let bcast = dev.alloc::<u32>(n).unwrap();
         let ballot = dev.alloc::<u64>(n).unwrap();
         let lane = dev.alloc::<u32>(n).unwrap();
+        let gather = dev.alloc::<u32>(n).unwrap();
         dev.launch_kernel(
             &WAVE_OPS,
             LaunchConfig::linear(n as u64, 128),
@@ -388,6 +391,7 @@ fn wave_ops_are_lockstep_for_both_wave_sizes() {
                 Arg::output(&bcast),
                 Arg::output(&ballot),
                 Arg::output(&lane),
+                Arg::output(&gather),
             ],
         )
         .unwrap();
@@ -404,6 +408,7 @@ fn wave_ops_are_lockstep_for_both_wave_sizes() {
             bcast.download().unwrap(),
             ballot.download().unwrap(),
         );
+        let gathers = gather.download().unwrap();
         for (g, &l) in lanes.iter().enumerate() {
             assert_eq!(l as usize, g % w);
             assert_eq!(sums[g], expect_sum, "wave {wave}");
@@ -411,6 +416,7 @@ fn wave_ops_are_lockstep_for_both_wave_sizes() {
             assert_eq!(xors[g] as usize, (g % w) ^ 1);
             assert_eq!(bcasts[g], 30);
             assert_eq!(ballots[g], expect_ballot);
+            assert_eq!(gathers[g] as usize, ((g % w) * 5 + 3) % w * 7 + 1);
         }
     }
 }

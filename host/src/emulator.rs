@@ -304,12 +304,15 @@ fn schedule(
                     continue;
                 }
                 let lane = l - lanes.start;
-                let src = op.source_lane(lane);
-                let out = match src {
-                    // Reading an inactive or out-of-range lane gives 0, as ds_bpermute does.
-                    Some(s) if s < ws && live(lanes.start + s) => inputs[s],
-                    Some(_) => 0,
-                    None => ballot,
+                let out = match (op, op.source_lane(lane)) {
+                    (WaveOp::Gather, _) => match (inputs[lane] >> 32) as usize {
+                        // Reading an inactive or out-of-range lane gives 0, as ds_bpermute does.
+                        s if s < ws && live(lanes.start + s) => inputs[s] & 0xffff_ffff,
+                        _ => 0,
+                    },
+                    (_, Some(s)) if s < ws && live(lanes.start + s) => inputs[s],
+                    (_, Some(_)) => 0,
+                    (_, None) => ballot,
                 };
                 group.value[l].set(out);
                 group.state[l].set(State::Runnable);

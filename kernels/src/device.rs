@@ -538,6 +538,27 @@ pub fn wave_broadcast(v: u32, src: u32) -> u32 {
     return emu::wave_op(emu::WaveOp::Broadcast(src), v as u64) as u32;
 }
 
+/// The value of `v` held by lane `src`, each lane naming its own `src`
+/// (below [`wave_size`]; an inactive lane reads 0 on AMD and in the
+/// emulator). All active lanes must call it together.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_shfl(v: u32, src: u32) -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return unsafe { core::arch::amdgpu::ds_bpermute(src << 2, v) };
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { nv::shfl_idx(nv::warp_mask(), v, src, 0x1f) };
+    #[cfg(not(ferrocm_device))]
+    return emu::wave_op(emu::WaveOp::Gather, (src as u64) << 32 | v as u64) as u32;
+}
+
+/// `f32` gather, see [`wave_shfl`].
+#[amdgpu_device]
+#[inline(always)]
+pub fn wave_shfl_f32(v: f32, src: u32) -> f32 {
+    f32::from_bits(wave_shfl(v.to_bits(), src))
+}
+
 /// Bit `l` set for every active lane `l` whose `pred` is true.
 #[amdgpu_device]
 #[inline(always)]

@@ -15,13 +15,16 @@ pub enum WaveOp {
     ShflXor(u32),
     /// Each lane gets the value of lane `src`.
     Broadcast(u32),
+    /// Each lane gets the value (low 32 bits) of the lane its own value's
+    /// high 32 bits name: a gather with a source per lane.
+    Gather,
     /// Each lane gets the mask of lanes whose value is non-zero.
     Ballot,
 }
 
 impl WaveOp {
     /// The lane whose value lane `lane` gets, or `None` when it gets the
-    /// ballot of the wave.
+    /// ballot of the wave or names its source in its value (`Gather`).
     ///
     /// ```
     /// use ferrocm_kernels::host::emu::WaveOp;
@@ -32,7 +35,7 @@ impl WaveOp {
         match self {
             WaveOp::ShflXor(m) => Some(lane ^ m as usize),
             WaveOp::Broadcast(s) => Some(s as usize),
-            WaveOp::Ballot => None,
+            WaveOp::Gather | WaveOp::Ballot => None,
         }
     }
 }
