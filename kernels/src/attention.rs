@@ -7,12 +7,15 @@
 //!   GQA reads each key once for all of them) and one split of the keys.
 //!   Its workitems form groups of `lanes` (8 or 16) workitems per key: each
 //!   holds `w` 16-byte words of every row's query and of the key and value
-//!   rows, the group sums the dot products with butterflies, and each group
-//!   keeps an online softmax (max `m`, sum `l`, unnormalised output `o`)
-//!   over the keys it visits (every `groups`-th). The next key's words are
-//!   in flight while one is used. At the end the groups of a wave merge
-//!   through butterflies, the waves through LDS; with one split the result
-//!   is the output, else `(m, l, o)` goes to a partial buffer;
+//!   rows. The group sums the rows' dot products scattered (each workitem
+//!   ends with one row's sum, `group_sum_scatter`), so a row's online
+//!   softmax (max `m`, sum `l`) is one workitem's work, not every one's;
+//!   its owners hand each workitem the row's rescale and weight for the
+//!   unnormalised output `o` it holds. Each group visits every
+//!   `groups`-th key, the next key's words in flight while one is used. At
+//!   the end the groups of a wave merge through butterflies, the waves
+//!   through LDS; with one split the result is the output, else `(m, l,
+//!   o)` goes to a partial buffer;
 //! - `attn_merge_{dtype}`: merges the splits' partials of each row.
 //!
 //! Keys a query cannot see (causal, window) are never read, so one split
@@ -201,6 +204,38 @@ fn block_row(rb: u32, r: u32, rows: u32, kvh: u32, g: u32, s_q: u32) -> (bool, u
     (rho < g * s_q, kvh * g + rho / s_q, rho % s_q)
 }
 
+/// The sums over a group of `lanes` workitems (a power of two, at least
+/// `R`; `gl` this workitem's place in it) of each of its `R` values,
+/// scattered: the workitem gets the sum of value `gl / (lanes / R)`. The
+/// first halvings exchange half the values each (a butterfly on all `R`
+/// would take `R` exchanges per level; this takes `R - 1` in all before the
+/// last levels' single ones).
+#[amdgpu_device]
+#[inline(always)]
+fn group_sum_scatter<const R: usize>(v: [f32; R], gl: u32, lanes: u32) -> f32 {
+    let mut v = v;
+    let (mut n, mut off) = (R, lanes / 2);
+    while n > 1 {
+        let h = n / 2;
+        let upper = gl & off != 0;
+        let mut i = 0;
+        while i < h {
+            let (lo, hi) = (v[i], v[i + h]);
+            let (keep, send) = if upper { (hi, lo) } else { (lo, hi) };
+            v[i] = keep + wave_shfl_xor_f32(send, off);
+            i += 1;
+        }
+        n = h;
+        off /= 2;
+    }
+    let mut x = v[0];
+    while off > 0 {
+        x += wave_shfl_xor_f32(x, off);
+        off /= 2;
+    }
+    x
+}
+
 /// The body of the row kernels (see the module doc): `W` words per workitem
 /// and row, `R` rows per workgroup (`ATTN_ROWS / W`); `flags` holds
 /// [`ATTN_CAUSAL`] and the lanes per key.
@@ -225,6 +260,12 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     let tid = workitem_id_x();
     let (gi, gl) = (tid / lanes, tid % lanes);
     let groups = workgroup_size_x() / lanes;
+    // After the scattered sums, the workitems of a group own its rows in
+    // blocks of `rpl`: this one owns row `mine`, whose softmax state it
+    // keeps; `first` is the group's first lane.
+    let rpl = Ord::max(lanes / R as u32, 1);
+    let mine = gl / rpl;
+    let first = lane_id() - gl;
     // At least 1: a division the compiler cannot prove safe calls the panic
     // handler.
     let g = Ord::max(h_q / Ord::max(h_kv, 1), 1);
@@ -236,11 +277,12 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     let (split, splits) = (workgroup_id_y(), num_workgroups_y());
     let begin = Ord::min(split as u64 * chunk as u64, s_kv as u64) as u32;
     let end = Ord::min(begin as u64 + chunk as u64, s_kv as u64) as u32;
-    // The keys each row sees within the split (none for rows past the
-    // block's end), and those some row sees; where its mask row starts.
+    // The keys some row sees within the split (none for rows past the
+    // block's end); those of this workitem's row and where its mask row
+    // starts.
     let (mut lo, mut hi) = (end, begin);
-    let mut span = [(0u32, 0u32); R];
-    let mut mask_row = [0u64; R];
+    let mut span = (0u32, 0u32);
+    let mut mask_row = 0u64;
     let mut q_words = [[W128([0; 4]); W]; R];
     unroll4!(r < R => {
         let (valid, head, i) = block_row(rb, r as u32, R as u32, kvh, g, s_q);
@@ -248,11 +290,15 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
             let (a, b) = attn_span(i, s_q, s_kv, causal, window);
             let (a, b) = (Ord::max(a, begin), Ord::min(b, end));
             if a < b {
-                span[r] = (a, b);
+                if r as u32 == mine {
+                    span = (a, b);
+                }
                 lo = Ord::min(lo, a);
                 hi = Ord::max(hi, b);
             }
-            mask_row[r] = bi as u64 * geo.mask.0 + head as u64 * geo.mask.1 + i as u64 * geo.mask.2;
+            if r as u32 == mine {
+                mask_row = bi as u64 * geo.mask.0 + head as u64 * geo.mask.1 + i as u64 * geo.mask.2;
+            }
             let base = bi as u64 * geo.q.0 + head as u64 * geo.q.1 + i as u64 * geo.q.2;
             unroll4!(t < W => {
                 let wi = gl + lanes * t as u32;
@@ -282,10 +328,11 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
         }
         (kw, vw)
     };
-    let mut m = [f32::NEG_INFINITY; R];
-    let mut l = [0.0f32; R];
+    // The online softmax of this workitem's row, and every row's output
+    // words.
+    let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
     let mut o = [[[0.0f32; 8]; W]; R];
-    // Every group runs the same number of steps (the butterflies need all
+    // Every group runs the same number of steps (the exchanges need all
     // lanes of the wave), idle past the span.
     let steps = if hi > lo {
         (hi - lo).div_ceil(groups)
@@ -314,53 +361,58 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
                 s[r] = dot::<T>(T::unpack(q_words[r][t]), kw[t], s[r]);
             });
         });
-        let mut off = 1;
-        while off < lanes {
-            unroll4!(r < R => {
-                s[r] += wave_shfl_xor_f32(s[r], off);
+        // This workitem's row: its logit, the new max, the rescale of what
+        // came before and the key's weight (a key it does not see: -inf,
+        // weight 0, rescale 1; no branch but the mask's load).
+        let dot = group_sum_scatter::<R>(s, gl, lanes);
+        let x = if j < hi && span.0 <= j && j < span.1 {
+            let mv = if mask.is_null() {
+                0.0
+            } else {
+                unsafe { load(mask, (mask_row + j as u64) as usize) }.to_f32()
+            };
+            attn_logit(dot, scale, softcap, mv)
+        } else {
+            f32::NEG_INFINITY
+        };
+        let mn = max_nan(m, x);
+        let (a, p) = (attn_weight(m, mn), attn_weight(x, mn));
+        m = mn;
+        l = math::fma(l, a, p);
+        // Every row's rescale and weight from its owners.
+        let mut vf = [[0.0f32; 8]; W];
+        unroll4!(t < W => {
+            vf[t] = T::unpack(vw[t]);
+        });
+        unroll4!(r < R => {
+            let src = first + r as u32 * rpl;
+            let (ar, pr) = (wave_shfl_f32(a, src), wave_shfl_f32(p, src));
+            unroll4!(t < W => {
+                scale_add::<T>(&mut o[r][t], ar, pr, vf[t]);
             });
-            off *= 2;
-        }
-        if j < hi {
-            unroll4!(r < R => {
-                if span[r].0 <= j && j < span[r].1 {
-                    let mv = if mask.is_null() {
-                        0.0
-                    } else {
-                        unsafe { load(mask, (mask_row[r] + j as u64) as usize) }.to_f32()
-                    };
-                    let x = attn_logit(s[r], scale, softcap, mv);
-                    if x != f32::NEG_INFINITY {
-                        let mn = max_nan(m[r], x);
-                        let (a, p) = (attn_weight(m[r], mn), attn_weight(x, mn));
-                        m[r] = mn;
-                        l[r] = math::fma(l[r], a, p);
-                        unroll4!(t < W => {
-                            scale_add::<T>(&mut o[r][t], a, p, T::unpack(vw[t]));
-                        });
-                    }
-                }
-            });
-        }
+        });
         kw = kn;
         vw = vn;
         j = next;
         step += 1;
     }
-    // The groups of a wave merge their states.
+    // The groups of a wave merge their states (the partner's workitem of
+    // the same place owns the same row).
     let mut off = lanes;
     while off < wave_size() {
+        let (mo, lo_) = (wave_shfl_xor_f32(m, off), wave_shfl_xor_f32(l, off));
+        let mn = max_nan(m, mo);
+        let (a, b) = (attn_weight(m, mn), attn_weight(mo, mn));
+        m = mn;
+        l = l * a + lo_ * b;
         unroll4!(r < R => {
-            let (mo, lo_) = (wave_shfl_xor_f32(m[r], off), wave_shfl_xor_f32(l[r], off));
-            let mn = max_nan(m[r], mo);
-            let (a, b) = (attn_weight(m[r], mn), attn_weight(mo, mn));
-            m[r] = mn;
-            l[r] = l[r] * a + lo_ * b;
+            let src = first + r as u32 * rpl;
+            let (ar, br) = (wave_shfl_f32(a, src), wave_shfl_f32(b, src));
             unroll4!(t < W => {
                 let mut e = 0;
                 while e < per as usize {
                     let oo = wave_shfl_xor_f32(o[r][t][e], off);
-                    o[r][t][e] = o[r][t][e] * a + oo * b;
+                    o[r][t][e] = o[r][t][e] * ar + oo * br;
                     e += 1;
                 }
             });
@@ -372,12 +424,13 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     let slot = d + ATTN_STATS;
     let wave = wave_id();
     if lane_id() < lanes {
+        if gl % rpl == 0 && mine < R as u32 {
+            let at = (wave * R as u32 + mine) * slot;
+            sh.store(at, m);
+            sh.store(at + 1, l);
+        }
         unroll4!(r < R => {
             let at = (wave * R as u32 + r as u32) * slot;
-            if lane_id() == 0 {
-                sh.store(at, m[r]);
-                sh.store(at + 1, l[r]);
-            }
             unroll4!(t < W => {
                 let wi = gl + lanes * t as u32;
                 if wi < nw {

@@ -377,22 +377,29 @@ impl<T: WithDType> Op for Attend<'_, T> {
                     _ => (16, words.div_ceil(16)),
                 };
                 let block_rows = ATTN_ROWS / w as u32;
-                let waves = ATTN_BLOCK / wave;
+                // Two words per workitem (f32, d 256) take half the rows
+                // per workgroup: half the workitems and twice the
+                // workgroups did better there (the H100: f32 decode 35.7 ->
+                // 25.5 us), one word the full block (bf16: 18.7 against
+                // 20.0 us).
+                let block = if w == 1 { ATTN_BLOCK } else { ATTN_BLOCK / 2 };
+                let waves = block / wave;
                 let lds = waves * block_rows * (d as u32 + ATTN_STATS) * 4;
                 let kernel = table.rows[w.trailing_zeros() as usize];
                 let flags = (lanes as u32) << ATTN_LANES_SHIFT;
-                (kernel, ATTN_BLOCK, block_rows, lds, MIN_CHUNK, flags)
+                (kernel, block, block_rows, lds, MIN_CHUNK, flags)
             }
         };
         let blocks = (b * h_kv * rows.div_ceil(block_rows as usize)) as u64;
         // Enough splits of the keys to give each compute unit two
-        // workgroups and eight waves (the emulator: eight workgroups), none
-        // shorter than `min_chunk`. (The row kernel with 17 splits of a
-        // 4096-key decode step instead of 32 took 53 us, not 37.)
+        // workgroups and sixteen waves (the emulator: eight workgroups),
+        // none shorter than `min_chunk`. (On the H100, a 4096-key decode
+        // step: bf16 with 17 splits instead of 32 took 26.5 us, not 18.7;
+        // f32 with eight waves per compute unit 35.7 us, with sixteen 25.5.)
         let waves = Ord::max(block / wave, 1) as u64;
         let target = dev.gpu_info().map_or(8, |i| {
             let cus = i.compute_units as u64;
-            Ord::max(2 * cus, 8 * cus / waves)
+            Ord::max(2 * cus, 16 * cus / waves)
         });
         let max_splits = s_kv.div_ceil(min_chunk).max(1) as u64;
         let splits = target.div_ceil(blocks).clamp(1, max_splits.min(1024));
