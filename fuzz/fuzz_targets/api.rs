@@ -259,6 +259,83 @@ enum Step {
         bias: bool,
         act: u8,
     },
+    /// rms_norm, or add_rms_norm with a residual.
+    RmsNorm {
+        x: u8,
+        w: u8,
+        residual: Option<u8>,
+        eps: f32,
+    },
+    /// layer_norm, or add_layer_norm with a residual.
+    LayerNorm {
+        x: u8,
+        w: u8,
+        bias: Option<u8>,
+        residual: Option<u8>,
+        eps: f32,
+    },
+    /// rope, rope_i or rope_thd by `layout`.
+    Rope {
+        x: u8,
+        cos: u8,
+        sin: u8,
+        offset: u16,
+        layout: u8,
+    },
+    /// glu(gate, up, act), or glu_halves of `gate` when `up` is None.
+    Glu {
+        gate: u8,
+        up: Option<u8>,
+        act: u8,
+    },
+    /// Attention on tensors of the pool (mostly the errors: shapes rarely fit).
+    Attention {
+        q: u8,
+        k: u8,
+        v: u8,
+        mask: Option<u8>,
+        opts: AttnOpts,
+    },
+    /// Attention on fresh inputs of a supported head dim, small enough for
+    /// the emulator: `(b, h_kv * group, s_q, d)` queries over `s_kv` keys.
+    AttentionRandn {
+        dt: Dt,
+        dims: [u8; 5],
+        head_dim: u8,
+        seed: u64,
+        opts: AttnOpts,
+    },
+}
+
+/// The options of an attention step.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+struct AttnOpts {
+    scale: Option<f32>,
+    causal: bool,
+    window: Option<u16>,
+    softcap: Option<f32>,
+}
+
+impl AttnOpts {
+    fn apply<'a, T: WithDType>(&self, mask: Option<&'a Tensor<T>>) -> ferrocm::AttentionOptions<'a, T> {
+        let mut o = ferrocm::AttentionOptions::new();
+        if let Some(s) = self.scale {
+            o = o.scale(s);
+        }
+        if self.causal {
+            o = o.causal();
+        }
+        if let Some(w) = self.window {
+            o = o.window(w as usize);
+        }
+        if let Some(c) = self.softcap {
+            o = o.softcap(c);
+        }
+        if let Some(m) = mask {
+            o = o.mask(m);
+        }
+        o
+    }
 }
 
 #[derive(Arbitrary, Debug)]
@@ -672,6 +749,113 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                     };
                     x.typed::<T>()?.linear(&w, b.as_ref(), act).map(|t| t.to_dyn())
                 })
+            }))
+        }
+        Step::RmsNorm { x, w, residual, eps } => {
+            let (x, w) = (pick_small(ts, *x)?, pick(ts, *w)?);
+            let r = match residual {
+                Some(r) => Some(pick(ts, *r)?),
+                None => None,
+            };
+            new(x.dtype().and_then(|d| {
+                typed!(d, T => {
+                    let (x, w) = (x.typed::<T>()?, w.typed::<T>()?);
+                    match r {
+                        Some(r) => x.add_rms_norm(&r.typed::<T>()?, &w, *eps).map(|(_, n)| n.to_dyn()),
+                        None => x.rms_norm(&w, *eps).map(|t| t.to_dyn()),
+                    }
+                })
+            }))
+        }
+        Step::LayerNorm { x, w, bias, residual, eps } => {
+            let (x, w) = (pick_small(ts, *x)?, pick(ts, *w)?);
+            let b = match bias {
+                Some(b) => Some(pick(ts, *b)?),
+                None => None,
+            };
+            let r = match residual {
+                Some(r) => Some(pick(ts, *r)?),
+                None => None,
+            };
+            new(x.dtype().and_then(|d| {
+                typed!(d, T => {
+                    let (x, w) = (x.typed::<T>()?, w.typed::<T>()?);
+                    let b = b.map(|b| b.typed::<T>()).transpose()?;
+                    match r {
+                        Some(r) => x
+                            .add_layer_norm(&r.typed::<T>()?, &w, b.as_ref(), *eps)
+                            .map(|(_, n)| n.to_dyn()),
+                        None => x.layer_norm(&w, b.as_ref(), *eps).map(|t| t.to_dyn()),
+                    }
+                })
+            }))
+        }
+        Step::Rope { x, cos, sin, offset, layout } => {
+            let (x, c, s) = (pick_small(ts, *x)?, pick(ts, *cos)?, pick(ts, *sin)?);
+            new(x.dtype().and_then(|d| {
+                typed!(d, T => {
+                    let (x, c, s) = (x.typed::<T>()?, c.typed::<T>()?, s.typed::<T>()?);
+                    let off = *offset as usize;
+                    match layout % 3 {
+                        0 => x.rope(&c, &s, off),
+                        1 => x.rope_i(&c, &s, off),
+                        _ => x.rope_thd(&c, &s, off),
+                    }
+                    .map(|t| t.to_dyn())
+                })
+            }))
+        }
+        Step::Glu { gate, up, act } => {
+            let g = pick_small(ts, *gate)?;
+            let u = match up {
+                Some(u) => Some(pick_small(ts, *u)?),
+                None => None,
+            };
+            let act = [Activation::Relu, Activation::Gelu, Activation::GeluErf, Activation::Silu][*act as usize % 4];
+            new(g.dtype().and_then(|d| {
+                typed!(d, T => {
+                    let g = g.typed::<T>()?;
+                    match u {
+                        Some(u) => g.glu(&u.typed::<T>()?, act),
+                        None => g.glu_halves(act),
+                    }
+                    .map(|t| t.to_dyn())
+                })
+            }))
+        }
+        Step::Attention { q, k, v, mask, opts } => {
+            let (q, k, v) = (pick_small(ts, *q)?, pick_small(ts, *k)?, pick_small(ts, *v)?);
+            let m = match mask {
+                Some(m) => Some(pick(ts, *m)?),
+                None => None,
+            };
+            // The work is q's rows times k's rows times d: bounded by the
+            // three sizes.
+            if q.elem_count().saturating_mul(k.shape().get(2).copied().unwrap_or(1)) > WORK_LIMIT {
+                return None;
+            }
+            new(q.dtype().and_then(|d| {
+                typed!(d, T => {
+                    let m = m.map(|m| m.typed::<T>()).transpose()?;
+                    q.typed::<T>()?
+                        .attention(&k.typed::<T>()?, &v.typed::<T>()?, &opts.apply(m.as_ref()))
+                        .map(|t| t.to_dyn())
+                })
+            }))
+        }
+        Step::AttentionRandn { dt, dims, head_dim, seed, opts } => {
+            // b 1-2, h_kv 1-2, group 1-3, s_q 1-8, s_kv 0-40.
+            let [b, h_kv, g, s_q, s_kv] = *dims;
+            let (b, h_kv, g) = (1 + b as usize % 2, 1 + h_kv as usize % 2, 1 + g as usize % 3);
+            let (s_q, s_kv) = (1 + s_q as usize % 8, s_kv as usize % 41);
+            let d = [64, 80, 96, 128, 256][*head_dim as usize % 5];
+            new(typed!(dt.dtype(), T => {
+                (|| {
+                    let r = |shape: &[usize], k: u64| Tensor::<T>::randn(shape, 0.0, 1.0, seed.wrapping_add(k), dev);
+                    let q = r(&[b, h_kv * g, s_q, d], 0)?;
+                    let (k, v) = (r(&[b, h_kv, s_kv, d], 1)?, r(&[b, h_kv, s_kv, d], 2)?);
+                    q.attention(&k, &v, &opts.apply(None)).map(|t| t.to_dyn())
+                })()
             }))
         }
     }
