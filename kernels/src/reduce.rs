@@ -473,7 +473,9 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
 /// exp(x - max) together (online softmax: the sum is rescaled when the maximum
 /// grows), combined over the workgroup, then the output. Rows with NaN or
 /// only -inf give NaN, as the three-pass formula did. The input is contiguous
-/// `rows × cols` (the op library makes it so).
+/// `rows × cols` (the op library makes it so). The exponentials are
+/// [`math::exp_fast`]: on NVPTX the portable `exp` made softmax f32 run at
+/// 36% of copy bandwidth on the H100.
 #[amdgpu_device]
 #[inline(always)]
 pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: u64, cols: u64) {
@@ -489,11 +491,11 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
         // -inf only gives NaN in the output pass, as the formula does).
         let mut add = |x: f32| {
             if x > m {
-                s.scale(math::exp(m - x));
+                s.scale(math::exp_fast(m - x));
                 s.add(1.0);
                 m = x;
             } else if x != f32::NEG_INFINITY {
-                s.add(math::exp(x - m));
+                s.add(math::exp_fast(x - m));
             }
         };
         let mut c = workitem_id_x() as u64;
@@ -516,13 +518,13 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
         let mine = if s == 0.0 {
             0.0
         } else {
-            s * math::exp(m - row_max)
+            s * math::exp_fast(m - row_max)
         };
         let total = block_reduce::<f32, Sum>(mine);
         let log_s = math::log(total);
         let put = |c: u64, x: f32| {
             let x = x - row_max;
-            let y = if LOG { x - log_s } else { math::exp(x) / total };
+            let y = if LOG { x - log_s } else { math::exp_fast(x) / total };
             unsafe { store(out, (base + c) as usize, T::from_f32(y)) };
         };
         c = workitem_id_x() as u64;
