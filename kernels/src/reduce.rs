@@ -524,7 +524,11 @@ pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
         let log_s = math::log(total);
         let put = |c: u64, x: f32| {
             let x = x - row_max;
-            let y = if LOG { x - log_s } else { math::exp_fast(x) / total };
+            let y = if LOG {
+                x - log_s
+            } else {
+                math::exp_fast(x) / total
+            };
             unsafe { store(out, (base + c) as usize, T::from_f32(y)) };
         };
         c = workitem_id_x() as u64;
