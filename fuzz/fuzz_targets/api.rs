@@ -423,6 +423,15 @@ fn pick<'a>(ts: &'a [DynTensor], i: u8) -> Option<&'a DynTensor> {
     (!ts.is_empty()).then(|| &ts[i as usize % ts.len()])
 }
 
+/// `pick` of an optional operand: `Some(None)` when the step has none,
+/// `None` (skip the step) when it has one and there is no tensor.
+fn pick_opt<'a>(ts: &'a [DynTensor], i: Option<u8>) -> Option<Option<&'a DynTensor>> {
+    match i {
+        Some(i) => pick(ts, i).map(Some),
+        None => Some(None),
+    }
+}
+
 /// `pick`, for a step whose work is the input's size and not bounded by the
 /// memory limit (a reduction to a small output).
 fn pick_small<'a>(ts: &'a [DynTensor], i: u8) -> Option<&'a DynTensor> {
@@ -753,10 +762,7 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
         }
         Step::RmsNorm { x, w, residual, eps } => {
             let (x, w) = (pick_small(ts, *x)?, pick(ts, *w)?);
-            let r = match residual {
-                Some(r) => Some(pick(ts, *r)?),
-                None => None,
-            };
+            let r = pick_opt(ts, *residual)?;
             new(x.dtype().and_then(|d| {
                 typed!(d, T => {
                     let (x, w) = (x.typed::<T>()?, w.typed::<T>()?);
@@ -769,14 +775,8 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
         }
         Step::LayerNorm { x, w, bias, residual, eps } => {
             let (x, w) = (pick_small(ts, *x)?, pick(ts, *w)?);
-            let b = match bias {
-                Some(b) => Some(pick(ts, *b)?),
-                None => None,
-            };
-            let r = match residual {
-                Some(r) => Some(pick(ts, *r)?),
-                None => None,
-            };
+            let b = pick_opt(ts, *bias)?;
+            let r = pick_opt(ts, *residual)?;
             new(x.dtype().and_then(|d| {
                 typed!(d, T => {
                     let (x, w) = (x.typed::<T>()?, w.typed::<T>()?);
@@ -825,10 +825,7 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
         }
         Step::Attention { q, k, v, mask, opts } => {
             let (q, k, v) = (pick_small(ts, *q)?, pick_small(ts, *k)?, pick_small(ts, *v)?);
-            let m = match mask {
-                Some(m) => Some(pick(ts, *m)?),
-                None => None,
-            };
+            let m = pick_opt(ts, *mask)?;
             // The work is q's rows times k's rows times d: bounded by the
             // three sizes.
             if q.elem_count().saturating_mul(k.shape().get(2).copied().unwrap_or(1)) > WORK_LIMIT {
