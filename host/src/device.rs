@@ -309,6 +309,30 @@ impl Device {
         self.check_faults()
     }
 
+    /// Whether kernels that can fetch their next LDS stage while computing
+    /// on the last one (two buffers, [`ferrocm_kernels::device::lds_copy_async`])
+    /// should: on NVIDIA, whose copies into LDS run on without the
+    /// workitems; not on ROCm, where the copies are synchronous and a second
+    /// buffer would only cost occupancy. The emulator runs both logics: at
+    /// wave 32 as NVIDIA, at wave 64 as AMD's CDNA.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// assert!(Device::emulator(WaveSize::Wave32).double_buffers_lds());
+    /// assert!(!Device::emulator(WaveSize::Wave64).double_buffers_lds());
+    /// assert!(!Device::Cpu.double_buffers_lds());
+    /// ```
+    pub fn double_buffers_lds(&self) -> bool {
+        match self {
+            Device::Cpu => false,
+            Device::Emulator(_) => self.wave_size() == Some(32),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(_) => false,
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => true,
+        }
+    }
+
     /// Whether this is a GPU (ROCm or CUDA).
     pub fn is_gpu(&self) -> bool {
         !matches!(self, Device::Cpu | Device::Emulator(_))

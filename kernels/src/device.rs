@@ -382,6 +382,16 @@ impl<T: Copy> Lds<T> {
 
 #[amdgpu_device]
 impl<T> Lds<T> {
+    /// The same LDS seen as elements of `U` (the byte offset kept: a
+    /// multiple of `align_of::<U>()`), e.g. a tile of words as halves.
+    #[inline(always)]
+    pub fn cast<U>(self) -> Lds<U> {
+        Lds {
+            base: self.base as *mut U,
+            byte_offset: self.byte_offset,
+        }
+    }
+
     /// The 32-bit shared-window address of element `i`, for device-layer
     /// inline assembly that reads LDS itself (`ldmatrix`). NVPTX builds only
     /// (the emulator checks every access through [`Lds::load`] /
@@ -434,6 +444,75 @@ pub unsafe fn load<T: Copy>(p: *const T, i: usize) -> T {
     #[cfg(not(ferrocm_device))]
     emu::check_global(p.wrapping_add(i) as usize, size_of::<T>(), false);
     unsafe { *p.add(i) }
+}
+
+/// Copies the 16-byte element `src[i]` of a global buffer argument into
+/// element `j` of `dst` in LDS, or zeros when `!keep` (`src[i]` is then
+/// not read). On NVIDIA (`cp.async`, sm_80+) the copy runs on without the
+/// workitem waiting or holding registers, so a kernel can fetch its next
+/// stage while it computes on this one; elsewhere it is a load and a store
+/// done before this returns. Either way the copy counts as done only after
+/// [`lds_copy_commit`] closed its group, [`lds_copy_wait`] waited for the
+/// group, and a [`barrier`] (for the other workitems' copies).
+///
+/// # Safety
+/// When `keep`, `src + i` must lie in a buffer argument of the running
+/// launch ([`load`]'s contract).
+#[amdgpu_device]
+#[inline(always)]
+pub unsafe fn lds_copy_async<T: Copy>(dst: Lds<T>, j: u32, src: *const T, i: usize, keep: bool) {
+    const { assert!(size_of::<T>() == 16) };
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: `dst[j]` is in the launch's LDS; `src + i` is read only when
+    // `keep` (a source size of 0 zero-fills).
+    unsafe {
+        core::arch::asm!(
+            "cp.async.cg.shared.global [{d}], [{s}], 16, {n};",
+            d = in(reg32) dst.shared_address(j),
+            s = in(reg64) src.wrapping_add(i),
+            n = in(reg32) if keep { 16u32 } else { 0 },
+            options(nostack),
+        );
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        // A store in each arm: a value chosen under a branch went through
+        // scratch on AMD.
+        if keep {
+            // SAFETY: the caller's contract.
+            dst.store(j, unsafe { load(src, i) });
+        } else {
+            // SAFETY: T is 16 bytes of plain data (the kernels' words).
+            dst.store(j, unsafe { core::mem::transmute_copy(&[0u32; 4]) });
+        }
+    }
+}
+
+/// Closes the group of this workitem's [`lds_copy_async`] copies issued
+/// since the last one (a no-op where the copies are synchronous).
+#[amdgpu_device]
+#[inline(always)]
+pub fn lds_copy_commit() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: no operands; orders this workitem's async copies.
+    unsafe {
+        core::arch::asm!("cp.async.commit_group;", options(nostack))
+    };
+}
+
+/// Waits until at most `PENDING` of this workitem's closed copy groups are
+/// still running (the newest ones): `lds_copy_wait::<0>()` waits for all.
+/// A no-op where the copies are synchronous. Other workitems' copies need
+/// a [`barrier`] after it.
+#[amdgpu_device]
+#[inline(always)]
+pub fn lds_copy_wait<const PENDING: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: waits on this workitem's async copies; a memory clobber, so
+    // no LDS access moves across it.
+    unsafe {
+        core::arch::asm!("cp.async.wait_group {n};", n = const PENDING, options(nostack))
+    };
 }
 
 /// Writes element `i` of a global buffer argument, checked as [`load`].

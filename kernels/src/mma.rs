@@ -184,6 +184,57 @@ pub const fn acc_at(unit: MmaUnit, lane: u32, i: u32) -> (u32, u32) {
     }
 }
 
+/// How many of the tile's rows a lane of `unit` holds accumulator
+/// elements of ([`row_slot`] numbers them).
+///
+/// ```
+/// use ferrocm_kernels::mma::{MmaUnit, row_slots};
+/// assert_eq!(row_slots(MmaUnit::Sync), 2); // rows g and g + 8
+/// assert_eq!(row_slots(MmaUnit::Mfma), 4);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn row_slots(unit: MmaUnit) -> usize {
+    match unit {
+        MmaUnit::Sync => 2,
+        _ => acc_len(unit),
+    }
+}
+
+/// Which of its rows (`0..row_slots`) accumulator element `i` of a lane of
+/// `unit` lies in: every lane's elements of one row share a slot.
+///
+/// ```
+/// use ferrocm_kernels::mma::{MmaUnit, row_slot};
+/// assert_eq!(row_slot(MmaUnit::Sync, 6), 1); // c2..c3 of the second n8 half
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn row_slot(unit: MmaUnit, i: usize) -> usize {
+    match unit {
+        MmaUnit::Sync => (i % 4) / 2,
+        _ => i,
+    }
+}
+
+/// The lanes that hold the other columns of a lane's rows are those whose
+/// index differs from its own in the bits below this (a power of two), in
+/// the same slots: a row's reduction is butterflies over xor `1, 2, ..`.
+///
+/// ```
+/// use ferrocm_kernels::mma::{MmaUnit, row_lanes};
+/// assert_eq!(row_lanes(MmaUnit::Sync), 4); // a quad holds a row
+/// assert_eq!(row_lanes(MmaUnit::Wmma11), 16);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn row_lanes(unit: MmaUnit) -> u32 {
+    match unit {
+        MmaUnit::Sync => 4,
+        _ => 16,
+    }
+}
+
 /// A 16-bit float type the matrix units multiply.
 #[amdgpu_device]
 pub trait MmaElem: Elem {
@@ -207,6 +258,21 @@ impl MmaElem for Bf16 {
 /// Kernels leave the transposed-tile code out of builds where it is not.
 #[amdgpu_device]
 pub const TRANSPOSED_LOADS: bool = matches!(MMA_UNIT, Some(MmaUnit::Sync) | None);
+
+/// Rows whose elements a lane holds in this build (FMA: element `i` of
+/// lane `l` is element `l + wave * i` of the tile, a row each).
+#[amdgpu_device]
+pub const ROW_SLOTS: usize = match MMA_UNIT {
+    Some(u) => row_slots(u),
+    None => ACC,
+};
+
+/// [`row_lanes`] in this build (FMA: 16 lanes share a row).
+#[amdgpu_device]
+const ROW_LANES: u32 = match MMA_UNIT {
+    Some(u) => row_lanes(u),
+    None => 16,
+};
 
 /// Words per fragment in this build (FMA: none held, see [`FragA`]).
 #[amdgpu_device]
@@ -343,16 +409,75 @@ impl Acc {
     /// (written out: the indices stay constants).
     #[inline(always)]
     pub fn map(&mut self, mut f: impl FnMut(u32, u32, f32) -> f32) {
+        self.map_rows(|_, r, c, x| f(r, c, x));
+    }
+
+    /// [`Acc::map`] that also names the element's row slot (`0..`
+    /// [`ROW_SLOTS`]), to index per-row values such as [`Acc::row_fold`]'s.
+    #[inline(always)]
+    pub fn map_rows(&mut self, mut f: impl FnMut(usize, u32, u32, f32) -> f32) {
         let len = Self::len();
         unroll4!(e1 < ACC.div_ceil(4) => {
             unroll4!(e0 < 4 => {
                 let e = 4 * e1 + e0;
                 if e < ACC && (e as u32) < len {
                     let (r, c) = Self::at(e as u32);
-                    self.v[e] = f(r, c, self.v[e]);
+                    self.v[e] = f(Self::slot(e), r, c, self.v[e]);
                 }
             });
         });
+    }
+
+    /// The row slot of element `i` ([`row_slot`] in this build).
+    #[inline(always)]
+    pub const fn slot(i: usize) -> usize {
+        match MMA_UNIT {
+            Some(u) => row_slot(u, i),
+            None => i,
+        }
+    }
+
+    /// Per row this lane holds (by slot): `f` folded from `init` over the
+    /// row's elements in every tile of `tiles` (tiles side by side: the
+    /// same rows, more columns), then over the lanes that hold the row's
+    /// other columns, so each of them gets the whole row's result. All
+    /// lanes of the wave call it together. With a matrix unit the fold is
+    /// a few butterflies of registers; no LDS.
+    ///
+    /// A kernel's row softmax over an accumulator: the max of each row is
+    /// `Acc::row_fold(&s, f32::NEG_INFINITY, f32::max)`.
+    #[inline(always)]
+    pub fn row_fold<const N: usize>(
+        tiles: &[Acc; N],
+        init: f32,
+        f: impl Fn(f32, f32) -> f32,
+    ) -> [f32; ROW_SLOTS] {
+        let mut rows = [init; ROW_SLOTS];
+        let len = Self::len();
+        unroll4!(t < N => {
+            unroll4!(e1 < ACC.div_ceil(4) => {
+                unroll4!(e0 < 4 => {
+                    let e = 4 * e1 + e0;
+                    if e < ACC && (e as u32) < len {
+                        let s = Self::slot(e);
+                        rows[s] = f(rows[s], tiles[t].v[e]);
+                    }
+                });
+            });
+        });
+        let mut off = 1;
+        while off < ROW_LANES {
+            unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
+                unroll4!(s0 < 4 => {
+                    let s = 4 * s1 + s0;
+                    if s < ROW_SLOTS {
+                        rows[s] = f(rows[s], wave_shfl_xor_f32(rows[s], off));
+                    }
+                });
+            });
+            off *= 2;
+        }
+        rows
     }
 }
 
@@ -433,6 +558,74 @@ pub fn load_b_t(tile: Lds<u32>, pitch: u32, col0: u32, k0: u32) -> FragB {
     }
     #[allow(unreachable_code)]
     FragB(gather::<true>(tile, (col0, k0), (1, 2 * pitch)))
+}
+
+/// The tiles of [`a_from_accs`] as A fragments ([`AccsAsA::frag`]).
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct AccsAsA<const N: usize> {
+    /// The repacked registers (NVIDIA only).
+    w: [[u32; WORDS]; N],
+    scratch: Lds<u32>,
+    pitch: u32,
+}
+
+/// The A fragments of the 16 x 16 tiles `accs` hold, each element rounded
+/// to `T`: a product's result as the next product's left operand
+/// (FlashAttention's probabilities times the values), tile `h` as K
+/// `16 h..16 h + 16`. Where the accumulator's layout is A's (NVIDIA: the
+/// two n8 halves are A's k halves) the fragments are the registers
+/// repacked and `scratch` is not touched. Elsewhere the elements go to
+/// `scratch` (this wave's own 16-row tile, `8 N` words of a row used, rows
+/// `pitch` words apart), then a workgroup barrier, and [`AccsAsA::frag`]
+/// loads them: every workitem of the workgroup calls this together, and
+/// the kernel leaves `scratch` alone until its [`mma`]s have run.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(unused_mut, unused_variables)]
+pub fn a_from_accs<T: MmaElem, const N: usize>(
+    accs: &[Acc; N],
+    scratch: Lds<u32>,
+    pitch: u32,
+) -> AccsAsA<N> {
+    let mut w = [[0u32; WORDS]; N];
+    #[cfg(ferrocm_mma = "sync")]
+    unroll4!(h < N => {
+        // A word q: (row g + 8 (q % 2), k 2t + 8 (q / 2)); the
+        // accumulator's element 4 (q / 2) + 2 (q % 2) and the next hold
+        // that pair.
+        unroll4!(q < 4 => {
+            let i = 4 * (q / 2) + 2 * (q % 2);
+            w[h][q] = lane_of(T::from_f32(accs[h].v[i]), T::from_f32(accs[h].v[i + 1]));
+        });
+    });
+    #[cfg(not(ferrocm_mma = "sync"))]
+    {
+        let halves = scratch.cast::<u16>();
+        unroll4!(h < N => {
+            let mut a = accs[h];
+            a.map(|r, c, x| {
+                halves.store(r * 2 * pitch + 16 * h as u32 + c, T::from_f32(x).to_bits64() as u16);
+                x
+            });
+        });
+        barrier();
+    }
+    AccsAsA { w, scratch, pitch }
+}
+
+#[amdgpu_device]
+impl<const N: usize> AccsAsA<N> {
+    /// Tile `h`'s fragment (K `16 h..`): the registers on NVIDIA, else
+    /// loaded from the scratch tile now. All lanes of the wave call it
+    /// together.
+    #[inline(always)]
+    pub fn frag(&self, h: usize) -> FragA {
+        #[cfg(ferrocm_mma = "sync")]
+        return frag(self.w[h], self.scratch);
+        #[allow(unreachable_code)]
+        load_a(self.scratch, self.pitch, 0, 16 * h as u32)
+    }
 }
 
 /// A fragment loaded into registers (the FMA body's fields unused).
@@ -782,6 +975,56 @@ mod tests {
                 }
             }
             assert!(seen.iter().flatten().all(|&n| n == 1), "{unit:?}: {seen:?}");
+        }
+    }
+
+    /// The row folds' layout facts: a lane's elements of one row share a
+    /// slot (and distinct slots are distinct rows), and the lanes that
+    /// differ in the bits below `row_lanes` hold the same rows in the same
+    /// slots and, together, every column of them.
+    #[test]
+    fn row_slots_and_row_lanes_cover_each_row() {
+        for (unit, wave) in UNITS {
+            let row_of = |lane: u32, slot: usize| -> Vec<u32> {
+                let mut rows: Vec<u32> = (0..acc_len(unit))
+                    .filter(|&i| row_slot(unit, i) == slot)
+                    .map(|i| acc_at(unit, lane, i as u32).0)
+                    .collect();
+                rows.dedup();
+                rows
+            };
+            for lane in 0..wave {
+                let group = lane & !(row_lanes(unit) - 1);
+                for slot in 0..row_slots(unit) {
+                    let rows = row_of(lane, slot);
+                    assert_eq!(rows.len(), 1, "{unit:?} lane {lane} slot {slot}");
+                    let mut cols = vec![];
+                    for other in group..group + row_lanes(unit) {
+                        assert_eq!(row_of(other, slot), rows, "{unit:?} lanes {lane} {other}");
+                        for i in 0..acc_len(unit) {
+                            if row_slot(unit, i) == slot {
+                                cols.push(acc_at(unit, other, i as u32).1);
+                            }
+                        }
+                    }
+                    cols.sort();
+                    assert_eq!(cols, (0..16).collect::<Vec<_>>(), "{unit:?} lane {lane}");
+                }
+            }
+        }
+    }
+
+    /// `a_from_accs`'s register repacking on NVIDIA: A's word `w` is the
+    /// pair of accumulator elements `4 (w / 2) + 2 (w % 2)` and the next.
+    #[test]
+    fn sync_accumulator_pairs_are_a_words() {
+        for lane in 0..32 {
+            for w in 0..4u32 {
+                let i = 4 * (w / 2) + 2 * (w % 2);
+                let (r, k) = a_word(MmaUnit::Sync, lane, w);
+                assert_eq!(acc_at(MmaUnit::Sync, lane, i), (r, k));
+                assert_eq!(acc_at(MmaUnit::Sync, lane, i + 1), (r, k + 1));
+            }
         }
     }
 
