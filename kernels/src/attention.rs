@@ -51,6 +51,11 @@ pub const ATTN_MERGE_BLOCK: u32 = 256;
 /// position `i + s_kv - s_q`).
 #[amdgpu_device]
 pub const ATTN_CAUSAL: u32 = 1;
+/// `flags` bit of the matrix-unit kernel: two K/V buffers in LDS, the next
+/// stage fetched ([`crate::device::lds_copy_async`]) while this one is
+/// computed on ([`attn_mma_lds_bytes`] with `double_buffer`).
+#[amdgpu_device]
+pub const ATTN_DOUBLE_BUFFER: u32 = 1 << 16;
 /// `flags >> ATTN_LANES_SHIFT & 0xff`: workitems per key (a power of two,
 /// at most 16).
 #[amdgpu_device]
@@ -506,10 +511,13 @@ pub const ATTN_MMA_KEYS: u32 = 32;
 /// The largest head dim of the matrix-unit kernel (its output tiles are
 /// registers: 256 would take twice as many).
 pub const ATTN_MMA_MAX_D: usize = 128;
-/// f32 per row of a wave's score tile in LDS.
+/// Words per row of the matrix-unit kernel's stats in LDS: `m`, `l`, the
+/// output row (two words), the row's span of keys (two).
 #[amdgpu_device]
-const S_PITCH: u32 = ATTN_MMA_KEYS + 4;
-/// Words per row of a wave's probability tile (16-bit values) in LDS.
+const ATTN_MMA_STATS: u32 = 6;
+/// Words per row of a wave's probability tile (16-bit values) in LDS,
+/// where the accumulator's layout is not the A fragment's
+/// ([`crate::mma::a_from_accs`]).
 #[amdgpu_device]
 const P_PITCH: u32 = ATTN_MMA_KEYS / 2 + 4;
 
@@ -539,21 +547,29 @@ const fn tile_pitch(d: u32) -> u32 {
 
 /// LDS of the matrix-unit kernel with `waves` waves and head dim `d`, in
 /// bytes: q (16 rows per wave), k and v ([`ATTN_MMA_KEYS`] rows), each
-/// wave's scores (f32) and probabilities (16-bit), four words per row (its
-/// rescale factor or `m`, `l`, and its output row).
+/// wave's probabilities (16-bit; used where they cannot stay in registers),
+/// six words per row (its `m`, `l`, output row and span of keys).
 ///
 /// ```
 /// use ferrocm_kernels::attention::attn_mma_lds_bytes;
-/// assert!(attn_mma_lds_bytes(4, 128) <= 64 * 1024);
+/// assert!(attn_mma_lds_bytes(4, 128, false) <= 64 * 1024);
+/// assert!(attn_mma_lds_bytes(4, 128, true) <= 96 * 1024);
 /// ```
 #[amdgpu_device]
 #[inline(always)]
-pub const fn attn_mma_lds_bytes(waves: u32, d: u32) -> u32 {
+pub const fn attn_mma_lds_bytes(waves: u32, d: u32, double_buffer: bool) -> u32 {
     let rows = waves * ATTN_MMA_ROWS;
-    4 * (rows * tile_pitch(d)
-        + ATTN_MMA_KEYS * tile_pitch(d)
-        + v_words(d)
-        + rows * (S_PITCH + P_PITCH + 4))
+    let kv = ATTN_MMA_KEYS * tile_pitch(d) + v_words(d);
+    let one = 4 * (rows * tile_pitch(d) + kv + rows * (P_PITCH + ATTN_MMA_STATS));
+    // The second K/V buffer starts where the first did, one buffer's span
+    // (K, V, probabilities and stats) after it.
+    let span = 4 * (kv + rows * (P_PITCH + ATTN_MMA_STATS));
+    if double_buffer {
+        let k_b = 4 * rows * tile_pitch(d);
+        k_b + span + 4 * kv
+    } else {
+        one
+    }
 }
 
 /// The matrix-unit attention kernel (f16, bf16; head dims up to
@@ -561,12 +577,14 @@ pub const fn attn_mma_lds_bytes(waves: u32, d: u32) -> u32 {
 /// the keys of the row kernels, with [`ATTN_MMA_ROWS`] query rows per wave
 /// (one wave per workgroup for a decode step, four for a prefill). Per
 /// stage of [`ATTN_MMA_KEYS`] keys staged in LDS: each wave multiplies its
-/// q tile by the keys on the device layer's [`crate::mma`] primitive, the
-/// lanes that own a row (as many per row as the wave has lanes over 16)
-/// turn the scores into the online softmax's probabilities (rounded to
-/// `T`, as FlashAttention's second product takes them) and rescale
-/// factors, and the wave multiplies the probabilities by the values into
-/// its f32 output tiles.
+/// q tile by the keys on the device layer's [`crate::mma`] primitive, runs
+/// the online softmax on the score accumulators themselves (per-row folds
+/// of [`crate::mma::Acc::row_fold`]: no score tile in LDS), turns the
+/// probabilities (rounded to `T`, as FlashAttention's second product takes
+/// them) into the left operand of the second product
+/// ([`crate::mma::a_from_accs`]: registers on NVIDIA), and multiplies them
+/// by the values into its f32 output tiles. Two workgroup barriers per
+/// stage where the probabilities stay in registers, three elsewhere.
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -581,7 +599,9 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     (scale, softcap, window, flags, chunk): (f32, f32, u32, u32, u32),
 ) {
     #[allow(unused_imports)]
-    use crate::mma::{Acc, TRANSPOSED_LOADS, load_a, load_b, load_b_t, mma};
+    use crate::mma::{
+        Acc, ROW_SLOTS, TRANSPOSED_LOADS, a_from_accs, load_a, load_b, load_b_t, mma,
+    };
     // A GPU without a matrix unit gets the row kernels from the op layer:
     // the FMA body's registers do not fit this kernel there. The emulator
     // runs it, the logic the matrix units run.
@@ -592,14 +612,16 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
         );
         return;
     }
-    // Output tiles held per pass over the keys: all of d 128's eight, but
-    // four where 128 registers must do (its rows then take two passes, each
-    // recomputing the scores: d 128 spilled there), and in the emulator,
-    // which so runs the passes' logic (d 80 to 128 take two).
+    // Output tiles held per pass over the keys: all of d 128's eight; four
+    // in the emulator, which so runs the passes' logic (d 80 to 128 take
+    // two, each recomputing the scores); two where 128 registers must do
+    // (gfx11's lanes hold eight rows' softmax state: four tiles spilled).
     #[cfg(all(ferrocm_device, not(ferrocm_vgprs128)))]
     const OT: usize = (ATTN_MMA_MAX_D / 16) as usize;
-    #[cfg(any(ferrocm_vgprs128, not(ferrocm_device)))]
+    #[cfg(not(ferrocm_device))]
     const OT: usize = 4;
+    #[cfg(all(ferrocm_device, ferrocm_vgprs128))]
+    const OT: usize = 2;
     // The head dim is the kernel's (`geo.dims.4` equals it): constant
     // loop bounds, and registers for its tiles only.
     #[allow(unreachable_code)]
@@ -622,15 +644,17 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     let begin = Ord::min(split as u64 * chunk as u64, s_kv as u64) as u32;
     let end = Ord::min(begin as u64 + chunk as u64, s_kv as u64) as u32;
     // LDS: q, k, v tiles, then per wave its scores, probabilities, stats.
+    // (With `ATTN_DOUBLE_BUFFER`, the second K/V buffer follows the
+    // stats.)
+    let double = flags & ATTN_DOUBLE_BUFFER != 0;
     let k_b = 4 * block_rows * pitch;
     let v_b = k_b + 4 * ATTN_MMA_KEYS * pitch;
-    let s_b = v_b + 4 * v_words(d);
-    let p_b = s_b + 4 * block_rows * S_PITCH;
+    let p_b = v_b + 4 * v_words(d);
     let st_b = p_b + 4 * block_rows * P_PITCH;
-    let (qt, kt, vt) = (lds_at::<u32>(0), lds_at::<u32>(k_b), lds_at::<u32>(v_b));
-    let sw = lds_at::<f32>(s_b + 4 * wave * ATTN_MMA_ROWS * S_PITCH);
-    let pw = lds_at::<u32>(p_b + 4 * wave * ATTN_MMA_ROWS * P_PITCH);
-    let stw = lds_at::<f32>(st_b + 4 * wave * ATTN_MMA_ROWS * 4);
+    let kv_bytes = st_b + 4 * block_rows * ATTN_MMA_STATS - k_b;
+    let qt = lds_at::<u32>(0);
+    let pw_b = p_b + 4 * wave * ATTN_MMA_ROWS * P_PITCH;
+    let stw = lds_at::<f32>(st_b + 4 * wave * ATTN_MMA_ROWS * ATTN_MMA_STATS);
     // The keys some row of the block sees: the spans move right with the
     // row, so the hull runs from the first row's to the last row's (every
     // row when the block holds two heads' rows).
@@ -643,19 +667,34 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     };
     let lo = Ord::max(attn_span(i_lo, s_q, s_kv, causal, window).0, begin);
     let hi = Ord::min(attn_span(i_hi, s_q, s_kv, causal, window).1, end);
-    // This lane's row (of the wave's 16) and its share of each stage's keys.
-    let parts = wave_size() / ATTN_MMA_ROWS;
-    let (my_row, my_part) = (lane % ATTN_MMA_ROWS, lane / ATTN_MMA_ROWS);
-    let per_lane = ATTN_MMA_KEYS / parts;
-    let (valid, head, i) = block_row(rb, wave * ATTN_MMA_ROWS + my_row, block_rows, kvh, g, s_q);
-    // Within the split: the stage past its end holds zeros, not keys.
-    let span = if valid {
-        let (a, b) = attn_span(i, s_q, s_kv, causal, window);
-        (Ord::max(a, lo), Ord::min(b, hi))
-    } else {
-        (0, 0)
+    // Row `r` of the wave's tile: the keys of the split it sees (the stage
+    // past the split's end holds zeros, not keys), none past the block.
+    let row_span = |r: u32| {
+        let (valid, _, i) = block_row(rb, wave * ATTN_MMA_ROWS + r, block_rows, kvh, g, s_q);
+        if valid {
+            let (a, b) = attn_span(i, s_q, s_kv, causal, window);
+            (Ord::max(a, lo), Ord::min(b, hi))
+        } else {
+            (0, 0)
+        }
     };
-    let mask_row = bi as u64 * geo.mask.0 + head as u64 * geo.mask.1 + i as u64 * geo.mask.2;
+    // Each row's span in LDS (words 4 and 5 of its stats), read in the
+    // stages at a span's edge (registers for every held row's would spill
+    // on gfx11, whose lanes hold eight rows); the first stage's barrier
+    // publishes them. The keys every row of the wave sees: `wave_lo..
+    // wave_hi` (lanes `r`, `r + 16`, .. take row `r`).
+    let (my_row, my_part) = (lane % ATTN_MMA_ROWS, lane / ATTN_MMA_ROWS);
+    let (mut wave_lo, mut wave_hi) = row_span(my_row);
+    if my_part == 0 {
+        stw.store(ATTN_MMA_STATS * my_row + 4, f32::from_bits(wave_lo));
+        stw.store(ATTN_MMA_STATS * my_row + 5, f32::from_bits(wave_hi));
+    }
+    let mut off = 1;
+    while off < ATTN_MMA_ROWS {
+        wave_lo = Ord::max(wave_lo, wave_shfl_xor(wave_lo, off));
+        wave_hi = Ord::min(wave_hi, wave_shfl_xor(wave_hi, off));
+        off *= 2;
+    }
     let k_base = bi as u64 * geo.k.0 + kvh as u64 * geo.k.1;
     let v_base = bi as u64 * geo.v.0 + kvh as u64 * geo.v.1;
     // Output tiles tile0 + 0..OT of this pass.
@@ -682,35 +721,37 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
             });
             e += size;
         }
-        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+        // Each held row's running max and sum.
+        let (mut m, mut l) = ([f32::NEG_INFINITY; ROW_SLOTS], [0.0f32; ROW_SLOTS]);
         let mut o = [Acc::zero(); OT];
-        let mut j0 = lo;
-        while j0 < hi {
-            // The stage's keys and values (zeros past the span).
+        // The stage of keys `j0..` into K/V buffer `buf` (zeros past the
+        // span): on NVIDIA without waiting, in a copy group of its own.
+        let fetch = |j0: u32, buf: u32| {
+            let (kb, vb) = (k_b + buf * kv_bytes, v_b + buf * kv_bytes);
             let mut e = tid;
             while e < ATTN_MMA_KEYS * nw {
                 let (c, w) = (e / nw, e % nw);
                 let j = j0 + c;
-                // Keys past the span read the stage's first key, then zeros
-                // (a word chosen under a branch went through local memory on
-                // NVIDIA).
+                // Keys past the span point at the stage's first key and
+                // copy zeros.
                 let ok = j < hi;
                 let jj = if ok { j } else { j0 };
                 let (ko, vo) = (k_base + jj as u64 * geo.k.2, v_base + jj as u64 * geo.v.2);
-                let kw = word_if(
-                    unsafe { load(k as *const W128, (ko / 8) as usize + w as usize) },
-                    ok,
+                let (ki, vi) = (
+                    (ko / 8) as usize + w as usize,
+                    (vo / 8) as usize + w as usize,
                 );
-                let vw = word_if(
-                    unsafe { load(v as *const W128, (vo / 8) as usize + w as usize) },
-                    ok,
-                );
-                lds_at::<W128>(k_b).store(c * wpr + w, kw);
+                unsafe {
+                    lds_copy_async(lds_at::<W128>(kb), c * wpr + w, k as *const W128, ki, ok)
+                };
                 if TRANSPOSED_LOADS {
-                    lds_at::<W128>(v_b).store(c * wpr + w, vw);
+                    unsafe {
+                        lds_copy_async(lds_at::<W128>(vb), c * wpr + w, v as *const W128, vi, ok)
+                    };
                 } else {
                     // Dims 8w.. of key c go down column c of the dim rows.
-                    let halves = lds_at::<u16>(v_b);
+                    let vw = word_if(unsafe { load(v as *const W128, vi) }, ok);
+                    let halves = lds_at::<u16>(vb);
                     unroll4!(h < 4 => {
                         let dim = 8 * w + 2 * h as u32;
                         halves.store(dim * 2 * VT_PITCH + c, vw.0[h] as u16);
@@ -719,7 +760,30 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
                 }
                 e += size;
             }
+            lds_copy_commit();
+        };
+        let mut j0 = lo;
+        // Double-buffered: the first stage now, each next one while this
+        // one is computed on.
+        if double && j0 < hi {
+            fetch(j0, 0);
+        }
+        let mut buf = 0;
+        while j0 < hi {
+            if !double {
+                fetch(j0, 0);
+                lds_copy_wait::<0>();
+            } else if j0 + ATTN_MMA_KEYS < hi {
+                fetch(j0 + ATTN_MMA_KEYS, buf ^ 1);
+                lds_copy_wait::<1>();
+            } else {
+                lds_copy_wait::<0>();
+            }
             barrier();
+            let (kt, vt) = (
+                lds_at::<u32>(k_b + buf * kv_bytes),
+                lds_at::<u32>(v_b + buf * kv_bytes),
+            );
             // Scores: the wave's 16 rows by the stage's two 16-key tiles.
             let mut sacc = [Acc::zero(); 2];
             let mut ks = 0;
@@ -732,75 +796,85 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
                 });
                 ks += 16;
             }
-            unroll4!(t < 2 => {
-                sacc[t].map(|r, c, x| {
-                    sw.store(r * S_PITCH + 16 * t as u32 + c, x);
-                    x
+            // Logits on the accumulators: a stage inside every row's span
+            // (most of a long prefill) checks no key.
+            if mask.is_null() && wave_lo <= j0 && j0 + ATTN_MMA_KEYS <= wave_hi {
+                unroll4!(t < 2 => {
+                    sacc[t].map(|_, _, x| attn_logit(x, scale, softcap, 0.0));
+                });
+            } else {
+                unroll4!(t < 2 => {
+                    sacc[t].map(|r, c, x| {
+                        let j = j0 + 16 * t as u32 + c;
+                        let a = stw.load(ATTN_MMA_STATS * r + 4).to_bits();
+                        let b = stw.load(ATTN_MMA_STATS * r + 5).to_bits();
+                        if a <= j && j < b {
+                            let mv = if mask.is_null() {
+                                0.0
+                            } else {
+                                let (_, head, i) =
+                                    block_row(rb, wave * ATTN_MMA_ROWS + r, block_rows, kvh, g, s_q);
+                                let at = bi as u64 * geo.mask.0
+                                    + head as u64 * geo.mask.1
+                                    + i as u64 * geo.mask.2
+                                    + j as u64;
+                                unsafe { load(mask, at as usize) }.to_f32()
+                            };
+                            attn_logit(x, scale, softcap, mv)
+                        } else {
+                            f32::NEG_INFINITY
+                        }
+                    });
+                });
+            }
+            // The online softmax per row, on the registers: the new max,
+            // the rescale factor, the probabilities and their sum.
+            let mx = Acc::row_fold(&sacc, f32::NEG_INFINITY, max_nan);
+            let mut alpha = [0.0f32; ROW_SLOTS];
+            unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
+                unroll4!(s0 < 4 => {
+                    let sl = 4 * s1 + s0;
+                    if sl < ROW_SLOTS {
+                        let mn = max_nan(m[sl], mx[sl]);
+                        alpha[sl] = attn_weight(m[sl], mn);
+                        m[sl] = mn;
+                        l[sl] *= alpha[sl];
+                    }
                 });
             });
-            barrier();
-            // The row owners: logits, the new max, probabilities, rescale.
-            let c0 = my_part * per_lane;
-            let mut mx = f32::NEG_INFINITY;
-            let mut c = 0;
-            while c < per_lane {
-                let j = j0 + c0 + c;
-                let x = if span.0 <= j && j < span.1 {
-                    let mv = if mask.is_null() {
-                        0.0
-                    } else {
-                        unsafe { load(mask, (mask_row + j as u64) as usize) }.to_f32()
-                    };
-                    attn_logit(sw.load(my_row * S_PITCH + c0 + c), scale, softcap, mv)
-                } else {
-                    f32::NEG_INFINITY
-                };
-                sw.store(my_row * S_PITCH + c0 + c, x);
-                mx = max_nan(mx, x);
-                c += 1;
-            }
-            let mut off = ATTN_MMA_ROWS;
-            while off < wave_size() {
-                mx = max_nan(mx, wave_shfl_xor_f32(mx, off));
-                off *= 2;
-            }
-            let mn = max_nan(m, mx);
-            let alpha = attn_weight(m, mn);
-            let mut psum = 0.0f32;
-            let mut c = 0;
-            while c < per_lane {
-                let p0 = attn_weight(sw.load(my_row * S_PITCH + c0 + c), mn);
-                let p1 = attn_weight(sw.load(my_row * S_PITCH + c0 + c + 1), mn);
-                psum += p0 + p1;
-                pw.store(
-                    my_row * P_PITCH + (c0 + c) / 2,
-                    lane_of(T::from_f32(p0), T::from_f32(p1)),
-                );
-                c += 2;
-            }
-            let mut off = ATTN_MMA_ROWS;
-            while off < wave_size() {
-                psum += wave_shfl_xor_f32(psum, off);
-                off *= 2;
-            }
-            m = mn;
-            l = l * alpha + psum;
-            if my_part == 0 {
-                stw.store(4 * my_row, alpha);
-            }
-            barrier();
-            // Output tiles: rescaled, plus the probabilities times the values
-            // (one 16-key probability fragment at a time against every tile).
+            // The output tiles rescaled now: the factors' registers are free
+            // before the probabilities take theirs.
+            unroll4!(t1 < 2 => {
+                unroll4!(t0 < 4 => {
+                    let t = 4 * t1 + t0;
+                    if t < OT && tile0 + (t as u32) < nt {
+                        o[t].map_rows(|sl, _, _, x| x * alpha[sl]);
+                    }
+                });
+            });
+            unroll4!(t < 2 => {
+                sacc[t].map_rows(|sl, _, _, x| attn_weight(x, m[sl]));
+            });
+            let psum = Acc::row_fold(&sacc, 0.0, |a, b| a + b);
+            unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
+                unroll4!(s0 < 4 => {
+                    let sl = 4 * s1 + s0;
+                    if sl < ROW_SLOTS {
+                        l[sl] += psum[sl];
+                    }
+                });
+            });
+            // The probabilities, rounded to T, as the left operand of the
+            // second product: times the values into the output tiles, one
+            // 16-key fragment at a time against every tile.
+            let pa = a_from_accs::<T, 2>(&sacc, lds_at::<u32>(pw_b), P_PITCH);
             unroll4!(h < 2 => {
                 let k0 = 16 * h as u32;
-                let fa = load_a(pw, P_PITCH, 0, k0);
+                let fa = pa.frag(h);
                 unroll4!(t1 < 2 => {
                     unroll4!(t0 < 4 => {
                         let t = 4 * t1 + t0;
                         if t < OT && tile0 + (t as u32) < nt {
-                            if h == 0 {
-                                o[t].map(|r, _, x| x * stw.load(4 * r));
-                            }
                             let fb = if TRANSPOSED_LOADS {
                                 load_b_t(vt, pitch, 16 * (tile0 + t as u32), k0)
                             } else {
@@ -813,18 +887,32 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
                     });
                 });
             });
+            // Every wave is done with this buffer before it is refilled.
             barrier();
             j0 += ATTN_MMA_KEYS;
+            if double {
+                buf ^= 1;
+            }
         }
         // Each row's (m, l) and output row (u32::MAX twice: none) for the
         // lanes that hold its outputs.
+        Acc::zero().map_rows(|sl, r, c, x| {
+            if c == 0 {
+                stw.store(ATTN_MMA_STATS * r, m[sl]);
+                stw.store(ATTN_MMA_STATS * r + 1, l[sl]);
+            }
+            x
+        });
         if my_part == 0 {
+            let (valid, head, i) =
+                block_row(rb, wave * ATTN_MMA_ROWS + my_row, block_rows, kvh, g, s_q);
             let row = (bi as u64 * h_q as u64 + head as u64) * s_q as u64 + i as u64;
             let row = if valid { row } else { u64::MAX };
-            stw.store(4 * my_row, m);
-            stw.store(4 * my_row + 1, l);
-            stw.store(4 * my_row + 2, f32::from_bits(row as u32));
-            stw.store(4 * my_row + 3, f32::from_bits((row >> 32) as u32));
+            stw.store(ATTN_MMA_STATS * my_row + 2, f32::from_bits(row as u32));
+            stw.store(
+                ATTN_MMA_STATS * my_row + 3,
+                f32::from_bits((row >> 32) as u32),
+            );
         }
         // The output tiles through LDS (the q, k and v tiles are done with),
         // then written a row at a time: one store site, not one per element.
@@ -849,10 +937,14 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
         let mut e = lane;
         while e < ATTN_MMA_ROWS * width {
             let (r, col) = (e / width, c_lo + e % width);
-            let row =
-                stw.load(4 * r + 2).to_bits() as u64 | (stw.load(4 * r + 3).to_bits() as u64) << 32;
+            let row = stw.load(ATTN_MMA_STATS * r + 2).to_bits() as u64
+                | (stw.load(ATTN_MMA_STATS * r + 3).to_bits() as u64) << 32;
             if row != u64::MAX {
-                let (x, rm, rl) = (ob.load(r * d + col), stw.load(4 * r), stw.load(4 * r + 1));
+                let (x, rm, rl) = (
+                    ob.load(r * d + col),
+                    stw.load(ATTN_MMA_STATS * r),
+                    stw.load(ATTN_MMA_STATS * r + 1),
+                );
                 if splits == 1 {
                     unsafe {
                         store(

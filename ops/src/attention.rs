@@ -20,9 +20,9 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::attention::{
-    ATTN_BLOCK, ATTN_CAUSAL, ATTN_HEAD_DIMS, ATTN_LANES_SHIFT, ATTN_MERGE_BLOCK, ATTN_MMA_MAX_D,
-    ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, AttnKernels, attn_finish, attn_logit,
-    attn_merge_lds_bytes, attn_mma_lds_bytes, attn_span, attn_weight,
+    ATTN_BLOCK, ATTN_CAUSAL, ATTN_DOUBLE_BUFFER, ATTN_HEAD_DIMS, ATTN_LANES_SHIFT,
+    ATTN_MERGE_BLOCK, ATTN_MMA_MAX_D, ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, AttnKernels,
+    attn_finish, attn_logit, attn_merge_lds_bytes, attn_mma_lds_bytes, attn_span, attn_weight,
 };
 use ferrocm_kernels::elem::{Elem, per_word};
 use rayon::prelude::*;
@@ -363,12 +363,17 @@ impl<T: WithDType> Op for Attend<'_, T> {
                     && (!dev.is_gpu() || dev.matrix_unit().is_some()) =>
             {
                 let waves = 4;
-                let lds = attn_mma_lds_bytes(waves, d as u32);
+                // Two K/V buffers where the next stage's copy overlaps the
+                // math (and fits).
+                let double = dev.double_buffers_lds()
+                    && attn_mma_lds_bytes(waves, d as u32, true) <= dev.max_lds_bytes();
+                let lds = attn_mma_lds_bytes(waves, d as u32, double);
                 let kernel = mma[ATTN_HEAD_DIMS
                     .iter()
                     .position(|&h| h == d)
                     .expect("checked")];
-                (kernel, waves * wave, waves * ATTN_MMA_ROWS, lds, 64, 0)
+                let flags = if double { ATTN_DOUBLE_BUFFER } else { 0 };
+                (kernel, waves * wave, waves * ATTN_MMA_ROWS, lds, 64, flags)
             }
             _ => {
                 let words = d / per_word::<T::Kernel>() as usize;
