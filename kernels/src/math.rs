@@ -30,6 +30,9 @@ mod llvm {
         #[cfg(target_arch = "nvptx64")]
         #[link_name = "llvm.nvvm.ex2.approx.ftz.f"]
         pub fn ex2_approx_ftz(x: f32) -> f32;
+        #[cfg(target_arch = "nvptx64")]
+        #[link_name = "llvm.maximum.f32"]
+        pub fn maximum(a: f32, b: f32) -> f32;
         #[link_name = "llvm.fma.f32"]
         pub fn fma(a: f32, b: f32, c: f32) -> f32;
         #[link_name = "llvm.floor.f32"]
@@ -113,6 +116,24 @@ pub fn exp_fast(x: f32) -> f32 {
     return unsafe { llvm::ex2_approx_ftz(x * core::f32::consts::LOG2_E) };
     #[cfg(not(target_arch = "nvptx64"))]
     return exp(x);
+}
+/// The larger of `a` and `b`, NaN when either is (PyTorch's `maximum`). On
+/// NVIDIA one `max.NaN` instruction (sm_80+); elsewhere a compare and a
+/// select, as [`crate::elem::Elem::max`] (which of two zeros comes back may
+/// differ between the two).
+///
+/// ```
+/// use ferrocm_kernels::math::maximum;
+/// assert_eq!(maximum(1.0, 2.0), 2.0);
+/// assert!(maximum(f32::NAN, 2.0).is_nan() && maximum(2.0, f32::NAN).is_nan());
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn maximum(a: f32, b: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { llvm::maximum(a, b) };
+    #[cfg(not(target_arch = "nvptx64"))]
+    return if b > a || b.is_nan() { b } else { a };
 }
 unary_math!(
     /// Natural logarithm.
