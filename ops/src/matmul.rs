@@ -790,7 +790,17 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                 .all(|v| v % per_word == 0);
             let unit = if words { per_word } else { 1 };
             let waves = GEMV_BLOCK / dev.wave_size().unwrap_or(32);
-            let groups = p.n.div_ceil(waves as usize).min(1 << 20) as u32;
+            // At most the workgroups the GPU holds at once (2048 workitems
+            // per compute unit), each looping over its columns: a second,
+            // partial round of short-lived workgroups cost the H100 about
+            // 1% (14336 x 4096 bf16: 89.3% of copy against 90.3%).
+            let resident = dev.gpu_info().map_or(usize::MAX, |i| {
+                i.compute_units as usize * 2048 / GEMV_BLOCK as usize
+            });
+            let groups =
+                p.n.div_ceil(waves as usize)
+                    .min(1 << 20)
+                    .min(resident.max(1)) as u32;
             let cfg = LaunchConfig {
                 grid: [groups, grid_y, 1],
                 block: [GEMV_BLOCK, 1, 1],
