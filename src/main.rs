@@ -19,8 +19,9 @@ const USAGE: &str = "usage:
       FERROCM_DEVICE if set, else the first GPU that answers, ROCm then CUDA,
       else the emulator with wave 32 and 64)
   ferrocm bench [--device D] [--json] [--size ROWSxCOLS] [--reps N] [--no-cpu]
-      time every kernel family on the device (default: as for check) as a
-      share of its copy bandwidth, and against the Cpu backend
+                [--only elementwise|indexing|layer|matmul|attention]
+      time every kernel family (or one) on the device (default: as for
+      check) as a share of its copy bandwidth, and against the Cpu backend
   ferrocm kernels [--arch ARCH | --device cuda[:N]] [--json]
       registers, LDS, scratch, spills and occupancy of every kernel per arch;
       with a CUDA device, what the driver's compile of the PTX uses there
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
             flag("--json"),
             value("--size").as_deref(),
             value("--reps").as_deref(),
+            value("--only").as_deref(),
             !flag("--no-cpu"),
         ),
         Some("kernels") => match value("--device") {
@@ -161,6 +163,7 @@ fn run_bench(
     json: bool,
     size: Option<&str>,
     reps: Option<&str>,
+    only: Option<&str>,
     compare_cpu: bool,
 ) -> ExitCode {
     let dev = match devices_for(device) {
@@ -197,6 +200,16 @@ fn run_bench(
             Ok(n) if n > 0 => cfg.reps = n,
             _ => {
                 eprintln!("--reps takes a positive number; got `{n}`");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(f) = only {
+        match bench::BenchFamily::parse(f) {
+            Some(f) => cfg.only = Some(f),
+            None => {
+                let names = bench::BenchFamily::NAMES.join(", ");
+                eprintln!("--only takes one of {names}; got `{f}`");
                 return ExitCode::from(2);
             }
         }

@@ -58,6 +58,46 @@ pub struct BenchConfig {
     pub reps: usize,
     /// Also time the Cpu backend on the same ops (one run each).
     pub compare_cpu: bool,
+    /// Only this family's rows (all when `None`).
+    pub only: Option<BenchFamily>,
+}
+
+/// A group of bench rows ([`BenchConfig::only`]).
+///
+/// ```
+/// use ferrocm_ops::bench::BenchFamily;
+/// assert_eq!(BenchFamily::parse("attention"), Some(BenchFamily::Attention));
+/// assert_eq!(BenchFamily::parse("conv"), None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchFamily {
+    /// Fill, copy, cast, unary, binary, where, reductions, softmax, transpose.
+    Elementwise,
+    /// Embedding, argsort, topk, sort.
+    Indexing,
+    /// RMSNorm, LayerNorm, RoPE, SwiGLU.
+    Layer,
+    /// GEMV, GEMM, linear.
+    Matmul,
+    /// Attention decode and prefill.
+    Attention,
+}
+
+impl BenchFamily {
+    /// Every family's name, as [`BenchFamily::parse`] takes it.
+    pub const NAMES: [&str; 5] = ["elementwise", "indexing", "layer", "matmul", "attention"];
+
+    /// The family named `name` (one of [`BenchFamily::NAMES`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        let all = [
+            Self::Elementwise,
+            Self::Indexing,
+            Self::Layer,
+            Self::Matmul,
+            Self::Attention,
+        ];
+        Self::NAMES.iter().position(|&n| n == name).map(|i| all[i])
+    }
 }
 
 impl Default for BenchConfig {
@@ -67,6 +107,7 @@ impl Default for BenchConfig {
             cols: 4096,
             reps: 20,
             compare_cpu: true,
+            only: None,
         }
     }
 }
@@ -160,7 +201,7 @@ fn ops() -> Vec<(&'static str, f64, OpFn)> {
 /// ```no_run
 /// # use ferrocm_ops::WaveSize;
 /// use ferrocm_ops::{Device, bench};
-/// let cfg = bench::BenchConfig { rows: 256, cols: 256, reps: 3, compare_cpu: false };
+/// let cfg = bench::BenchConfig { rows: 256, cols: 256, reps: 3, compare_cpu: false, only: None };
 /// let report = bench::run(&Device::emulator(WaveSize::Wave32), cfg).unwrap();
 /// assert!(report.rows.iter().all(|r| r.ms > 0.0));
 /// ```
@@ -183,8 +224,12 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     } else {
         None
     };
+    let wants = |f: BenchFamily| cfg.only.is_none_or(|o| o == f);
     let mut rows = Vec::new();
-    for (name, bytes_per_elem, op) in ops() {
+    for (name, bytes_per_elem, op) in ops()
+        .into_iter()
+        .filter(|_| wants(BenchFamily::Elementwise))
+    {
         let bytes = (bytes_per_elem * elems as f64) as u64;
         let shape = vec![cfg.rows, cfg.cols];
         let timed = Timed {
@@ -194,10 +239,18 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
         };
         rows.push(timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), op)?);
     }
-    rows.extend(llm_rows(dev, cfg, copy_gbps)?);
-    rows.extend(layer_rows(dev, cfg, copy_gbps)?);
-    rows.extend(matmul_rows(dev, cfg, copy_gbps)?);
-    rows.extend(attention_rows(dev, cfg, copy_gbps)?);
+    if wants(BenchFamily::Indexing) {
+        rows.extend(llm_rows(dev, cfg, copy_gbps)?);
+    }
+    if wants(BenchFamily::Layer) {
+        rows.extend(layer_rows(dev, cfg, copy_gbps)?);
+    }
+    if wants(BenchFamily::Matmul) {
+        rows.extend(matmul_rows(dev, cfg, copy_gbps)?);
+    }
+    if wants(BenchFamily::Attention) {
+        rows.extend(attention_rows(dev, cfg, copy_gbps)?);
+    }
     Ok(BenchReport {
         device: dev.to_string(),
         copy_gbps,
