@@ -643,9 +643,9 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     let (split, splits) = (workgroup_id_y(), num_workgroups_y());
     let begin = Ord::min(split as u64 * chunk as u64, s_kv as u64) as u32;
     let end = Ord::min(begin as u64 + chunk as u64, s_kv as u64) as u32;
-    // LDS: q, k, v tiles, then per wave its scores, probabilities, stats.
-    // (With `ATTN_DOUBLE_BUFFER`, the second K/V buffer follows the
-    // stats.)
+    // LDS: q, k, v tiles, then per wave its probability scratch
+    // (`a_from_accs`, off NVIDIA) and its rows' stats. With
+    // `ATTN_DOUBLE_BUFFER`, the second K/V buffer follows the stats.
     let double = flags & ATTN_DOUBLE_BUFFER != 0;
     let k_b = 4 * block_rows * pitch;
     let v_b = k_b + 4 * ATTN_MMA_KEYS * pitch;

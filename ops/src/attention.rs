@@ -352,8 +352,9 @@ impl<T: WithDType> Op for Attend<'_, T> {
         // rows. Otherwise the row kernel: workitems per key and the words
         // each holds, a 16-byte word per workitem while a row has at most
         // 16, else 16 workitems. (A decode step on the matrix-unit kernel,
-        // one wave per workgroup, took 41 us on the H100 against the row
-        // kernel's 37: a lone wave waits on every stage's loads.)
+        // one wave per workgroup, took 22.0 us on the H100 against the row
+        // kernel's 18.5: a lone wave per workgroup, and each one's LDS
+        // leaves five per SM.)
         let (kernel, block, block_rows, lds, min_chunk, lanes_flags) = match table.mma {
             // (A GPU without a matrix unit runs the row kernel: the FMA
             // body's registers do not fit there.)
