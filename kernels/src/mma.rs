@@ -259,20 +259,24 @@ impl MmaElem for Bf16 {
 #[amdgpu_device]
 pub const TRANSPOSED_LOADS: bool = matches!(MMA_UNIT, Some(MmaUnit::Sync) | None);
 
-/// Rows whose elements a lane holds in this build (FMA: element `i` of
-/// lane `l` is element `l + wave * i` of the tile, a row each).
+/// Rows whose elements a lane holds in this build (FMA: one, see
+/// [`Acc::at`]).
 #[amdgpu_device]
 pub const ROW_SLOTS: usize = match MMA_UNIT {
     Some(u) => row_slots(u),
-    None => ACC,
+    None => 1,
 };
 
-/// [`row_lanes`] in this build (FMA: 16 lanes share a row).
+/// [`row_lanes`] in this build (FMA: the lanes that split a row, 2 at
+/// wave 32 and 4 at wave 64).
 #[amdgpu_device]
-const ROW_LANES: u32 = match MMA_UNIT {
-    Some(u) => row_lanes(u),
-    None => 16,
-};
+#[inline(always)]
+fn row_lanes_here() -> u32 {
+    match MMA_UNIT {
+        Some(u) => row_lanes(u),
+        None => MMA_TILE / Acc::len(),
+    }
+}
 
 /// Words per fragment in this build (FMA: none held, see [`FragA`]).
 #[amdgpu_device]
@@ -393,8 +397,12 @@ impl Acc {
         match MMA_UNIT {
             Some(u) => acc_at(u, lane_id(), i),
             None => {
-                let e = lane_id() + wave_size() * i;
-                (e / MMA_TILE, e % MMA_TILE)
+                // One row per lane's elements (the row's lanes side by
+                // side): a row fold is one or two exchanges in the emulator,
+                // where each is a rendezvous of the wave.
+                let len = Self::len();
+                let per_row = MMA_TILE / len;
+                (lane_id() / per_row, (lane_id() % per_row) * len + i)
             }
         }
     }
@@ -433,7 +441,7 @@ impl Acc {
     pub const fn slot(i: usize) -> usize {
         match MMA_UNIT {
             Some(u) => row_slot(u, i),
-            None => i,
+            None => 0,
         }
     }
 
@@ -466,7 +474,7 @@ impl Acc {
             });
         });
         let mut off = 1;
-        while off < ROW_LANES {
+        while off < row_lanes_here() {
             unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
                 unroll4!(s0 < 4 => {
                     let s = 4 * s1 + s0;
