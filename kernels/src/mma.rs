@@ -453,7 +453,8 @@ impl Acc {
     /// a few butterflies of registers; no LDS.
     ///
     /// A kernel's row softmax over an accumulator: the max of each row is
-    /// `Acc::row_fold(&s, f32::NEG_INFINITY, f32::max)`.
+    /// `Acc::row_fold(&s, f32::NEG_INFINITY, math::maximum)` (NaN shows;
+    /// `f32::max` would drop it).
     #[inline(always)]
     pub fn row_fold<const N: usize>(
         tiles: &[Acc; N],
