@@ -1227,3 +1227,138 @@ fn attention_refuses_bad_inputs_with_typed_errors() {
         })
     ));
 }
+
+/// The split merge on its own, with more splits than a wave has lanes
+/// (a decode step on a large GPU; the op's emulator launches take fewer):
+/// partial `(m, l, o)` made up here, merged against the f64 formula
+/// `sum(o_s w_s) / sum(l_s w_s)`, `w_s = exp(m_s - max m)`. Splits that saw
+/// nothing (`m = -inf`, `l = 0`) add nothing; a row whose splits all saw
+/// nothing is zeros; a NaN `m` makes its row NaN.
+#[test]
+fn attention_merge_combines_many_splits() {
+    use ferrocm::host::{In, LaunchConfig, Out};
+    use ferrocm::kernels::attention::{
+        ATTN_MERGE_BLOCK, ATTN_STATS, attn_merge_f32, attn_merge_lds_bytes,
+    };
+    use ferrocm::kernels::host::KernelRef;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for dev in common::devices()
+        .into_iter()
+        .filter(|d| d.wave_size().is_some())
+    {
+        for (rows, d, splits) in [
+            (5usize, 64usize, 1usize),
+            (3, 80, 33),
+            (4, 256, 70),
+            (2, 128, 64),
+        ] {
+            let slot = d + ATTN_STATS as usize;
+            let mut part = vec![0f32; rows * splits * slot];
+            for r in 0..rows {
+                for s in 0..splits {
+                    let at = (r * splits + s) * slot;
+                    // Row 1: nothing seen anywhere; every third split of
+                    // the others: nothing seen there.
+                    let empty = r == 1 || s % 3 == 2;
+                    part[at] = if empty {
+                        f32::NEG_INFINITY
+                    } else {
+                        (rnd() * 40.0 - 20.0) as f32
+                    };
+                    part[at + 1] = if empty {
+                        0.0
+                    } else {
+                        (1.0 + rnd() * 10.0) as f32
+                    };
+                    for e in 0..d {
+                        part[at + 2 + e] = if empty {
+                            0.0
+                        } else {
+                            (rnd() * 8.0 - 4.0) as f32
+                        };
+                    }
+                }
+            }
+            if rows > 3 {
+                part[(3 * splits + splits - 1) * slot] = f32::NAN;
+            }
+            let buf = dev.upload(&part).unwrap();
+            let out = dev.alloc::<f32>(rows * d).unwrap();
+            let wave = dev.wave_size().unwrap_or(32);
+            dev.launch_typed(
+                KernelRef::of::<attn_merge_f32>(),
+                LaunchConfig::rows(
+                    rows as u64,
+                    ATTN_MERGE_BLOCK,
+                    attn_merge_lds_bytes(wave, d as u32),
+                ),
+                (
+                    Out::new(&out),
+                    In::new(&buf),
+                    rows as u64,
+                    d as u32,
+                    splits as u32,
+                ),
+            )
+            .unwrap();
+            let got = out.download().unwrap();
+            for r in 0..rows {
+                let slots: Vec<&[f32]> = (0..splits)
+                    .map(|s| &part[(r * splits + s) * slot..][..slot])
+                    .collect();
+                let mt = slots
+                    .iter()
+                    .map(|p| p[0] as f64)
+                    .fold(f64::NEG_INFINITY, |a, m| {
+                        if a.is_nan() || m.is_nan() {
+                            f64::NAN
+                        } else {
+                            a.max(m)
+                        }
+                    });
+                let w: Vec<f64> = slots
+                    .iter()
+                    .map(|p| {
+                        if p[0] == f32::NEG_INFINITY {
+                            0.0
+                        } else {
+                            (p[0] as f64 - mt).exp()
+                        }
+                    })
+                    .collect();
+                let l: f64 = slots.iter().zip(&w).map(|(p, w)| p[1] as f64 * w).sum();
+                for e in 0..d {
+                    let o: f64 = slots.iter().zip(&w).map(|(p, w)| p[2 + e] as f64 * w).sum();
+                    let g = got[r * d + e] as f64;
+                    let label =
+                        format!("{dev:?} rows {rows} d {d} splits {splits}: row {r} col {e}");
+                    if r == 3 {
+                        assert!(g.is_nan(), "{label}: {g}, not NaN");
+                    } else if r == 1 {
+                        assert_eq!(g, 0.0, "{label}");
+                    } else {
+                        let want = o / l;
+                        // Each term's weight and product in f32: a few
+                        // roundings of the largest term, over the sum.
+                        let big: f64 = slots
+                            .iter()
+                            .zip(&w)
+                            .map(|(p, w)| (p[2 + e] as f64 * w).abs())
+                            .sum();
+                        let bound = 16.0 * U32 * (big / l + want.abs()) + 1e-30;
+                        assert!(
+                            (g - want).abs() <= bound,
+                            "{label}: {g} vs {want} (bound {bound})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

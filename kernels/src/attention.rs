@@ -43,8 +43,7 @@ pub const ATTN_BLOCK: u32 = 256;
 /// row grow with its words: 4 rows of 2 words spilled on gfx90a).
 #[amdgpu_device]
 pub const ATTN_ROWS: u32 = 4;
-/// Workitems per workgroup of the merge kernel (a power of two: its
-/// denominator sums by a tree).
+/// Workitems per workgroup of the merge kernel (one row each).
 #[amdgpu_device]
 pub const ATTN_MERGE_BLOCK: u32 = 256;
 /// `flags` bit: causal (aligned to the end: query `i` of `s_q` sits at
@@ -200,6 +199,20 @@ pub struct AttnGeometry {
     pub mask: (u64, u64, u64),
 }
 
+/// The LDS bytes of a row kernel launch with `waves` waves and `rows` rows
+/// per workgroup: a slot of `m`, `l` and `o[d]` per wave and row, the
+/// slots' weights, the rows' denominators.
+///
+/// ```
+/// use ferrocm_kernels::attention::attn_rows_lds_bytes;
+/// assert_eq!(attn_rows_lds_bytes(8, 4, 128), 4 * (8 * 4 * 130 + 8 * 4 + 4));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn attn_rows_lds_bytes(waves: u32, rows: u32, d: u32) -> u32 {
+    4 * (waves * rows * (d + ATTN_STATS + 1) + rows)
+}
+
 /// The query row `r` of a workgroup's block `rb` in KV head `kvh`: `(valid,
 /// query head, row)`.
 #[amdgpu_device]
@@ -263,13 +276,16 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     let lanes = (flags >> ATTN_LANES_SHIFT) & 0xff;
     let causal = flags & ATTN_CAUSAL != 0;
     let tid = workitem_id_x();
-    let (gi, gl) = (tid / lanes, tid % lanes);
-    let groups = workgroup_size_x() / lanes;
+    // Powers of two: shifts, not divisions (which NVIDIA runs as
+    // subroutines).
+    let lanes_log = lanes.trailing_zeros();
+    let (gi, gl) = (tid >> lanes_log, tid & (lanes - 1));
+    let groups = workgroup_size_x() >> lanes_log;
     // After the scattered sums, the workitems of a group own its rows in
     // blocks of `rpl`: this one owns row `mine`, whose softmax state it
     // keeps; `first` is the group's first lane.
     let rpl = Ord::max(lanes / R as u32, 1);
-    let mine = gl / rpl;
+    let mine = gl >> rpl.trailing_zeros();
     let first = lane_id() - gl;
     // At least 1: a division the compiler cannot prove safe calls the panic
     // handler.
@@ -289,9 +305,12 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     let mut span = (0u32, 0u32);
     let mut mask_row = 0u64;
     let mut q_words = [[W128([0; 4]); W]; R];
+    // The block's rows in turn, (head, row) stepped on from the first's:
+    // one division, not one per row.
+    let rho0 = rb * R as u32;
+    let (mut head, mut i) = (kvh * g + rho0 / s_q, rho0 % s_q);
     unroll4!(r < R => {
-        let (valid, head, i) = block_row(rb, r as u32, R as u32, kvh, g, s_q);
-        if valid {
+        if rho0 + (r as u32) < g * s_q {
             let (a, b) = attn_span(i, s_q, s_kv, causal, window);
             let (a, b) = (Ord::max(a, begin), Ord::min(b, end));
             if a < b {
@@ -311,6 +330,11 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
                     q_words[r][t] = unsafe { load(q as *const W128, (base / per as u64) as usize + wi as usize) };
                 }
             });
+        }
+        i += 1;
+        if i == s_q {
+            i = 0;
+            head += 1;
         }
     });
     let kv_base = |s: (u64, u64, u64)| bi as u64 * s.0 + kvh as u64 * s.1;
@@ -424,10 +448,12 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
         });
         off *= 2;
     }
-    // Then the waves, through LDS: slot (wave, row) holds m, l, o[d].
+    // Then the waves, through LDS: slot (wave, row) holds m, l, o[d];
+    // after the slots, each slot's weight under its row's max, then each
+    // row's denominator.
     let sh = lds::<f32>();
     let slot = d + ATTN_STATS;
-    let wave = wave_id();
+    let (wave, waves) = (wave_id(), num_waves());
     if lane_id() < lanes {
         if gl % rpl == 0 && mine < R as u32 {
             let at = (wave * R as u32 + mine) * slot;
@@ -449,27 +475,51 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
         });
     }
     barrier();
-    let waves = num_waves();
+    // The first wave weighs the slots, workitem `w * R + r` slot (w, r)
+    // (waves * R <= 32 workitems, a power of two), and sums each row's
+    // denominator over its slots by butterflies: each slot's exp once, not
+    // once per column.
+    let (wts, lts) = (waves * R as u32 * slot, waves * R as u32 * (slot + 1));
+    if wave == 0 {
+        let n = waves * R as u32;
+        let (sw, sr) = (tid / R as u32, tid % R as u32);
+        let mut wt = 0.0f32;
+        let mut lw = 0.0f32;
+        if tid < n {
+            let mut mt = f32::NEG_INFINITY;
+            let mut w = 0;
+            while w < waves {
+                mt = max_nan(mt, sh.load((w * R as u32 + sr) * slot));
+                w += 1;
+            }
+            let at = (sw * R as u32 + sr) * slot;
+            wt = attn_weight(sh.load(at), mt);
+            lw = sh.load(at + 1) * wt;
+            sh.store(wts + tid, wt);
+        }
+        let mut off = R as u32;
+        while off < n {
+            lw += wave_shfl_xor_f32(lw, off);
+            off *= 2;
+        }
+        if tid < R as u32 {
+            sh.store(lts + tid, lw);
+        }
+    }
+    barrier();
     let mut idx = tid;
     while idx < R as u32 * d {
         let (r, e) = (idx / d, idx % d);
         let (valid, head, i) = block_row(rb, r, R as u32, kvh, g, s_q);
         if valid {
-            let mut mt = f32::NEG_INFINITY;
+            let mut ot = 0.0f32;
             let mut w = 0;
             while w < waves {
-                mt = max_nan(mt, sh.load((w * R as u32 + r) * slot));
+                let at = w * R as u32 + r;
+                ot = math::fma(sh.load(at * slot + ATTN_STATS + e), sh.load(wts + at), ot);
                 w += 1;
             }
-            let (mut lt, mut ot) = (0.0f32, 0.0f32);
-            let mut w = 0;
-            while w < waves {
-                let at = (w * R as u32 + r) * slot;
-                let wt = attn_weight(sh.load(at), mt);
-                lt += sh.load(at + 1) * wt;
-                ot += sh.load(at + ATTN_STATS + e) * wt;
-                w += 1;
-            }
+            let lt = sh.load(lts + r);
             let row = (bi as u64 * h_q as u64 + head as u64) * s_q as u64 + i as u64;
             if splits == 1 {
                 unsafe {
@@ -481,9 +531,15 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
                 };
             } else {
                 let at = (row * splits as u64 + split as u64) * slot as u64;
-                unsafe {
-                    store(part, (at + (ATTN_STATS + e) as u64) as usize, ot);
-                    if e == 0 {
+                unsafe { store(part, (at + (ATTN_STATS + e) as u64) as usize, ot) };
+                if e == 0 {
+                    let mut mt = f32::NEG_INFINITY;
+                    let mut w = 0;
+                    while w < waves {
+                        mt = max_nan(mt, sh.load((w * R as u32 + r) * slot));
+                        w += 1;
+                    }
+                    unsafe {
                         store(part, at as usize, mt);
                         store(part, at as usize + 1, lt);
                     }
@@ -974,111 +1030,118 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     }
 }
 
-/// The LDS bytes of a merge launch of [`ATTN_MERGE_BLOCK`] workitems: the
-/// splits' m and weights, a partial denominator per workitem, the groups'
-/// column sums.
+/// The LDS bytes of a merge launch of [`ATTN_MERGE_BLOCK`] workitems: a
+/// column sum of head dim `d` per wave.
 ///
 /// ```
 /// use ferrocm_kernels::attention::attn_merge_lds_bytes;
-/// assert_eq!(attn_merge_lds_bytes(32, 128), 4 * (64 + 256 + 256));
+/// assert_eq!(attn_merge_lds_bytes(32, 128), 8 * 128 * 4);
 /// ```
 #[amdgpu_device]
 #[inline(always)]
-pub const fn attn_merge_lds_bytes(splits: u32, d: u32) -> u32 {
-    let sums = if d > ATTN_MERGE_BLOCK {
-        d
-    } else {
-        ATTN_MERGE_BLOCK
-    };
-    4 * (2 * splits + ATTN_MERGE_BLOCK + sums)
+pub const fn attn_merge_lds_bytes(wave: u32, d: u32) -> u32 {
+    ATTN_MERGE_BLOCK / wave * d * 4
 }
 
-/// The merge kernel's body: for each of `rows` output rows, the splits'
-/// partial `(m, l, o[d])` (slots of `d + 2` f32, `splits` per row) combined
-/// into `o / l`. The splits' `m` go to LDS; each split's weight `exp(m -
-/// max)` is computed once, into LDS, with `l` times it summed by a tree.
-/// Then `groups = workitems / d` workitems share each column, each summing
-/// every `groups`-th split with eight loads in flight, and the first group
-/// adds the others' sums from LDS (one workitem per column waited on 64
-/// splits' loads in turn: 15 us for a decode step's merge).
+/// The merge kernel's body: for each of `rows` output rows (a workgroup
+/// each), the splits' partial `(m, l, o[d])` (slots of `d + ATTN_STATS`
+/// f32, `splits` per row) combined into `o / l`. Every wave finds the max
+/// `m` and the denominator `sum(l exp(m - max))` itself (lane `s` takes
+/// split `s`, then butterflies: no barrier); wave `w` sums the columns of
+/// splits `w`, `w + waves`, .. (each lane its columns `lane`, `lane +
+/// wave`, .., four splits' loads in flight, the first four's issued before
+/// the max is known); the waves' sums meet in LDS.
+/// (A workgroup per row with eleven barriers took 7.5 us for a decode
+/// step's 32 rows of 32 splits on the H100; a wave per row summing the
+/// splits in turn, 32.)
 #[amdgpu_device]
 #[inline(always)]
 pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32, splits: u32) {
+    // Columns per lane: d 256 over 32 lanes.
+    const COLS: usize = 8;
     let slot = (d + ATTN_STATS) as u64;
-    let sh = lds::<f32>();
-    let tid = workitem_id_x();
-    let size = workgroup_size_x();
-    let groups = Ord::max(size / Ord::max(d, 1), 1);
-    let (grp, col) = (tid / Ord::max(d, 1), tid % Ord::max(d, 1));
-    // LDS: each split's m, then its weight, then the partial sums of l
-    // (one per workitem), then each group's column sums.
-    let (weights, lsum, sums) = (splits, 2 * splits, 2 * splits + size);
+    let (ws, lane) = (wave_size(), lane_id());
+    let (wave, waves) = (wave_id(), num_waves());
+    let sums = lds::<f32>();
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let base = row * splits as u64 * slot;
         let at = |s: u32, x: u32| (base + s as u64 * slot + x as u64) as usize;
-        let mut s = tid;
-        while s < splits {
-            sh.store(s, unsafe { load(part, at(s, 0)) });
-            s += size;
-        }
-        barrier();
-        let mut mt = f32::NEG_INFINITY;
-        let mut s = 0;
-        while s < splits {
-            mt = max_nan(mt, sh.load(s));
-            s += 1;
-        }
-        let mut s = tid;
-        let mut lt = 0.0f32;
-        while s < splits {
-            let w = attn_weight(sh.load(s), mt);
-            sh.store(weights + s, w);
-            lt += unsafe { load(part, at(s, 1)) } * w;
-            s += size;
-        }
-        sh.store(lsum + tid, lt);
-        barrier();
-        // Columns col, col + d, ... of this group (d > workitems: several).
-        let mut e = col;
-        while grp < groups && e < d {
-            let mut ot = [0.0f32; 8];
-            let mut s = grp;
-            while s < splits {
-                // Eight loads in flight, the last round's too.
-                unroll4!(u1 < 2 => {
-                    unroll4!(u0 < 4 => {
-                        let su = s + (4 * u1 + u0) as u32 * groups;
-                        if su < splits {
-                            ot[4 * u1 + u0] += unsafe { load(part, at(su, ATTN_STATS + e)) } * sh.load(weights + su);
-                        }
+        // Four splits' m and columns from `s` on (-inf and zeros past the
+        // splits): the first four load before the max is known, so a
+        // decode step's merge waits on memory once.
+        let block = |s: u32| {
+            let mut mw = [f32::NEG_INFINITY; 4];
+            let mut x = [[0.0f32; COLS]; 4];
+            unroll4!(u < 4 => {
+                let su = s + u as u32 * waves;
+                if su < splits {
+                    mw[u] = unsafe { load(part, at(su, 0)) };
+                    unroll4!(c1 < 2 => {
+                        unroll4!(c0 < 4 => {
+                            let e = lane + (4 * c1 + c0) as u32 * ws;
+                            if e < d {
+                                x[u][4 * c1 + c0] = unsafe { load(part, at(su, ATTN_STATS + e)) };
+                            }
+                        });
                     });
-                });
-                s += 8 * groups;
-            }
-            let o = ((ot[0] + ot[1]) + (ot[2] + ot[3])) + ((ot[4] + ot[5]) + (ot[6] + ot[7]));
-            sh.store(sums + grp * d + e, o);
-            e += size;
+                }
+            });
+            (mw, x)
+        };
+        let mut s = wave;
+        let (mut mw, mut x) = block(s);
+        let mut mt = f32::NEG_INFINITY;
+        let mut sl = lane;
+        while sl < splits {
+            mt = max_nan(mt, unsafe { load(part, at(sl, 0)) });
+            sl += ws;
         }
+        let mut off = ws / 2;
+        while off > 0 {
+            mt = max_nan(mt, wave_shfl_xor_f32(mt, off));
+            off /= 2;
+        }
+        let mut lt = 0.0f32;
+        let mut sl = lane;
+        while sl < splits {
+            lt += unsafe { load(part, at(sl, 1)) }
+                * attn_weight(unsafe { load(part, at(sl, 0)) }, mt);
+            sl += ws;
+        }
+        let lt = wave_sum_f32(lt);
+        let mut ot = [0.0f32; COLS];
+        while s < splits {
+            // The next four splits load while these are summed.
+            let (mn, xn) = block(s + 4 * waves);
+            unroll4!(u < 4 => {
+                let w = attn_weight(mw[u], mt);
+                let mut c = 0;
+                while c < COLS {
+                    ot[c] = math::fma(x[u][c], w, ot[c]);
+                    c += 1;
+                }
+            });
+            mw = mn;
+            x = xn;
+            s += 4 * waves;
+        }
+        unroll4!(c1 < 2 => {
+            unroll4!(c0 < 4 => {
+                let e = lane + (4 * c1 + c0) as u32 * ws;
+                if e < d {
+                    sums.store(wave * d + e, ot[4 * c1 + c0]);
+                }
+            });
+        });
         barrier();
-        // The denominator: the workitems' partial sums (zeros past the
-        // splits), a tree in LDS.
-        let mut half = size / 2;
-        while half > 0 {
-            if tid < half {
-                sh.store(lsum + tid, sh.load(lsum + tid) + sh.load(lsum + tid + half));
-            }
-            barrier();
-            half /= 2;
-        }
-        let lt = sh.load(lsum);
-        let mut e = tid;
+        let mut e = workitem_id_x();
         while e < d {
             let mut o = 0.0f32;
-            let mut g = 0;
-            while g < groups {
-                o += sh.load(sums + g * d + e);
-                g += 1;
+            let mut w = 0;
+            while w < waves {
+                o += sums.load(w * d + e);
+                w += 1;
             }
             unsafe {
                 store(
@@ -1087,7 +1150,7 @@ pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32
                     T::from_f32(attn_finish(o, lt)),
                 )
             };
-            e += size;
+            e += workgroup_size_x();
         }
         // The LDS is rewritten for the next row.
         barrier();

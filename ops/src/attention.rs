@@ -22,7 +22,8 @@ use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::attention::{
     ATTN_BLOCK, ATTN_CAUSAL, ATTN_DOUBLE_BUFFER, ATTN_HEAD_DIMS, ATTN_LANES_SHIFT,
     ATTN_MERGE_BLOCK, ATTN_MMA_MAX_D, ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, AttnKernels,
-    attn_finish, attn_logit, attn_merge_lds_bytes, attn_mma_lds_bytes, attn_span, attn_weight,
+    attn_finish, attn_logit, attn_merge_lds_bytes, attn_mma_lds_bytes, attn_rows_lds_bytes,
+    attn_span, attn_weight,
 };
 use ferrocm_kernels::elem::{Elem, per_word};
 use rayon::prelude::*;
@@ -390,7 +391,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
                 // 20.0 us).
                 let block = if w == 1 { ATTN_BLOCK } else { ATTN_BLOCK / 2 };
                 let waves = block / wave;
-                let lds = waves * block_rows * (d as u32 + ATTN_STATS) * 4;
+                let lds = attn_rows_lds_bytes(waves, block_rows, d as u32);
                 let kernel = table.rows[w.trailing_zeros() as usize];
                 let flags = (lanes as u32) << ATTN_LANES_SHIFT;
                 (kernel, block, block_rows, lds, MIN_CHUNK, flags)
@@ -471,7 +472,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
                 LaunchConfig::rows(
                     out_rows as u64,
                     ATTN_MERGE_BLOCK,
-                    attn_merge_lds_bytes(splits as u32, d as u32),
+                    attn_merge_lds_bytes(wave, d as u32),
                 ),
                 (
                     Out::new(out),
