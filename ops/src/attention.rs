@@ -207,13 +207,17 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum()
 }
 
-/// One Cpu task: rows `i0..i0 + out.len() / d` of query head `h` of batch
-/// `b`, tile by tile over the keys they see.
+/// One Cpu task: rows `rho0..rho0 + out.len() / d` of the query rows that
+/// share KV head `kvh` of batch `b` (its `g` query heads' rows one head
+/// after another, as the output holds them), tile by tile over the keys
+/// they see: each key tile is converted to f32 once for all of them (a
+/// decode step's four GQA heads: a quarter of the conversions of one task
+/// per head).
 struct CpuBlock<'a, T: WithDType> {
     op: &'a Inputs<'a, T>,
     b: usize,
-    h: usize,
-    i0: usize,
+    kvh: usize,
+    rho0: usize,
     out: &'a mut [T],
 }
 
@@ -224,27 +228,37 @@ impl<T: WithDType> crate::cpu::Task for CpuBlock<'_, T> {
         let a = self.op;
         let Dims { s_q, s_kv, d, .. } = a.dims;
         let g = a.dims.h_q / a.dims.h_kv;
-        let (b, h, i0) = (self.b, self.h, self.i0);
+        let (b, kvh, rho0) = (self.b, self.kvh, self.rho0);
         let n = self.out.len() / d;
+        // Row r's query head and position.
+        let row = |r: usize| (kvh * g + (rho0 + r) / s_q, (rho0 + r) % s_q);
         let f = |v: &T| v.to_kernel().to_f32();
         let (qd, kd, vd) = (data(a.q), data(a.k), data(a.v));
         let (qs, ks, vs) = (strides3(a.q), strides3(a.k), strides3(a.v));
         let q: Vec<f32> = (0..n)
             .flat_map(|r| {
-                let at = b * qs[0] + h * qs[1] + (i0 + r) * qs[2];
+                let (h, i) = row(r);
+                let at = b * qs[0] + h * qs[1] + i * qs[2];
                 qd[at..at + d].iter().map(f)
             })
             .collect();
         let mask = a.mask.map(|m| (data(m), strides3(m)));
-        // The keys some row of the block sees (the spans move right with
-        // the row).
-        let row_span = |i: usize| attn_span(i as u32, s_q as u32, s_kv as u32, a.causal, a.window);
-        let (lo, hi) = (row_span(i0).0 as usize, row_span(i0 + n - 1).1 as usize);
+        // Each row's keys, and those some row of the block sees.
+        let spans: Vec<(usize, usize)> = (0..n)
+            .map(|r| {
+                let (a0, b0) =
+                    attn_span(row(r).1 as u32, s_q as u32, s_kv as u32, a.causal, a.window);
+                (a0 as usize, b0 as usize)
+            })
+            .collect();
+        let seen = spans.iter().filter(|s| s.0 < s.1);
+        let lo = seen.clone().map(|s| s.0).min().unwrap_or(0);
+        let hi = seen.map(|s| s.1).max().unwrap_or(0);
         let (mut m, mut l) = (vec![f32::NEG_INFINITY; n], vec![0.0f32; n]);
         let mut o = vec![0.0f32; n * d];
         let (mut kt, mut vt) = (vec![0.0f32; CPU_KEYS * d], vec![0.0f32; CPU_KEYS * d]);
         let mut s = vec![0.0f32; CPU_KEYS];
-        let (kv_k, kv_v) = (b * ks[0] + h / g * ks[1], b * vs[0] + h / g * vs[1]);
+        let (kv_k, kv_v) = (b * ks[0] + kvh * ks[1], b * vs[0] + kvh * vs[1]);
         let mut j0 = lo;
         while j0 < hi {
             let kb = CPU_KEYS.min(hi - j0);
@@ -256,13 +270,13 @@ impl<T: WithDType> crate::cpu::Task for CpuBlock<'_, T> {
                 }
             }
             for r in 0..n {
-                let i = i0 + r;
+                let (h, i) = row(r);
                 let qr = &q[r * d..(r + 1) * d];
                 let mut mx = m[r];
-                let span = attn_span(i as u32, s_q as u32, s_kv as u32, a.causal, a.window);
+                let span = spans[r];
                 for jj in 0..kb {
                     let j = j0 + jj;
-                    s[jj] = if span.0 as usize <= j && j < span.1 as usize {
+                    s[jj] = if span.0 <= j && j < span.1 {
                         let mv = match mask {
                             Some((md, ms)) => f(&md[b * ms[0] + h * ms[1] + i * ms[2] + j]),
                             None => 0.0,
@@ -308,20 +322,38 @@ impl<T: WithDType> Op for Attend<'_, T> {
 
     fn cpu(self) -> Result<DeviceBuffer<T>> {
         let Attend { inputs, mut out } = self;
-        let Dims { h_q, s_q, d, .. } = inputs.dims;
+        let Dims {
+            b,
+            h_q,
+            h_kv,
+            s_q,
+            d,
+            ..
+        } = inputs.dims;
         let this = &inputs;
+        // Tasks over each KV head's query rows (`h_q / h_kv` heads of `s_q`
+        // rows, contiguous in the output): blocks of CPU_ROWS, fewer rows
+        // where that would leave threads idle (a decode step's few rows).
+        let rows = h_q / h_kv * s_q;
+        let threads = rayon::current_num_threads();
+        let block = if b * h_kv * rows.div_ceil(CPU_ROWS) >= threads {
+            CPU_ROWS
+        } else {
+            (b * h_kv * rows).div_ceil(threads).clamp(1, CPU_ROWS)
+        };
         crate::cpu::host_mut(&mut out)
-            .par_chunks_mut(s_q * d)
+            .par_chunks_mut(rows * d)
             .enumerate()
-            .for_each(|(bh, head)| {
-                head.par_chunks_mut(CPU_ROWS * d)
+            .for_each(|(bk, group)| {
+                group
+                    .par_chunks_mut(block * d)
                     .enumerate()
                     .for_each(|(blk, out)| {
                         crate::cpu::vectorized(CpuBlock {
                             op: this,
-                            b: bh / h_q,
-                            h: bh % h_q,
-                            i0: blk * CPU_ROWS,
+                            b: bk / h_kv,
+                            kvh: bk % h_kv,
+                            rho0: blk * block,
                             out,
                         })
                     })
