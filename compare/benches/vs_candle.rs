@@ -240,6 +240,7 @@ fn main() {
         println!("\nf32   argsort {vrows}x32000: candle {tc:.1} ms, ferrocm {tf:.1} ms, {:.2}x", tc / tf);
     }
     llm_cases(n, reps, &filter, memcpy);
+    attention_cases(reps, &filter, memcpy);
     // Issue 10's Cpu targets: GEMM 1024^3 and 4096^3 f32 (and f16) at least
     // candle's speed; matvec 4096 x 4096 at 50% of memcpy in weight bytes
     // (VS_CANDLE_MATMUL_BIG=0 leaves out the 4096^3 GEMM).
@@ -345,6 +346,72 @@ fn llm_rows<T: ferrocm::ops::WithDType>(dt: &str, f: &Llm<Tensor<T>>, c: &Llm<CT
         let tf = median_ms(reps, &**fe);
         let gbs = *bytes as f64 / tf / 1e6;
         println!("{:<26} {tc:>10.2} {tf:>10.2} {:>6.2}x {gbs:>9.1} {:>7.0}%", format!("{name} {dt}"), tc / tf, 100.0 * gbs / memcpy);
+    }
+}
+
+/// Attention on both sides, GQA 32:8, d 128: a decode step over 4096
+/// cached keys and a causal prefill of 512 tokens. candle has no fused
+/// attention on the CPU; its side is what candle-transformers' Llama runs:
+/// `repeat_kv` (concatenated copies), `q kᵀ · scale`, the causal mask
+/// added (prefill), `softmax_last_dim`, `· v`, in f32. Bytes: decode's K and V
+/// once (q and the output are 0.2% of them); none for the prefill.
+fn attention_cases(reps: usize, filter: &str, memcpy: f64) {
+    if !"attention".contains(filter) && !filter.contains("attention") {
+        return;
+    }
+    let (dev, cdev) = (Device::Cpu, CDevice::Cpu);
+    let (h, h_kv, d, cache, s) = (32usize, 8usize, 128usize, 4096usize, 512usize);
+    let scale = 1.0 / (d as f64).sqrt();
+    let r = |shape: &[usize], seed| Tensor::<f32>::randn(shape, 0.0, 1.0, seed, &dev).unwrap();
+    let c = |t: &Tensor<f32>, dt: CDType| {
+        CTensor::from_vec(t.to_vec().unwrap(), t.shape(), &cdev).unwrap().to_dtype(dt).unwrap()
+    };
+    let repeat_kv = |x: &CTensor| {
+        let (b, hk, sk, dk) = x.dims4().unwrap();
+        CTensor::cat(&vec![x; h / h_kv], 2).unwrap().reshape((b, hk * (h / h_kv), sk, dk)).unwrap()
+    };
+    // (candle's CPU matmul takes no bf16: bf16 goes through f32 and back,
+    // as candle-transformers' Llama does for its attention.)
+    let candle_sdpa = |q: &CTensor, k: &CTensor, v: &CTensor, mask: Option<&CTensor>| {
+        let dt = q.dtype();
+        let f = |x: &CTensor| x.to_dtype(CDType::F32).unwrap();
+        let (q, k, v) = (f(q), repeat_kv(&f(k)), repeat_kv(&f(v)));
+        let att = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap();
+        let att = match mask {
+            Some(m) => att.broadcast_add(m).unwrap(),
+            None => att,
+        };
+        let out = candle_nn::ops::softmax_last_dim(&att).unwrap().matmul(&v).unwrap();
+        out.to_dtype(dt).unwrap()
+    };
+    // The causal mask of the prefill: 0 on and below the diagonal, -inf above.
+    let mask: Vec<f32> = (0..s * s)
+        .map(|i| if i % s > i / s { f32::NEG_INFINITY } else { 0.0 })
+        .collect();
+    let (dq, dk, dv) = (r(&[1, h, 1, d], 20), r(&[1, h_kv, cache, d], 21), r(&[1, h_kv, cache, d], 22));
+    let (pq, pk, pv) = (r(&[1, h, s, d], 23), r(&[1, h_kv, s, d], 24), r(&[1, h_kv, s, d], 25));
+    println!("\n{:<26} {:>10} {:>10} {:>7} {:>9} {:>8}", "attention", "candle ms", "ferrocm ms", "ratio", "GB/s", "% memcpy");
+    for (dt, cdt, e) in [("f32", CDType::F32, 4usize), ("bf16", CDType::BF16, 2)] {
+        let cmask = CTensor::from_vec(mask.clone(), (s, s), &cdev).unwrap();
+        let (cdq, cdk, cdv) = (c(&dq, cdt), c(&dk, cdt), c(&dv, cdt));
+        let (cpq, cpk, cpv) = (c(&pq, cdt), c(&pk, cdt), c(&pv, cdt));
+        macro_rules! side {
+            ($ty:ty) => {{
+                let t = |x: &Tensor<f32>| x.to_dtype::<$ty>().unwrap();
+                let (fdq, fdk, fdv) = (t(&dq), t(&dk), t(&dv));
+                let (fpq, fpk, fpv) = (t(&pq), t(&pk), t(&pv));
+                let o = ferrocm::AttentionOptions::<$ty>::new().causal();
+                let td = median_ms(reps, &|| drop(fdq.attention(&fdk, &fdv, &o).unwrap()));
+                let tp = median_ms(reps, &|| drop(fpq.attention(&fpk, &fpv, &o).unwrap()));
+                (td, tp)
+            }};
+        }
+        let (td, tp) = if dt == "f32" { side!(f32) } else { side!(bf16) };
+        let cd = median_ms(reps, &|| drop(candle_sdpa(&cdq, &cdk, &cdv, None)));
+        let cp = median_ms(reps, &|| drop(candle_sdpa(&cpq, &cpk, &cpv, Some(&cmask))));
+        let gbs = (2 * h_kv * cache * d * e) as f64 / td / 1e6;
+        println!("{:<26} {cd:>10.2} {td:>10.2} {:>6.2}x {gbs:>9.1} {:>7.0}%", format!("decode 4096 keys {dt}"), cd / td, 100.0 * gbs / memcpy);
+        println!("{:<26} {cp:>10.2} {tp:>10.2} {:>6.2}x {:>9} {:>8}", format!("prefill 512 causal {dt}"), cp / tp, "-", "-");
     }
 }
 
