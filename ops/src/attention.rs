@@ -264,9 +264,13 @@ impl<T: WithDType> crate::cpu::Task for CpuBlock<'_, T> {
             let kb = CPU_KEYS.min(hi - j0);
             for jj in 0..kb {
                 let (ka, va) = (kv_k + (j0 + jj) * ks[2], kv_v + (j0 + jj) * vs[2]);
-                for e in 0..d {
-                    kt[jj * d + e] = f(&kd[ka + e]);
-                    vt[jj * d + e] = f(&vd[va + e]);
+                // Slices zipped, so the conversion loop has no bounds checks
+                // and vectorises.
+                for (t, x) in kt[jj * d..(jj + 1) * d].iter_mut().zip(&kd[ka..ka + d]) {
+                    *t = f(x);
+                }
+                for (t, x) in vt[jj * d..(jj + 1) * d].iter_mut().zip(&vd[va..va + d]) {
+                    *t = f(x);
                 }
             }
             for r in 0..n {
