@@ -483,7 +483,6 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     if wave == 0 {
         let n = waves * R as u32;
         let (sw, sr) = (tid / R as u32, tid % R as u32);
-        let mut wt = 0.0f32;
         let mut lw = 0.0f32;
         if tid < n {
             let mut mt = f32::NEG_INFINITY;
@@ -493,7 +492,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
                 w += 1;
             }
             let at = (sw * R as u32 + sr) * slot;
-            wt = attn_weight(sh.load(at), mt);
+            let wt = attn_weight(sh.load(at), mt);
             lw = sh.load(at + 1) * wt;
             sh.store(wts + tid, wt);
         }
