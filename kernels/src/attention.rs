@@ -2,10 +2,10 @@
 //! for f32, f16 and bf16 (f32 math), with causal and sliding-window
 //! masking, grouped-query heads and split-K ("flash-decoding"):
 //!
-//! - `attn_rows_{dtype}_w{1,2,4}`: a workgroup takes [`ATTN_ROWS`] `/ w` query
+//! - `attn_rows_{dtype}_w{1,2,4}` (and `_w1_l8`): a workgroup takes [`ATTN_ROWS`] `/ w` query
 //!   rows of one batch and KV head (the query heads that share it first:
 //!   GQA reads each key once for all of them) and one split of the keys.
-//!   Its workitems form groups of `lanes` (8 or 16) workitems per key: each
+//!   Its workitems form groups of 16 (`_l8`: 8) workitems per key: each
 //!   holds `w` 16-byte words of every row's query and of the key and value
 //!   rows. The group sums the rows' dot products scattered (each workitem
 //!   ends with one row's sum, `group_sum_scatter`), so a row's online
@@ -55,10 +55,6 @@ pub const ATTN_CAUSAL: u32 = 1;
 /// computed on ([`attn_mma_lds_bytes`] with `double_buffer`).
 #[amdgpu_device]
 pub const ATTN_DOUBLE_BUFFER: u32 = 1 << 16;
-/// `flags >> ATTN_LANES_SHIFT & 0xff`: workitems per key (a power of two,
-/// at most 16).
-#[amdgpu_device]
-pub const ATTN_LANES_SHIFT: u32 = 8;
 /// f32 values per (wave, row) slot of the row kernels' LDS beyond the head
 /// dim: `m` and `l`.
 #[amdgpu_device]
@@ -201,16 +197,16 @@ pub struct AttnGeometry {
 
 /// The LDS bytes of a row kernel launch with `waves` waves and `rows` rows
 /// per workgroup: a slot of `m`, `l` and `o[d]` per wave and row, the
-/// slots' weights, the rows' denominators.
+/// slots' weights, the rows' denominators and maxima.
 ///
 /// ```
 /// use ferrocm_kernels::attention::attn_rows_lds_bytes;
-/// assert_eq!(attn_rows_lds_bytes(8, 4, 128), 4 * (8 * 4 * 130 + 8 * 4 + 4));
+/// assert_eq!(attn_rows_lds_bytes(8, 4, 128), 4 * (8 * 4 * 130 + 8 * 4 + 2 * 4));
 /// ```
 #[amdgpu_device]
 #[inline(always)]
 pub const fn attn_rows_lds_bytes(waves: u32, rows: u32, d: u32) -> u32 {
-    4 * (waves * rows * (d + ATTN_STATS + 1) + rows)
+    4 * (waves * rows * (d + ATTN_STATS + 1) + 2 * rows)
 }
 
 /// The query row `r` of a workgroup's block `rb` in KV head `kvh`: `(valid,
@@ -222,17 +218,17 @@ fn block_row(rb: u32, r: u32, rows: u32, kvh: u32, g: u32, s_q: u32) -> (bool, u
     (rho < g * s_q, kvh * g + rho / s_q, rho % s_q)
 }
 
-/// The sums over a group of `lanes` workitems (a power of two, at least
+/// The sums over a group of `L` workitems (a power of two, at least
 /// `R`; `gl` this workitem's place in it) of each of its `R` values,
-/// scattered: the workitem gets the sum of value `gl / (lanes / R)`. The
+/// scattered: the workitem gets the sum of value `gl / (L / R)`. The
 /// first halvings exchange half the values each (a butterfly on all `R`
 /// would take `R` exchanges per level; this takes `R - 1` in all before the
 /// last levels' single ones).
 #[amdgpu_device]
 #[inline(always)]
-fn group_sum_scatter<const R: usize>(v: [f32; R], gl: u32, lanes: u32) -> f32 {
+fn group_sum_scatter<const R: usize, const L: u32>(v: [f32; R], gl: u32) -> f32 {
     let mut v = v;
-    let (mut n, mut off) = (R, lanes / 2);
+    let (mut n, mut off) = (R, L / 2);
     while n > 1 {
         let h = n / 2;
         let upper = gl & off != 0;
@@ -255,12 +251,36 @@ fn group_sum_scatter<const R: usize>(v: [f32; R], gl: u32, lanes: u32) -> f32 {
 }
 
 /// The body of the row kernels (see the module doc): `W` words per workitem
-/// and row, `R` rows per workgroup (`ATTN_ROWS / W`); `flags` holds
-/// [`ATTN_CAUSAL`] and the lanes per key.
+/// and row, `R` rows per workgroup (`ATTN_ROWS / W`), `L` workitems per key
+/// (8 or 16: a constant, so the exchanges unroll); `flags` holds
+/// [`ATTN_CAUSAL`].
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
+pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
+    out: *mut T,
+    part: *mut f32,
+    q: *const T,
+    k: *const T,
+    v: *const T,
+    mask: *const T,
+    geo: AttnGeometry,
+    params: (f32, f32, u32, u32, u32),
+) {
+    // Two copies of the body, with and without the softcap: a branch on it
+    // in the key loop made the H100 wait there for the next key's loads.
+    if params.1 > 0.0 {
+        attn_rows_run::<T, W, R, L, true>(out, part, q, k, v, mask, geo, params)
+    } else {
+        attn_rows_run::<T, W, R, L, false>(out, part, q, k, v, mask, geo, params)
+    }
+}
+
+/// [`attn_rows_body`] with the softcap on (`CAP`) or off.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attn_rows_run<T: MatElem, const W: usize, const R: usize, const L: u32, const CAP: bool>(
     out: *mut T,
     part: *mut f32,
     q: *const T,
@@ -270,10 +290,11 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     geo: AttnGeometry,
     (scale, softcap, window, flags, chunk): (f32, f32, u32, u32, u32),
 ) {
+    let softcap = if CAP { softcap } else { 0.0 };
     let (h_q, h_kv, s_q, s_kv, d) = geo.dims;
     let per = T::PER_WORD;
     let nw = d / per;
-    let lanes = (flags >> ATTN_LANES_SHIFT) & 0xff;
+    let lanes = L;
     let causal = flags & ATTN_CAUSAL != 0;
     let tid = workitem_id_x();
     // Powers of two: shifts, not divisions (which NVIDIA runs as
@@ -376,10 +397,8 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     let mut step = 0;
     while step < steps {
         let next = j + groups;
-        let (kn, vn) = fetch(
-            if prefetch { next } else { j },
-            (if prefetch { next } else { j }) < hi,
-        );
+        let far = if prefetch { next } else { j };
+        let (kn, vn) = fetch(far, far < hi);
         if !prefetch {
             kw = kn;
             vw = vn;
@@ -393,17 +412,19 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
         // This workitem's row: its logit, the new max, the rescale of what
         // came before and the key's weight (a key it does not see: -inf,
         // weight 0, rescale 1; no branch but the mask's load).
-        let dot = group_sum_scatter::<R>(s, gl, lanes);
-        let x = if j < hi && span.0 <= j && j < span.1 {
-            let mv = if mask.is_null() {
-                0.0
-            } else {
-                unsafe { load(mask, (mask_row + j as u64) as usize) }.to_f32()
-            };
-            attn_logit(dot, scale, softcap, mv)
+        let dot = group_sum_scatter::<R, L>(s, gl);
+        // (The logit is computed for every workitem and then selected: a
+        // branch around it made the H100 wait here for the next key's
+        // loads, so they overlapped nothing. The same for the softcap's
+        // branch, hence `CAP`.)
+        let seen = j < hi && span.0 <= j && j < span.1;
+        let mv = if seen && !mask.is_null() {
+            unsafe { load(mask, (mask_row + j as u64) as usize) }.to_f32()
         } else {
-            f32::NEG_INFINITY
+            0.0
         };
+        let x = attn_logit(dot, scale, softcap, mv);
+        let x = if seen { x } else { f32::NEG_INFINITY };
         let mn = max_nan(m, x);
         let (a, p) = (attn_weight(m, mn), attn_weight(x, mn));
         m = mn;
@@ -450,7 +471,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     }
     // Then the waves, through LDS: slot (wave, row) holds m, l, o[d];
     // after the slots, each slot's weight under its row's max, then each
-    // row's denominator.
+    // row's denominator, then its max.
     let sh = lds::<f32>();
     let slot = d + ATTN_STATS;
     let (wave, waves) = (wave_id(), num_waves());
@@ -479,13 +500,13 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
     // (waves * R <= 32 workitems, a power of two), and sums each row's
     // denominator over its slots by butterflies: each slot's exp once, not
     // once per column.
-    let (wts, lts) = (waves * R as u32 * slot, waves * R as u32 * (slot + 1));
+    let wts = waves * R as u32 * slot;
+    let (lts, mts) = (wts + waves * R as u32, wts + waves * R as u32 + R as u32);
     if wave == 0 {
         let n = waves * R as u32;
         let (sw, sr) = (tid / R as u32, tid % R as u32);
-        let mut lw = 0.0f32;
+        let (mut lw, mut mt) = (0.0f32, f32::NEG_INFINITY);
         if tid < n {
-            let mut mt = f32::NEG_INFINITY;
             let mut w = 0;
             while w < waves {
                 mt = max_nan(mt, sh.load((w * R as u32 + sr) * slot));
@@ -503,14 +524,24 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
         }
         if tid < R as u32 {
             sh.store(lts + tid, lw);
+            sh.store(mts + tid, mt);
         }
     }
     barrier();
-    let mut idx = tid;
-    while idx < R as u32 * d {
-        let (r, e) = (idx / d, idx % d);
-        let (valid, head, i) = block_row(rb, r, R as u32, kvh, g, s_q);
-        if valid {
+    // This workitem's outputs (row r, column e) from `tid` on in steps of
+    // the workgroup: one division, then additions (NVIDIA runs divisions
+    // as subroutines).
+    let wgs = workgroup_size_x();
+    let (dr, de) = (wgs / d, wgs % d);
+    let (mut r, mut e) = (tid / d, tid % d);
+    let (head0, i0) = (kvh * g + rho0 / s_q, rho0 % s_q);
+    while r < R as u32 {
+        if rho0 + r < g * s_q {
+            let (mut head, mut i) = (head0, i0 + r);
+            while i >= s_q {
+                i -= s_q;
+                head += 1;
+            }
             let mut ot = 0.0f32;
             let mut w = 0;
             while w < waves {
@@ -532,20 +563,19 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize>(
                 let at = (row * splits as u64 + split as u64) * slot as u64;
                 unsafe { store(part, (at + (ATTN_STATS + e) as u64) as usize, ot) };
                 if e == 0 {
-                    let mut mt = f32::NEG_INFINITY;
-                    let mut w = 0;
-                    while w < waves {
-                        mt = max_nan(mt, sh.load((w * R as u32 + r) * slot));
-                        w += 1;
-                    }
                     unsafe {
-                        store(part, at as usize, mt);
+                        store(part, at as usize, sh.load(mts + r));
                         store(part, at as usize + 1, lt);
                     }
                 }
             }
         }
-        idx += workgroup_size_x();
+        r += dr;
+        e += de;
+        if e >= d {
+            e -= d;
+            r += 1;
+        }
     }
 }
 
@@ -1205,10 +1235,14 @@ use crate::host::KernelRef;
 #[cfg(not(ferrocm_device))]
 #[derive(Clone, Copy, Debug)]
 pub struct AttnTable<T: 'static> {
-    /// `attn_rows_{T}_w{1,2,4}`: 1, 2 and 4 words per workitem and row
-    /// (16-bit types have no `w4`: their largest head dim needs 2; that
-    /// slot repeats `w2`).
+    /// `attn_rows_{T}_w{1,2,4}`: 1, 2 and 4 words per workitem and row,
+    /// 16 workitems per key (16-bit types have no `w4`: their largest head
+    /// dim needs 2; that slot repeats `w2`).
     pub rows: [KernelRef<AttnArgs<T>>; 3],
+    /// `attn_rows_{T}_w1_l8`: one word per workitem, 8 workitems per key
+    /// (16-bit types at head dim 64; f32 has none: its rows have 16 words
+    /// or more).
+    pub rows_l8: Option<KernelRef<AttnArgs<T>>>,
     /// `attn_merge_{T}`.
     pub merge: KernelRef<AttnMergeArgs<T>>,
     /// `attn_mma_{T}_d{64,80,96,128}`: the matrix-unit kernels (16-bit
@@ -1230,12 +1264,13 @@ macro_rules! attn_kernels {
             const ATTN: Option<AttnTable<Self>> = None;
         }
     )*};
-    ($($t:ty => [$($rows:ident $w:literal),*], [$w1:ident, $w2:ident, $w4:ident], $merge:ident, [$($mma:ident $d:literal),*];)*) => {
+    ($($t:ty => [$($rows:ident $w:literal $l:literal),*], [$w1:ident, $w2:ident, $w4:ident], [$($l8:ident)?], $merge:ident, [$($mma:ident $d:literal),*];)*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl AttnKernels for $t {
                 const ATTN: Option<AttnTable<Self>> = Some(AttnTable {
                     rows: [KernelRef::of::<$w1>(), KernelRef::of::<$w2>(), KernelRef::of::<$w4>()],
+                    rows_l8: attn_kernels!(@one $($l8)?),
                     merge: KernelRef::of::<$merge>(),
                     mma: attn_kernels!(@opt $($mma)*),
                 });
@@ -1256,7 +1291,7 @@ macro_rules! attn_kernels {
                         mask: (m_bs, m_hs, m_qs),
                     };
                     let params = (scale, softcap, window, flags, chunk);
-                    attn_rows_body::<$t, $w, { ATTN_ROWS as usize / $w }>(out, part, q, k, v, mask, geo, params)
+                    attn_rows_body::<$t, $w, { ATTN_ROWS as usize / $w }, $l>(out, part, q, k, v, mask, geo, params)
                 }
             )*
             fn $merge(out: *mut $t, part: *const f32, rows: u64, d: u32, splits: u32) {
@@ -1281,18 +1316,20 @@ macro_rules! attn_kernels {
             )*
         )*}
     };
+    (@one) => { None };
+    (@one $k:ident) => { Some(KernelRef::of::<$k>()) };
     (@opt) => { None };
     (@opt $($mma:ident)+) => { Some([$(KernelRef::of::<$mma>()),+]) };
 }
 
 attn_kernels! {
-    f32 => [attn_rows_f32_w1 1, attn_rows_f32_w2 2, attn_rows_f32_w4 4],
-        [attn_rows_f32_w1, attn_rows_f32_w2, attn_rows_f32_w4], attn_merge_f32, [];
-    F16 => [attn_rows_f16_w1 1, attn_rows_f16_w2 2],
-        [attn_rows_f16_w1, attn_rows_f16_w2, attn_rows_f16_w2], attn_merge_f16,
+    f32 => [attn_rows_f32_w1 1 16, attn_rows_f32_w2 2 16, attn_rows_f32_w4 4 16],
+        [attn_rows_f32_w1, attn_rows_f32_w2, attn_rows_f32_w4], [], attn_merge_f32, [];
+    F16 => [attn_rows_f16_w1 1 16, attn_rows_f16_w2 2 16, attn_rows_f16_w1_l8 1 8],
+        [attn_rows_f16_w1, attn_rows_f16_w2, attn_rows_f16_w2], [attn_rows_f16_w1_l8], attn_merge_f16,
         [attn_mma_f16_d64 64, attn_mma_f16_d80 80, attn_mma_f16_d96 96, attn_mma_f16_d128 128];
-    Bf16 => [attn_rows_bf16_w1 1, attn_rows_bf16_w2 2],
-        [attn_rows_bf16_w1, attn_rows_bf16_w2, attn_rows_bf16_w2], attn_merge_bf16,
+    Bf16 => [attn_rows_bf16_w1 1 16, attn_rows_bf16_w2 2 16, attn_rows_bf16_w1_l8 1 8],
+        [attn_rows_bf16_w1, attn_rows_bf16_w2, attn_rows_bf16_w2], [attn_rows_bf16_w1_l8], attn_merge_bf16,
         [attn_mma_bf16_d64 64, attn_mma_bf16_d80 80, attn_mma_bf16_d96 96, attn_mma_bf16_d128 128];
 }
 attn_kernels!(none: u8, u32, i64);

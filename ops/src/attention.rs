@@ -20,10 +20,9 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::attention::{
-    ATTN_BLOCK, ATTN_CAUSAL, ATTN_DOUBLE_BUFFER, ATTN_HEAD_DIMS, ATTN_LANES_SHIFT,
-    ATTN_MERGE_BLOCK, ATTN_MMA_MAX_D, ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, AttnKernels,
-    attn_finish, attn_logit, attn_merge_lds_bytes, attn_mma_lds_bytes, attn_rows_lds_bytes,
-    attn_span, attn_weight,
+    ATTN_BLOCK, ATTN_CAUSAL, ATTN_DOUBLE_BUFFER, ATTN_HEAD_DIMS, ATTN_MERGE_BLOCK, ATTN_MMA_MAX_D,
+    ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, AttnKernels, attn_finish, attn_logit,
+    attn_merge_lds_bytes, attn_mma_lds_bytes, attn_rows_lds_bytes, attn_span, attn_weight,
 };
 use ferrocm_kernels::elem::{Elem, per_word};
 use rayon::prelude::*;
@@ -392,7 +391,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
         // one wave per workgroup, took 22.0 us on the H100 against the row
         // kernel's 18.5: a lone wave per workgroup, and each one's LDS
         // leaves five per SM.)
-        let (kernel, block, block_rows, lds, min_chunk, lanes_flags) = match table.mma {
+        let (kernel, block, block_rows, lds, min_chunk, mma_flags) = match table.mma {
             // (A GPU without a matrix unit runs the row kernel: the FMA
             // body's registers do not fit there.)
             Some(mma)
@@ -414,11 +413,11 @@ impl<T: WithDType> Op for Attend<'_, T> {
                 (kernel, waves * wave, waves * ATTN_MMA_ROWS, lds, 64, flags)
             }
             _ => {
+                // 16-byte words per row: 8 or fewer take the 8-lane kernel
+                // (16-bit types at d 64), up to 16 one word per workitem,
+                // more 2 or 4 words.
                 let words = d / per_word::<T::Kernel>() as usize;
-                let (lanes, w) = match words {
-                    ..=16 => (words.next_power_of_two(), 1),
-                    _ => (16, words.div_ceil(16)),
-                };
+                let w = if words <= 16 { 1 } else { words.div_ceil(16) };
                 let block_rows = ATTN_ROWS / w as u32;
                 // Two words per workitem (f32, d 256) take half the rows
                 // per workgroup: half the workitems and twice the
@@ -428,9 +427,11 @@ impl<T: WithDType> Op for Attend<'_, T> {
                 let block = if w == 1 { ATTN_BLOCK } else { ATTN_BLOCK / 2 };
                 let waves = block / wave;
                 let lds = attn_rows_lds_bytes(waves, block_rows, d as u32);
-                let kernel = table.rows[w.trailing_zeros() as usize];
-                let flags = (lanes as u32) << ATTN_LANES_SHIFT;
-                (kernel, block, block_rows, lds, MIN_CHUNK, flags)
+                let kernel = match table.rows_l8 {
+                    Some(narrow) if words <= 8 => narrow,
+                    _ => table.rows[w.trailing_zeros() as usize],
+                };
+                (kernel, block, block_rows, lds, MIN_CHUNK, 0)
             }
         };
         let blocks = (b * h_kv * rows.div_ceil(block_rows as usize)) as u64;
@@ -459,7 +460,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
             1 => None,
             _ => Some(dev.alloc::<f32>(out_rows * splits * (d + ATTN_STATS as usize))?),
         };
-        let flags = lanes_flags | if a.causal { ATTN_CAUSAL } else { 0 };
+        let flags = mma_flags | if a.causal { ATTN_CAUSAL } else { 0 };
         let (qs, ks, vs) = (strides3(a.q), strides3(a.k), strides3(a.v));
         let ms = a.mask.map_or([0; 3], strides3);
         let u = |x: usize| x as u64;
