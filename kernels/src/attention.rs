@@ -319,6 +319,33 @@ fn attn_rows_run<T: MatElem, const W: usize, const R: usize, const L: u32, const
     let (split, splits) = (workgroup_id_y(), num_workgroups_y());
     let begin = Ord::min(split as u64 * chunk as u64, s_kv as u64) as u32;
     let end = Ord::min(begin as u64 + chunk as u64, s_kv as u64) as u32;
+    let kv_base = |s: (u64, u64, u64)| bi as u64 * s.0 + kvh as u64 * s.1;
+    let (k_base, v_base) = (kv_base(geo.k), kv_base(geo.v));
+    // Key j's words of this workitem (zeros past the head dim or the span).
+    let fetch = |j: u32, ok: bool| {
+        let mut kw = [W128([0; 4]); W];
+        let mut vw = [W128([0; 4]); W];
+        if ok {
+            let (ko, vo) = (k_base + j as u64 * geo.k.2, v_base + j as u64 * geo.v.2);
+            unroll4!(t < W => {
+                let wi = gl + lanes * t as u32;
+                if wi < nw {
+                    unsafe {
+                        kw[t] = load(k as *const W128, (ko / per as u64) as usize + wi as usize);
+                        vw[t] = load(v as *const W128, (vo / per as u64) as usize + wi as usize);
+                    }
+                }
+            });
+        }
+        (kw, vw)
+    };
+    // The first key's words load before the rows' spans are known, from
+    // `begin` on, where decode and most blocks start (fetched again below
+    // where the spans start later): every warp of the launch does this
+    // setup at once, and the memory would idle through it.
+    let prefetch = W == 1;
+    let j0 = begin + gi;
+    let (kw0, vw0) = fetch(j0, prefetch && j0 < end);
     // The keys some row sees within the split (none for rows past the
     // block's end); those of this workitem's row and where its mask row
     // starts.
@@ -358,26 +385,6 @@ fn attn_rows_run<T: MatElem, const W: usize, const R: usize, const L: u32, const
             head += 1;
         }
     });
-    let kv_base = |s: (u64, u64, u64)| bi as u64 * s.0 + kvh as u64 * s.1;
-    let (k_base, v_base) = (kv_base(geo.k), kv_base(geo.v));
-    // Key j's words of this workitem (zeros past the head dim or the span).
-    let fetch = |j: u32, ok: bool| {
-        let mut kw = [W128([0; 4]); W];
-        let mut vw = [W128([0; 4]); W];
-        if ok {
-            let (ko, vo) = (k_base + j as u64 * geo.k.2, v_base + j as u64 * geo.v.2);
-            unroll4!(t < W => {
-                let wi = gl + lanes * t as u32;
-                if wi < nw {
-                    unsafe {
-                        kw[t] = load(k as *const W128, (ko / per as u64) as usize + wi as usize);
-                        vw[t] = load(v as *const W128, (vo / per as u64) as usize + wi as usize);
-                    }
-                }
-            });
-        }
-        (kw, vw)
-    };
     // The online softmax of this workitem's row, and every row's output
     // words.
     let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
@@ -391,9 +398,21 @@ fn attn_rows_run<T: MatElem, const W: usize, const R: usize, const L: u32, const
     };
     let mut j = lo + gi;
     // One word per row: the next key's words load while this one is used
-    // (with two, the registers they take made gfx942 spill).
-    let prefetch = W == 1;
-    let (mut kw, mut vw) = fetch(j, prefetch && j < hi);
+    // (with two, the registers they take made gfx942 spill). Zeros past the
+    // span (a key there may hold anything, and its weight 0 times inf is
+    // NaN).
+    let (mut kw, mut vw) = if lo == begin {
+        let keep = j < hi;
+        let mut kw = kw0;
+        let mut vw = vw0;
+        unroll4!(t < W => {
+            kw[t] = word_if(kw0[t], keep);
+            vw[t] = word_if(vw0[t], keep);
+        });
+        (kw, vw)
+    } else {
+        fetch(j, prefetch && j < hi)
+    };
     let mut step = 0;
     while step < steps {
         let next = j + groups;
