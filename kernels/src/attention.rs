@@ -265,32 +265,8 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
     v: *const T,
     mask: *const T,
     geo: AttnGeometry,
-    params: (f32, f32, u32, u32, u32),
-) {
-    // Two copies of the body, with and without the softcap: a branch on it
-    // in the key loop made the H100 wait there for the next key's loads.
-    if params.1 > 0.0 {
-        attn_rows_run::<T, W, R, L, true>(out, part, q, k, v, mask, geo, params)
-    } else {
-        attn_rows_run::<T, W, R, L, false>(out, part, q, k, v, mask, geo, params)
-    }
-}
-
-/// [`attn_rows_body`] with the softcap on (`CAP`) or off.
-#[amdgpu_device]
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn attn_rows_run<T: MatElem, const W: usize, const R: usize, const L: u32, const CAP: bool>(
-    out: *mut T,
-    part: *mut f32,
-    q: *const T,
-    k: *const T,
-    v: *const T,
-    mask: *const T,
-    geo: AttnGeometry,
     (scale, softcap, window, flags, chunk): (f32, f32, u32, u32, u32),
 ) {
-    let softcap = if CAP { softcap } else { 0.0 };
     let (h_q, h_kv, s_q, s_kv, d) = geo.dims;
     let per = T::PER_WORD;
     let nw = d / per;
@@ -385,6 +361,11 @@ fn attn_rows_run<T: MatElem, const W: usize, const R: usize, const L: u32, const
             head += 1;
         }
     });
+    // Where the block's rows go (a KV head's query rows are contiguous in
+    // the output) and how many there are, worked out before the loop so
+    // that what they are made of need not be held through it.
+    let row0 = (bi as u64 * h_q as u64 + (kvh * g) as u64) * s_q as u64 + rho0 as u64;
+    let rows = Ord::min(R as u32, g * s_q - rho0);
     // The online softmax of this workitem's row, and every row's output
     // words.
     let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
@@ -434,8 +415,9 @@ fn attn_rows_run<T: MatElem, const W: usize, const R: usize, const L: u32, const
         let dot = group_sum_scatter::<R, L>(s, gl);
         // (The logit is computed for every workitem and then selected: a
         // branch around it made the H100 wait here for the next key's
-        // loads, so they overlapped nothing. The same for the softcap's
-        // branch, hence `CAP`.)
+        // loads, so they overlapped nothing. The softcap's branch makes it
+        // wait too: a second copy of the body without that branch gained
+        // 3% under ncu but took CDNA past its scalar registers.)
         let seen = j < hi && span.0 <= j && j < span.1;
         let mv = if seen && !mask.is_null() {
             unsafe { load(mask, (mask_row + j as u64) as usize) }.to_f32()
@@ -553,14 +535,8 @@ fn attn_rows_run<T: MatElem, const W: usize, const R: usize, const L: u32, const
     let wgs = workgroup_size_x();
     let (dr, de) = (wgs / d, wgs % d);
     let (mut r, mut e) = (tid / d, tid % d);
-    let (head0, i0) = (kvh * g + rho0 / s_q, rho0 % s_q);
     while r < R as u32 {
-        if rho0 + r < g * s_q {
-            let (mut head, mut i) = (head0, i0 + r);
-            while i >= s_q {
-                i -= s_q;
-                head += 1;
-            }
+        if r < rows {
             let mut ot = 0.0f32;
             let mut w = 0;
             while w < waves {
@@ -569,7 +545,7 @@ fn attn_rows_run<T: MatElem, const W: usize, const R: usize, const L: u32, const
                 w += 1;
             }
             let lt = sh.load(lts + r);
-            let row = (bi as u64 * h_q as u64 + head as u64) * s_q as u64 + i as u64;
+            let row = row0 + r as u64;
             if splits == 1 {
                 unsafe {
                     store(
