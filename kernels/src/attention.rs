@@ -383,12 +383,10 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
     // span (a key there may hold anything, and its weight 0 times inf is
     // NaN).
     let (mut kw, mut vw) = if lo == begin {
-        let keep = j < hi;
-        let mut kw = kw0;
-        let mut vw = vw0;
+        let (mut kw, mut vw) = (kw0, vw0);
         unroll4!(t < W => {
-            kw[t] = word_if(kw0[t], keep);
-            vw[t] = word_if(vw0[t], keep);
+            kw[t] = word_if(kw[t], j < hi);
+            vw[t] = word_if(vw[t], j < hi);
         });
         (kw, vw)
     } else {

@@ -311,7 +311,7 @@ impl Runner<'_> {
                     }
                 });
             }
-            // Attention over `cols` keys: a GQA decode step, `rows` causal
+            // Attention over `cols` keys: GQA decode steps, `rows` causal
             // queries with a window (aligned to the end), and the input as
             // an additive mask with a softcap at head dim 256.
             let rnd = move |dev: &Device, shape: &[usize], seed| {
@@ -322,6 +322,16 @@ impl Runner<'_> {
                     rnd(dev, &[1, 8, 1, 128], 31)?,
                     rnd(dev, &[1, 2, cols, 128], 32)?,
                     rnd(dev, &[1, 2, cols, 128], 33)?,
+                );
+                q.attention(&k, &v, &crate::AttentionOptions::new().causal())
+            });
+            // Head dim 64, a decode step: the 8-lane row kernels of the
+            // 16-bit types.
+            self.case("attention[decode,d64]".into(), d, move |dev| {
+                let (q, k, v) = (
+                    rnd(dev, &[1, 4, 1, 64], 40)?,
+                    rnd(dev, &[1, 2, cols, 64], 41)?,
+                    rnd(dev, &[1, 2, cols, 64], 42)?,
                 );
                 q.attention(&k, &v, &crate::AttentionOptions::new().causal())
             });
