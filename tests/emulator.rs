@@ -369,6 +369,51 @@ fn kernel_panic_is_an_error_naming_the_workitem() {
     }
 }
 
+test_kernel!(FULL_WAVES = fn full_waves(out: *mut f32) {
+    let fw = unsafe { FullWaves::assume() };
+    let l = lane_id() as f32;
+    let g = global_id_x() as usize;
+    // Each lane: its partner's lane under xor 1 plus lane 3's value times 100.
+    let v = fw.shfl_xor_f32(l, 1) + 100.0 * fw.shfl_f32(l, 3);
+    unsafe { *out.add(g) = v };
+});
+
+#[test]
+fn full_wave_exchanges_work_and_a_partial_wave_is_refused() {
+    for wave in WaveSize::ALL {
+        let dev = emu(wave);
+        let out = dev.alloc::<f32>(128).unwrap();
+        dev.launch_kernel(
+            &FULL_WAVES,
+            LaunchConfig::linear(128, 128),
+            &[Arg::output(&out)],
+        )
+        .unwrap();
+        let got = out.download().unwrap();
+        let w = wave.lanes() as usize;
+        for (g, v) in got.iter().enumerate() {
+            let lane = g % w;
+            assert_eq!(*v, (lane ^ 1) as f32 + 300.0, "wave {w} item {g}");
+        }
+        // 48 workitems: the second wave of 32 (or the only one of 64) is
+        // partial, which the promise rules out.
+        let out = dev.alloc::<f32>(48).unwrap();
+        match dev
+            .launch_kernel(
+                &FULL_WAVES,
+                LaunchConfig::linear(48, 48),
+                &[Arg::output(&out)],
+            )
+            .unwrap_err()
+        {
+            Error::KernelPanic { message, .. } => {
+                assert!(message.contains("partial wave"), "{message}")
+            }
+            e => panic!("expected KernelPanic, got {e}"),
+        }
+    }
+}
+
 #[test]
 fn wave_ops_are_lockstep_for_both_wave_sizes() {
     for wave in WaveSize::ALL {

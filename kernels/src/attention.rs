@@ -226,7 +226,7 @@ fn block_row(rb: u32, r: u32, rows: u32, kvh: u32, g: u32, s_q: u32) -> (bool, u
 /// last levels' single ones).
 #[amdgpu_device]
 #[inline(always)]
-fn group_sum_scatter<const R: usize, const L: u32>(v: [f32; R], gl: u32) -> f32 {
+fn group_sum_scatter<const R: usize, const L: u32>(fw: FullWaves, v: [f32; R], gl: u32) -> f32 {
     let mut v = v;
     let (mut n, mut off) = (R, L / 2);
     while n > 1 {
@@ -236,7 +236,7 @@ fn group_sum_scatter<const R: usize, const L: u32>(v: [f32; R], gl: u32) -> f32 
         while i < h {
             let (lo, hi) = (v[i], v[i + h]);
             let (keep, send) = if upper { (hi, lo) } else { (lo, hi) };
-            v[i] = keep + wave_shfl_xor_f32(send, off);
+            v[i] = keep + fw.shfl_xor_f32(send, off);
             i += 1;
         }
         n = h;
@@ -244,7 +244,7 @@ fn group_sum_scatter<const R: usize, const L: u32>(v: [f32; R], gl: u32) -> f32 
     }
     let mut x = v[0];
     while off > 0 {
-        x += wave_shfl_xor_f32(x, off);
+        x += fw.shfl_xor_f32(x, off);
         off /= 2;
     }
     x
@@ -272,6 +272,8 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
     let nw = d / per;
     let lanes = L;
     let causal = flags & ATTN_CAUSAL != 0;
+    // The op launches whole waves (ATTN_BLOCK or half of it).
+    let fw = unsafe { FullWaves::assume() };
     let tid = workitem_id_x();
     // Powers of two: shifts, not divisions (which NVIDIA runs as
     // subroutines).
@@ -295,20 +297,27 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
     let (split, splits) = (workgroup_id_y(), num_workgroups_y());
     let begin = Ord::min(split as u64 * chunk as u64, s_kv as u64) as u32;
     let end = Ord::min(begin as u64 + chunk as u64, s_kv as u64) as u32;
-    let kv_base = |s: (u64, u64, u64)| bi as u64 * s.0 + kvh as u64 * s.1;
+    // Positions in words: every offset and stride of k and v is a whole
+    // number of words (the op copies other views; a dim of size 1 adds
+    // nothing), so key j's first word of this workitem is `base + j *
+    // step`, stepped on by additions in the loop.
+    let pw = per as u64;
+    let kv_base = |s: (u64, u64, u64)| (bi as u64 * s.0 + kvh as u64 * s.1) / pw + gl as u64;
     let (k_base, v_base) = (kv_base(geo.k), kv_base(geo.v));
-    // Key j's words of this workitem (zeros past the head dim or the span).
-    let fetch = |j: u32, ok: bool| {
+    let (k_step, v_step) = (geo.k.2 / pw, geo.v.2 / pw);
+    let at = |j: u32| (k_base + j as u64 * k_step, v_base + j as u64 * v_step);
+    // The key's words at `(ko, vo)` (zeros past the head dim or the span).
+    let fetch = |(ko, vo): (u64, u64), ok: bool| {
         let mut kw = [W128([0; 4]); W];
         let mut vw = [W128([0; 4]); W];
         if ok {
-            let (ko, vo) = (k_base + j as u64 * geo.k.2, v_base + j as u64 * geo.v.2);
             unroll4!(t < W => {
                 let wi = gl + lanes * t as u32;
                 if wi < nw {
+                    let off = (lanes * t as u32) as u64;
                     unsafe {
-                        kw[t] = load(k as *const W128, (ko / per as u64) as usize + wi as usize);
-                        vw[t] = load(v as *const W128, (vo / per as u64) as usize + wi as usize);
+                        kw[t] = load(k as *const W128, (ko + off) as usize);
+                        vw[t] = load(v as *const W128, (vo + off) as usize);
                     }
                 }
             });
@@ -321,7 +330,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
     // setup at once, and the memory would idle through it.
     let prefetch = W == 1;
     let j0 = begin + gi;
-    let (kw0, vw0) = fetch(j0, prefetch && j0 < end);
+    let (kw0, vw0) = fetch(at(j0), prefetch && j0 < end);
     // The keys some row sees within the split (none for rows past the
     // block's end); those of this workitem's row and where its mask row
     // starts.
@@ -390,13 +399,18 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         });
         (kw, vw)
     } else {
-        fetch(j, prefetch && j < hi)
+        fetch(at(j), prefetch && j < hi)
     };
+    // The loop's loads: key `far`'s words, `groups` keys on each step.
+    let (mut kx, mut vx) = at(if prefetch { j + groups } else { j });
+    let (k_next, v_next) = (groups as u64 * k_step, groups as u64 * v_step);
     let mut step = 0;
     while step < steps {
         let next = j + groups;
         let far = if prefetch { next } else { j };
-        let (kn, vn) = fetch(far, far < hi);
+        let (kn, vn) = fetch((kx, vx), far < hi);
+        kx += k_next;
+        vx += v_next;
         if !prefetch {
             kw = kn;
             vw = vn;
@@ -410,7 +424,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         // This workitem's row: its logit, the new max, the rescale of what
         // came before and the key's weight (a key it does not see: -inf,
         // weight 0, rescale 1; no branch but the mask's load).
-        let dot = group_sum_scatter::<R, L>(s, gl);
+        let dot = group_sum_scatter::<R, L>(fw, s, gl);
         // (The logit is computed for every workitem and then selected: a
         // branch around it made the H100 wait here for the next key's
         // loads, so they overlapped nothing. The softcap's branch makes it
@@ -435,7 +449,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         });
         unroll4!(r < R => {
             let src = first + r as u32 * rpl;
-            let (ar, pr) = (wave_shfl_f32(a, src), wave_shfl_f32(p, src));
+            let (ar, pr) = (fw.shfl_f32(a, src), fw.shfl_f32(p, src));
             unroll4!(t < W => {
                 scale_add::<T>(&mut o[r][t], ar, pr, vf[t]);
             });
@@ -449,18 +463,18 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
     // the same place owns the same row).
     let mut off = lanes;
     while off < wave_size() {
-        let (mo, lo_) = (wave_shfl_xor_f32(m, off), wave_shfl_xor_f32(l, off));
+        let (mo, lo_) = (fw.shfl_xor_f32(m, off), fw.shfl_xor_f32(l, off));
         let mn = max_nan(m, mo);
         let (a, b) = (attn_weight(m, mn), attn_weight(mo, mn));
         m = mn;
         l = l * a + lo_ * b;
         unroll4!(r < R => {
             let src = first + r as u32 * rpl;
-            let (ar, br) = (wave_shfl_f32(a, src), wave_shfl_f32(b, src));
+            let (ar, br) = (fw.shfl_f32(a, src), fw.shfl_f32(b, src));
             unroll4!(t < W => {
                 let mut e = 0;
                 while e < per as usize {
-                    let oo = wave_shfl_xor_f32(o[r][t][e], off);
+                    let oo = fw.shfl_xor_f32(o[r][t][e], off);
                     o[r][t][e] = o[r][t][e] * ar + oo * br;
                     e += 1;
                 }
@@ -518,7 +532,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         }
         let mut off = R as u32;
         while off < n {
-            lw += wave_shfl_xor_f32(lw, off);
+            lw += fw.shfl_xor_f32(lw, off);
             off *= 2;
         }
         if tid < R as u32 {

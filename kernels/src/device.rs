@@ -657,6 +657,57 @@ pub fn wave_shfl_xor_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(wave_shfl_xor(v.to_bits(), mask))
 }
 
+/// A promise that every wave of the workgroup is whole (the workgroup's size
+/// is a multiple of [`wave_size`]), which lets exchanges skip the lane mask:
+/// on NVIDIA `shfl.sync` then takes the constant full mask, and ptxas no
+/// longer wraps each exchange in the convergence checks (`MATCH.ANY`,
+/// `VOTEU.ANY`, `BRA.DIV`) a computed mask needs. Elsewhere the exchanges
+/// are [`wave_shfl_xor_f32`] and [`wave_shfl_f32`].
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct FullWaves(());
+
+#[amdgpu_device]
+impl FullWaves {
+    /// The promise, for a kernel the op layer launches with a workgroup size
+    /// that is a multiple of the wave size (the emulator checks it).
+    ///
+    /// # Safety
+    /// On a GPU, a partial wave would exchange with lanes that do not
+    /// exist: undefined behaviour on NVIDIA.
+    #[inline(always)]
+    pub unsafe fn assume() -> Self {
+        #[cfg(not(ferrocm_device))]
+        {
+            let size = emu::with(|c| c.workgroup_size.iter().product::<u32>());
+            assert!(
+                size % wave_size() == 0,
+                "FullWaves::assume: a workgroup of {size} workitems has a partial wave of {}",
+                wave_size()
+            );
+        }
+        FullWaves(())
+    }
+
+    /// [`wave_shfl_xor_f32`] over whole waves.
+    #[inline(always)]
+    pub fn shfl_xor_f32(self, v: f32, mask: u32) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        return f32::from_bits(unsafe { nv::shfl_bfly(!0, v.to_bits(), mask, 0x1f) });
+        #[cfg(not(target_arch = "nvptx64"))]
+        return wave_shfl_xor_f32(v, mask);
+    }
+
+    /// [`wave_shfl_f32`] over whole waves.
+    #[inline(always)]
+    pub fn shfl_f32(self, v: f32, src: u32) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        return f32::from_bits(unsafe { nv::shfl_idx(!0, v.to_bits(), src, 0x1f) });
+        #[cfg(not(target_arch = "nvptx64"))]
+        return wave_shfl_f32(v, src);
+    }
+}
+
 /// Sum of `v` over the wave, in every lane. The summation order is the same
 /// butterfly on the GPU and in the emulator, so results match bit for bit.
 #[amdgpu_device]
