@@ -1039,6 +1039,68 @@ fn attn_grid() -> Vec<AttnCase> {
     ]
 }
 
+/// Logits far apart, climbing in steps below the row kernels' rescale
+/// slack (`ATTN_RESCALE_SLACK`: the running max then moves once in sixteen
+/// keys), falling, and one key far above the rest: `q = [8, 0, ..]` at d 64
+/// (scale 1/8) makes each logit exactly the key's first element, a
+/// multiple of 0.5 up to 127.5 (exact in every float type).
+fn attention_far_logits<T: Float>() {
+    let (h_q, h_kv, s_kv, d) = (6, 3, 300, 64);
+    let c = AttnCase {
+        dims: [1, h_q, h_kv, 1, s_kv, d],
+        causal: true,
+        window: None,
+        softcap: None,
+        mask: None,
+    };
+    // KV head 0 climbs, 1 falls, 2 is flat but for one key 100 above.
+    let first = |h: usize, j: usize| match h {
+        0 => 0.5 * (j % 256) as f64,
+        1 => 127.5 - 0.5 * (j % 256) as f64,
+        _ => {
+            if j == 137 {
+                100.0
+            } else {
+                0.0
+            }
+        }
+    };
+    let mut rng = Rng(4242);
+    let noise: Vec<T> = rng.vec(h_kv * s_kv * d, 1.0, 0.0);
+    let k: Vec<T> = (0..h_kv * s_kv * d)
+        .map(|i| {
+            let (h, j, e) = (i / (s_kv * d), i / d % s_kv, i % d);
+            if e == 0 { T::of(first(h, j)) } else { noise[i] }
+        })
+        .collect();
+    let v: Vec<T> = rng.vec(h_kv * s_kv * d, 1.0, 0.0);
+    let q: Vec<T> = (0..h_q * d)
+        .map(|i| T::of(if i % d == 0 { 8.0 } else { 0.0 }))
+        .collect();
+    let want = attn_reference(&c, &q, &k, &v, None, 0.125);
+    for dev in common::devices() {
+        let t = |x: &[T], s: &[usize]| Tensor::from_slice(x, s, &dev).unwrap();
+        let got = t(&q, &[1, h_q, 1, d])
+            .attention(
+                &t(&k, &[1, h_kv, s_kv, d]),
+                &t(&v, &[1, h_kv, s_kv, d]),
+                &attn_opts(&c, None),
+            )
+            .unwrap();
+        let name = format!("attention far logits {:?} {dev:?}", T::DTYPE);
+        check(&name, &got.to_vec().unwrap(), &want, |i| {
+            attn_bound::<T>(want[i], d, 1.0)
+        });
+    }
+}
+
+#[test]
+fn attention_sums_stay_exact_when_logits_climb_fall_and_jump() {
+    attention_far_logits::<f32>();
+    attention_far_logits::<f16>();
+    attention_far_logits::<bf16>();
+}
+
 fn attention_grid<T: Float>() {
     for dev in common::devices() {
         for (n, c) in attn_grid().iter().enumerate() {

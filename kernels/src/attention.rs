@@ -55,6 +55,11 @@ pub const ATTN_CAUSAL: u32 = 1;
 /// computed on ([`attn_mma_lds_bytes`] with `double_buffer`).
 #[amdgpu_device]
 pub const ATTN_DOUBLE_BUFFER: u32 = 1 << 16;
+/// How far (natural log units) a row kernel's logit may pass the row's
+/// running max before the max moves and the row's sums are rescaled:
+/// weights stay below e^8 (about 2981), and most keys rescale nothing.
+#[amdgpu_device]
+pub const ATTN_RESCALE_SLACK: f32 = 8.0;
 /// f32 values per (wave, row) slot of the row kernels' LDS beyond the head
 /// dim: `m` and `l`.
 #[amdgpu_device]
@@ -438,20 +443,37 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         };
         let x = attn_logit(dot, scale, softcap, mv);
         let x = if seen { x } else { f32::NEG_INFINITY };
-        let mn = max_nan(m, x);
+        // The max moves only when the logit passes it by more than
+        // ATTN_RESCALE_SLACK (or is NaN): `l` and `o` are sums relative to
+        // whichever max the row holds, and weights up to e^slack keep them
+        // far from overflow. Most steps then rescale nothing, and skip it.
+        let moved = !(x <= m + ATTN_RESCALE_SLACK);
+        let mn = if moved { max_nan(m, x) } else { m };
         let (a, p) = (attn_weight(m, mn), attn_weight(x, mn));
         m = mn;
         l = math::fma(l, a, p);
-        // Every row's rescale and weight from its owners.
+        // Every row's rescale (where some row of the wave moved) and
+        // weight from its owners.
+        if fw.any(moved) {
+            unroll4!(r < R => {
+                let ar = fw.shfl_f32(a, first + r as u32 * rpl);
+                unroll4!(t < W => {
+                    let mut e = 0;
+                    while e < per as usize {
+                        o[r][t][e] *= ar;
+                        e += 1;
+                    }
+                });
+            });
+        }
         let mut vf = [[0.0f32; 8]; W];
         unroll4!(t < W => {
             vf[t] = T::unpack(vw[t]);
         });
         unroll4!(r < R => {
-            let src = first + r as u32 * rpl;
-            let (ar, pr) = (fw.shfl_f32(a, src), fw.shfl_f32(p, src));
+            let pr = fw.shfl_f32(p, first + r as u32 * rpl);
             unroll4!(t < W => {
-                scale_add::<T>(&mut o[r][t], ar, pr, vf[t]);
+                scale_add::<T>(&mut o[r][t], 1.0, pr, vf[t]);
             });
         });
         kw = kn;

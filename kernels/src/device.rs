@@ -698,6 +698,16 @@ impl FullWaves {
         return wave_shfl_xor_f32(v, mask);
     }
 
+    /// Whether `pred` holds in some lane of the wave ([`wave_ballot`] over
+    /// whole waves): the same in every lane, so a branch on it is uniform.
+    #[inline(always)]
+    pub fn any(self, pred: bool) -> bool {
+        #[cfg(target_arch = "nvptx64")]
+        return unsafe { nv::ballot(!0, pred) } != 0;
+        #[cfg(not(target_arch = "nvptx64"))]
+        return wave_ballot(pred) != 0;
+    }
+
     /// [`wave_shfl_f32`] over whole waves.
     #[inline(always)]
     pub fn shfl_f32(self, v: f32, src: u32) -> f32 {
