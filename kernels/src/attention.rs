@@ -201,8 +201,9 @@ pub struct AttnGeometry {
 }
 
 /// The LDS bytes of a row kernel launch with `waves` waves and `rows` rows
-/// per workgroup: a slot of `m`, `l` and `o[d]` per wave and row, the
-/// slots' weights, the rows' denominators and maxima.
+/// per workgroup: a slot of `o[d]` per wave and row (16-byte words: every
+/// head dim is a multiple of 4), then each slot's `m` and `l`, the slots'
+/// weights, the rows' denominators and maxima.
 ///
 /// ```
 /// use ferrocm_kernels::attention::attn_rows_lds_bytes;
@@ -504,27 +505,33 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         });
         off *= 2;
     }
-    // Then the waves, through LDS: slot (wave, row) holds m, l, o[d];
-    // after the slots, each slot's weight under its row's max, then each
-    // row's denominator, then its max.
+    // Then the waves, through LDS: slot (wave, row) holds o[d] (d words,
+    // a whole number of 16-byte words: vector stores and loads), then each
+    // slot's m and l, each slot's weight under its row's max, each row's
+    // denominator, then its max.
     let sh = lds::<f32>();
-    let slot = d + ATTN_STATS;
+    let words = lds::<W128>();
     let (wave, waves) = (wave_id(), num_waves());
+    let slots = waves * R as u32;
+    let (stats, wts) = (slots * d, slots * (d + ATTN_STATS));
+    let (lts, mts) = (wts + slots, wts + slots + R as u32);
     if lane_id() < lanes {
         if gl % rpl == 0 && mine < R as u32 {
-            let at = (wave * R as u32 + mine) * slot;
+            let at = stats + ATTN_STATS * (wave * R as u32 + mine);
             sh.store(at, m);
             sh.store(at + 1, l);
         }
         unroll4!(r < R => {
-            let at = (wave * R as u32 + r as u32) * slot;
+            let at = (wave * R as u32 + r as u32) * d;
             unroll4!(t < W => {
                 let wi = gl + lanes * t as u32;
                 if wi < nw {
-                    let mut e = 0;
-                    while e < per as usize {
-                        sh.store(at + ATTN_STATS + wi * per + e as u32, o[r][t][e]);
-                        e += 1;
+                    let mut h = 0;
+                    while h < per / 4 {
+                        let x = &o[r][t][4 * h as usize..];
+                        let w = W128([x[0].to_bits(), x[1].to_bits(), x[2].to_bits(), x[3].to_bits()]);
+                        words.store((at + wi * per) / 4 + h, w);
+                        h += 1;
                     }
                 }
             });
@@ -535,25 +542,22 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
     // (waves * R <= 32 workitems, a power of two), and sums each row's
     // denominator over its slots by butterflies: each slot's exp once, not
     // once per column.
-    let wts = waves * R as u32 * slot;
-    let (lts, mts) = (wts + waves * R as u32, wts + waves * R as u32 + R as u32);
     if wave == 0 {
-        let n = waves * R as u32;
         let (sw, sr) = (tid / R as u32, tid % R as u32);
         let (mut lw, mut mt) = (0.0f32, f32::NEG_INFINITY);
-        if tid < n {
+        if tid < slots {
             let mut w = 0;
             while w < waves {
-                mt = max_nan(mt, sh.load((w * R as u32 + sr) * slot));
+                mt = max_nan(mt, sh.load(stats + ATTN_STATS * (w * R as u32 + sr)));
                 w += 1;
             }
-            let at = (sw * R as u32 + sr) * slot;
+            let at = stats + ATTN_STATS * (sw * R as u32 + sr);
             let wt = attn_weight(sh.load(at), mt);
             lw = sh.load(at + 1) * wt;
             sh.store(wts + tid, wt);
         }
         let mut off = R as u32;
-        while off < n {
+        while off < slots {
             lw += fw.shfl_xor_f32(lw, off);
             off *= 2;
         }
@@ -563,34 +567,55 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         }
     }
     barrier();
-    // This workitem's outputs (row r, column e) from `tid` on in steps of
-    // the workgroup: one division, then additions (NVIDIA runs divisions
-    // as subroutines).
-    let wgs = workgroup_size_x();
-    let (dr, de) = (wgs / d, wgs % d);
-    let (mut r, mut e) = (tid / d, tid % d);
+    // This workitem's outputs, four columns (row r, word c) from `tid` on
+    // in steps of the workgroup: one division, then additions (NVIDIA runs
+    // divisions as subroutines).
+    let (wgs, dw) = (workgroup_size_x(), d / 4);
+    let (dr, dc) = (wgs / dw, wgs % dw);
+    let (mut r, mut c) = (tid / dw, tid % dw);
     while r < R as u32 {
         if r < rows {
-            let mut ot = 0.0f32;
+            let mut ot = [0.0f32; 4];
             let mut w = 0;
             while w < waves {
                 let at = w * R as u32 + r;
-                ot = math::fma(sh.load(at * slot + ATTN_STATS + e), sh.load(wts + at), ot);
+                let x = words.load((at * d) / 4 + c);
+                let wt = sh.load(wts + at);
+                let mut h = 0;
+                while h < 4 {
+                    ot[h] = math::fma(f32::from_bits(x.0[h]), wt, ot[h]);
+                    h += 1;
+                }
                 w += 1;
             }
             let lt = sh.load(lts + r);
             let row = row0 + r as u64;
+            let e = 4 * c;
             if splits == 1 {
-                unsafe {
-                    store(
-                        out,
-                        (row * d as u64 + e as u64) as usize,
-                        T::from_f32(attn_finish(ot, lt)),
-                    )
-                };
+                let mut h = 0;
+                while h < 4 {
+                    unsafe {
+                        store(
+                            out,
+                            (row * d as u64 + (e + h) as u64) as usize,
+                            T::from_f32(attn_finish(ot[h as usize], lt)),
+                        )
+                    };
+                    h += 1;
+                }
             } else {
-                let at = (row * splits as u64 + split as u64) * slot as u64;
-                unsafe { store(part, (at + (ATTN_STATS + e) as u64) as usize, ot) };
+                let at = (row * splits as u64 + split as u64) * (d + ATTN_STATS) as u64;
+                let mut h = 0;
+                while h < 4 {
+                    unsafe {
+                        store(
+                            part,
+                            (at + (ATTN_STATS + e + h) as u64) as usize,
+                            ot[h as usize],
+                        )
+                    };
+                    h += 1;
+                }
                 if e == 0 {
                     unsafe {
                         store(part, at as usize, sh.load(mts + r));
@@ -600,9 +625,9 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
             }
         }
         r += dr;
-        e += de;
-        if e >= d {
-            e -= d;
+        c += dc;
+        if c >= dw {
+            c -= dw;
             r += 1;
         }
     }
