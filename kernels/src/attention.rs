@@ -448,6 +448,8 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         // ATTN_RESCALE_SLACK (or is NaN): `l` and `o` are sums relative to
         // whichever max the row holds, and weights up to e^slack keep them
         // far from overflow. Most steps then rescale nothing, and skip it.
+        // (Negated: a NaN on either side counts as moved.)
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let moved = !(x <= m + ATTN_RESCALE_SLACK);
         let mn = if moved { max_nan(m, x) } else { m };
         let (a, p) = (attn_weight(m, mn), attn_weight(x, mn));
