@@ -158,13 +158,14 @@ fn max_nan(m: f32, s: f32) -> f32 {
     math::maximum(m, s)
 }
 
-/// `o = o * a + p * v` over a word's elements.
+/// `o += p * v` over a word's elements (the rescale of `o`, where the
+/// row's max moved, is the caller's).
 #[amdgpu_device]
 #[inline(always)]
-fn scale_add<T: MatElem>(o: &mut [f32; 8], a: f32, p: f32, v: [f32; 8]) {
+fn add_weighted<T: MatElem>(o: &mut [f32; 8], p: f32, v: [f32; 8]) {
     let mut e = 0;
     while e < T::PER_WORD as usize {
-        o[e] = math::fma(p, v[e], o[e] * a);
+        o[e] = math::fma(p, v[e], o[e]);
         e += 1;
     }
 }
@@ -476,7 +477,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         unroll4!(r < R => {
             let pr = fw.shfl_f32(p, first + r as u32 * rpl);
             unroll4!(t < W => {
-                scale_add::<T>(&mut o[r][t], 1.0, pr, vf[t]);
+                add_weighted::<T>(&mut o[r][t], pr, vf[t]);
             });
         });
         kw = kn;
