@@ -285,6 +285,7 @@ fn lds_overrun_is_caught() {
         grid: [1, 1, 1],
         block: [128, 1, 1],
         lds_bytes: 64 * 4,
+        early_start: false,
     };
     match dev
         .launch_kernel(&LDS_OVERRUN, cfg, &[Arg::output(&out)])
@@ -414,6 +415,53 @@ fn full_wave_exchanges_work_and_a_partial_wave_is_refused() {
     }
 }
 
+test_kernel!(EARLY_START = fn early_start(out: *mut f32, src: *const f32, wait_first: u32) {
+    let i = global_id_x() as usize;
+    if wait_first != 0 {
+        wait_prior_grids();
+    }
+    // Bug when `wait_first` is 0 and the launch starts early: this read
+    // could see the previous kernel's data half written on CUDA.
+    let v = unsafe { load(src, i) };
+    wait_prior_grids();
+    release_dependent_grids();
+    unsafe { store(out, i, v + 1.0) };
+});
+
+#[test]
+fn an_early_start_launch_must_wait_before_it_touches_memory() {
+    for wave in WaveSize::ALL {
+        let dev = emu(wave);
+        let src = dev.upload(&[1.0f32; 64]).unwrap();
+        let out = dev.alloc::<f32>(64).unwrap();
+        let run = |cfg: LaunchConfig, wait_first: u32| {
+            dev.launch_kernel(
+                &EARLY_START,
+                cfg,
+                &[Arg::output(&out), Arg::input(&src), Arg::U32(wait_first)],
+            )
+        };
+        let cfg = LaunchConfig::linear(64, 64);
+        // Waiting first keeps the promise; without early start the late
+        // wait is allowed (stream order holds).
+        run(cfg.starting_early(), 1).unwrap();
+        assert_eq!(out.download().unwrap(), vec![2.0f32; 64]);
+        run(cfg, 0).unwrap();
+        match run(cfg.starting_early(), 0).unwrap_err() {
+            Error::KernelPanic {
+                kernel, message, ..
+            } => {
+                assert_eq!(kernel, "early_start");
+                assert!(
+                    message.contains("read global memory before wait_prior_grids"),
+                    "{message}"
+                );
+            }
+            e => panic!("expected KernelPanic, got {e}"),
+        }
+    }
+}
+
 #[test]
 fn wave_ops_are_lockstep_for_both_wave_sizes() {
     for wave in WaveSize::ALL {
@@ -477,6 +525,7 @@ fn barriers_and_lds_work_across_waves() {
             grid: [4, 1, 1],
             block: [256, 1, 1],
             lds_bytes: 256 * 4,
+            early_start: false,
         };
         dev.launch_kernel(&BLOCK_SUM, cfg, &[Arg::output(&out), Arg::input(&inp)])
             .unwrap();
@@ -589,6 +638,7 @@ fn launch_arguments_are_checked_before_launch() {
                 grid: [1, 1, 1],
                 block: [2048, 1, 1],
                 lds_bytes: 0,
+                early_start: false,
             },
             &good,
         )
@@ -604,6 +654,7 @@ fn launch_arguments_are_checked_before_launch() {
                 grid: [1, 1, 1],
                 block: [64, 1, 1],
                 lds_bytes: 1 << 20,
+                early_start: false,
             },
             &good,
         )
@@ -616,6 +667,7 @@ fn launch_arguments_are_checked_before_launch() {
                 grid: [0, 1, 1],
                 block: [64, 1, 1],
                 lds_bytes: 0,
+                early_start: false,
             },
             &good,
         )

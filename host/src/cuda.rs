@@ -112,6 +112,9 @@ pub struct CudaDevice {
     functions: Mutex<HashMap<usize, Handle<sys::CUfunction>>>,
     resources: Mutex<HashMap<usize, KernelResources>>,
     pool: Pool<Block>,
+    /// Whether the module was loaded for sm_90 (`griddepcontrol`), so a
+    /// launch with [`LaunchConfig::early_start`] may overlap the previous.
+    early_start: bool,
     info: GpuInfo,
     /// cuBLAS, created on first use on the stream (or why not). Dropped
     /// first, in `Drop`, while the context is alive.
@@ -251,11 +254,25 @@ impl CudaDevice {
             cu::stream::create(cu::stream::StreamKind::NonBlocking),
             "cuStreamCreate",
         )?;
-        let module = load_module(ptx.text).map_err(|message| Error::Cuda {
-            call: "cuModuleLoadDataEx (PTX JIT)".into(),
-            device: label.clone(),
-            message,
-        })?;
+        // On sm_90 and newer, the module with its sm_90 instructions made
+        // real (early-start launches); the module as built when that one
+        // does not load, so a driver that refuses it costs only the overlap.
+        // `FERROCM_EARLY_START=0` keeps the module as built: every launch
+        // then waits for the one before it (to rule the overlap out).
+        let wanted = std::env::var("FERROCM_EARLY_START").map_or(true, |v| v.trim() != "0");
+        let sm90 = (wanted && major * 10 + minor >= 90)
+            .then(|| crate::ptx::specialise_for_sm90(ptx.text))
+            .flatten()
+            .and_then(|text| load_module(&text).ok());
+        let early_start = sm90.is_some();
+        let module = match sm90 {
+            Some(m) => m,
+            None => load_module(ptx.text).map_err(|message| Error::Cuda {
+                call: "cuModuleLoadDataEx (PTX JIT)".into(),
+                device: label.clone(),
+                message,
+            })?,
+        };
         let info = GpuInfo {
             backend: "cuda",
             ordinal,
@@ -266,7 +283,11 @@ impl CudaDevice {
             total_memory: total as u64,
             wave_size: warp.max(0) as u32,
             max_lds_bytes: MAX_DYNAMIC_SHARED.min(smem_optin.max(0) as u32),
-            code_object: Some(format!("ptx {}", ptx.target)),
+            code_object: Some(if early_start {
+                format!("ptx {}, loaded as sm_90 (early-start launches)", ptx.target)
+            } else {
+                format!("ptx {}", ptx.target)
+            }),
         };
         Ok(CudaDevice {
             ordinal,
@@ -279,6 +300,7 @@ impl CudaDevice {
             functions: Mutex::new(HashMap::new()),
             resources: Mutex::new(HashMap::new()),
             pool: Pool::new(),
+            early_start,
             info,
             cublas: OnceLock::new(),
         })
@@ -596,6 +618,9 @@ impl CudaDevice {
             .iter_mut()
             .map(|s| s as *mut u64 as *mut c_void)
             .collect();
+        if cfg.early_start && self.early_start {
+            return self.launch_early(kernel, f, cfg, &mut params);
+        }
         // SAFETY: one pointer per parameter, each to 8 readable bytes; the
         // driver copies the values before returning.
         let r = unsafe {
@@ -609,6 +634,42 @@ impl CudaDevice {
             )
         };
         self.check(r, &format!("cuLaunchKernel({})", kernel.name))
+    }
+
+    /// Queues `kernel` as a programmatic dependent launch
+    /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`): its
+    /// workgroups may be scheduled before the previous kernel on the stream
+    /// has finished, and wait for it in `wait_prior_grids` (the promise
+    /// [`LaunchConfig::early_start`] makes).
+    fn launch_early(
+        &self,
+        kernel: &KernelInfo,
+        f: sys::CUfunction,
+        cfg: &LaunchConfig,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: all-zero is a valid attribute (id 0, value bytes 0).
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid[0],
+            gridDimY: cfg.grid[1],
+            gridDimZ: cfg.grid[2],
+            blockDimX: cfg.block[0],
+            blockDimY: cfg.block[1],
+            blockDimZ: cfg.block[2],
+            sharedMemBytes: cfg.lds_bytes,
+            hStream: self.stream.0,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: the config and its one attribute outlive the call; one
+        // pointer per parameter as in `launch`. cuLaunchKernelEx is in
+        // every driver that runs sm_90 (CUDA 11.8 and newer).
+        let r =
+            unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) };
+        self.check(r.result(), &format!("cuLaunchKernelEx({})", kernel.name))
     }
 
     /// The device's cuBLAS handle (created at first use, bound to the

@@ -198,6 +198,7 @@ fn run_group(
                     std::mem::transmute::<&dyn Scheduler, &'static dyn Scheduler>(sched)
                 },
                 globals: globals as *const [GlobalRange],
+                before_prior_wait: std::cell::Cell::new(cfg.early_start),
             }
         })
         .collect();

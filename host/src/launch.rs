@@ -20,8 +20,9 @@ pub const MAX_GRID_YZ: u32 = 65535;
 /// let cfg = LaunchConfig::linear(1000, 256);
 /// assert_eq!(cfg.grid, [4, 1, 1]);
 /// assert_eq!(cfg.block, [256, 1, 1]);
+/// assert!(!cfg.early_start);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LaunchConfig {
     /// Workgroups in x, y, z.
     pub grid: [u32; 3],
@@ -29,6 +30,19 @@ pub struct LaunchConfig {
     pub block: [u32; 3],
     /// Launch-sized LDS in bytes.
     pub lds_bytes: u32,
+    /// The kernel calls
+    /// [`wait_prior_grids`](ferrocm_kernels::device::wait_prior_grids)
+    /// before it touches global memory, so the device may start it before
+    /// the kernel queued ahead of it has finished. On an sm_90 or newer
+    /// CUDA GPU it is then launched as a programmatic dependent launch:
+    /// its workgroups are scheduled while the previous kernel drains (and,
+    /// when that kernel called
+    /// [`release_dependent_grids`](ferrocm_kernels::device::release_dependent_grids),
+    /// as soon as its workgroups are all running) and wait in the kernel,
+    /// which saves the gap between two launches (1-2 us on an H100).
+    /// Elsewhere the flag changes nothing. The emulator holds the kernel to
+    /// the promise: a global access before the wait is a kernel panic.
+    pub early_start: bool,
 }
 
 impl LaunchConfig {
@@ -40,6 +54,7 @@ impl LaunchConfig {
             grid: [groups, 1, 1],
             block: [block, 1, 1],
             lds_bytes: 0,
+            early_start: false,
         }
     }
 
@@ -67,7 +82,22 @@ impl LaunchConfig {
             grid: [groups, 1, 1],
             block: [block, 1, 1],
             lds_bytes,
+            early_start: false,
         }
+    }
+
+    /// This launch with [`early_start`](Self::early_start) set: for a
+    /// kernel that calls
+    /// [`wait_prior_grids`](ferrocm_kernels::device::wait_prior_grids)
+    /// before any global access.
+    ///
+    /// ```
+    /// use ferrocm_host::LaunchConfig;
+    /// assert!(LaunchConfig::rows(32, 256, 0).starting_early().early_start);
+    /// ```
+    pub const fn starting_early(mut self) -> Self {
+        self.early_start = true;
+        self
     }
 
     /// Workitems per workgroup.

@@ -1,5 +1,6 @@
 //! Reading the embedded PTX module: its kernels (`.entry`) with their
-//! parameter sizes, and whether any function uses local memory.
+//! parameter sizes, and whether any function uses local memory; and the
+//! module made for an sm_90 or newer GPU ([`specialise_for_sm90`]).
 //!
 //! The CUDA device checks each kernel's parameters here against its
 //! [`KernelInfo`] before its first launch (`cuLaunchKernel` reads one value
@@ -118,6 +119,56 @@ pub fn check_entry(entries: &[PtxEntry], kernel: &KernelInfo) -> Result<(), Stri
     Ok(())
 }
 
+/// The PTX ISA version that first has `griddepcontrol` (sm_90).
+const SM90_PTX_VERSION: (u32, u32) = (7, 8);
+
+/// `ptx` (built for sm_80 or another target) as a module for an sm_90 or
+/// newer GPU: `.target` raised to sm_90, `.version` to at least 7.8, and
+/// every instruction the device layer wrote behind
+/// [`SM90_ONLY`](ferrocm_kernels::host::SM90_ONLY) uncommented, so
+/// `wait_prior_grids` and `release_dependent_grids` do their work there.
+/// PTX of an older target is valid PTX of a newer one, and the driver
+/// compiles the module for the GPU it meets either way: the code is the
+/// same but for those instructions. `None` when the text has no marker (no
+/// kernel uses one: nothing to do) or no `.version` / `.target` line.
+///
+/// ```
+/// use ferrocm_host::ptx::specialise_for_sm90;
+/// let ptx = ".version 7.0\n.target sm_80\n.address_size 64\n\t// ferrocm-sm90: griddepcontrol.wait;\n";
+/// let s = specialise_for_sm90(ptx).unwrap();
+/// assert_eq!(s, ".version 7.8\n.target sm_90\n.address_size 64\n\tgriddepcontrol.wait;\n");
+/// assert!(specialise_for_sm90(".version 7.0\n.target sm_80\n").is_none());
+/// ```
+pub fn specialise_for_sm90(ptx: &str) -> Option<String> {
+    use ferrocm_kernels::host::SM90_ONLY;
+    if !ptx.contains(SM90_ONLY) {
+        return None;
+    }
+    let (mut version, mut target) = (false, false);
+    let mut out = String::with_capacity(ptx.len());
+    for line in ptx.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let end = &line[body.len()..];
+        if let Some(v) = body.strip_prefix(".version ").filter(|_| !version) {
+            let (major, minor) = v.trim().split_once('.')?;
+            let have = (major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?);
+            let (major, minor) = have.max(SM90_PTX_VERSION);
+            out.push_str(&format!(".version {major}.{minor}{end}"));
+            version = true;
+        } else if let Some(t) = body.strip_prefix(".target sm_").filter(|_| !target) {
+            // `.target sm_80` or `.target sm_80, debug`: the number, then
+            // whatever follows it.
+            let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+            let sm = t[..digits].parse::<u32>().ok()?.max(90);
+            out.push_str(&format!(".target sm_{sm}{}{end}", &t[digits..]));
+            target = true;
+        } else {
+            out.push_str(&line.replace(SM90_ONLY, ""));
+        }
+    }
+    (version && target).then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +213,44 @@ mod tests {
         let m = ferrocm_kernels::PTX_MODULE.unwrap();
         assert!(module().contains(&format!(".target {}", m.target)));
         assert!(module().contains(".address_size 64"));
+    }
+
+    /// The module holds the sm_90 instructions the attention kernels wait
+    /// and release with, commented out, and the sm_90 module uncomments
+    /// every one of them and changes nothing else.
+    #[test]
+    fn the_sm90_module_differs_only_in_its_header_and_marked_lines() {
+        let ptx = module();
+        let marked = ptx.matches(ferrocm_kernels::host::SM90_ONLY).count();
+        assert!(
+            ptx.contains("// ferrocm-sm90: griddepcontrol.wait;")
+                && ptx.contains("// ferrocm-sm90: griddepcontrol.launch_dependents;"),
+            "no marked griddepcontrol line in the module"
+        );
+        let s = specialise_for_sm90(ptx).expect("a marked module");
+        assert!(s.contains(".target sm_9") || s.contains(".target sm_1"));
+        assert!(!s.contains(ferrocm_kernels::host::SM90_ONLY));
+        let changed: Vec<_> = ptx.lines().zip(s.lines()).filter(|(a, b)| a != b).collect();
+        assert_eq!(ptx.lines().count(), s.lines().count());
+        for (a, b) in &changed {
+            let header = a.starts_with(".version ") || a.starts_with(".target ");
+            assert!(
+                header || a.replace(ferrocm_kernels::host::SM90_ONLY, "") == *b,
+                "{a} -> {b}"
+            );
+        }
+        assert!(changed.len() >= marked && changed.len() <= marked + 2);
+    }
+
+    #[test]
+    fn sm90_specialisation_keeps_newer_headers_and_refuses_odd_ones() {
+        let m = "// ferrocm-sm90: griddepcontrol.wait;\n";
+        let s = specialise_for_sm90(&format!(".version 8.3\n.target sm_100a\n{m}")).unwrap();
+        assert_eq!(s, ".version 8.3\n.target sm_100a\ngriddepcontrol.wait;\n");
+        let s = specialise_for_sm90(&format!(".version 7.0\n.target sm_80, debug\n{m}")).unwrap();
+        assert!(s.starts_with(".version 7.8\n.target sm_90, debug\n"), "{s}");
+        assert!(specialise_for_sm90(&format!(".target sm_80\n{m}")).is_none());
+        assert!(specialise_for_sm90(&format!(".version x.y\n.target sm_80\n{m}")).is_none());
     }
 
     #[test]

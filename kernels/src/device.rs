@@ -515,6 +515,58 @@ pub fn lds_copy_wait<const PENDING: u32>() {
     };
 }
 
+/// A PTX instruction of sm_90 and newer, written commented out behind the
+/// marker the CUDA device looks for (`ferrocm_kernels::host::SM90_ONLY`):
+/// the module is built for sm_80 (it must load on an A100), and the device
+/// uncomments these lines when it loads the module for an sm_90 GPU
+/// (`ferrocm_host::ptx::specialise_for_sm90`). Elsewhere they stay
+/// comments, so the instruction is skipped.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! sm90_only {
+    ($ins:literal) => {
+        concat!("// ferrocm-sm90: ", $ins)
+    };
+}
+
+/// Waits until the kernels queued before this one on the stream have
+/// finished and their writes are visible. A kernel that calls this before
+/// it touches global memory may be launched with
+/// `LaunchConfig::early_start` (ferrocm-host), which lets the CUDA device
+/// start it while the previous kernel drains (programmatic dependent
+/// launch, `griddepcontrol.wait` on sm_90 and newer). Without that launch,
+/// and on AMD, it returns at once: stream order already holds. The
+/// emulator checks the promise: with `early_start`, a global access before
+/// this call is a kernel panic.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wait_prior_grids() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: no operands; a memory clobber, so no access moves above it.
+    unsafe {
+        core::arch::asm!(sm90_only!("griddepcontrol.wait;"), options(nostack))
+    };
+    #[cfg(not(ferrocm_device))]
+    emu::waited_prior_grids();
+}
+
+/// Lets the kernel queued after this one (when launched with
+/// `early_start`) be scheduled now, into room this grid leaves, to wait
+/// in [`wait_prior_grids`] instead of being launched after this grid ends
+/// (`griddepcontrol.launch_dependents`, sm_90 and newer). A hint: it never
+/// lets the next kernel see this one's writes early. A no-op elsewhere.
+#[amdgpu_device]
+#[inline(always)]
+pub fn release_dependent_grids() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: no operands; schedules work, reads and writes nothing.
+    unsafe {
+        core::arch::asm!(
+            sm90_only!("griddepcontrol.launch_dependents;"),
+            options(nostack, nomem)
+        )
+    };
+}
+
 /// Writes element `i` of a global buffer argument, checked as [`load`].
 ///
 /// # Safety

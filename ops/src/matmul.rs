@@ -805,6 +805,7 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                 grid: [groups, grid_y, 1],
                 block: [GEMV_BLOCK, 1, 1],
                 lds_bytes: 0,
+                early_start: false,
             };
             dev.launch_typed(
                 gemv,
@@ -868,6 +869,7 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                     grid: [tiles as u32, (p.batch - z0).min(65535) as u32, 1],
                     block: [MMA_BLOCK, 1, 1],
                     lds_bytes: MMA_LDS_BYTES,
+                    early_start: false,
                 };
                 dev.launch_typed(
                     gemm,
@@ -908,6 +910,7 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                     grid: [tiles as u32, (p.batch - z0).min(65535) as u32, 1],
                     block: [GEMM_BLOCK, 1, 1],
                     lds_bytes: GEMM_LDS_BYTES,
+                    early_start: false,
                 };
                 dev.launch_typed(
                     gemm,

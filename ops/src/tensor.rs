@@ -747,6 +747,7 @@ impl<T: WithDType> Op for CopyOp<'_, T> {
                 grid: [tiles.clamp(1, 65536) as u32, 1, 1],
                 block: [BLOCK, 1, 1],
                 lds_bytes: ferrocm_kernels::fill::transpose_lds_bytes(size_of::<T>() as u32),
+                early_start: false,
             };
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(

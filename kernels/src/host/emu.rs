@@ -74,6 +74,10 @@ pub struct WorkitemContext {
     /// The global memory the launch's buffer arguments may touch, when the
     /// sanitizer checks global accesses (empty slice: no checks).
     pub globals: *const [GlobalRange],
+    /// Set while a workitem of a launch with `early_start` has not yet
+    /// called `wait_prior_grids()`: a global access then is a broken
+    /// promise (on CUDA it could race with the previous kernel).
+    pub before_prior_wait: Cell<bool>,
 }
 
 /// Bytes `start..end` of global memory that a launch's buffer argument
@@ -173,11 +177,23 @@ pub struct GlobalOutOfBounds {
     pub detail: String,
 }
 
+/// Host body of `wait_prior_grids()`: from here on the workitem may touch
+/// global memory.
+pub fn waited_prior_grids() {
+    with(|c| c.before_prior_wait.set(false));
+}
+
 /// Checks a global access of `bytes` bytes at `addr` against the launch's
-/// buffer ranges (nothing to do when the sanitizer is off).
+/// buffer ranges (nothing to do when the sanitizer is off), and that a
+/// launch with `early_start` waited for the prior grids first.
 #[inline]
 pub fn check_global(addr: usize, bytes: usize, write: bool) {
     with(|c| {
+        assert!(
+            !c.before_prior_wait.get(),
+            "launched with early_start, but {} global memory before wait_prior_grids()",
+            if write { "wrote" } else { "read" }
+        );
         // SAFETY: the emulator keeps the ranges alive for the launch.
         let globals = unsafe { &*c.globals };
         if globals.is_empty() {

@@ -6,6 +6,16 @@
 
 pub mod emu;
 
+/// The marker before a commented-out PTX instruction of sm_90 and newer in
+/// the PTX module (the device layer's `sm90_only!`): the CUDA device
+/// removes it, making the instruction real, when it loads the module for
+/// an sm_90 or newer GPU.
+///
+/// ```
+/// assert_eq!(ferrocm_kernels::host::SM90_ONLY, "// ferrocm-sm90: ");
+/// ```
+pub const SM90_ONLY: &str = "// ferrocm-sm90: ";
+
 include!("matrix_unit.rs");
 
 /// How a kernel argument is passed: its kind and size in the kernarg segment.
