@@ -1124,6 +1124,85 @@ fn attention_bf16_matches_the_naive_formula() {
     attention_grid::<bf16>();
 }
 
+/// Decode steps queued back to back, as a model runs them: each step
+/// appends its keys and values to the cache (`slice_set`) and attends with
+/// the last step's output as its query, nothing read back in between. On
+/// an sm_90 GPU the attention kernels start early (before the kernel ahead
+/// of them has finished; they wait inside), and each step's split buffer
+/// reuses the memory the last step's merge read: a kernel that did not
+/// wait would read a half-written query or cache row, or overwrite splits
+/// still being merged. Each step is checked against the reference run on
+/// the query the device itself produced.
+fn attention_decode_chain<T: Float>() {
+    let (h_q, h_kv, d, t0, steps, cap) = (8, 2, 128, 1500, 6, 1536);
+    let mut rng = Rng(0xc4a1);
+    let cache_k: Vec<T> = rng.vec(h_kv * cap * d, 1.0, 0.0);
+    let cache_v: Vec<T> = rng.vec(h_kv * cap * d, 1.0, 0.0);
+    let new_k: Vec<Vec<T>> = (0..steps).map(|_| rng.vec(h_kv * d, 1.0, 0.0)).collect();
+    let new_v: Vec<Vec<T>> = (0..steps).map(|_| rng.vec(h_kv * d, 1.0, 0.0)).collect();
+    let q0: Vec<T> = rng.vec(h_q * d, 1.0, 0.0);
+    let scale = 1.0 / (d as f64).sqrt();
+    for dev in common::devices() {
+        let t = |x: &[T], s: &[usize]| Tensor::from_slice(x, s, &dev).unwrap();
+        let mut ck = t(&cache_k, &[1, h_kv, cap, d]);
+        let mut cv = t(&cache_v, &[1, h_kv, cap, d]);
+        let mut q = t(&q0, &[1, h_q, 1, d]);
+        let mut outs = Vec::new();
+        for i in 0..steps {
+            ck.slice_set(&t(&new_k[i], &[1, h_kv, 1, d]), 2, t0 + i)
+                .unwrap();
+            cv.slice_set(&t(&new_v[i], &[1, h_kv, 1, d]), 2, t0 + i)
+                .unwrap();
+            let len = t0 + i + 1;
+            let o = q
+                .attention(
+                    &ck.narrow(2, 0, len).unwrap(),
+                    &cv.narrow(2, 0, len).unwrap(),
+                    &ferrocm::AttentionOptions::new(),
+                )
+                .unwrap();
+            outs.push(o.clone());
+            q = o;
+        }
+        let mut query = q0.clone();
+        for (i, o) in outs.iter().enumerate() {
+            let len = t0 + i + 1;
+            // The cache as step `i` saw it, its first `len` positions.
+            let at = |cache: &[T], new: &[Vec<T>], h: usize, j: usize, e: usize| {
+                if j >= t0 {
+                    new[j - t0][h * d + e]
+                } else {
+                    cache[(h * cap + j) * d + e]
+                }
+            };
+            let k: Vec<T> = (0..h_kv * len * d)
+                .map(|x| at(&cache_k, &new_k, x / (len * d), x / d % len, x % d))
+                .collect();
+            let v: Vec<T> = (0..h_kv * len * d)
+                .map(|x| at(&cache_v, &new_v, x / (len * d), x / d % len, x % d))
+                .collect();
+            let c = AttnCase {
+                dims: [1, h_q, h_kv, 1, len, d],
+                causal: false,
+                window: None,
+                softcap: None,
+                mask: None,
+            };
+            let want = attn_reference(&c, &query, &k, &v, None, scale);
+            let got = o.to_vec().unwrap();
+            let name = format!("decode chain {:?} {dev:?} step {i}", T::DTYPE);
+            check(&name, &got, &want, |e| attn_bound::<T>(want[e], d, 1.0));
+            query = got;
+        }
+    }
+}
+
+#[test]
+fn attention_decode_steps_queued_back_to_back_see_each_others_writes() {
+    attention_decode_chain::<f32>();
+    attention_decode_chain::<bf16>();
+}
+
 #[test]
 fn attention_reads_cache_views_and_permuted_layouts() {
     // k and v are the first 70 positions of a (1, 2, 96, 64) cache; q is a

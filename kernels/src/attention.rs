@@ -281,6 +281,9 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
     let causal = flags & ATTN_CAUSAL != 0;
     // The op launches whole waves (ATTN_BLOCK or half of it).
     let fw = unsafe { FullWaves::assume() };
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
     let tid = workitem_id_x();
     // Powers of two: shifts, not divisions (which NVIDIA runs as
     // subroutines).
@@ -744,6 +747,9 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     use crate::mma::{
         Acc, ROW_SLOTS, TRANSPOSED_LOADS, a_from_accs, load_a, load_b, load_b_t, mma,
     };
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
     // A GPU without a matrix unit gets the row kernels from the op layer:
     // the FMA body's registers do not fit this kernel there. The emulator
     // runs it, the logic the matrix units run.
@@ -1149,6 +1155,9 @@ pub fn attn_merge_body<T: Elem>(out: *mut T, part: *const f32, rows: u64, d: u32
     let (ws, lane) = (wave_size(), lane_id());
     let (wave, waves) = (wave_id(), num_waves());
     let sums = lds::<f32>();
+    // Launched with `early_start`: the splits are the row kernel's output.
+    wait_prior_grids();
+    release_dependent_grids();
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let base = row * splits as u64 * slot;
