@@ -79,6 +79,9 @@ pub fn index_select_body<W: Word, I: Elem>(
     inner: u64,
     fault: Fault,
 ) {
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
     let rows = outer * n_ids;
     let bs = workgroup_size_x() as u64;
     let tid = workitem_id_x() as u64;

@@ -265,7 +265,10 @@ impl<T: WithDType, I: IdType> IndexSelect<'_, T, I> {
         let channel = dev.fault_channel(self.op, ID_OUT_OF_RANGE)?;
         dev.launch_typed(
             kernel,
-            LaunchConfig::rows(rows.div_ceil(per_group), BLOCK, 0),
+            // The kernel waits for the prior grids first: the next launch
+            // overlaps this one's last workgroups (embedding on an H100:
+            // see docs/h100-bench.md).
+            LaunchConfig::rows(rows.div_ceil(per_group), BLOCK, 0).starting_early(),
             (
                 Out::new(words::<W, T>(&self.out)),
                 In::range(words::<W, T>(self.src.buf()), at, src_words),
