@@ -1203,6 +1203,107 @@ fn attention_decode_steps_queued_back_to_back_see_each_others_writes() {
     attention_decode_chain::<bf16>();
 }
 
+/// A small Llama layer's decode steps queued back to back with nothing
+/// read back in between: add + RMSNorm, the q/k/v projections (matrix-
+/// vector products on weights stored `[n, k]`), RoPE, the cache writes,
+/// attention, SwiGLU and the down projection, each kernel starting early
+/// on an sm_90 GPU. A kernel that touched memory before the one ahead of it
+/// finished would read a half-written operand or overwrite one still read
+/// (the pool hands each step's buffers on). Every op here is checked
+/// against its own f64 reference elsewhere; this test checks the order,
+/// against the same steps on the Cpu.
+#[test]
+fn layer_steps_queued_back_to_back_match_the_cpu() {
+    let (hidden, h_q, h_kv, d, ffn, t0, steps, cap) = (256, 4, 2, 64, 384, 300, 4, 320);
+    let mut rng = Rng(0x1a7e);
+    let mut w = |n: usize, k: usize| rng.vec::<f32>(n * k, 1.0 / (k as f64).sqrt(), 0.0);
+    let (wq, wk, wv) = (w(hidden, hidden), w(h_kv * d, hidden), w(h_kv * d, hidden));
+    let (wg, wu, wd) = (w(ffn, hidden), w(ffn, hidden), w(hidden, ffn));
+    let norm_w: Vec<f32> = (0..hidden)
+        .map(|i| 0.5 + (i % 7) as f64 as f32 * 0.1)
+        .collect();
+    let x0: Vec<f32> = rng.vec(hidden, 1.0, 0.0);
+    let cache: Vec<f32> = rng.vec(h_kv * cap * d, 1.0, 0.0);
+    let angle = |p: usize, i: usize| p as f64 / 10000f64.powf(2.0 * i as f64 / d as f64);
+    let cos: Vec<f32> = (0..cap * d / 2)
+        .map(|x| angle(x / (d / 2), x % (d / 2)).cos() as f32)
+        .collect();
+    let sin: Vec<f32> = (0..cap * d / 2)
+        .map(|x| angle(x / (d / 2), x % (d / 2)).sin() as f32)
+        .collect();
+    let run = |dev: &Device| -> Vec<Vec<f32>> {
+        let t = |x: &[f32], s: &[usize]| Tensor::from_slice(x, s, dev).unwrap();
+        // Weights stored [n, k], used transposed: the GEMV kernel's layout.
+        let lin = |x: &[f32], n: usize, k: usize| t(x, &[n, k]).transpose(0, 1).unwrap();
+        let (wq, wk, wv) = (
+            lin(&wq, hidden, hidden),
+            lin(&wk, h_kv * d, hidden),
+            lin(&wv, h_kv * d, hidden),
+        );
+        let (wg, wu, wd) = (
+            lin(&wg, ffn, hidden),
+            lin(&wu, ffn, hidden),
+            lin(&wd, hidden, ffn),
+        );
+        let (norm_w, cos, sin) = (
+            t(&norm_w, &[hidden]),
+            t(&cos, &[cap, d / 2]),
+            t(&sin, &[cap, d / 2]),
+        );
+        let mut ck = t(&cache, &[1, h_kv, cap, d]);
+        let mut cv = t(&cache, &[1, h_kv, cap, d]);
+        let mut x = t(&x0, &[1, hidden]);
+        let mut delta = t(&vec![0.0; hidden], &[1, hidden]);
+        let mut outs = Vec::new();
+        for i in 0..steps {
+            let pos = t0 + i;
+            let (sum, h) = x.add_rms_norm(&delta, &norm_w, 1e-5).unwrap();
+            let heads = |y: Tensor<f32>, n: usize| y.reshape(&[1, n, 1, d]).unwrap();
+            let q = heads(h.matmul(&wq).unwrap(), h_q)
+                .rope(&cos, &sin, pos)
+                .unwrap();
+            let k = heads(h.matmul(&wk).unwrap(), h_kv)
+                .rope(&cos, &sin, pos)
+                .unwrap();
+            ck.slice_set(&k, 2, pos).unwrap();
+            cv.slice_set(&heads(h.matmul(&wv).unwrap(), h_kv), 2, pos)
+                .unwrap();
+            let (kv_k, kv_v) = (
+                ck.narrow(2, 0, pos + 1).unwrap(),
+                cv.narrow(2, 0, pos + 1).unwrap(),
+            );
+            let a = q
+                .attention(&kv_k, &kv_v, &ferrocm::AttentionOptions::new())
+                .unwrap();
+            let a = a.reshape(&[1, hidden]).unwrap();
+            let g = a
+                .matmul(&wg)
+                .unwrap()
+                .swiglu(&a.matmul(&wu).unwrap())
+                .unwrap();
+            delta = g.matmul(&wd).unwrap();
+            outs.push(delta.clone());
+            x = sum;
+        }
+        outs.iter().map(|o| o.to_vec().unwrap()).collect()
+    };
+    let want = run(&Device::Cpu);
+    for dev in common::devices()
+        .iter()
+        .filter(|d| !matches!(d, Device::Cpu))
+    {
+        let got = run(dev);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            for (e, (a, b)) in g.iter().zip(w).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{dev:?} step {i} element {e}: {a} against the Cpu's {b}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn attention_reads_cache_views_and_permuted_layouts() {
     // k and v are the first 70 positions of a (1, 2, 96, 64) cache; q is a

@@ -52,6 +52,9 @@ pub fn glu_body<T: Elem>(
     strides: Strides<2>,
     act: u32,
 ) {
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
     // Contiguous operands that start on 16-byte words: a word (4 f32, 8
     // f16/bf16) per load (2-byte loads held bf16 SwiGLU to 47% of the
     // H100's copy bandwidth); the tail past the last whole word an element

@@ -160,6 +160,9 @@ pub fn gather_body<W: Word, I: Elem>(
 #[amdgpu_device]
 #[inline(always)]
 pub fn copy_into_body<W: Word>(dst: *mut W, src: *const W, n: u64, strides: Strides<2>) {
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
     grid_stride(n, |i| {
         let at = strides.coords(i);
         unsafe { store(dst, strides.at(at, 0), load(src, strides.at(at, 1))) };

@@ -817,6 +817,9 @@ pub fn gemv_body<T: MatElem, const R: usize>(
     act: u32,
     words: bool,
 ) {
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
     let lane = lane_id();
     let wave = wave_size();
     let waves = GEMV_BLOCK / wave;

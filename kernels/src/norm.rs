@@ -119,6 +119,9 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
     eps: f32,
     flags: u32,
 ) {
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
     let per_wave = flags & NORM_PER_WAVE != 0;
     let words = flags & NORM_WORDS != 0 && size_of::<T>() <= 4;
     let waves = num_waves() as u64;

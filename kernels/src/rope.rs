@@ -87,6 +87,9 @@ pub fn rope_body<T: Elem, const LAYOUT: u32>(
     offset: u32,
     per_batch: u32,
 ) {
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
     let half = r / 2;
     // Rows, halves and tables on 16-byte words: a word of each half (4
     // f32, 8 f16/bf16 pairs), or the two words of `per` interleaved pairs,

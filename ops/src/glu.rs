@@ -39,7 +39,8 @@ impl<T: WithDType, const ACT: u32> ZipFn<T, T> for Gated<ACT> {
         let cfg = match ndim {
             0 => LaunchConfig::linear(n.div_ceil(per), cfg.block[0]),
             _ => cfg,
-        };
+        }
+        .starting_early();
         let args = (out, a, b, n, ndim, layout, d0, d1, a0, a1, b0, b1, ACT);
         Ok(dev.launch_typed(kernel, cfg, args)?)
     }

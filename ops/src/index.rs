@@ -545,7 +545,7 @@ fn copy_into<W: bytemuck::Pod + CopyIntoKernel, T: WithDType>(
     let dst = dst.typed::<W>().expect("the width divides the buffer");
     dev.launch_typed(
         W::COPY_INTO,
-        LaunchConfig::elementwise(n, BLOCK),
+        LaunchConfig::elementwise(n, BLOCK).starting_early(),
         (
             Out::range(dst, region.offset(), region.extent()),
             In::range(

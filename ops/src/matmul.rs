@@ -805,7 +805,8 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                 grid: [groups, grid_y, 1],
                 block: [GEMV_BLOCK, 1, 1],
                 lds_bytes: 0,
-                early_start: false,
+                // The kernel waits for the prior grids first.
+                early_start: true,
             };
             dev.launch_typed(
                 gemv,

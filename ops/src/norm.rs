@@ -187,7 +187,7 @@ impl<T: WithDType> Op for Norm<'_, T> {
             .map(|s| s.view_as::<T::Kernel>().expect("same size"));
         dev.launch_typed(
             kernel,
-            LaunchConfig::rows(teams, NORM_BLOCK, NORM_LDS_BYTES),
+            LaunchConfig::rows(teams, NORM_BLOCK, NORM_LDS_BYTES).starting_early(),
             (
                 Out::new(out),
                 sum.map(Out::new).unwrap_or_else(Out::null),

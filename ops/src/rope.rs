@@ -124,7 +124,7 @@ impl<T: WithDType, const LAYOUT: u32> Op for Rope<'_, T, LAYOUT> {
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(
                 kernel,
-                LaunchConfig::linear(workitems, BLOCK),
+                LaunchConfig::linear(workitems, BLOCK).starting_early(),
                 (
                     Out::new(out),
                     self.x.input(),
