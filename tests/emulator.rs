@@ -417,6 +417,11 @@ fn full_wave_exchanges_work_and_a_partial_wave_is_refused() {
 
 test_kernel!(EARLY_START = fn early_start(out: *mut f32, src: *const f32, wait_first: u32) {
     let i = global_id_x() as usize;
+    // Bug when `wait_first` is 2 and the launch starts early: this workitem
+    // could end before the kernel ahead of it.
+    if wait_first == 2 {
+        return;
+    }
     if wait_first != 0 {
         wait_prior_grids();
     }
@@ -459,6 +464,16 @@ fn an_early_start_launch_must_wait_before_it_touches_memory() {
             }
             e => panic!("expected KernelPanic, got {e}"),
         }
+        match run(cfg.starting_early(), 2).unwrap_err() {
+            Error::KernelPanic { message, .. } => {
+                assert!(
+                    message.contains("returned without calling wait_prior_grids"),
+                    "{message}"
+                );
+            }
+            e => panic!("expected KernelPanic, got {e}"),
+        }
+        run(cfg, 2).unwrap();
     }
 }
 

@@ -260,10 +260,17 @@ impl CudaDevice {
         // `FERROCM_EARLY_START=0` keeps the module as built: every launch
         // then waits for the one before it (to rule the overlap out).
         let wanted = std::env::var("FERROCM_EARLY_START").map_or(true, |v| v.trim() != "0");
+        let mut sm90_refused = None;
         let sm90 = (wanted && major * 10 + minor >= 90)
             .then(|| crate::ptx::specialise_for_sm90(ptx.text))
             .flatten()
-            .and_then(|text| load_module(&text).ok());
+            .and_then(|text| match load_module(&text) {
+                Ok(m) => Some(m),
+                Err(why) => {
+                    sm90_refused = Some(why);
+                    None
+                }
+            });
         let early_start = sm90.is_some();
         let module = match sm90 {
             Some(m) => m,
@@ -283,10 +290,14 @@ impl CudaDevice {
             total_memory: total as u64,
             wave_size: warp.max(0) as u32,
             max_lds_bytes: MAX_DYNAMIC_SHARED.min(smem_optin.max(0) as u32),
-            code_object: Some(if early_start {
-                format!("ptx {}, loaded as sm_90 (early-start launches)", ptx.target)
-            } else {
-                format!("ptx {}", ptx.target)
+            code_object: Some(match (early_start, &sm90_refused) {
+                (true, _) => format!("ptx {}, loaded as sm_90 (early-start launches)", ptx.target),
+                (false, Some(why)) => format!(
+                    "ptx {} (its sm_90 form did not load, so launches do not overlap: {})",
+                    ptx.target,
+                    why.lines().next().unwrap_or("")
+                ),
+                (false, None) => format!("ptx {}", ptx.target),
             }),
         };
         Ok(CudaDevice {

@@ -214,6 +214,7 @@ fn run_group(
             Coroutine::with_stack_unchecked(stack, move |y: &Yielder<(), ()>, ()| {
                 group_ref.yielders[i].set(y as *const _);
                 entry(raw);
+                ferrocm_kernels::host::emu::check_finished();
             })
         });
     }

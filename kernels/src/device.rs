@@ -536,7 +536,9 @@ macro_rules! sm90_only {
 /// launch, `griddepcontrol.wait` on sm_90 and newer). Without that launch,
 /// and on AMD, it returns at once: stream order already holds. The
 /// emulator checks the promise: with `early_start`, a global access before
-/// this call is a kernel panic.
+/// this call, or a return without it, is a kernel panic. Call it on every
+/// path: a kernel that ended without waiting could let the next kernel
+/// start before the one ahead of it finished.
 #[amdgpu_device]
 #[inline(always)]
 pub fn wait_prior_grids() {

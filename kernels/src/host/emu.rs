@@ -183,6 +183,18 @@ pub fn waited_prior_grids() {
     with(|c| c.before_prior_wait.set(false));
 }
 
+/// Called by the emulator when a workitem's kernel returns: a launch with
+/// `early_start` must have waited on every path, or the kernel could end
+/// (and the next one start) before the one ahead of it did.
+pub fn check_finished() {
+    with(|c| {
+        assert!(
+            !c.before_prior_wait.get(),
+            "launched with early_start, but returned without calling wait_prior_grids()"
+        );
+    })
+}
+
 /// Checks a global access of `bytes` bytes at `addr` against the launch's
 /// buffer ranges (nothing to do when the sanitizer is off), and that a
 /// launch with `early_start` waited for the prior grids first.
