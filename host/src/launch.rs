@@ -22,7 +22,7 @@ pub const MAX_GRID_YZ: u32 = 65535;
 /// assert_eq!(cfg.block, [256, 1, 1]);
 /// assert!(!cfg.early_start);
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
     /// Workgroups in x, y, z.
     pub grid: [u32; 3],
@@ -41,7 +41,8 @@ pub struct LaunchConfig {
     /// as soon as its workgroups are all running) and wait in the kernel,
     /// which saves the gap between two launches (1-2 us on an H100).
     /// Elsewhere the flag changes nothing. The emulator holds the kernel to
-    /// the promise: a global access before the wait is a kernel panic.
+    /// the promise: a global access before the wait, or a return without
+    /// it, is a kernel panic.
     pub early_start: bool,
 }
 
