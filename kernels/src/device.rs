@@ -1052,12 +1052,19 @@ pub fn strided_offset(i: u64, ndim: u32, layout: *const u64, strides_at: u32) ->
 /// table (or the name given after `table`) listing them. Kernel arguments are
 /// pointers and scalars only.
 ///
+/// The kernels belong to the device code of the crate that declares them:
+/// its root's `KERNEL_MODULE` (ferrocm-kernels' own, or the one
+/// [`kernel_module!`](crate::kernel_module) defines in a kernel crate
+/// outside ferrocm), and `#[amdgpu_global]` must be in scope where the
+/// macro is used (`use ferrocm_kernels::prelude::*;` brings it).
+///
 /// ```text
 /// kernels! {
 ///     fn fill_f32(out: *mut f32, n: u64, value: f32) { ... }
 /// }
 /// ```
 #[macro_export]
+#[allow(clippy::crate_in_macro_def)] // `crate::KERNEL_MODULE`: the caller's module, on purpose
 macro_rules! kernels {
     ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
         $crate::kernels! { table KERNELS; $( fn $name ( $($arg : $ty),* ) $body )* }
@@ -1070,7 +1077,7 @@ macro_rules! kernels {
 
             #[cfg(not(ferrocm_device))]
             #[allow(non_camel_case_types)]
-            #[doc = concat!("Typed handle of the kernel `", stringify!($name), "` (see [`crate::host::Kernel`]).")]
+            #[doc = concat!("Typed handle of the kernel `", stringify!($name), "` (see `ferrocm_kernels::host::Kernel`).")]
             pub struct $name {}
 
             #[cfg(not(ferrocm_device))]
@@ -1085,6 +1092,9 @@ macro_rules! kernels {
                         }
                         entry
                     },
+                    // `crate`, not `$crate`: the module of the crate that
+                    // declares the kernel, which may be another than this one.
+                    module: Some(&crate::KERNEL_MODULE),
                 };
                 impl $crate::host::Kernel for $name {
                     type Args = ($($ty,)*);

@@ -368,7 +368,7 @@ int_elem!(u8);
 int_elem!(u32);
 int_elem!(i64);
 
-/// Elements of `T` in one 16-byte word ([`crate::index::W128`]): the unit of
+/// Elements of `T` in one 16-byte word ([`W128`]): the unit of
 /// the vector loads of contiguous rows (4 f32, 8 f16 or bf16).
 ///
 /// ```
@@ -420,7 +420,7 @@ pub fn lane_of<T: Elem>(lo: T, hi: T) -> u32 {
 ///
 /// ```
 /// use ferrocm_kernels::elem::word_for_each;
-/// use ferrocm_kernels::index::W128;
+/// use ferrocm_kernels::elem::W128;
 /// let w = W128([1.0f32.to_bits(), 2.0f32.to_bits(), 3.0f32.to_bits(), 4.0f32.to_bits()]);
 /// let mut sum = 0.0;
 /// word_for_each::<f32>(w, |_, x| sum += x);
@@ -428,7 +428,7 @@ pub fn lane_of<T: Elem>(lo: T, hi: T) -> u32 {
 /// ```
 #[amdgpu_device]
 #[inline(always)]
-pub fn word_for_each<T: Elem>(w: crate::index::W128, mut f: impl FnMut(u32, T)) {
+pub fn word_for_each<T: Elem>(w: W128, mut f: impl FnMut(u32, T)) {
     let two = size_of::<T>() == 2;
     let mut lane = |l: u32, v: u32| {
         if two {
@@ -449,19 +449,14 @@ pub fn word_for_each<T: Elem>(w: crate::index::W128, mut f: impl FnMut(u32, T)) 
 ///
 /// ```
 /// use ferrocm_kernels::elem::word_map3;
-/// use ferrocm_kernels::index::W128;
+/// use ferrocm_kernels::elem::W128;
 /// let w = |v: [f32; 4]| W128(v.map(f32::to_bits));
 /// let out = word_map3::<f32>(w([1.0, 2.0, 3.0, 4.0]), w([1.0; 4]), w([0.5; 4]), |_, a, b, c| a + b * c);
 /// assert_eq!(out, w([1.5, 2.5, 3.5, 4.5]));
 /// ```
 #[amdgpu_device]
 #[inline(always)]
-pub fn word_map3<T: Elem>(
-    a: crate::index::W128,
-    b: crate::index::W128,
-    c: crate::index::W128,
-    mut f: impl FnMut(u32, T, T, T) -> T,
-) -> crate::index::W128 {
+pub fn word_map3<T: Elem>(a: W128, b: W128, c: W128, mut f: impl FnMut(u32, T, T, T) -> T) -> W128 {
     let two = size_of::<T>() == 2;
     let mut lane = |l: u32, a: u32, b: u32, c: u32| {
         let k = if two { 2 * l } else { l };
@@ -483,7 +478,7 @@ pub fn word_map3<T: Elem>(
         };
         lane_of::<T>(lo, hi)
     };
-    crate::index::W128([
+    W128([
         lane(0, a.0[0], b.0[0], c.0[0]),
         lane(1, a.0[1], b.0[1], c.0[1]),
         lane(2, a.0[2], b.0[2], c.0[2]),
@@ -497,7 +492,7 @@ pub fn word_map3<T: Elem>(
 ///
 /// ```
 /// use ferrocm_kernels::elem::word_map4x2;
-/// use ferrocm_kernels::index::W128;
+/// use ferrocm_kernels::elem::W128;
 /// let w = |v: f32| W128([v.to_bits(); 4]);
 /// let (p, q) = word_map4x2::<f32>(w(1.0), w(2.0), w(3.0), w(4.0), |a, b, c, d| (a + b, c * d));
 /// assert_eq!((p, q), (w(3.0), w(12.0)));
@@ -505,12 +500,12 @@ pub fn word_map3<T: Elem>(
 #[amdgpu_device]
 #[inline(always)]
 pub fn word_map4x2<T: Elem>(
-    a: crate::index::W128,
-    b: crate::index::W128,
-    c: crate::index::W128,
-    d: crate::index::W128,
+    a: W128,
+    b: W128,
+    c: W128,
+    d: W128,
     mut f: impl FnMut(T, T, T, T) -> (T, T),
-) -> (crate::index::W128, crate::index::W128) {
+) -> (W128, W128) {
     let two = size_of::<T>() == 2;
     let mut lane = |a: u32, b: u32, c: u32, d: u32| {
         let g = |v: u32, k: u32| lane_get::<T>(v, k);
@@ -527,8 +522,8 @@ pub fn word_map4x2<T: Elem>(
     let l2 = lane(a.0[2], b.0[2], c.0[2], d.0[2]);
     let l3 = lane(a.0[3], b.0[3], c.0[3], d.0[3]);
     (
-        crate::index::W128([l0.0, l1.0, l2.0, l3.0]),
-        crate::index::W128([l0.1, l1.1, l2.1, l3.1]),
+        W128([l0.0, l1.0, l2.0, l3.0]),
+        W128([l0.1, l1.1, l2.1, l3.1]),
     )
 }
 
@@ -547,4 +542,40 @@ pub fn word_map4x2<T: Elem>(
 pub fn short_convert<T: Elem>() -> bool {
     // bf16's one is 0x3f80 (f32's high half), f16's 0x3c00.
     size_of::<T>() != 2 || T::ONE.to_bits64() == 0x3f80
+}
+
+/// A 16-byte word (four u32s, 16-byte aligned): `index_select` moves rows
+/// whose bytes are a multiple of 16 in these, one 128-bit load and store per
+/// word.
+#[amdgpu_device]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[repr(C, align(16))]
+pub struct W128(pub [u32; 4]);
+
+/// An element moved as opaque bits.
+#[amdgpu_device]
+pub trait Word: Copy + 'static {
+    /// All bits zero (what a skipped element is set to).
+    const ZERO: Self;
+}
+
+#[amdgpu_device]
+impl Word for u8 {
+    const ZERO: Self = 0;
+}
+#[amdgpu_device]
+impl Word for u16 {
+    const ZERO: Self = 0;
+}
+#[amdgpu_device]
+impl Word for u32 {
+    const ZERO: Self = 0;
+}
+#[amdgpu_device]
+impl Word for u64 {
+    const ZERO: Self = 0;
+}
+#[amdgpu_device]
+impl Word for W128 {
+    const ZERO: Self = W128([0; 4]);
 }

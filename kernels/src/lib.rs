@@ -28,70 +28,63 @@ mod rocm_kernel_macros_project {
     rocm_kernel_macros::amdgpu_kernel_init!();
 }
 
+// Generated module files name the crate `ferrocm_kernels::...`, as they do
+// in a kernel crate outside ferrocm; here that is this crate.
+extern crate self as ferrocm_kernels;
+
 pub mod host;
 
+// The device layer: what every kernel file uses, and all a kernel file may
+// use that is target-specific.
 pub mod device;
 pub mod elem;
 pub mod math;
 pub mod mma;
+pub mod prelude;
 
-pub mod affine;
-pub mod attention;
-pub mod binary;
-pub mod cast;
-pub mod fill;
-pub mod glu;
+// The op families, by area: one file per family.
+pub mod elementwise;
 pub mod index;
 pub mod matmul;
-pub mod norm;
+pub mod nn;
 pub mod reduce;
-pub mod rope;
-pub mod sort;
-pub mod ternary;
-pub mod unary;
 
-/// Every kernel family's per-dtype table, for one element type: the single
-/// bound the op library puts on a dtype's device type. A new family adds its
-/// table trait here.
-pub trait ElemKernels:
-    elem::Elem
-    + unary::UnaryKernels
-    + binary::BinaryKernels
-    + ternary::WhereValue
-    + cast::CastSource
-    + cast::CastTarget
-    + fill::FillKernels
-    + affine::AffineKernels
-    + reduce::ReduceKernels
-    + sort::SortKernels
-    + index::ScatterKernels
-    + matmul::MatmulKernels
-    + norm::NormKernels
-    + glu::GluKernels
-    + rope::RopeKernels
-    + attention::AttnKernels
-{
+// The families at the flat paths of earlier versions
+// (`ferrocm_kernels::unary` is `ferrocm_kernels::elementwise::unary`).
+pub use elementwise::{affine, binary, cast, fill, ternary, unary};
+pub use index::sort;
+pub use nn::{attention, glu, norm, rope};
+
+/// Declares [`ElemKernels`] from one list of the families' per-dtype table
+/// traits: the trait and its blanket implementation.
+macro_rules! elem_kernels {
+    ($($table:path),* $(,)?) => {
+        /// Every kernel family's per-dtype table, for one element type: the
+        /// single bound the op library puts on a dtype's device type. A new
+        /// family adds its table trait to the list in `lib.rs`, once.
+        pub trait ElemKernels: elem::Elem $(+ $table)* {}
+
+        impl<T> ElemKernels for T where T: elem::Elem $(+ $table)* {}
+    };
 }
 
-impl<T> ElemKernels for T where
-    T: elem::Elem
-        + unary::UnaryKernels
-        + binary::BinaryKernels
-        + ternary::WhereValue
-        + cast::CastSource
-        + cast::CastTarget
-        + fill::FillKernels
-        + affine::AffineKernels
-        + reduce::ReduceKernels
-        + sort::SortKernels
-        + index::ScatterKernels
-        + matmul::MatmulKernels
-        + norm::NormKernels
-        + glu::GluKernels
-        + rope::RopeKernels
-        + attention::AttnKernels
-{
-}
+elem_kernels!(
+    unary::UnaryKernels,
+    binary::BinaryKernels,
+    ternary::WhereValue,
+    cast::CastSource,
+    cast::CastTarget,
+    fill::FillKernels,
+    affine::AffineKernels,
+    reduce::ReduceKernels,
+    sort::SortKernels,
+    index::ScatterKernels,
+    matmul::MatmulKernels,
+    norm::NormKernels,
+    glu::GluKernels,
+    rope::RopeKernels,
+    attention::AttnKernels,
+);
 
 /// One embedded AMDGPU code object.
 #[derive(Clone, Copy, Debug)]
@@ -113,7 +106,50 @@ pub struct PtxModule {
     pub text: &'static str,
 }
 
-include!(concat!(env!("OUT_DIR"), "/code_objects.rs"));
+/// One crate's device code: its kernels compiled for every AMDGPU arch of
+/// the build and for NVIDIA's PTX (ferrocm-build writes it; a crate embeds
+/// its own with [`kernel_module!`]). Every kernel's [`KernelInfo`](host::KernelInfo)
+/// names the module it is in, and a GPU device loads a module the first
+/// time one of its kernels launches.
+///
+/// ```
+/// let m = &ferrocm_kernels::KERNEL_MODULE;
+/// assert_eq!(m.name, "ferrocm-kernels");
+/// assert!(m.code_object("gfx000").is_none());
+/// ```
+#[derive(Debug)]
+pub struct KernelModule {
+    /// The crate the kernels come from (its package name).
+    pub name: &'static str,
+    /// One code object per AMDGPU arch built.
+    pub code_objects: &'static [CodeObject],
+    /// The PTX module (None when built with `FERROCM_PTX=off`).
+    pub ptx: Option<PtxModule>,
+}
+
+impl KernelModule {
+    /// The code object built for `arch`, if any.
+    pub fn code_object(&self, arch: &str) -> Option<&'static CodeObject> {
+        self.code_objects.iter().find(|c| c.arch == arch)
+    }
+
+    /// The archs of the code objects, in build order.
+    pub fn archs(&self) -> Vec<&'static str> {
+        self.code_objects.iter().map(|c| c.arch).collect()
+    }
+}
+
+/// ferrocm's own kernels: every kernel this crate declares, built by
+/// `build.rs` for every arch in `FERROCM_ARCHS` and the PTX target.
+pub static KERNEL_MODULE: KernelModule =
+    include!(concat!(env!("OUT_DIR"), "/ferrocm_kernel_module.rs"));
+
+/// The embedded code objects, one per arch ([`KERNEL_MODULE`]'s).
+pub static CODE_OBJECTS: &[CodeObject] = KERNEL_MODULE.code_objects;
+
+/// The embedded PTX module ([`KERNEL_MODULE`]'s; None when built with
+/// `FERROCM_PTX=off`).
+pub static PTX_MODULE: Option<PtxModule> = KERNEL_MODULE.ptx;
 
 /// The code object built for `arch`, if any.
 ///
@@ -121,7 +157,7 @@ include!(concat!(env!("OUT_DIR"), "/code_objects.rs"));
 /// assert!(ferrocm_kernels::code_object("gfx000").is_none());
 /// ```
 pub fn code_object(arch: &str) -> Option<&'static CodeObject> {
-    CODE_OBJECTS.iter().find(|c| c.arch == arch)
+    KERNEL_MODULE.code_object(arch)
 }
 
 /// Every kernel this crate declares, across all op families.
@@ -138,7 +174,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         reduce::COL_KERNELS,
         reduce::ARG_KERNELS,
         reduce::SOFTMAX_KERNELS,
-        index::KERNELS,
+        index::indexing::KERNELS,
         index::COPY_INTO_KERNELS,
         index::SCATTER_KERNELS,
         sort::KERNELS,
@@ -162,3 +198,38 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
 pub fn kernel(name: &str) -> Option<&'static host::KernelInfo> {
     kernels().find(|k| k.name == name)
 }
+
+/// Embeds a kernel crate's device code: put it once in the `lib.rs` of a
+/// crate whose `build.rs` calls `ferrocm_build::compile_kernels`. It
+/// defines `pub static KERNEL_MODULE: ferrocm_kernels::KernelModule` at the
+/// crate root (the `kernels!` declarations of the crate name it) and sets
+/// up rocm_kernel_macros' attributes for the host compile.
+///
+/// ```ignore
+/// // lib.rs of a crate with its kernels in src/fused.rs
+/// ferrocm_kernels::kernel_module!();
+/// pub mod fused;
+/// ```
+#[macro_export]
+macro_rules! kernel_module {
+    () => {
+        // rocm_kernel_macros' `#[amdgpu_global]` / `#[amdgpu_device]` write
+        // a copy of each item under `kernel_sources/` in the host compile,
+        // which this creates (ferrocm builds the device code itself).
+        #[allow(dead_code, unused_imports)]
+        mod __ferrocm_kernel_sources {
+            $crate::__rocm_kernel_macros::amdgpu_kernel_init!();
+        }
+
+        /// This crate's device code: its kernels for every AMDGPU arch of
+        /// the build and the PTX module (`ferrocm_build::compile_kernels`).
+        pub static KERNEL_MODULE: $crate::KernelModule = {
+            // The generated file names `ferrocm_kernels::...`.
+            use $crate as ferrocm_kernels;
+            include!(concat!(env!("OUT_DIR"), "/ferrocm_kernel_module.rs"))
+        };
+    };
+}
+
+#[doc(hidden)]
+pub use rocm_kernel_macros as __rocm_kernel_macros;

@@ -180,3 +180,18 @@ fn casts_follow_rust_as() {
     assert_eq!(7u8.div(0), 0);
     assert_eq!(i64::MIN.div(-1), i64::MIN);
 }
+
+/// The one list of matrix units (included by the build helper too).
+#[test]
+fn matrix_units_per_arch() {
+    use ferrocm_kernels::host::{matrix_unit_of, transposed_loads};
+    assert_eq!(matrix_unit_of("gfx942"), Some("mfma"));
+    assert_eq!(matrix_unit_of("gfx90a"), Some("mfma"));
+    assert_eq!(matrix_unit_of("gfx1100"), Some("wmma11"));
+    assert_eq!(matrix_unit_of("gfx1201"), Some("wmma12"));
+    assert_eq!(matrix_unit_of("sm_80"), Some("sync"));
+    assert_eq!(matrix_unit_of("sm_75"), None);
+    assert_eq!(matrix_unit_of("gfx1030"), None);
+    assert!(transposed_loads("sync"));
+    assert!(!transposed_loads("mfma"));
+}

@@ -1,6 +1,8 @@
-// Included by build.rs (which sets `cfg(ferrocm_mma = ..)` per arch from it)
-// and by `host` (which tells the op layer whether a device's code has a
-// matrix unit): one list for both. Plain std, no crate paths.
+// Included by ferrocm-build (which sets `cfg(ferrocm_mma = ..)` per arch
+// from it) and by `host` (which tells the op layer whether a device's code
+// has a matrix unit): one list for both. Plain std, no crate paths, and no
+// doc examples (they would run in both crates; the kernels crate's
+// tests/device_layer.rs checks the list).
 
 /// The matrix instruction the device layer's `mma` primitive uses in the
 /// code built for `arch` (an AMDGPU arch such as `gfx942` or
@@ -8,14 +10,6 @@
 /// CDNA2/3 (gfx90a, gfx94x, gfx950), `"wmma11"` on RDNA3/3.5 (gfx11),
 /// `"wmma12"` on RDNA4 (gfx12), `"sync"` (`mma.sync`) on sm_80 and later;
 /// `None` where the primitive's FMA body runs.
-///
-/// ```
-/// use ferrocm_kernels::host::matrix_unit_of;
-/// assert_eq!(matrix_unit_of("gfx942"), Some("mfma"));
-/// assert_eq!(matrix_unit_of("gfx1100"), Some("wmma11"));
-/// assert_eq!(matrix_unit_of("sm_80"), Some("sync"));
-/// assert_eq!(matrix_unit_of("gfx1030"), None);
-/// ```
 pub fn matrix_unit_of(arch: &str) -> Option<&'static str> {
     if let Some(sm) = arch.strip_prefix("sm_") {
         let digits: String = sm.chars().take_while(|c| c.is_ascii_digit()).collect();
@@ -37,13 +31,7 @@ pub fn matrix_unit_of(arch: &str) -> Option<&'static str> {
 /// K-contiguous ones: NVIDIA's `ldmatrix .trans` does; on the AMD units
 /// such a load gathers halves one by one, so kernels there store every
 /// tile K contiguous instead (transposing on the way into LDS).
-///
-/// ```
-/// use ferrocm_kernels::host::transposed_loads;
-/// assert!(transposed_loads("sync"));
-/// assert!(!transposed_loads("mfma"));
-/// ```
-#[allow(dead_code)] // build.rs includes this file too
+#[allow(dead_code)] // ferrocm-build includes this file too
 pub fn transposed_loads(unit: &str) -> bool {
     unit == "sync"
 }

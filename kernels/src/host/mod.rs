@@ -129,6 +129,36 @@ pub struct KernelInfo {
     pub args: &'static [ArgKind],
     /// The host copy: called once per workitem with the argument slots.
     pub entry: fn(&[u64]),
+    /// The device code the kernel is in ([`crate::KERNEL_MODULE`] for
+    /// ferrocm's own kernels); `None` for a kernel that exists only on the
+    /// host, which only the emulator can run (a kernel under development:
+    /// see [`KernelInfo::host_only`]).
+    pub module: Option<&'static crate::KernelModule>,
+}
+
+impl KernelInfo {
+    /// A kernel with no device code: the emulator runs `entry`, a GPU
+    /// refuses the launch. For a kernel under development, before it is in
+    /// any code object.
+    ///
+    /// ```
+    /// use ferrocm_kernels::host::{ArgKind, KernelInfo};
+    /// fn entry(_: &[u64]) {}
+    /// static K: KernelInfo = KernelInfo::host_only("k", &[ArgKind::U32], entry);
+    /// assert!(K.module.is_none());
+    /// ```
+    pub const fn host_only(
+        name: &'static str,
+        args: &'static [ArgKind],
+        entry: fn(&[u64]),
+    ) -> Self {
+        Self {
+            name,
+            args,
+            entry,
+            module: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for KernelInfo {
@@ -136,6 +166,7 @@ impl std::fmt::Debug for KernelInfo {
         f.debug_struct("KernelInfo")
             .field("name", &self.name)
             .field("args", &self.args)
+            .field("module", &self.module.map(|m| m.name))
             .finish()
     }
 }
@@ -150,9 +181,9 @@ impl std::fmt::Debug for KernelInfo {
 ///
 /// ```
 /// use ferrocm_kernels::host::Kernel;
-/// use ferrocm_kernels::unary::unary_exp_f32;
+/// use ferrocm_kernels::elementwise::unary::unary_exp_f32;
 /// assert_eq!(<unary_exp_f32 as Kernel>::INFO.name, "unary_exp_f32");
-/// fn takes_f32_map<K: Kernel<Args = ferrocm_kernels::unary::UnaryArgs<f32>>>() {}
+/// fn takes_f32_map<K: Kernel<Args = ferrocm_kernels::elementwise::unary::UnaryArgs<f32>>>() {}
 /// takes_f32_map::<unary_exp_f32>(); // a kernel of another signature would not compile
 /// ```
 pub trait Kernel: 'static {
@@ -164,12 +195,12 @@ pub trait Kernel: 'static {
 
 /// A kernel handle as a value: the [`KernelInfo`] of a kernel whose
 /// parameter types are `A`. Families map a dtype to one of these (see
-/// [`crate::unary::UnaryKernels`]); `None` where a family has no kernel for a
+/// [`crate::elementwise::unary::UnaryKernels`]); `None` where a family has no kernel for a
 /// dtype.
 ///
 /// ```
 /// use ferrocm_kernels::host::KernelRef;
-/// use ferrocm_kernels::unary::{Exp, UnaryKernels};
+/// use ferrocm_kernels::elementwise::unary::{Exp, UnaryKernels};
 /// let k = <f32 as UnaryKernels>::kernel::<Exp>().unwrap();
 /// assert_eq!(k.info.name, "unary_exp_f32");
 /// assert!(<u8 as UnaryKernels>::kernel::<Exp>().is_none());
@@ -210,5 +241,5 @@ unsafe impl bytemuck::Zeroable for crate::elem::F16 {}
 unsafe impl bytemuck::Pod for crate::elem::F16 {}
 unsafe impl bytemuck::Zeroable for crate::elem::Bf16 {}
 unsafe impl bytemuck::Pod for crate::elem::Bf16 {}
-unsafe impl bytemuck::Zeroable for crate::index::W128 {}
-unsafe impl bytemuck::Pod for crate::index::W128 {}
+unsafe impl bytemuck::Zeroable for crate::elem::W128 {}
+unsafe impl bytemuck::Pod for crate::elem::W128 {}

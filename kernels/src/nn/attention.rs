@@ -27,11 +27,11 @@
 //! [`attn_finish`]) are shared with the Cpu backend.
 
 use crate::device::*;
+use crate::elem::W128;
 use crate::elem::*;
-use crate::index::W128;
 use crate::kernels;
 use crate::math;
-use crate::matmul::MatElem;
+use crate::matmul::dense::MatElem;
 use crate::unroll4;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
@@ -75,7 +75,7 @@ pub const ATTN_HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
 /// hi`) when it sees none.
 ///
 /// ```
-/// use ferrocm_kernels::attention::attn_span;
+/// use ferrocm_kernels::nn::attention::attn_span;
 /// assert_eq!(attn_span(0, 1, 10, true, 0), (0, 10)); // decode: every key
 /// assert_eq!(attn_span(0, 1, 10, true, 3), (7, 10)); // the last three
 /// assert_eq!(attn_span(0, 4, 4, true, 0), (0, 1)); // prefill row 0
@@ -103,7 +103,7 @@ pub fn attn_span(i: u32, s_q: u32, s_kv: u32, causal: bool, window: u32) -> (u32
 /// cap)`, Gemma 2) when `softcap > 0`, plus the additive mask value.
 ///
 /// ```
-/// use ferrocm_kernels::attention::attn_logit;
+/// use ferrocm_kernels::nn::attention::attn_logit;
 /// assert_eq!(attn_logit(4.0, 0.5, 0.0, 1.0), 3.0);
 /// assert!((attn_logit(100.0, 1.0, 5.0, 0.0) - 5.0).abs() < 1e-6);
 /// ```
@@ -123,7 +123,7 @@ pub fn attn_logit(dot: f32, scale: f32, softcap: f32, mask: f32) -> f32 {
 /// `s = -inf` (also when `m` is: a row that has seen nothing).
 ///
 /// ```
-/// use ferrocm_kernels::attention::attn_weight;
+/// use ferrocm_kernels::nn::attention::attn_weight;
 /// assert_eq!(attn_weight(2.0, 2.0), 1.0);
 /// assert_eq!(attn_weight(f32::NEG_INFINITY, f32::NEG_INFINITY), 0.0);
 /// ```
@@ -141,7 +141,7 @@ pub fn attn_weight(s: f32, m: f32) -> f32 {
 /// denominator `l`: 0 when no key was seen.
 ///
 /// ```
-/// use ferrocm_kernels::attention::attn_finish;
+/// use ferrocm_kernels::nn::attention::attn_finish;
 /// assert_eq!(attn_finish(3.0, 2.0), 1.5);
 /// assert_eq!(attn_finish(0.0, 0.0), 0.0);
 /// ```
@@ -207,7 +207,7 @@ pub struct AttnGeometry {
 /// weights, the rows' denominators and maxima.
 ///
 /// ```
-/// use ferrocm_kernels::attention::attn_rows_lds_bytes;
+/// use ferrocm_kernels::nn::attention::attn_rows_lds_bytes;
 /// assert_eq!(attn_rows_lds_bytes(8, 4, 128), 4 * (8 * 4 * 130 + 8 * 4 + 2 * 4));
 /// ```
 #[amdgpu_device]
@@ -696,7 +696,7 @@ const fn tile_pitch(d: u32) -> u32 {
 /// six words per row (its `m`, `l`, output row and span of keys).
 ///
 /// ```
-/// use ferrocm_kernels::attention::attn_mma_lds_bytes;
+/// use ferrocm_kernels::nn::attention::attn_mma_lds_bytes;
 /// assert!(attn_mma_lds_bytes(4, 128, false) <= 64 * 1024);
 /// assert!(attn_mma_lds_bytes(4, 128, true) <= 96 * 1024);
 /// ```
@@ -1126,7 +1126,7 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
 /// column sum of head dim `d` per wave.
 ///
 /// ```
-/// use ferrocm_kernels::attention::attn_merge_lds_bytes;
+/// use ferrocm_kernels::nn::attention::attn_merge_lds_bytes;
 /// assert_eq!(attn_merge_lds_bytes(32, 128), 8 * 128 * 4);
 /// ```
 #[amdgpu_device]

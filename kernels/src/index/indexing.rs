@@ -19,41 +19,7 @@ use crate::elem::*;
 use crate::kernels;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
-/// A 16-byte word (four u32s, 16-byte aligned): `index_select` moves rows
-/// whose bytes are a multiple of 16 in these, one 128-bit load and store per
-/// word.
-#[amdgpu_device]
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
-#[repr(C, align(16))]
-pub struct W128(pub [u32; 4]);
-
-/// An element moved as opaque bits.
-#[amdgpu_device]
-pub trait Word: Copy + 'static {
-    /// All bits zero (what a skipped element is set to).
-    const ZERO: Self;
-}
-
-#[amdgpu_device]
-impl Word for u8 {
-    const ZERO: Self = 0;
-}
-#[amdgpu_device]
-impl Word for u16 {
-    const ZERO: Self = 0;
-}
-#[amdgpu_device]
-impl Word for u32 {
-    const ZERO: Self = 0;
-}
-#[amdgpu_device]
-impl Word for u64 {
-    const ZERO: Self = 0;
-}
-#[amdgpu_device]
-impl Word for W128 {
-    const ZERO: Self = W128([0; 4]);
-}
+pub use crate::elem::{W128, Word};
 
 /// Whether `id` indexes a dim of `size` (negative ids never do).
 #[amdgpu_device]

@@ -128,7 +128,7 @@ pub trait FillKernels: Sized + 'static {
     /// `fill_{T}(out, n, bits)`.
     const FILL: KernelRef<(*mut Self, u64, u64)>;
     /// `copy_{T}(out, inp, n, ndim, layout)`.
-    const COPY: KernelRef<crate::cast::CastArgs<Self, Self>>;
+    const COPY: KernelRef<crate::elementwise::cast::CastArgs<Self, Self>>;
     /// `copy2d_{T}(out, inp, rows, cols, src_stride, dst_stride)`.
     const COPY2D: KernelRef<(*mut Self, *const Self, u64, u64, u64, u64)>;
     /// `transpose_{T}(out, inp, batch, rows, cols)`.
@@ -141,7 +141,7 @@ macro_rules! fill_kernels {
             #[cfg(not(ferrocm_device))]
             impl FillKernels for $t {
                 const FILL: KernelRef<(*mut Self, u64, u64)> = KernelRef::of::<$fill>();
-                const COPY: KernelRef<crate::cast::CastArgs<Self, Self>> = KernelRef::of::<$copy>();
+                const COPY: KernelRef<crate::elementwise::cast::CastArgs<Self, Self>> = KernelRef::of::<$copy>();
                 const COPY2D: KernelRef<(*mut Self, *const Self, u64, u64, u64, u64)> = KernelRef::of::<$copy2d>();
                 const TRANSPOSE: KernelRef<(*mut Self, *const Self, u64, u64, u64)> = KernelRef::of::<$transpose>();
             }

@@ -2,7 +2,7 @@
 //! elementwise (f32 arithmetic, one rounding), with broadcasting: SwiGLU
 //! (`act` = silu: Llama, Mistral, Qwen), GeGLU (gelu, tanh or erf: Gemma,
 //! T5 v1.1), ReGLU (relu). One kernel per dtype serves every activation:
-//! `act` is one of the [`crate::unary`] `ACT_*` codes, uniform over the
+//! `act` is one of the [`crate::elementwise::unary`] `ACT_*` codes, uniform over the
 //! launch, so the branch on it costs nothing per element.
 //!
 //! The arguments are those of the binary kernels (`layout`, when `ndim >
@@ -11,18 +11,18 @@
 //! in place as strided views.
 
 use crate::device::*;
+use crate::elem::W128;
 use crate::elem::*;
-use crate::index::W128;
+use crate::elementwise::unary::activation;
 use crate::kernels;
-use crate::unary::activation;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
 /// `act(gate) * up` in f32, rounded once: the scalar definition the kernels
 /// and the Cpu backend share.
 ///
 /// ```
-/// use ferrocm_kernels::glu::glu_apply;
-/// use ferrocm_kernels::unary::{ACT_RELU, ACT_SILU};
+/// use ferrocm_kernels::nn::glu::glu_apply;
+/// use ferrocm_kernels::elementwise::unary::{ACT_RELU, ACT_SILU};
 /// assert_eq!(glu_apply(-1.0f32, 3.0, ACT_RELU), 0.0);
 /// assert_eq!(glu_apply(0.0f32, 3.0, ACT_SILU), 0.0);
 /// ```

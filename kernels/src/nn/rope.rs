@@ -22,8 +22,8 @@
 //! contiguous.
 
 use crate::device::*;
+use crate::elem::W128;
 use crate::elem::*;
-use crate::index::W128;
 use crate::kernels;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
@@ -41,7 +41,7 @@ pub const ROPE_THD: u32 = 2;
 /// kernels and the Cpu backend).
 ///
 /// ```
-/// use ferrocm_kernels::rope::rope_pair;
+/// use ferrocm_kernels::nn::rope::rope_pair;
 /// assert_eq!(rope_pair(1.0, 0.0, 0.0, 1.0), (0.0, 1.0)); // a quarter turn
 /// ```
 #[amdgpu_device]
@@ -54,7 +54,7 @@ pub fn rope_pair(x0: f32, x1: f32, c: f32, s: f32) -> (f32, f32) {
 /// halves layouts `(i, i + r/2)`, the interleaved `(2i, 2i + 1)`).
 ///
 /// ```
-/// use ferrocm_kernels::rope::{ROPE_HALVES, ROPE_INTERLEAVED, rope_pair_at};
+/// use ferrocm_kernels::nn::rope::{ROPE_HALVES, ROPE_INTERLEAVED, rope_pair_at};
 /// assert_eq!(rope_pair_at::<ROPE_HALVES>(3, 16), (3, 11));
 /// assert_eq!(rope_pair_at::<ROPE_INTERLEAVED>(3, 16), (6, 7));
 /// ```

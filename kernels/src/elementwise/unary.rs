@@ -179,7 +179,7 @@ pub const ACT_SILU: u32 = 4;
 /// intermediate; `glu` gates with it).
 ///
 /// ```
-/// use ferrocm_kernels::unary::{ACT_NONE, ACT_RELU, activation};
+/// use ferrocm_kernels::elementwise::unary::{ACT_NONE, ACT_RELU, activation};
 /// assert_eq!(activation(-2.0, ACT_RELU), 0.0);
 /// assert_eq!(activation(-2.0, ACT_NONE), -2.0);
 /// ```

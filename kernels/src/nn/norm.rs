@@ -26,10 +26,10 @@
 //! against the spread, where `Σh² - (Σh)²/n` would cancel.
 
 use crate::device::*;
+use crate::elem::W128;
 use crate::elem::*;
-use crate::index::W128;
 use crate::kernels;
-use crate::reduce::{Sum, block_reduce};
+use crate::reduce::reductions::{Sum, block_reduce};
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
 /// Workitems per workgroup of the norm kernels.
@@ -41,15 +41,15 @@ pub const NORM_BLOCK: u32 = 256;
 pub const NORM_WAVE_COLS: u32 = 1024;
 
 /// LDS a norm launch must provide (the workgroup sum's slots:
-/// [`crate::reduce::REDUCE_LDS_BYTES`]).
+/// [`crate::reduce::reductions::REDUCE_LDS_BYTES`]).
 #[amdgpu_device]
-pub const NORM_LDS_BYTES: u32 = crate::reduce::REDUCE_LDS_BYTES;
+pub const NORM_LDS_BYTES: u32 = crate::reduce::reductions::REDUCE_LDS_BYTES;
 
 /// `1 / sqrt(mean(h²) + eps)` from `Σ h²` over `cols` elements: the scale
 /// of an RMS norm (shared by the kernels and the Cpu backend).
 ///
 /// ```
-/// use ferrocm_kernels::norm::rms_scale;
+/// use ferrocm_kernels::nn::norm::rms_scale;
 /// assert_eq!(rms_scale(16.0, 4, 0.0), 0.5); // h = [2, 2, 2, 2]
 /// ```
 #[amdgpu_device]
@@ -63,7 +63,7 @@ pub fn rms_scale(sum_sq: f32, cols: u32, eps: f32) -> f32 {
 /// below zero counts as zero, a NaN stays NaN). Shared by the kernels and the Cpu backend.
 ///
 /// ```
-/// use ferrocm_kernels::norm::layer_stats;
+/// use ferrocm_kernels::nn::norm::layer_stats;
 /// // h = [1, 3]: shifted by 1, the sums are 2 and 4.
 /// assert_eq!(layer_stats(1.0, 2.0, 4.0, 2, 0.0), (2.0, 1.0));
 /// ```
@@ -83,7 +83,7 @@ pub fn layer_stats(shift: f32, s1: f32, s2: f32, cols: u32, eps: f32) -> (f32, f
 /// sign of a zero), in f32, rounded once by the caller.
 ///
 /// ```
-/// use ferrocm_kernels::norm::norm_apply;
+/// use ferrocm_kernels::nn::norm::norm_apply;
 /// assert_eq!(norm_apply(3.0, 1.0, 0.5, 2.0, 1.0), 3.0);
 /// ```
 #[amdgpu_device]

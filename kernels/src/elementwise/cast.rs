@@ -74,7 +74,7 @@ const _: () = {
             }
         )*};
     }
-    use crate::fill::{copy_bf16, copy_f16, copy_f32, copy_i64, copy_u8, copy_u32};
+    use crate::elementwise::fill::{copy_bf16, copy_f16, copy_f32, copy_i64, copy_u8, copy_u32};
     target! {
         f32 => copy_f32, cast_f16_f32, cast_bf16_f32, cast_u8_f32, cast_u32_f32, cast_i64_f32;
         F16 => cast_f32_f16, copy_f16, cast_bf16_f16, cast_u8_f16, cast_u32_f16, cast_i64_f16;

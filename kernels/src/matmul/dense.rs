@@ -21,11 +21,13 @@
 //! a vendor GEMM (rocBLAS, cuBLAS), rounding once.
 
 use crate::device::*;
+use crate::elem::W128;
 use crate::elem::*;
-use crate::index::W128;
+pub use crate::elementwise::unary::{
+    ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, activation,
+};
 use crate::kernels;
 use crate::math;
-pub use crate::unary::{ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, activation};
 use crate::unroll4;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
