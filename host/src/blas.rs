@@ -3,16 +3,12 @@
 //!
 //! [`Gemm`] is a strided-batched GEMM in BLAS's own terms (column-major
 //! matrices, transpose flags, leading dimensions), over buffers of one
-//! device. [`Device::blas_gemm`] proves every element the call can touch
+//! device. [`Device::blas_gemm`](crate::Device::blas_gemm) proves every element the call can touch
 //! lies inside its buffer (as a kernel launch's arguments are proved) and
 //! that the leading dimensions are ones the libraries accept, then calls the
 //! library on the device's stream: `Ok(true)` when it ran, `Ok(false)` when
 //! the device has no such library (the caller runs its own kernel), an error
 //! when the library refused or failed (every status is checked).
-
-use crate::buffer::DeviceBuffer;
-use crate::device::Device;
-use crate::error::{Error, Result};
 
 /// The element type of a GEMM: inputs and output in it, f32 accumulation
 /// and f32 `alpha` / `beta` for all three.
@@ -109,8 +105,9 @@ impl Gemm {
         (self.batch - 1) * op.stride + (c - 1) * op.ld + r
     }
 
-    /// Checks the call against BLAS's rules and the buffers' lengths.
-    fn validate(
+    /// Checks the call against BLAS's rules and the buffers' lengths
+    /// (in elements), for inputs of `elem` and outputs of `c_elem` bytes.
+    pub(crate) fn validate(
         &self,
         lens: [usize; 3],
         elem: usize,
@@ -161,68 +158,6 @@ impl Gemm {
             return Err(format!("C: batch stride {} overlaps", self.c.stride));
         }
         Ok(())
-    }
-}
-
-impl Device {
-    /// Runs `g` with the device's vendor BLAS (rocBLAS, cuBLAS) on its
-    /// stream: `Ok(false)` without running anything when the device has no
-    /// such library (the Cpu, the emulator, a GPU whose library did not
-    /// load); the caller then uses its own kernel.
-    ///
-    /// ```
-    /// use ferrocm_host::{Device, WaveSize};
-    /// use ferrocm_host::blas::{Gemm, GemmOperand, GemmType};
-    /// let dev = Device::emulator(WaveSize::Wave32);
-    /// let a = dev.upload(&[1.0f32; 4]).unwrap();
-    /// let op = GemmOperand { offset: 0, ld: 2, stride: 0 };
-    /// let g = Gemm { dtype: GemmType::F32, c_type: GemmType::F32, trans_a: false, trans_b: false,
-    ///     m: 2, n: 2, k: 2, batch: 1, a: op, b: op, c: op };
-    /// assert!(!dev.blas_gemm(&g, &a, &a, &a).unwrap()); // no BLAS here
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::BadBlasCall`] when an operand reaches past its buffer, a
-    /// leading dimension is below the stored rows, a dim is past `i32`, or
-    /// the buffers are on another device; the library's status otherwise.
-    pub fn blas_gemm<T: bytemuck::Pod, U: bytemuck::Pod>(
-        &self,
-        g: &Gemm,
-        a: &DeviceBuffer<T>,
-        b: &DeviceBuffer<T>,
-        c: &DeviceBuffer<U>,
-    ) -> Result<bool> {
-        let bad = |why: String| Error::BadBlasCall {
-            device: self.to_string(),
-            why,
-        };
-        if [a.device(), b.device(), c.device()]
-            .iter()
-            .any(|d| !d.same_device(self))
-        {
-            return Err(bad("a buffer of another device".into()));
-        }
-        g.validate([a.len(), b.len(), c.len()], size_of::<T>(), size_of::<U>())
-            .map_err(bad)?;
-        if g.m == 0 || g.n == 0 || g.batch == 0 {
-            return Ok(true);
-        }
-        let ptr = |base: u64, op: &GemmOperand, size: usize| base + (op.offset * size) as u64;
-        let ptrs = [
-            ptr(a.device_ptr(), &g.a, size_of::<T>()),
-            ptr(b.device_ptr(), &g.b, size_of::<T>()),
-            ptr(c.device_ptr(), &g.c, size_of::<U>()),
-        ];
-        match self {
-            #[cfg(feature = "rocm")]
-            Device::Rocm(r) => r.blas_gemm(g, ptrs),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(cu) => cu.blas_gemm(g, ptrs),
-            _ => {
-                let _ = ptrs;
-                Ok(false)
-            }
-        }
     }
 }
 

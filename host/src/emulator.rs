@@ -14,9 +14,9 @@
 //! wait at a barrier, lanes of one wave at different ops) is a deadlock,
 //! reported at once with who waited where.
 
-use crate::device::EmulatorConfig;
 use crate::error::{Error, Result};
-use crate::launch::{Arg, LaunchConfig};
+use crate::launch::LaunchConfig;
+use crate::memory::HostAlloc;
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use ferrocm_kernels::host::KernelInfo;
@@ -25,7 +25,87 @@ use ferrocm_kernels::host::emu::{
 };
 use rayon::prelude::*;
 use std::cell::{Cell, RefCell};
+use std::fmt;
 use std::panic::AssertUnwindSafe;
+
+/// The wave (warp) width the emulator runs kernels with: the two widths AMD
+/// GPUs have, so a wrong width is not representable.
+///
+/// ```
+/// use ferrocm_host::{Device, WaveSize};
+/// assert_eq!(WaveSize::Wave64.lanes(), 64);
+/// assert_eq!(WaveSize::try_from(32).unwrap(), WaveSize::Wave32);
+/// assert!(WaveSize::try_from(48).is_err());
+/// let _rdna_like = Device::emulator(WaveSize::Wave32);
+/// ```
+/// # use ferrocm_host::WaveSize;
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WaveSize {
+    /// 32 lanes (RDNA; also NVIDIA's warp).
+    Wave32 = 32,
+    /// 64 lanes (CDNA and GCN).
+    Wave64 = 64,
+}
+
+impl WaveSize {
+    /// Both wave sizes, for tests that run on each.
+    pub const ALL: [WaveSize; 2] = [WaveSize::Wave32, WaveSize::Wave64];
+
+    /// Lanes per wave: 32 or 64.
+    pub const fn lanes(self) -> u32 {
+        match self {
+            WaveSize::Wave32 => 32,
+            WaveSize::Wave64 => 64,
+        }
+    }
+}
+
+impl TryFrom<u32> for WaveSize {
+    type Error = Error;
+    /// 32 or 64; anything else is [`Error::UnknownDevice`].
+    fn try_from(lanes: u32) -> Result<Self> {
+        match lanes {
+            32 => Ok(WaveSize::Wave32),
+            64 => Ok(WaveSize::Wave64),
+            _ => Err(Error::UnknownDevice {
+                name: format!("emulator:{lanes}"),
+                detail: "the emulator's wave size is 32 or 64".into(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for WaveSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.lanes())
+    }
+}
+
+/// Settings of an emulator device.
+///
+/// ```
+/// use ferrocm_host::{Device, EmulatorConfig, WaveSize};
+/// let fast = Device::emulator_with(EmulatorConfig { wave_size: WaveSize::Wave64, sanitize: false });
+/// assert_eq!(fast.to_string(), "emulator(wave64)");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EmulatorConfig {
+    /// Wave size: 32 (RDNA) or 64 (CDNA).
+    pub wave_size: WaveSize,
+    /// Red zones, poisoned allocations and LDS bounds checks.
+    pub sanitize: bool,
+}
+
+/// One kernel argument as the emulator takes it: the 64-bit slot the kernel
+/// reads, and for a buffer the byte range `[start, end)` the launch may
+/// touch (and whether it may write it) and its host block, whose red zones
+/// the sanitizer checks after the launch.
+pub(crate) struct EmulatedArg<'a> {
+    pub(crate) raw: u64,
+    pub(crate) range: Option<(usize, usize, bool)>,
+    pub(crate) host: Option<&'a HostAlloc>,
+}
 
 /// Stack of one workitem coroutine.
 const STACK_SIZE: usize = 128 * 1024;
@@ -95,25 +175,19 @@ pub(crate) fn launch(
     config: &EmulatorConfig,
     kernel: &KernelInfo,
     cfg: &LaunchConfig,
-    args: &[Arg],
+    args: &[EmulatedArg],
 ) -> Result<()> {
-    let raw: Vec<u64> = args.iter().map(|a| a.raw()).collect();
+    let raw: Vec<u64> = args.iter().map(|a| a.raw).collect();
     // Under the sanitizer every global access is checked against the ranges
-    // check_launch proved inside their buffers.
+    // the launch check proved inside their buffers.
     let globals: Vec<GlobalRange> = if config.sanitize {
         args.iter()
             .enumerate()
             .filter_map(|(i, a)| {
-                let (b, writable) = match a {
-                    Arg::In(b) => (b, false),
-                    Arg::Out(b) => (b, true),
-                    _ => return None,
-                };
-                let start = b.ptr() as usize;
-                let bytes = b.checked_extent()? * b.elem_size;
+                let (start, end, writable) = a.range?;
                 Some(GlobalRange {
                     start,
-                    end: start + bytes,
+                    end,
                     writable,
                     arg: i,
                 })
@@ -132,9 +206,7 @@ pub(crate) fn launch(
     // Red zones are checked even after a failed launch: an overrun explains a lot.
     if config.sanitize {
         for (i, a) in args.iter().enumerate() {
-            if let Arg::In(b) | Arg::Out(b) = a
-                && let Some(h) = b.host
-            {
+            if let Some(h) = a.host {
                 let (before, after) = h.check_red_zones();
                 if before + after > 0 {
                     return Err(Error::OutOfBoundsWrite {

@@ -9,6 +9,15 @@
 //! - `Device::Cuda` (feature `cuda`): NVIDIA GPUs through the CUDA driver API
 //!   (cudarc, loaded at run time), running the same kernels compiled to PTX.
 //!
+//! The modules, each using only those above it in this list:
+//! [`error`]; [`memory`] (the caching allocator's pool, host blocks with red
+//! zones); [`launch`] (what a launch is); [`blas`] and [`dnn`] (the library
+//! hooks' call descriptions); [`gpu`] (the trait a GPU backend implements);
+//! [`emulator`]; [`codeobject`] and [`ptx`] (reading the compiled kernels);
+//! `rocm` and `cuda` (the two backends, each a folder split by concern);
+//! [`device`] (`Device` and everything it owns: buffers, kernel arguments,
+//! the one launch check, fault words, the checked library entries).
+//!
 //! ```
 //! # use ferrocm_host::WaveSize;
 //! use ferrocm_host::{Arg, Device, LaunchConfig};
@@ -22,25 +31,26 @@
 //! ```
 
 pub mod blas;
-pub mod buffer;
 pub mod codeobject;
-#[cfg(feature = "cuda")]
-mod cublas;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
-mod emulator;
+pub mod dnn;
+pub mod emulator;
 pub mod error;
-pub mod fault;
+pub mod gpu;
 pub mod launch;
 pub mod memory;
 pub mod ptx;
 #[cfg(feature = "rocm")]
 pub mod rocm;
 
-pub use buffer::{DeviceBuffer, RawBuffer};
-pub use device::{Device, EmulatorConfig, GpuInfo, WaveSize};
+pub use device::args::{Arg, In, Out, Param, Params};
+pub use device::buffer::{DeviceBuffer, RawBuffer};
+pub use device::fault::{FAULT_WORDS, FaultChannel, ID_OUT_OF_RANGE};
+pub use device::{Device, devices, gpus};
+pub use emulator::{EmulatorConfig, WaveSize};
 pub use error::{Error, Result};
-pub use fault::{FAULT_WORDS, FaultChannel, ID_OUT_OF_RANGE};
-pub use launch::{Arg, In, LaunchConfig, Out, Param, Params};
-pub use memory::MemoryStats;
+pub use gpu::{GpuBackend, GpuInfo};
+pub use launch::LaunchConfig;
+pub use memory::{MemoryStats, POISON, RED_ZONE};

@@ -23,7 +23,10 @@
 //! # drop(b);
 //! ```
 
+use crate::error::{Error, Result};
+use std::alloc::Layout;
 use std::collections::BTreeMap;
+use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -70,19 +73,33 @@ pub fn size_class(bytes: usize) -> usize {
     bytes.div_ceil(step) * step
 }
 
-/// A cache of freed blocks of type `B`, by size class, with the counters.
-pub(crate) struct Pool<B> {
-    inner: Mutex<PoolInner<B>>,
+/// One device's caching allocator: freed blocks by size class, the bytes
+/// in use and cached, the memory limit, and the device's counters
+/// ([`MemoryStats`]). Every device has one (a GPU backend holds its own,
+/// [`GpuBackend::pool`](crate::gpu::GpuBackend::pool)); its methods are
+/// the host crate's, reached through [`Device`](crate::Device).
+pub struct Pool {
+    inner: Mutex<PoolInner>,
     synchronizations: AtomicU64,
     launches: AtomicU64,
     /// Most bytes (in use + cached) the pool may hold; u64::MAX for no cap.
     limit: AtomicU64,
-    /// The device's fault status words (see `fault`).
-    pub(crate) faults: Mutex<crate::fault::FaultWords>,
 }
 
-struct PoolInner<B> {
-    free: BTreeMap<usize, Vec<B>>,
+impl Default for Pool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pool({:?})", self.stats())
+    }
+}
+
+struct PoolInner {
+    free: BTreeMap<usize, Vec<Block>>,
     in_use: u64,
     cached: u64,
     peak: u64,
@@ -90,8 +107,9 @@ struct PoolInner<B> {
     reused: u64,
 }
 
-impl<B> Pool<B> {
-    pub(crate) const fn new() -> Self {
+impl Pool {
+    /// An empty pool with no memory limit.
+    pub const fn new() -> Self {
         Self {
             inner: Mutex::new(PoolInner {
                 free: BTreeMap::new(),
@@ -104,7 +122,6 @@ impl<B> Pool<B> {
             synchronizations: AtomicU64::new(0),
             launches: AtomicU64::new(0),
             limit: AtomicU64::new(u64::MAX),
-            faults: Mutex::new(crate::fault::FaultWords::new()),
         }
     }
 
@@ -124,7 +141,7 @@ impl<B> Pool<B> {
         Some(limit.saturating_sub(p.in_use + p.cached))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, PoolInner<B>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolInner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -133,8 +150,8 @@ impl<B> Pool<B> {
     pub(crate) fn take<E>(
         &self,
         class: usize,
-        fresh: impl Fn() -> Result<B, E>,
-    ) -> Result<(B, bool), E> {
+        fresh: impl Fn() -> Result<Block, E>,
+    ) -> std::result::Result<(Block, bool), E> {
         {
             let mut p = self.lock();
             if let Some(b) = p.free.get_mut(&class).and_then(|v| v.pop()) {
@@ -160,7 +177,7 @@ impl<B> Pool<B> {
     }
 
     /// Returns a block of `class` to the cache.
-    pub(crate) fn give(&self, class: usize, block: B) {
+    pub(crate) fn give(&self, class: usize, block: Block) {
         let mut p = self.lock();
         p.in_use = p.in_use.saturating_sub(class as u64);
         p.cached += class as u64;
@@ -195,6 +212,137 @@ impl<B> Pool<B> {
             reused_allocations: p.reused,
             synchronizations: self.synchronizations.load(Ordering::Relaxed),
             launches: self.launches.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Bytes of red zone on each side of an emulator buffer under the sanitizer.
+pub const RED_ZONE: usize = 256;
+/// Byte that fills fresh (uninitialised) buffers under the sanitizer: all-ones
+/// is NaN for f32/f16/bf16 and the maximum for unsigned types, so an output
+/// element a kernel forgot to write fails the comparison with the CPU.
+pub const POISON: u8 = 0xff;
+
+fn canary(i: usize) -> u8 {
+    (i as u8) ^ 0x5a
+}
+
+/// Host memory for the Cpu and Emulator devices: 256-byte aligned, `capacity`
+/// bytes of data (a size class), with red zones (filled with canaries) on both
+/// sides of the `len_bytes` in use when the sanitizer is on.
+pub(crate) struct HostAlloc {
+    base: NonNull<u8>,
+    layout: Layout,
+    red_zone: usize,
+    capacity: usize,
+    len_bytes: usize,
+}
+
+// SAFETY: plain memory; access is synchronised by the launch API (launches are
+// synchronous on host-memory devices).
+unsafe impl Send for HostAlloc {}
+unsafe impl Sync for HostAlloc {}
+
+impl HostAlloc {
+    /// A zero-filled block of `capacity` data bytes (zeroed so that stale
+    /// reads of a reused block always see initialised memory).
+    pub(crate) fn new(capacity: usize, red_zone: usize, device: &str) -> Result<Self> {
+        let oom = || Error::OutOfMemory {
+            device: device.to_string(),
+            bytes: capacity,
+            free: None,
+        };
+        let total = capacity
+            .checked_add(2 * red_zone)
+            .and_then(|t| t.checked_next_multiple_of(256))
+            .filter(|t| *t <= isize::MAX as usize / 2)
+            .ok_or_else(oom)?;
+        let layout = Layout::from_size_align(total.max(256), 256).map_err(|_| oom())?;
+        // SAFETY: non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let base = NonNull::new(p).ok_or_else(oom)?;
+        Ok(Self {
+            base,
+            layout,
+            red_zone,
+            capacity,
+            len_bytes: 0,
+        })
+    }
+
+    /// Prepares the block for a buffer of `len_bytes` (at most the capacity):
+    /// canaries right around those bytes, and the bytes set to `fill` if given.
+    pub(crate) fn prepare(&mut self, len_bytes: usize, fill: Option<u8>) {
+        debug_assert!(len_bytes <= self.capacity);
+        self.len_bytes = len_bytes;
+        let (p, red) = (self.base.as_ptr(), self.red_zone);
+        // SAFETY: every write is inside the allocation (capacity + 2 red zones).
+        unsafe {
+            if let Some(b) = fill {
+                std::ptr::write_bytes(p.add(red), b, len_bytes);
+            }
+            for i in 0..red {
+                *p.add(i) = canary(i);
+                *p.add(red + len_bytes + i) = canary(i);
+            }
+        }
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        // SAFETY: within the allocation.
+        unsafe { self.base.as_ptr().add(self.red_zone) }
+    }
+
+    pub(crate) fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+
+    /// Counts changed canary bytes before and after the data.
+    pub(crate) fn check_red_zones(&self) -> (usize, usize) {
+        let mut before = 0;
+        let mut after = 0;
+        // SAFETY: within the allocation.
+        unsafe {
+            let p = self.base.as_ptr();
+            for i in 0..self.red_zone {
+                before += (*p.add(i) != canary(i)) as usize;
+                after += (*p.add(self.red_zone + self.len_bytes + i) != canary(i)) as usize;
+            }
+        }
+        (before, after)
+    }
+}
+
+impl Drop for HostAlloc {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout.
+        unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) }
+    }
+}
+
+/// Memory a GPU backend allocated ([`GpuBackend::alloc`](crate::gpu::GpuBackend::alloc)),
+/// given back to the driver when dropped.
+pub trait GpuMemory: Send + Sync + std::fmt::Debug {
+    /// The device address.
+    fn ptr(&self) -> u64;
+    /// The bytes allocated.
+    fn len_bytes(&self) -> usize;
+}
+
+/// A block of device memory as the caches hold it.
+pub(crate) enum Block {
+    /// Host memory (the Cpu and the emulator).
+    Host(HostAlloc),
+    /// A GPU backend's memory.
+    Gpu(Box<dyn GpuMemory>),
+}
+
+impl Block {
+    /// The address kernels see.
+    pub(crate) fn ptr(&self) -> u64 {
+        match self {
+            Block::Host(h) => h.ptr() as u64,
+            Block::Gpu(g) => g.ptr(),
         }
     }
 }

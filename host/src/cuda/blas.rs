@@ -1,4 +1,5 @@
-//! cuBLAS for CUDA devices, opened at run time (`dlopen`), like the driver.
+//! cuBLAS for CUDA devices (the backend's [`Blas`]), opened at run time
+//! (`dlopen`), like the driver.
 //!
 //! Why not cudarc's own loader: it looks for the library names of the CUDA
 //! version it was built for (`libcublas.so.12`) and panics when none loads;
@@ -14,9 +15,12 @@
 //! `cublasGemmStridedBatchedEx`, `cublasGetStatusString`; every status is
 //! checked (success, else `Error::Cuda` with cuBLAS's own message).
 
+use super::driver::Handle;
 use crate::blas::{Gemm, GemmType};
 use crate::error::{Error, Result};
+use crate::gpu::Blas;
 use cudarc::cublas::sys as cb;
+use cudarc::driver::{result as cu, sys};
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_longlong, c_void};
 use std::sync::{Mutex, OnceLock};
@@ -147,6 +151,10 @@ fn resolve(library: Library, found_as: String) -> std::result::Result<Cublas, St
 pub struct CublasHandle {
     raw: Mutex<Raw>,
     lib: &'static Cublas,
+    /// The device's context, made current before each call.
+    ctx: Handle<sys::CUcontext>,
+    /// The device, for messages.
+    device: String,
 }
 
 struct Raw(cb::cublasHandle_t);
@@ -174,8 +182,12 @@ fn check(lib: &Cublas, status: cb::cublasStatus_t, call: &str, device: &str) -> 
 }
 
 impl CublasHandle {
-    /// A handle for the current context, on `stream`.
-    pub(crate) fn new(stream: *mut c_void, device: &str) -> Result<Self> {
+    /// A handle for the context `ctx` (current on this thread), on `stream`.
+    pub(crate) fn new(
+        stream: *mut c_void,
+        ctx: Handle<sys::CUcontext>,
+        device: &str,
+    ) -> Result<Self> {
         let lib = cublas().map_err(|why| Error::Cuda {
             call: "loading cuBLAS".into(),
             device: device.into(),
@@ -192,6 +204,8 @@ impl CublasHandle {
         let handle = Self {
             raw: Mutex::new(Raw(raw)),
             lib,
+            ctx,
+            device: device.into(),
         };
         // SAFETY: our handle and the device's stream (a driver CUstream is
         // the runtime's cudaStream_t).
@@ -213,7 +227,8 @@ impl CublasHandle {
 
     /// Queues `g` on the handle's stream (the context must be current).
     /// `ptrs` are A, B and C's first elements; the caller validated `g`.
-    pub(crate) fn gemm(&self, g: &Gemm, ptrs: [u64; 3], device: &str) -> Result<()> {
+    fn gemm_current(&self, g: &Gemm, ptrs: [u64; 3]) -> Result<()> {
+        let device = self.device.as_str();
         let data_type = |t: GemmType| match t {
             GemmType::F32 => cb::cudaDataType::CUDA_R_32F,
             GemmType::F16 => cb::cudaDataType::CUDA_R_16F,
@@ -257,6 +272,22 @@ impl CublasHandle {
             )
         };
         check(self.lib, status, "cublasGemmStridedBatchedEx", device)
+    }
+}
+
+impl Blas for CublasHandle {
+    fn name(&self) -> &'static str {
+        "cuBLAS"
+    }
+
+    unsafe fn gemm(&self, g: &Gemm, ptrs: [u64; 3]) -> Result<()> {
+        // SAFETY: the device's retained context.
+        unsafe { cu::ctx::set_current(self.ctx.0) }.map_err(|e| Error::Cuda {
+            call: "cuCtxSetCurrent".into(),
+            device: self.device.clone(),
+            message: super::driver::describe(&e),
+        })?;
+        self.gemm_current(g, ptrs)
     }
 }
 

@@ -19,10 +19,11 @@
 //! downloads and whichever thread waits, and reports it once. The Cpu runs
 //! ops at once and returns the error from the op itself.
 
-use crate::buffer::DeviceBuffer;
-use crate::device::Device;
+use super::Device;
+use super::args::Out;
+use super::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::launch::Out;
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 /// The u32 status words of a device (the kernel side's `Fault::status`).
@@ -36,18 +37,22 @@ pub const ID_OUT_OF_RANGE: &str = "id out of range";
 /// The status words of one device and whether a launch that can fault ran
 /// since the host last read them.
 #[derive(Default)]
-pub(crate) struct FaultWords {
+struct FaultWords {
     words: Option<DeviceBuffer<u32>>,
     armed: bool,
 }
 
-impl FaultWords {
-    pub(crate) const fn new() -> Self {
-        Self {
-            words: None,
-            armed: false,
-        }
-    }
+/// Every device's status words, by device (two handles on one GPU share
+/// them). Created at a device's first faulting launch and kept for the
+/// process, as the device itself is.
+static DEVICES: Mutex<Option<HashMap<super::DeviceKey, &'static Mutex<FaultWords>>>> =
+    Mutex::new(None);
+
+fn words_of(device: &Device) -> &'static Mutex<FaultWords> {
+    let mut map = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    map.get_or_insert_with(HashMap::new)
+        .entry(device.key())
+        .or_insert_with(|| Box::leak(Box::default()))
 }
 
 /// What each tag means: (op, what went wrong). Tags are process-wide.
@@ -108,8 +113,8 @@ impl FaultChannel<'_> {
 }
 
 impl Device {
-    fn fault_words(&self) -> MutexGuard<'_, FaultWords> {
-        self.pool().faults.lock().unwrap_or_else(|e| e.into_inner())
+    fn fault_words(&self) -> MutexGuard<'static, FaultWords> {
+        words_of(self).lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The channel for a launch of `op` that can find `what` on the device;
@@ -131,8 +136,9 @@ impl Device {
     }
 
     /// Reads and clears this device's status words when a launch that can
-    /// fault ran since they were last read. Called by every wait.
-    pub(crate) fn check_faults(&self) -> Result<()> {
+    /// fault ran since they were last read (`Device::check_faults`, called
+    /// by every wait).
+    pub(super) fn take_fault(&self) -> Result<()> {
         let mut guard = self.fault_words();
         if !guard.armed {
             return Ok(());

@@ -1,78 +1,28 @@
-//! Devices: the CPU, the SIMT emulator, ROCm GPUs and CUDA GPUs.
+//! Devices: the CPU, the SIMT emulator, ROCm GPUs and CUDA GPUs, and what
+//! every device has: memory from its caching allocator ([`buffer`]), typed
+//! kernel arguments ([`args`]), one checked launch path ([`launch`]), the
+//! status words kernels report faults in ([`fault`]), and the vendor
+//! libraries behind one checked entry each ([`libraries`]).
+//!
+//! A GPU is reached through its [`GpuBackend`]: [`Device::gpu`] is the one
+//! place that maps a device to it; everything else here is written once for
+//! every backend.
 
+pub mod args;
+pub mod buffer;
+pub mod fault;
+pub mod launch;
+mod libraries;
+
+use crate::emulator::{EmulatorConfig, WaveSize};
 use crate::error::{Error, Result};
+use crate::gpu::{GpuBackend, GpuInfo};
+use crate::memory::{MemoryStats, Pool};
 use std::fmt;
 #[cfg(any(feature = "rocm", feature = "cuda"))]
 use std::sync::Arc;
 
-/// The wave (warp) width the emulator runs kernels with: the two widths AMD
-/// GPUs have, so a wrong width is not representable.
-///
-/// ```
-/// use ferrocm_host::{Device, WaveSize};
-/// assert_eq!(WaveSize::Wave64.lanes(), 64);
-/// assert_eq!(WaveSize::try_from(32).unwrap(), WaveSize::Wave32);
-/// assert!(WaveSize::try_from(48).is_err());
-/// let _rdna_like = Device::emulator(WaveSize::Wave32);
-/// ```
-/// # use ferrocm_host::WaveSize;
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum WaveSize {
-    /// 32 lanes (RDNA; also NVIDIA's warp).
-    Wave32 = 32,
-    /// 64 lanes (CDNA and GCN).
-    Wave64 = 64,
-}
-
-impl WaveSize {
-    /// Both wave sizes, for tests that run on each.
-    pub const ALL: [WaveSize; 2] = [WaveSize::Wave32, WaveSize::Wave64];
-
-    /// Lanes per wave: 32 or 64.
-    pub const fn lanes(self) -> u32 {
-        match self {
-            WaveSize::Wave32 => 32,
-            WaveSize::Wave64 => 64,
-        }
-    }
-}
-
-impl TryFrom<u32> for WaveSize {
-    type Error = Error;
-    /// 32 or 64; anything else is [`Error::UnknownDevice`].
-    fn try_from(lanes: u32) -> Result<Self> {
-        match lanes {
-            32 => Ok(WaveSize::Wave32),
-            64 => Ok(WaveSize::Wave64),
-            _ => Err(Error::UnknownDevice {
-                name: format!("emulator:{lanes}"),
-                detail: "the emulator's wave size is 32 or 64".into(),
-            }),
-        }
-    }
-}
-
-impl fmt::Display for WaveSize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.lanes())
-    }
-}
-
-/// Settings of an emulator device.
-///
-/// ```
-/// use ferrocm_host::{Device, EmulatorConfig, WaveSize};
-/// let fast = Device::emulator_with(EmulatorConfig { wave_size: WaveSize::Wave64, sanitize: false });
-/// assert_eq!(fast.to_string(), "emulator(wave64)");
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct EmulatorConfig {
-    /// Wave size: 32 (RDNA) or 64 (CDNA).
-    pub wave_size: WaveSize,
-    /// Red zones, poisoned allocations and LDS bounds checks.
-    pub sanitize: bool,
-}
+pub use crate::gpu::{generic_family, select_code_object};
 
 /// Where buffers live and kernels run.
 ///
@@ -232,12 +182,8 @@ impl Device {
     /// Wave size kernels see on this device (None for the CPU).
     pub fn wave_size(&self) -> Option<u32> {
         match self {
-            Device::Cpu => None,
             Device::Emulator(c) => Some(c.wave_size.lanes()),
-            #[cfg(feature = "rocm")]
-            Device::Rocm(r) => Some(r.info().wave_size),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(c) => Some(c.info().wave_size),
+            _ => self.gpu().map(|g| g.info().wave_size),
         }
     }
 
@@ -251,18 +197,7 @@ impl Device {
     /// assert_eq!(Device::emulator(WaveSize::Wave64).matrix_unit(), None);
     /// ```
     pub fn matrix_unit(&self) -> Option<&'static str> {
-        match self {
-            Device::Cpu | Device::Emulator(_) => None,
-            #[cfg(feature = "rocm")]
-            Device::Rocm(r) => r
-                .info()
-                .code_object
-                .as_deref()
-                .and_then(ferrocm_kernels::host::matrix_unit_of),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(_) => ferrocm_kernels::PTX_MODULE
-                .and_then(|p| ferrocm_kernels::host::matrix_unit_of(p.target)),
-        }
+        self.gpu().and_then(|g| g.matrix_unit())
     }
 
     /// Whether kernels run on this device (emulator or GPU), as opposed to the CPU backend.
@@ -277,19 +212,13 @@ impl Device {
 
     /// Largest LDS a launch may request, in bytes.
     pub fn max_lds_bytes(&self) -> u32 {
-        match self {
-            Device::Cpu | Device::Emulator(_) => 64 * 1024,
-            #[cfg(feature = "rocm")]
-            Device::Rocm(r) => r.info().max_lds_bytes,
-            #[cfg(feature = "cuda")]
-            Device::Cuda(c) => c.info().max_lds_bytes,
-        }
+        self.gpu().map_or(64 * 1024, |g| g.info().max_lds_bytes)
     }
 
     /// Waits for all work queued on the device (counted in
-    /// [`MemoryStats::synchronizations`](crate::MemoryStats)), then reports
+    /// [`MemoryStats::synchronizations`]), then reports
     /// a fault a kernel found since the last wait ([`Error::Fault`], see
-    /// [`crate::fault`]).
+    /// [`fault`]).
     ///
     /// # Errors
     /// [`Error::Fault`] or [`Error::IdOutOfRange`] when a kernel reported one
@@ -299,14 +228,17 @@ impl Device {
     /// its launch instead.
     pub fn synchronize(&self) -> Result<()> {
         self.pool().count_sync();
-        match self {
-            Device::Cpu | Device::Emulator(_) => Ok(()),
-            #[cfg(feature = "rocm")]
-            Device::Rocm(r) => r.synchronize(),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(c) => c.synchronize(),
-        }?;
+        if let Some(gpu) = self.gpu() {
+            gpu.synchronize()?;
+        }
         self.check_faults()
+    }
+
+    /// Reads and clears the device's fault status words when a launch that
+    /// can fault ran since the last read: every wait calls it (see
+    /// [`fault`]).
+    pub(crate) fn check_faults(&self) -> Result<()> {
+        self.take_fault()
     }
 
     /// Whether kernels that can fetch their next LDS stage while computing
@@ -324,12 +256,8 @@ impl Device {
     /// ```
     pub fn double_buffers_lds(&self) -> bool {
         match self {
-            Device::Cpu => false,
-            Device::Emulator(_) => self.wave_size() == Some(32),
-            #[cfg(feature = "rocm")]
-            Device::Rocm(_) => false,
-            #[cfg(feature = "cuda")]
-            Device::Cuda(_) => true,
+            Device::Emulator(c) => c.wave_size == WaveSize::Wave32,
+            _ => self.gpu().is_some_and(|g| g.double_buffers_lds()),
         }
     }
 
@@ -341,13 +269,7 @@ impl Device {
     /// What `ferrocm info` shows about a GPU device (None for the CPU and
     /// the emulator).
     pub fn gpu_info(&self) -> Option<GpuInfo> {
-        match self {
-            Device::Cpu | Device::Emulator(_) => None,
-            #[cfg(feature = "rocm")]
-            Device::Rocm(r) => Some(r.info().clone()),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(c) => Some(c.info().clone()),
-        }
+        self.gpu().map(|g| g.info().clone())
     }
 
     /// (free, total) device memory in bytes as the driver reports it (None
@@ -356,13 +278,7 @@ impl Device {
     /// # Errors
     /// [`Error::Rocm`] / [`Error::Cuda`] when the driver call fails.
     pub fn memory_info(&self) -> Result<Option<(u64, u64)>> {
-        match self {
-            Device::Cpu | Device::Emulator(_) => Ok(None),
-            #[cfg(feature = "rocm")]
-            Device::Rocm(r) => r.memory_info().map(Some),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(c) => c.memory_info().map(Some),
-        }
+        self.gpu().map(|g| g.memory_info()).transpose()
     }
 
     /// Runs `f`, which queues work on this device, and returns its duration
@@ -381,30 +297,130 @@ impl Device {
     /// What `f` returns, and the device errors of recording and waiting for the
     /// timing events ([`Error::Rocm`] / [`Error::Cuda`]).
     pub fn time<F: FnOnce() -> Result<()>>(&self, f: F) -> Result<f32> {
-        match self {
-            Device::Cpu | Device::Emulator(_) => {
+        match self.gpu() {
+            None => {
                 let t = std::time::Instant::now();
                 f()?;
                 Ok(t.elapsed().as_secs_f32() * 1e3)
             }
-            #[cfg(feature = "rocm")]
-            Device::Rocm(r) => r.time(f),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(c) => c.time(f),
+            Some(gpu) => {
+                let mut f = Some(f);
+                gpu.time(&mut || f.take().map_or(Ok(()), |f| f()))
+            }
         }
     }
 
     /// A stable identity for comparisons (two handles on one GPU are the same device).
     pub fn same_device(&self, other: &Device) -> bool {
-        match (self, other) {
-            (Device::Cpu, Device::Cpu) => true,
-            (Device::Emulator(a), Device::Emulator(b)) => a == b,
-            #[cfg(feature = "rocm")]
-            (Device::Rocm(a), Device::Rocm(b)) => a.ordinal() == b.ordinal(),
-            #[cfg(feature = "cuda")]
-            (Device::Cuda(a), Device::Cuda(b)) => a.ordinal() == b.ordinal(),
-            _ => false,
+        self.key() == other.key()
+    }
+
+    /// The device's identity: two handles on one GPU have the same key.
+    pub(crate) fn key(&self) -> DeviceKey {
+        match (self, self.gpu()) {
+            (_, Some(gpu)) => DeviceKey::Gpu(gpu.info().backend, gpu.info().ordinal),
+            (Device::Emulator(c), None) => DeviceKey::Emulator(*c),
+            _ => DeviceKey::Cpu,
         }
+    }
+
+    /// The GPU backend of this device: `None` for the Cpu and the emulator.
+    /// The one place a device is mapped to its backend; every GPU method of
+    /// `Device` goes through it.
+    ///
+    /// ```
+    /// assert!(ferrocm_host::Device::Cpu.gpu().is_none());
+    /// ```
+    pub fn gpu(&self) -> Option<&dyn GpuBackend> {
+        match self {
+            Device::Cpu | Device::Emulator(_) => None,
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => Some(&**r),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(c) => Some(&**c),
+        }
+    }
+}
+
+/// What identifies a device (see [`Device::same_device`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum DeviceKey {
+    Cpu,
+    Emulator(EmulatorConfig),
+    Gpu(&'static str, usize),
+}
+
+/// The caches of the host-memory devices: the Cpu, and the emulator per wave
+/// size and sanitizer setting (each is its own device).
+static HOST_POOLS: [Pool; 5] = [
+    Pool::new(),
+    Pool::new(),
+    Pool::new(),
+    Pool::new(),
+    Pool::new(),
+];
+
+impl Device {
+    /// The cache and counters of this device.
+    pub(crate) fn pool(&self) -> &Pool {
+        match (self, self.gpu()) {
+            (_, Some(gpu)) => gpu.pool(),
+            (Device::Emulator(c), None) => {
+                &HOST_POOLS
+                    [1 + (c.wave_size == WaveSize::Wave64) as usize * 2 + c.sanitize as usize]
+            }
+            _ => &HOST_POOLS[0],
+        }
+    }
+
+    /// Caps the bytes this device's allocator may hold (live buffers plus its
+    /// cache) at `limit`, or lifts the cap (`None`). An allocation past the cap
+    /// first empties the cache, then fails with [`Error::OutOfMemory`]. Two
+    /// handles on one device share the cap.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, EmulatorConfig, Error, WaveSize};
+    /// let dev = Device::emulator_with(EmulatorConfig { wave_size: WaveSize::Wave64, sanitize: false });
+    /// dev.set_memory_limit(Some(dev.memory_stats().bytes_in_use + 4096));
+    /// assert!(matches!(dev.alloc::<u8>(1 << 20), Err(Error::OutOfMemory { .. })));
+    /// dev.set_memory_limit(None);
+    /// assert!(dev.alloc::<u8>(1 << 20).is_ok());
+    /// ```
+    pub fn set_memory_limit(&self, limit: Option<u64>) {
+        self.pool().set_limit(limit)
+    }
+
+    /// The cap set by [`Device::set_memory_limit`], if any.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.pool().limit()
+    }
+
+    /// Memory and launch statistics of this device: bytes in use and cached,
+    /// the peak, fresh versus reused allocations, synchronisations, launches.
+    /// Two handles on one device share them.
+    ///
+    /// ```
+    /// use ferrocm_host::Device;
+    /// let s = Device::Cpu.memory_stats();
+    /// assert!(s.peak_bytes_in_use >= s.bytes_in_use);
+    /// ```
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.pool().stats()
+    }
+
+    /// Gives every cached (free) block back to the system. Live buffers are
+    /// untouched. On a GPU, `hipFree` waits for the device.
+    ///
+    /// ```
+    /// # use ferrocm_host::WaveSize;
+    /// use ferrocm_host::Device;
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// drop(dev.alloc::<u8>(100).unwrap());
+    /// dev.empty_cache();
+    /// assert_eq!(dev.memory_stats().bytes_cached, 0);
+    /// ```
+    pub fn empty_cache(&self) {
+        self.pool().empty()
     }
 }
 
@@ -416,32 +432,18 @@ impl PartialEq for Device {
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Device::Cpu => write!(f, "cpu"),
-            Device::Emulator(c) => {
-                write!(
-                    f,
-                    "emulator(wave{}{})",
-                    c.wave_size,
-                    if c.sanitize { ", sanitizer" } else { "" }
-                )
+        match (self, self.gpu()) {
+            (_, Some(gpu)) => {
+                let i = gpu.info();
+                write!(f, "{}:{} ({}, {})", i.backend, i.ordinal, i.name, i.arch)
             }
-            #[cfg(feature = "rocm")]
-            Device::Rocm(r) => write!(
+            (Device::Emulator(c), None) => write!(
                 f,
-                "rocm:{} ({}, {})",
-                r.ordinal(),
-                r.info().name,
-                r.info().arch
+                "emulator(wave{}{})",
+                c.wave_size,
+                if c.sanitize { ", sanitizer" } else { "" }
             ),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(c) => write!(
-                f,
-                "cuda:{} ({}, {})",
-                c.ordinal(),
-                c.info().name,
-                c.info().arch
-            ),
+            _ => write!(f, "cpu"),
         }
     }
 }
@@ -511,66 +513,6 @@ impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }
-}
-
-/// What `ferrocm info` shows about a GPU.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuInfo {
-    /// `rocm` or `cuda`.
-    pub backend: &'static str,
-    /// Ordinal.
-    pub ordinal: usize,
-    /// Marketing name.
-    pub name: String,
-    /// gcnArchName without feature suffixes (`gfx942`).
-    pub arch: String,
-    /// Full gcnArchName (`gfx942:sramecc+:xnack-`).
-    pub arch_full: String,
-    /// Compute units.
-    pub compute_units: u32,
-    /// Global memory in bytes.
-    pub total_memory: u64,
-    /// Wave size.
-    pub wave_size: u32,
-    /// LDS per workgroup in bytes.
-    pub max_lds_bytes: u32,
-    /// The embedded code object chosen for it, if any.
-    pub code_object: Option<String>,
-}
-
-/// Picks the embedded code object for a device arch: the exact arch, else its
-/// generic family, else None.
-///
-/// ```
-/// use ferrocm_host::device::select_code_object;
-/// assert_eq!(select_code_object("gfx1103", &["gfx1100", "gfx11-generic"]), Some("gfx11-generic"));
-/// assert_eq!(select_code_object("gfx942:sramecc+:xnack-", &["gfx942"]), Some("gfx942"));
-/// assert_eq!(select_code_object("gfx803", &["gfx942"]), None);
-/// ```
-/// # use ferrocm_host::WaveSize;
-pub fn select_code_object<'a>(device_arch: &str, built: &[&'a str]) -> Option<&'a str> {
-    let arch = device_arch.split(':').next().unwrap_or(device_arch);
-    if let Some(a) = built.iter().find(|a| **a == arch) {
-        return Some(a);
-    }
-    let generic = generic_family(arch)?;
-    built.iter().find(|a| **a == generic).copied()
-}
-
-/// The generic target whose code object runs on `arch` (ROCm 6.3+ runtimes).
-pub fn generic_family(arch: &str) -> Option<&'static str> {
-    Some(match arch {
-        "gfx900" | "gfx902" | "gfx904" | "gfx906" | "gfx909" | "gfx90c" => "gfx9-generic",
-        "gfx940" | "gfx941" | "gfx942" | "gfx950" => "gfx9-4-generic",
-        "gfx1010" | "gfx1011" | "gfx1012" | "gfx1013" => "gfx10-1-generic",
-        "gfx1030" | "gfx1031" | "gfx1032" | "gfx1033" | "gfx1034" | "gfx1035" | "gfx1036" => {
-            "gfx10-3-generic"
-        }
-        "gfx1100" | "gfx1101" | "gfx1102" | "gfx1103" | "gfx1150" | "gfx1151" | "gfx1152"
-        | "gfx1153" => "gfx11-generic",
-        "gfx1200" | "gfx1201" => "gfx12-generic",
-        _ => return None,
-    })
 }
 
 /// All devices this process can use: the CPU, both emulator wave sizes, and

@@ -1,0 +1,344 @@
+//! Kernels on a CUDA GPU: PTX modules loaded once each (ferrocm's at open,
+//! a kernel crate's at the first launch of one of its kernels), kernels
+//! looked up once with their parameters checked against the PTX, and the
+//! launch itself (a programmatic dependent launch where the kernel starts
+//! early and the module was loaded for sm_90).
+
+use super::CudaDevice;
+use super::driver::{Handle, describe};
+use crate::error::{Error, Result};
+use crate::launch::LaunchConfig;
+use crate::ptx::PtxEntry;
+use cudarc::driver::result as cu;
+use cudarc::driver::sys;
+use ferrocm_kernels::KernelModule;
+use ferrocm_kernels::host::KernelInfo;
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+
+/// One loaded PTX module.
+pub(super) struct LoadedModule {
+    pub(super) module: Handle<sys::CUmodule>,
+    /// Kernel parameter sizes per entry, read from the PTX.
+    pub(super) entries: Vec<PtxEntry>,
+    /// Whether it was loaded for sm_90 (`griddepcontrol`), so a launch with
+    /// [`LaunchConfig::early_start`] may overlap the previous one.
+    pub(super) early_start: bool,
+    /// What `ferrocm info` says of it.
+    pub(super) description: String,
+}
+
+/// A looked-up kernel: its function and whether its module starts early.
+#[derive(Clone, Copy)]
+pub(super) struct Function {
+    f: Handle<sys::CUfunction>,
+    early_start: bool,
+}
+
+/// What the driver's compile of one kernel uses on this GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelResources {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Local memory per thread (spills, stack): 0 is the goal.
+    pub local_bytes: u32,
+    /// Static shared memory (dynamic shared memory comes with the launch).
+    pub static_shared_bytes: u32,
+    /// Most threads per block the compile allows.
+    pub max_threads: u32,
+}
+
+/// Loads `module`'s PTX for a GPU of compute capability `cc` (`major * 10 +
+/// minor`): on sm_90 and newer the module with its sm_90 instructions made
+/// real (early-start launches), else (or when that form does not load) the
+/// module as built, so a driver that refuses it costs only the overlap.
+/// `FERROCM_EARLY_START=0` keeps the module as built.
+pub(super) fn load(module: &KernelModule, cc: u32, label: &str) -> Result<LoadedModule> {
+    let ptx = module.ptx.ok_or_else(|| Error::NoCodeObject {
+        device: label.into(),
+        arch: format!("sm_{cc}"),
+        built: format!(
+            "no PTX module in {} (built with FERROCM_PTX=off)",
+            module.name
+        ),
+    })?;
+    let target: u32 = ptx.target.trim_start_matches("sm_").parse().unwrap_or(0);
+    if cc < target {
+        return Err(Error::NoCodeObject {
+            device: label.into(),
+            arch: format!("sm_{cc}"),
+            built: format!("{}: PTX for {} and newer", module.name, ptx.target),
+        });
+    }
+    let wanted = std::env::var("FERROCM_EARLY_START").map_or(true, |v| v.trim() != "0");
+    let mut sm90_refused = None;
+    let sm90 = (wanted && cc >= 90)
+        .then(|| crate::ptx::specialise_for_sm90(ptx.text))
+        .flatten()
+        .and_then(|text| match load_ptx(&text) {
+            Ok(m) => Some(m),
+            Err(why) => {
+                sm90_refused = Some(why);
+                None
+            }
+        });
+    let early_start = sm90.is_some();
+    let loaded = match sm90 {
+        Some(m) => m,
+        None => load_ptx(ptx.text).map_err(|message| Error::Cuda {
+            call: format!("cuModuleLoadDataEx (PTX JIT of {})", module.name),
+            device: label.into(),
+            message,
+        })?,
+    };
+    let description = match (early_start, &sm90_refused) {
+        (true, _) => format!("ptx {}, loaded as sm_90 (early-start launches)", ptx.target),
+        (false, Some(why)) => format!(
+            "ptx {} (its sm_90 form did not load, so launches do not overlap: {})",
+            ptx.target,
+            why.lines().next().unwrap_or("")
+        ),
+        (false, None) => format!("ptx {}", ptx.target),
+    };
+    Ok(LoadedModule {
+        module: Handle(loaded),
+        entries: crate::ptx::entries(ptx.text),
+        early_start,
+        description,
+    })
+}
+
+/// Loads PTX text, with the driver's JIT error log on failure.
+fn load_ptx(ptx: &str) -> std::result::Result<sys::CUmodule, String> {
+    let text = CString::new(ptx).map_err(|_| "the PTX holds a NUL byte".to_string())?;
+    const LOG: usize = 16 * 1024;
+    let mut error_log = vec![0u8; LOG];
+    let mut options = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut values: [*mut c_void; 2] = [error_log.as_mut_ptr().cast(), LOG as *mut c_void];
+    let mut module = std::mem::MaybeUninit::uninit();
+    // SAFETY: NUL-terminated PTX; the option values are a buffer and its size.
+    let r = unsafe {
+        sys::cuModuleLoadDataEx(
+            module.as_mut_ptr(),
+            text.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    match r.result() {
+        // SAFETY: written on success.
+        Ok(()) => Ok(unsafe { module.assume_init() }),
+        Err(e) => {
+            let end = error_log.iter().position(|&b| b == 0).unwrap_or(0);
+            Err(format!(
+                "{}: {}",
+                describe(&e),
+                String::from_utf8_lossy(&error_log[..end])
+            ))
+        }
+    }
+}
+
+impl CudaDevice {
+    /// The loaded module `kernel` is in: ferrocm's (loaded at open), or a
+    /// kernel crate's, loaded the first time one of its kernels launches.
+    fn module_of(&self, kernel: &KernelInfo) -> Result<Arc<LoadedModule>> {
+        let module = kernel.module.ok_or_else(|| Error::NoCodeObject {
+            device: self.label.clone(),
+            arch: self.info.arch.clone(),
+            built: format!("kernel `{}` is host-only (KernelInfo::host_only): the emulator runs it, no GPU does", kernel.name),
+        })?;
+        let key = module as *const KernelModule as usize;
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = modules.get(&key) {
+            return Ok(m.clone());
+        }
+        self.current()?;
+        let loaded = Arc::new(load(module, self.cc, &self.label)?);
+        modules.insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// The loaded kernel, looked up once: its PTX parameters are checked
+    /// against its signature first, and its dynamic shared memory limit is
+    /// raised to the device's LDS limit.
+    pub(super) fn function(&self, kernel: &KernelInfo) -> Result<Function> {
+        let key = kernel as *const KernelInfo as usize;
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(*f);
+        }
+        let module = self.module_of(kernel)?;
+        crate::ptx::check_entry(&module.entries, kernel).map_err(|detail| {
+            Error::ArgumentMismatch {
+                kernel: kernel.name.into(),
+                detail,
+            }
+        })?;
+        let name = CString::new(kernel.name).map_err(|_| Error::UnknownKernel {
+            kernel: kernel.name.into(),
+        })?;
+        self.current()?;
+        // SAFETY: our module.
+        let f = self.check(
+            unsafe { cu::module::get_function(module.module.0, name) },
+            &format!("cuModuleGetFunction({})", kernel.name),
+        )?;
+        // SAFETY: a function of our module.
+        self.check(
+            unsafe {
+                cu::function::set_function_attribute(
+                    f,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    self.info.max_lds_bytes as i32,
+                )
+            },
+            "cuFuncSetAttribute(max dynamic shared memory)",
+        )?;
+        let function = Function {
+            f: Handle(f),
+            early_start: module.early_start,
+        };
+        self.functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, function);
+        Ok(function)
+    }
+
+    /// Registers, local (stack) bytes and static shared bytes of a kernel as
+    /// the driver compiled it for this GPU.
+    ///
+    /// # Errors
+    /// [`Error::UnknownKernel`] when the module has no such entry;
+    /// [`Error::Cuda`] when an attribute query fails.
+    pub fn kernel_resources(&self, kernel: &KernelInfo) -> Result<KernelResources> {
+        let key = kernel as *const KernelInfo as usize;
+        if let Some(r) = self
+            .resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(*r);
+        }
+        let f = self.function(kernel)?.f.0;
+        self.current()?;
+        use sys::CUfunction_attribute as F;
+        let get = |a: F, what: &str| {
+            // SAFETY: a function of our module.
+            self.check(
+                unsafe { cu::function::get_function_attribute(f, a) },
+                &format!("cuFuncGetAttribute({what})"),
+            )
+        };
+        let r = KernelResources {
+            registers: get(F::CU_FUNC_ATTRIBUTE_NUM_REGS, "registers")?.max(0) as u32,
+            local_bytes: get(F::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, "local size")?.max(0) as u32,
+            static_shared_bytes: get(F::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "shared size")?.max(0)
+                as u32,
+            max_threads: get(F::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "max threads")?.max(0)
+                as u32,
+        };
+        self.resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, r);
+        Ok(r)
+    }
+
+    /// Queues `kernel` on the stream. `raw_args` holds one 64-bit slot per
+    /// argument; the driver reads each parameter's size (4 or 8 bytes,
+    /// checked against the PTX at the first lookup) from the start of its
+    /// slot, which is the value on a little-endian host.
+    ///
+    /// # Safety
+    /// The launch check proved `raw_args` against the signature and every
+    /// buffer range (see `GpuBackend::launch`).
+    pub(super) unsafe fn launch_raw(
+        &self,
+        kernel: &KernelInfo,
+        cfg: &LaunchConfig,
+        raw_args: &[u64],
+    ) -> Result<()> {
+        let function = self.function(kernel)?;
+        let max_threads = self.kernel_resources(kernel)?.max_threads;
+        if cfg.block_size() > max_threads as u64 {
+            return Err(Error::BadLaunchConfig {
+                kernel: kernel.name.into(),
+                detail: format!(
+                    "block {:?} has {} threads; the driver's compile for {} allows {max_threads}",
+                    cfg.block,
+                    cfg.block_size(),
+                    self.info.arch
+                ),
+            });
+        }
+        self.current()?;
+        let mut slots: Vec<u64> = raw_args.to_vec();
+        let mut params: Vec<*mut c_void> = slots
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect();
+        if cfg.early_start && function.early_start {
+            return self.launch_early(kernel, function.f.0, cfg, &mut params);
+        }
+        // SAFETY: one pointer per parameter, each to 8 readable bytes; the
+        // driver copies the values before returning.
+        let r = unsafe {
+            cu::launch_kernel(
+                function.f.0,
+                (cfg.grid[0], cfg.grid[1], cfg.grid[2]),
+                (cfg.block[0], cfg.block[1], cfg.block[2]),
+                cfg.lds_bytes,
+                self.stream.0,
+                &mut params,
+            )
+        };
+        self.check(r, &format!("cuLaunchKernel({})", kernel.name))
+    }
+
+    /// Queues `kernel` as a programmatic dependent launch
+    /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`): its
+    /// workgroups may be scheduled before the previous kernel on the stream
+    /// has finished, and wait for it in `wait_prior_grids` (the promise
+    /// [`LaunchConfig::early_start`] makes).
+    fn launch_early(
+        &self,
+        kernel: &KernelInfo,
+        f: sys::CUfunction,
+        cfg: &LaunchConfig,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: all-zero is a valid attribute (id 0, value bytes 0).
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid[0],
+            gridDimY: cfg.grid[1],
+            gridDimZ: cfg.grid[2],
+            blockDimX: cfg.block[0],
+            blockDimY: cfg.block[1],
+            blockDimZ: cfg.block[2],
+            sharedMemBytes: cfg.lds_bytes,
+            hStream: self.stream.0,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: the config and its one attribute outlive the call; one
+        // pointer per parameter as in `launch_raw`. cuLaunchKernelEx is in
+        // every driver that runs sm_90 (CUDA 11.8 and newer).
+        let r =
+            unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) };
+        self.check(r.result(), &format!("cuLaunchKernelEx({})", kernel.name))
+    }
+}

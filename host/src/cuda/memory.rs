@@ -1,0 +1,138 @@
+//! Device memory of a CUDA GPU: allocations (`cuMemAlloc`), fills and
+//! copies on the device's stream. Lengths and ranges were checked by the
+//! caller (`Device`); these are the driver calls.
+
+use super::CudaDevice;
+use super::driver::{Handle, describe};
+use crate::error::{Error, Result};
+use crate::memory::GpuMemory;
+use cudarc::driver::result as cu;
+use cudarc::driver::sys;
+
+/// Device memory of a [`CudaDevice`] (`cuMemAlloc`), freed on drop.
+pub struct CudaAlloc {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    ctx: Handle<sys::CUcontext>,
+}
+
+impl std::fmt::Debug for CudaAlloc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaAlloc({:#x}, {} bytes)", self.ptr, self.bytes)
+    }
+}
+
+impl GpuMemory for CudaAlloc {
+    fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    fn len_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for CudaAlloc {
+    fn drop(&mut self) {
+        // SAFETY: a live allocation of this context; cuMemFree waits for work
+        // using it. An error (a dead context) leaves nothing to free.
+        unsafe {
+            let _ = cu::ctx::set_current(self.ctx.0);
+            let _ = cu::free_sync(self.ptr);
+        }
+    }
+}
+
+impl CudaDevice {
+    /// `bytes` of device memory (at least 1, so every buffer has its own
+    /// address). Out of memory is [`Error::OutOfMemory`] with the free bytes.
+    pub(super) fn alloc_memory(&self, bytes: usize) -> Result<CudaAlloc> {
+        self.current()?;
+        // SAFETY: plain allocation.
+        match unsafe { cu::malloc_sync(bytes.max(1)) } {
+            Ok(ptr) => Ok(CudaAlloc {
+                ptr,
+                bytes,
+                ctx: self.ctx,
+            }),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory {
+                device: self.label.clone(),
+                bytes,
+                free: cu::mem_get_info().ok().map(|(f, _)| f as u64),
+            }),
+            Err(e) => Err(Error::Cuda {
+                call: "cuMemAlloc".into(),
+                device: self.label.clone(),
+                message: describe(&e),
+            }),
+        }
+    }
+
+    /// Sets `len` bytes at `dst` to `byte` (queued).
+    ///
+    /// # Safety
+    /// `dst..dst + len` lies in a live allocation of this device.
+    pub(super) unsafe fn memset_raw(&self, dst: u64, byte: u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.current()?;
+        // SAFETY: the caller's range.
+        self.check(
+            unsafe { cu::memset_d8_async(dst, byte, len, self.stream.0) },
+            "cuMemsetD8Async",
+        )
+    }
+
+    /// Copies `src` to `dst`, queued in stream order. From pageable memory
+    /// the driver stages the bytes before returning, so `src` may be
+    /// dropped at once.
+    ///
+    /// # Safety
+    /// `dst..dst + src.len()` lies in a live allocation of this device.
+    pub(super) unsafe fn copy_htod_raw(&self, dst: u64, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.current()?;
+        // SAFETY: the caller's range.
+        self.check(
+            unsafe { cu::memcpy_htod_async(dst, src, self.stream.0) },
+            "cuMemcpyHtoDAsync",
+        )
+    }
+
+    /// Copies `dst.len()` bytes from `src` to the host after the queued
+    /// work, and waits.
+    ///
+    /// # Safety
+    /// `src..src + dst.len()` lies in a live allocation of this device.
+    pub(super) unsafe fn copy_dtoh_raw(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.current()?;
+        // SAFETY: the caller's range; the stream is synchronised before
+        // `dst` is released.
+        self.check(
+            unsafe { cu::memcpy_dtoh_async(dst, src, self.stream.0) },
+            "cuMemcpyDtoHAsync",
+        )?;
+        self.wait()
+    }
+
+    /// Copies `bytes` from `src` to `dst` on the device (queued).
+    ///
+    /// # Safety
+    /// Both ranges lie in live allocations of this device.
+    pub(super) unsafe fn copy_dtod_raw(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.current()?;
+        // SAFETY: the caller's ranges.
+        self.check(
+            unsafe { cu::memcpy_dtod_async(dst, src, bytes, self.stream.0) },
+            "cuMemcpyDtoDAsync",
+        )
+    }
+}

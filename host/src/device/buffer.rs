@@ -1,0 +1,539 @@
+//! Device memory: [`RawBuffer`] (bytes of a device, from its caching
+//! allocator) and [`DeviceBuffer<T>`] (its typed view), with the copies
+//! between host and device; every length checked here, once, for every
+//! backend.
+
+use super::Device;
+use crate::error::{Error, Result};
+use crate::memory::{Block, HostAlloc, POISON, RED_ZONE, size_class};
+use std::marker::PhantomData;
+
+impl Device {
+    /// A buffer of `len_bytes` from the cache (or fresh), its bytes set to
+    /// `fill` when given; otherwise they hold whatever the block held (always
+    /// initialised memory).
+    pub(crate) fn alloc_raw(&self, len_bytes: usize, fill: Option<u8>) -> Result<RawBuffer> {
+        let class = size_class(len_bytes);
+        let pool = self.pool();
+        // A fresh block past the memory limit is out of memory (the pool then
+        // empties its cache and tries once more).
+        let within_limit = || match pool.room() {
+            Some(room) if class as u64 > room => Err(Error::OutOfMemory {
+                device: format!("{self} (memory limit {} bytes)", pool.limit().unwrap_or(0)),
+                bytes: len_bytes,
+                free: Some(room),
+            }),
+            _ => Ok(()),
+        };
+        let label = || self.to_string();
+        let (mut block, _reused) = match self.gpu() {
+            None => {
+                let red = if self.sanitizer() { RED_ZONE } else { 0 };
+                pool.take(class, || {
+                    within_limit()?;
+                    HostAlloc::new(class, red, &label()).map(Block::Host)
+                })?
+            }
+            Some(gpu) => pool.take(class, || {
+                within_limit()?;
+                gpu.alloc(class).map(Block::Gpu)
+            })?,
+        };
+        match (&mut block, fill) {
+            (Block::Host(h), fill) => h.prepare(len_bytes, fill),
+            (Block::Gpu(g), Some(byte)) => {
+                let gpu = self.gpu().expect("a GPU block comes from a GPU");
+                // SAFETY: `len_bytes` fit the block's size class.
+                unsafe { gpu.memset(g.ptr(), byte, len_bytes)? };
+            }
+            (Block::Gpu(_), None) => {}
+        }
+        Ok(RawBuffer {
+            block: Some(block),
+            class,
+            len_bytes,
+            device: self.clone(),
+        })
+    }
+}
+
+/// Untyped device memory: `len_bytes` bytes on a [`Device`], from its caching
+/// allocator (returned there on drop). [`DeviceBuffer<T>`] is its typed view;
+/// a storage whose element type is known only at run time (or that holds
+/// blocks of a quantized format) keeps a `RawBuffer`.
+///
+/// ```
+/// use ferrocm_host::{Device, RawBuffer};
+/// let b = Device::Cpu.upload(&[1u16, 2, 3]).unwrap();
+/// let raw: RawBuffer = b.into_raw();
+/// assert_eq!(raw.len_bytes(), 6);
+/// assert_eq!(raw.typed::<u16>().unwrap().download().unwrap(), vec![1, 2, 3]);
+/// assert!(raw.typed::<u32>().is_none()); // 6 bytes are no whole number of u32s
+/// ```
+pub struct RawBuffer {
+    block: Option<Block>,
+    class: usize,
+    len_bytes: usize,
+    device: Device,
+}
+
+impl Drop for RawBuffer {
+    fn drop(&mut self) {
+        if let Some(b) = self.block.take() {
+            self.device.pool().give(self.class, b);
+        }
+    }
+}
+
+impl RawBuffer {
+    /// Size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+
+    /// The device the memory is on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The address kernels see (host address for Cpu/Emulator, device address on a GPU).
+    pub fn device_ptr(&self) -> u64 {
+        self.block.as_ref().map_or(0, Block::ptr)
+    }
+
+    /// This memory viewed as `T`s: `None` unless the length is a whole number
+    /// of `T`s (the alignment is always 256 bytes).
+    pub fn typed<T: bytemuck::Pod>(&self) -> Option<&DeviceBuffer<T>> {
+        if size_of::<T>() == 0 || !self.len_bytes.is_multiple_of(size_of::<T>()) {
+            return None;
+        }
+        // SAFETY: DeviceBuffer<T> is a repr(transparent) RawBuffer; any bytes
+        // are valid Ts (Pod), the length divides, blocks are 256-aligned.
+        Some(unsafe { &*(self as *const RawBuffer as *const DeviceBuffer<T>) })
+    }
+
+    /// This memory viewed as mutable `T`s (see [`RawBuffer::typed`]).
+    pub fn typed_mut<T: bytemuck::Pod>(&mut self) -> Option<&mut DeviceBuffer<T>> {
+        self.typed::<T>()?;
+        // SAFETY: as in `typed`; `&mut self` is unique.
+        Some(unsafe { &mut *(self as *mut RawBuffer as *mut DeviceBuffer<T>) })
+    }
+
+    /// Into a typed buffer, or back unchanged when the length does not divide.
+    ///
+    /// # Errors
+    /// Gives the raw buffer back when its device's bytes do not split into
+    /// whole `T`s.
+    pub fn into_typed<T: bytemuck::Pod>(self) -> std::result::Result<DeviceBuffer<T>, RawBuffer> {
+        if self.typed::<T>().is_none() {
+            return Err(self);
+        }
+        Ok(DeviceBuffer {
+            raw: self,
+            _t: PhantomData,
+        })
+    }
+
+    pub(crate) fn host_alloc(&self) -> Option<&HostAlloc> {
+        match self.block.as_ref() {
+            Some(Block::Host(h)) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The bytes, for buffers in host memory.
+    fn host_bytes(&self) -> Option<&[u8]> {
+        // SAFETY: len_bytes initialised bytes (blocks are zeroed when made).
+        self.host_alloc()
+            .map(|h| unsafe { std::slice::from_raw_parts(h.ptr(), self.len_bytes) })
+    }
+
+    fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        let len = self.len_bytes;
+        // SAFETY: as above, and `&mut self` is unique.
+        self.host_alloc()
+            .map(|h| unsafe { std::slice::from_raw_parts_mut(h.ptr(), len) })
+    }
+
+    /// Copies the bytes to the host (waits for queued work on a GPU).
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `dst` is not the buffer's size;
+    /// [`Error::Fault`] as [`DeviceBuffer::download`]; [`Error::Rocm`] /
+    /// [`Error::Cuda`] when the copy fails.
+    pub fn download_bytes(&self, dst: &mut [u8]) -> Result<()> {
+        self.copy_to_host(dst)?;
+        // A wait: the place a fault reported by a kernel since the last one surfaces.
+        self.device.check_faults()
+    }
+
+    /// The copy of [`RawBuffer::download_bytes`] without the fault check.
+    pub(crate) fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() != self.len_bytes {
+            return Err(Error::LengthMismatch {
+                what: "download".into(),
+                expected: self.len_bytes,
+                got: dst.len(),
+            });
+        }
+        self.device.pool().count_sync();
+        if let Some(b) = self.host_bytes() {
+            dst.copy_from_slice(b);
+            return Ok(());
+        }
+        match self.device.gpu() {
+            // SAFETY: `dst` has the buffer's length, checked above.
+            Some(gpu) => unsafe { gpu.copy_dtoh(self.device_ptr(), dst) },
+            None => Ok(()),
+        }
+    }
+
+    /// Overwrites the bytes from the host and waits until the copy is done.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `src` is not the buffer's size;
+    /// [`Error::Rocm`] / [`Error::Cuda`] when the copy fails.
+    pub fn write_bytes(&mut self, src: &[u8]) -> Result<()> {
+        if src.len() != self.len_bytes {
+            return Err(Error::LengthMismatch {
+                what: "DeviceBuffer::write".into(),
+                expected: self.len_bytes,
+                got: src.len(),
+            });
+        }
+        self.device.pool().count_sync();
+        if let Some(b) = self.host_bytes_mut() {
+            b.copy_from_slice(src);
+            return Ok(());
+        }
+        match self.device.gpu() {
+            // SAFETY: `src` has the buffer's length, checked above.
+            Some(gpu) => unsafe { gpu.copy_htod(self.device_ptr(), src) },
+            None => Ok(()),
+        }
+    }
+}
+
+/// A typed buffer of `len` elements on a [`Device`]: a [`RawBuffer`] viewed as
+/// `T`s (the same memory, returned to the device's cache on drop).
+///
+/// Fresh buffers from [`Device::alloc`] hold unspecified (but initialised)
+/// values: under the sanitizer they are filled with [`POISON`].
+///
+/// ```
+/// # use ferrocm_host::WaveSize;
+/// use ferrocm_host::Device;
+/// let dev = Device::emulator(WaveSize::Wave32);
+/// let buf = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
+/// assert_eq!(buf.len(), 3);
+/// assert_eq!(buf.download().unwrap(), vec![1.0, 2.0, 3.0]);
+/// ```
+#[repr(transparent)]
+pub struct DeviceBuffer<T> {
+    raw: RawBuffer,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns its memory; T is plain data.
+unsafe impl<T: Send> Send for DeviceBuffer<T> {}
+unsafe impl<T: Sync> Sync for DeviceBuffer<T> {}
+
+impl Device {
+    fn alloc_typed<T: bytemuck::Pod>(
+        &self,
+        len: usize,
+        fill: Option<u8>,
+    ) -> Result<DeviceBuffer<T>> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .filter(|b| *b <= isize::MAX as usize / 2)
+            .ok_or_else(|| Error::OutOfMemory {
+                device: self.to_string(),
+                bytes: usize::MAX,
+                free: None,
+            })?;
+        Ok(DeviceBuffer {
+            raw: self.alloc_raw(bytes, fill)?,
+            _t: PhantomData,
+        })
+    }
+
+    /// A buffer of `len` elements from the device's cache, for a kernel or op
+    /// to write: its values are unspecified (stale or zero), except under the
+    /// sanitizer, which fills it with [`POISON`] so an element never written
+    /// shows up.
+    ///
+    /// ```
+    /// let b = ferrocm_host::Device::Cpu.alloc::<u32>(4).unwrap();
+    /// assert_eq!(b.len(), 4);
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] (with the free bytes where the driver says) when
+    /// the device, or the pool limit, has no room; [`Error::Rocm`] /
+    /// [`Error::Cuda`] for another driver failure.
+    pub fn alloc<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        self.alloc_typed(len, self.sanitizer().then_some(POISON))
+    }
+
+    /// A zero-filled buffer of `len` elements.
+    ///
+    /// ```
+    /// # use ferrocm_host::WaveSize;
+    /// let b = ferrocm_host::Device::emulator(WaveSize::Wave64).alloc_zeroed::<f32>(2).unwrap();
+    /// assert_eq!(b.download().unwrap(), vec![0.0, 0.0]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Device::alloc`], and the device errors of the fill.
+    pub fn alloc_zeroed<T: bytemuck::Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        self.alloc_typed(len, Some(0))
+    }
+
+    /// A buffer holding a copy of `data`; waits until the copy is done (one
+    /// synchronisation on a GPU). See [`Device::upload_async`] for the op path.
+    ///
+    /// ```
+    /// let b = ferrocm_host::Device::Cpu.upload(&[1u8, 2]).unwrap();
+    /// assert_eq!(b.as_slice(), Some(&[1u8, 2][..]));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Device::alloc`], and the device errors of the copy.
+    pub fn upload<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let mut b = self.alloc_typed(data.len(), None)?;
+        b.write(data)?;
+        Ok(b)
+    }
+
+    /// A buffer holding a copy of `data`, queued in stream order without
+    /// waiting: on a GPU the bytes go through pinned staging memory the
+    /// device reuses once the copy has run; on the host devices it is a
+    /// plain copy. Small metadata (a strided layout) reaches kernels this way.
+    ///
+    /// ```
+    /// # use ferrocm_host::WaveSize;
+    /// use ferrocm_host::Device;
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// let syncs = dev.memory_stats().synchronizations;
+    /// let b = dev.upload_async(&[4u64, 1]).unwrap();
+    /// assert_eq!(dev.memory_stats().synchronizations, syncs);
+    /// assert_eq!(b.download().unwrap(), vec![4, 1]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Device::upload`].
+    pub fn upload_async<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let mut b = self.alloc_typed::<T>(data.len(), None)?;
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        match self.gpu() {
+            None => {
+                if let Some(d) = b.raw.host_bytes_mut() {
+                    d.copy_from_slice(bytes);
+                }
+            }
+            // SAFETY: the buffer holds exactly `bytes.len()` bytes.
+            Some(gpu) => unsafe { gpu.copy_htod_async(b.device_ptr(), bytes)? },
+        }
+        Ok(b)
+    }
+}
+
+impl<T: bytemuck::Pod> DeviceBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.raw.len_bytes / size_of::<T>()
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The device the buffer lives on.
+    pub fn device(&self) -> &Device {
+        &self.raw.device
+    }
+
+    /// Size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.raw.len_bytes
+    }
+
+    /// The untyped memory.
+    pub fn as_raw(&self) -> &RawBuffer {
+        &self.raw
+    }
+
+    /// Into the untyped memory (no copy).
+    pub fn into_raw(self) -> RawBuffer {
+        self.raw
+    }
+
+    /// The same memory viewed as `U`s of the same size (e.g. `half::f16` as
+    /// the kernels' `F16`).
+    ///
+    /// ```
+    /// let b = ferrocm_host::Device::Cpu.upload(&[1.0f32]).unwrap();
+    /// assert_eq!(b.view_as::<u32>().unwrap().download().unwrap(), vec![1.0f32.to_bits()]);
+    /// ```
+    pub fn view_as<U: bytemuck::Pod>(&self) -> Option<&DeviceBuffer<U>> {
+        (size_of::<U>() == size_of::<T>()).then(|| self.raw.typed::<U>())?
+    }
+
+    /// The address kernels see (host address for Cpu/Emulator, device address on a GPU).
+    pub fn device_ptr(&self) -> u64 {
+        self.raw.device_ptr()
+    }
+
+    /// The elements, for buffers in host memory (Cpu and Emulator devices).
+    ///
+    /// ```
+    /// let b = ferrocm_host::Device::Cpu.upload(&[3i64]).unwrap();
+    /// assert_eq!(b.as_slice().unwrap()[0], 3);
+    /// ```
+    pub fn as_slice(&self) -> Option<&[T]> {
+        self.raw.host_bytes().map(bytemuck::cast_slice)
+    }
+
+    /// Mutable elements, for buffers in host memory.
+    pub fn as_mut_slice(&mut self) -> Option<&mut [T]> {
+        self.raw.host_bytes_mut().map(bytemuck::cast_slice_mut)
+    }
+
+    /// Copies the buffer to a `Vec` (waits for queued work on a GPU).
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// let b = Device::emulator(WaveSize::Wave32).upload(&[1u32, 2])?;
+    /// assert_eq!(b.download()?, vec![1, 2]);
+    /// # Ok::<(), ferrocm_host::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Fault`] when a kernel on this device reported a fault since
+    /// the last wait (see [`crate::fault`]; the copy itself succeeded);
+    /// [`Error::Rocm`] / [`Error::Cuda`] when the copy fails.
+    pub fn download(&self) -> Result<Vec<T>> {
+        let mut v = vec![T::zeroed(); self.len()];
+        self.raw.download_bytes(bytemuck::cast_slice_mut(&mut v))?;
+        Ok(v)
+    }
+
+    /// [`DeviceBuffer::download`] without the fault check (for the status
+    /// words themselves).
+    pub(crate) fn download_unchecked(&self) -> Result<Vec<T>> {
+        let mut v = vec![T::zeroed(); self.len()];
+        self.raw.copy_to_host(bytemuck::cast_slice_mut(&mut v))?;
+        Ok(v)
+    }
+
+    /// Overwrites the buffer with `data` (same length) and waits for the copy.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `data` is not the buffer's length; the
+    /// device errors of the copy.
+    pub fn write(&mut self, data: &[T]) -> Result<()> {
+        if data.len() != self.len() {
+            return Err(Error::LengthMismatch {
+                what: "DeviceBuffer::write".into(),
+                expected: self.len(),
+                got: data.len(),
+            });
+        }
+        self.raw.write_bytes(bytemuck::cast_slice(data))
+    }
+
+    /// Sets every element to `value`.
+    ///
+    /// # Errors
+    /// The device errors of the fill (a launch or a driver call).
+    pub fn fill(&mut self, value: T) -> Result<()> {
+        if let Some(s) = self.as_mut_slice() {
+            s.fill(value);
+            return Ok(());
+        }
+        let v = vec![value; self.len()];
+        self.write(&v)
+    }
+
+    /// Copies all of `src` (same length, same device) into this buffer
+    /// (queued in stream order on a GPU).
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when the lengths differ;
+    /// [`Error::DeviceMismatch`] when the buffers are on different devices (use
+    /// [`DeviceBuffer::to_device`]); the device errors of the copy.
+    pub fn copy_from(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
+        if src.len() != self.len() {
+            return Err(Error::LengthMismatch {
+                what: "DeviceBuffer::copy_from".into(),
+                expected: self.len(),
+                got: src.len(),
+            });
+        }
+        if !src.device().same_device(self.device()) {
+            return Err(Error::DeviceMismatch {
+                what: "DeviceBuffer::copy_from".into(),
+                buffer_device: src.device().to_string(),
+                device: self.device().to_string(),
+            });
+        }
+        if let (Some(d), Some(s)) = (self.raw.host_alloc(), src.raw.host_alloc()) {
+            // SAFETY: distinct allocations (&mut self vs &src), same length.
+            unsafe { std::ptr::copy_nonoverlapping(s.ptr(), d.ptr(), src.len_bytes()) };
+            return Ok(());
+        }
+        match self.device().gpu() {
+            // SAFETY: both buffers are this device's and hold `len_bytes`.
+            Some(gpu) => unsafe {
+                gpu.copy_dtod(self.device_ptr(), src.device_ptr(), src.len_bytes())
+            },
+            None => Ok(()),
+        }
+    }
+
+    /// Copies the buffer to another device.
+    ///
+    /// ```
+    /// # use ferrocm_host::WaveSize;
+    /// use ferrocm_host::Device;
+    /// let b = Device::Cpu.upload(&[1.5f32]).unwrap();
+    /// let e = b.to_device(&Device::emulator(WaveSize::Wave32)).unwrap();
+    /// assert_eq!(e.download().unwrap(), vec![1.5]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Device::alloc`] on `device`; a fault reported on this buffer's
+    /// device (it waits there); the device errors of the copies.
+    pub fn to_device(&self, device: &Device) -> Result<DeviceBuffer<T>> {
+        if device.same_device(self.device()) {
+            let mut b = device.alloc_typed(self.len(), None)?;
+            b.copy_from(self)?;
+            return Ok(b);
+        }
+        device.upload(&self.download()?)
+    }
+
+    pub(crate) fn host_alloc(&self) -> Option<&HostAlloc> {
+        self.raw.host_alloc()
+    }
+}
+
+impl<T> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceBuffer<{}>[{} bytes] on {}",
+            std::any::type_name::<T>(),
+            self.raw.len_bytes,
+            self.raw.device
+        )
+    }
+}
+
+impl std::fmt::Debug for RawBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawBuffer[{} bytes] on {}", self.len_bytes, self.device)
+    }
+}
