@@ -15,17 +15,17 @@ macro_rules! test_kernel {
     ($info:ident = fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
         #[allow(clippy::not_unsafe_ptr_arg_deref)]
         fn $name($($arg: $ty),*) $body
-        const $info: KernelInfo = KernelInfo {
-            name: stringify!($name),
-            args: &[$(<$ty as KernelArg>::KIND),*],
-            entry: {
+        const $info: KernelInfo = KernelInfo::host_only(
+            stringify!($name),
+            &[$(<$ty as KernelArg>::KIND),*],
+            {
                 fn entry(raw: &[u64]) {
                     let mut _it = raw.iter();
                     $name($(<$ty as KernelArg>::from_raw(*_it.next().unwrap())),*)
                 }
                 entry
             },
-        };
+        );
     };
 }
 

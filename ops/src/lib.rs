@@ -2,8 +2,16 @@
 //!
 //! [`Tensor<T>`] for T in f32, f16, bf16 (the `half` crate's types), u8, u32,
 //! i64, on any [`Device`]: the `Cpu` backend runs native Rust (rayon), the
-//! `Emulator` and ROCm GPUs run the kernels of `ferrocm-kernels`. Every op
-//! file holds the op's API, its CPU implementation and its GPU dispatch.
+//! `Emulator` and ROCm and CUDA GPUs run the kernels of `ferrocm-kernels`,
+//! and GPUs run vendor libraries where an op has one.
+//!
+//! Folders by area: [`core`] (the tensor types, layouts, dtypes, errors),
+//! [`engine`] (the seam every op runs through: [`engine::Op`],
+//! [`engine::run`], the Cpu engine and the kernel-path helpers; public, so
+//! a crate outside ferrocm adds fused ops the same way), and the op areas
+//! [`elementwise`], [`reduce`], [`index`], [`matmul`], [`nn`]. Each family
+//! is one file holding its API, its Cpu implementation and its kernel
+//! dispatch.
 //!
 //! ```
 //! # use ferrocm_ops::WaveSize;
@@ -18,31 +26,20 @@
 //! # Ok::<(), ferrocm_ops::Error>(())
 //! ```
 
-pub mod attention;
-mod backend;
-pub mod bench;
-pub mod binary;
-pub mod cast;
-pub mod check;
-mod cpu;
-pub mod dim;
-pub mod dtype;
-pub mod dyn_tensor;
-pub mod error;
-pub mod fill;
-pub mod glu;
-mod gpu;
+pub mod core;
+pub mod elementwise;
+pub mod engine;
 pub mod index;
-pub mod layout;
 pub mod matmul;
-pub mod norm;
+pub mod nn;
 pub mod reduce;
-pub mod rope;
-pub mod sort;
-pub mod storage;
-pub mod tensor;
-pub mod ternary;
-pub mod unary;
+
+// The modules at the flat paths of earlier versions
+// (`ferrocm_ops::unary` is `ferrocm_ops::elementwise::unary`).
+pub use crate::core::{dim, dtype, dyn_tensor, error, layout, storage, tensor};
+pub use elementwise::{binary, cast, fill, ternary, unary};
+pub use index::sort;
+pub use nn::{attention, glu, norm, rope};
 
 pub use attention::AttentionOptions;
 pub use binary::{Binary, Cmp};

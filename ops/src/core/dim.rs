@@ -20,7 +20,7 @@
 //! # Ok::<(), ferrocm_ops::Error>(())
 //! ```
 
-use crate::error::{Error, Result};
+use crate::core::error::{Error, Result};
 
 /// One dim: unsigned integers count from the front, signed ones from the
 /// back when negative (`-1` is the last dim).

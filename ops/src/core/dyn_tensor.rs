@@ -7,11 +7,11 @@
 //! a quantized format is a `DynTensor` too; elementwise ops refuse it with
 //! [`Error::FormatMismatch`] until the quantized ops land.
 
-use crate::dim::{Dim, Dims, resolve};
-use crate::dtype::{DType, WithDType};
-use crate::error::{Error, Result};
-use crate::layout::{Layout, checked_count};
-use crate::storage::{BlockFormat, Format, Storage};
+use crate::core::dim::{Dim, Dims, resolve};
+use crate::core::dtype::{DType, WithDType};
+use crate::core::error::{Error, Result};
+use crate::core::layout::{Layout, checked_count};
+use crate::core::storage::{BlockFormat, Format, Storage};
 use crate::{Binary, Cmp, Reduce, Tensor, Unary, bf16, f16};
 use ferrocm_host::Device;
 use std::sync::Arc;
@@ -66,38 +66,69 @@ impl<T: WithDType> TryFrom<DynTensor> for Tensor<T> {
     }
 }
 
-/// Runs `$body` with `$t` bound to the typed tensor of `$self`'s dtype.
+/// Runs `$body` with `$t` bound to the typed tensor of `$self`'s dtype: the
+/// one `match` on the dtype behind each `DynTensor` op (the families' files
+/// use it for their `DynTensor` entries).
 macro_rules! with_dtype {
     ($self:expr, $op:expr, |$t:ident| $body:expr) => {{
         let d = $self;
         match d.dtype_for($op)? {
-            DType::F32 => {
+            $crate::DType::F32 => {
                 let $t = d.typed_unchecked::<f32>()?;
                 $body
             }
-            DType::F16 => {
-                let $t = d.typed_unchecked::<f16>()?;
+            $crate::DType::F16 => {
+                let $t = d.typed_unchecked::<$crate::f16>()?;
                 $body
             }
-            DType::BF16 => {
-                let $t = d.typed_unchecked::<bf16>()?;
+            $crate::DType::BF16 => {
+                let $t = d.typed_unchecked::<$crate::bf16>()?;
                 $body
             }
-            DType::U8 => {
+            $crate::DType::U8 => {
                 let $t = d.typed_unchecked::<u8>()?;
                 $body
             }
-            DType::U32 => {
+            $crate::DType::U32 => {
                 let $t = d.typed_unchecked::<u32>()?;
                 $body
             }
-            DType::I64 => {
+            $crate::DType::I64 => {
                 let $t = d.typed_unchecked::<i64>()?;
                 $body
             }
         }
     }};
 }
+
+pub(crate) use with_dtype;
+
+/// Runs `$body` with `$i` bound to the typed ids of `$ids` (u8, u32, i64):
+/// the one `match` on the id type behind each indexing op of `DynTensor`.
+macro_rules! with_ids {
+    ($ids:expr, $op:expr, |$i:ident| $body:expr) => {{
+        let ids = $ids;
+        match ids.dtype_for($op)? {
+            $crate::DType::U8 => {
+                let $i = ids.typed::<u8>()?;
+                $body
+            }
+            $crate::DType::U32 => {
+                let $i = ids.typed::<u32>()?;
+                $body
+            }
+            $crate::DType::I64 => {
+                let $i = ids.typed::<i64>()?;
+                $body
+            }
+            dtype => Err($crate::Error::UnsupportedDType {
+                op: concat!($op, " (ids)"),
+                dtype,
+            }),
+        }
+    }};
+}
+pub(crate) use with_ids;
 
 impl DynTensor {
     /// Raw blocks of a quantized `format` holding `shape`'s elements
@@ -172,7 +203,7 @@ impl DynTensor {
         self.dtype_for("dtype")
     }
 
-    fn dtype_for(&self, op: &'static str) -> Result<DType> {
+    pub(crate) fn dtype_for(&self, op: &'static str) -> Result<DType> {
         match self.storage.format() {
             Format::Dense(d) => Ok(d),
             got => Err(Error::FormatMismatch {
@@ -274,7 +305,7 @@ impl DynTensor {
         Tensor::from_storage(self.storage.clone(), self.layout.clone())
     }
 
-    fn typed_unchecked<T: WithDType>(&self) -> Result<Tensor<T>> {
+    pub(crate) fn typed_unchecked<T: WithDType>(&self) -> Result<Tensor<T>> {
         self.typed()
     }
 
@@ -723,7 +754,12 @@ impl DynTensor {
         })
     }
 
-    fn same_dtype(&self, op: &'static str, other: &Self) -> Result<()> {
+    /// The storage and the layout, for an in-place op (`slice_set`).
+    pub(crate) fn parts_mut(&mut self) -> (&mut Arc<Storage>, &mut Layout) {
+        (&mut self.storage, &mut self.layout)
+    }
+
+    pub(crate) fn same_dtype(&self, op: &'static str, other: &Self) -> Result<()> {
         let (a, b) = (self.dtype_for(op)?, other.dtype_for(op)?);
         if a != b {
             return Err(Error::DTypeMismatch { op, lhs: a, rhs: b });

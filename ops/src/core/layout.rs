@@ -1,6 +1,6 @@
 //! Shapes, strides and offsets: how a tensor's logical elements map onto its storage.
 
-use crate::error::{Error, Result};
+use crate::core::error::{Error, Result};
 
 /// A strided view: element `[i0, i1, ...]` is at `offset + Σ ik * strides[k]`
 /// (in elements). A broadcast dim has stride 0.

@@ -6,8 +6,8 @@
 //! is the typed view of a dense storage; [`DynTensor`](crate::DynTensor) the
 //! untyped one. Both share the same `Arc<Storage>`: converting is free.
 
-use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::core::dtype::DType;
+use crate::core::error::{Error, Result};
 use ferrocm_host::{Device, DeviceBuffer, RawBuffer};
 
 /// A block-quantized format: `block_elems` logical elements stored in

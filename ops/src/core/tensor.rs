@@ -1,12 +1,12 @@
 //! `Tensor<T>`: a strided view of a buffer on a device.
 
-use crate::backend::{self, Op};
-use crate::dim::{Dim, Dims, resolve};
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
-use crate::gpu::map1;
-use crate::layout::{Layout, checked_count};
-use crate::storage::Storage;
+use crate::core::dim::{Dim, Dims, resolve};
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::layout::{Layout, checked_count};
+use crate::core::storage::Storage;
+use crate::engine::kernels::map1;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::fill::FillKernels;
 use rand::{Rng, SeedableRng};
@@ -111,6 +111,43 @@ impl<T: WithDType> Tensor<T> {
     /// The first element of the view, as a kernel input.
     pub(crate) fn input(&self) -> In<'_, T::Kernel> {
         In::range(self.kbuf(), self.layout.offset(), self.layout.extent())
+    }
+
+    /// A tensor of `shape` (contiguous) over `buffer`, which holds exactly
+    /// its elements: how an op written against [`crate::engine`] returns
+    /// the buffer it filled.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let b = Device::Cpu.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    /// let t = Tensor::from_buffer(b, &[2, 2])?;
+    /// assert_eq!(t.shape(), &[2, 2]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] when the shape's element count overflows;
+    /// [`Error::DataLength`] when the buffer does not hold exactly the
+    /// shape's elements.
+    pub fn from_buffer(buffer: DeviceBuffer<T>, shape: &[usize]) -> Result<Self> {
+        let n = crate::core::layout::checked_count("Tensor::from_buffer", shape, size_of::<T>())?;
+        if n != buffer.len() {
+            return Err(Error::DataLength {
+                op: "Tensor::from_buffer",
+                shape: shape.to_vec(),
+                got: buffer.len(),
+            });
+        }
+        Ok(Self::from_parts(buffer, shape))
+    }
+
+    /// The tensor's view as a kernel's `*const T` argument: its storage,
+    /// from the view's first element, limited to the elements the view
+    /// reaches (the launch proves that range inside the buffer, and the
+    /// emulator's sanitizer holds the kernel to it). Kernels read it
+    /// through the view's strides ([`crate::engine::kernels::Strided`]).
+    pub fn kernel_input(&self) -> In<'_, T::Kernel> {
+        self.input()
     }
 
     /// Dims.
@@ -259,7 +296,7 @@ impl<T: WithDType> Tensor<T> {
     pub fn full(value: T, shape: &[usize], device: &Device) -> Result<Self> {
         let n = checked_count("full", shape, size_of::<T>())?;
         let out = device.alloc::<T>(n)?;
-        let out = backend::run(device, FillOp { value, out })?;
+        let out = engine::run(device, FillOp { value, out })?;
         Ok(Self::from_parts(out, shape))
     }
 
@@ -517,7 +554,7 @@ impl<T: WithDType> Tensor<T> {
         }
         let dev = self.device();
         let out = dev.alloc::<T>(self.elem_count())?;
-        let out = backend::run(dev, CopyOp { x: self, out })?;
+        let out = engine::run(dev, CopyOp { x: self, out })?;
         Ok(Self::from_parts(out, self.shape()))
     }
 
@@ -539,7 +576,7 @@ impl<T: WithDType> Tensor<T> {
     pub fn copy(&self) -> Result<Self> {
         let dev = self.device();
         let out = dev.alloc::<T>(self.elem_count())?;
-        let out = backend::run(dev, CopyOp { x: self, out })?;
+        let out = engine::run(dev, CopyOp { x: self, out })?;
         Ok(Self::from_parts(out, self.shape()))
     }
 
@@ -694,14 +731,14 @@ impl<T: WithDType> Op for FillOp<T> {
     type Output = DeviceBuffer<T>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
-        crate::cpu::host_mut(&mut self.out).fill(self.value);
+        crate::engine::cpu::host_mut(&mut self.out).fill(self.value);
         Ok(self.out)
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
         let n = self.out.len() as u64;
         if n > 0 {
-            let bits = crate::fill::bits64(self.value);
+            let bits = crate::elementwise::fill::bits64(self.value);
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(
                 T::Kernel::FILL,
@@ -723,17 +760,22 @@ impl<T: WithDType> Op for CopyOp<'_, T> {
     type Output = DeviceBuffer<T>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
-        let src = crate::cpu::host(self.x.buf());
+        let src = crate::engine::cpu::host(self.x.buf());
         if let Some((batch, rows, cols)) = transposed_matrices(&self.x.layout) {
             // Tiles, as the kernel does: the gather reads one element per
             // cache line (4096² f32: 60 ms gathered).
             let off = self.x.layout.offset();
             let src = &src[off..off + batch * rows * cols];
-            crate::cpu::transpose(crate::cpu::host_mut(&mut self.out), src, rows, cols);
+            crate::engine::cpu::transpose(
+                crate::engine::cpu::host_mut(&mut self.out),
+                src,
+                rows,
+                cols,
+            );
             return Ok(self.out);
         }
-        let out = crate::cpu::host_mut(&mut self.out);
-        crate::cpu::map1(out, src, &self.x.layout, &Same);
+        let out = crate::engine::cpu::host_mut(&mut self.out);
+        crate::engine::cpu::map1(out, src, &self.x.layout, &Same);
         Ok(self.out)
     }
 
@@ -804,7 +846,7 @@ fn transposed_matrices(layout: &Layout) -> Option<(usize, usize, usize)> {
 /// The identity, per element (the Cpu's gather of `contiguous`).
 struct Same;
 
-impl<T: Copy> crate::cpu::Func1<T, T> for Same {
+impl<T: Copy> crate::engine::cpu::Func1<T, T> for Same {
     #[inline(always)]
     fn call(&self, x: T) -> T {
         x
@@ -856,7 +898,7 @@ impl<T: WithDType> Tensor<T> {
     /// broadcast element count overflows, device errors on read-back
     /// ([`Error::Host`]).
     pub fn allclose(&self, other: &Self, rtol: f64, atol: f64) -> Result<bool> {
-        let (_, a, b) = crate::binary::broadcast_pair("allclose", self, other)?;
+        let (_, a, b) = crate::elementwise::binary::broadcast_pair("allclose", self, other)?;
         let (a, b) = (a.to_vec()?, b.to_vec()?);
         Ok(a.iter().zip(&b).all(|(x, y)| {
             let (x, y) = (x.to_f64(), y.to_f64());

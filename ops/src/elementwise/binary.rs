@@ -1,12 +1,12 @@
 //! Binary ops with broadcasting and comparisons: API, Cpu implementation,
 //! kernel path.
 
-use crate::backend::{self, Op};
-use crate::dtype::WithDType;
-use crate::error::Result;
-use crate::gpu::Strided;
-use crate::layout::broadcast_shape;
-use crate::tensor::{BLOCK, Tensor};
+use crate::core::dtype::WithDType;
+use crate::core::error::Result;
+use crate::core::layout::broadcast_shape;
+use crate::core::tensor::{BLOCK, Tensor};
+use crate::engine::kernels::Strided;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
 use ferrocm_kernels::binary::{self as k, BinaryKernel, BinaryKernels, CmpKernel};
 use std::marker::PhantomData;
@@ -124,7 +124,7 @@ impl<T: WithDType> Tensor<T> {
             out,
             _op: PhantomData,
         };
-        Ok(Tensor::from_parts(backend::run(dev, op)?, &shape))
+        Ok(Tensor::from_parts(engine::run(dev, op)?, &shape))
     }
 
     fn cmp_op<O: CmpKernel>(&self, rhs: &Self, name: &'static str) -> Result<Tensor<u8>> {
@@ -225,7 +225,7 @@ struct ZipCall<F> {
     _f: PhantomData<fn() -> F>,
 }
 
-impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> crate::cpu::Func2<T, T, R> for ZipCall<F> {
+impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> crate::engine::cpu::Func2<T, T, R> for ZipCall<F> {
     #[inline(always)]
     fn call(&self, a: T, b: T) -> R {
         if F::faults(a, b) {
@@ -250,15 +250,15 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
 
     fn cpu(mut self) -> Result<DeviceBuffer<R>> {
         let (sa, sb) = (
-            crate::cpu::host(self.a.buf()),
-            crate::cpu::host(self.b.buf()),
+            crate::engine::cpu::host(self.a.buf()),
+            crate::engine::cpu::host(self.b.buf()),
         );
         let f = ZipCall::<F> {
             faulted: false.into(),
             _f: PhantomData,
         };
-        crate::cpu::map2(
-            crate::cpu::host_mut(&mut self.out),
+        crate::engine::cpu::map2(
+            crate::engine::cpu::host_mut(&mut self.out),
             (sa, &self.a.layout),
             (sb, &self.b.layout),
             &f,

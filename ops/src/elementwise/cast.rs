@@ -1,10 +1,10 @@
 //! Casts between the six dtypes: API, Cpu implementation, kernel path.
 
-use crate::backend::{self, Op};
-use crate::dtype::WithDType;
-use crate::error::Result;
-use crate::gpu::map1;
-use crate::tensor::Tensor;
+use crate::core::dtype::WithDType;
+use crate::core::error::Result;
+use crate::core::tensor::Tensor;
+use crate::engine::kernels::map1;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer};
 use ferrocm_kernels::cast::CastSource;
 use ferrocm_kernels::elem::Elem;
@@ -34,7 +34,7 @@ impl<T: WithDType> Tensor<T> {
             x: self,
             out: dev.alloc::<D>(self.elem_count())?,
         };
-        Ok(Tensor::from_parts(backend::run(dev, op)?, self.shape()))
+        Ok(Tensor::from_parts(engine::run(dev, op)?, self.shape()))
     }
 }
 
@@ -47,9 +47,14 @@ impl<T: WithDType, D: WithDType> Op for Cast<'_, T, D> {
     type Output = DeviceBuffer<D>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<D>> {
-        let src = crate::cpu::host(self.x.buf());
+        let src = crate::engine::cpu::host(self.x.buf());
         let f = CastFn::<T, D>(std::marker::PhantomData);
-        crate::cpu::map1(crate::cpu::host_mut(&mut self.out), src, &self.x.layout, &f);
+        crate::engine::cpu::map1(
+            crate::engine::cpu::host_mut(&mut self.out),
+            src,
+            &self.x.layout,
+            &f,
+        );
         Ok(self.out)
     }
 
@@ -65,7 +70,7 @@ impl<T: WithDType, D: WithDType> Op for Cast<'_, T, D> {
 /// The Cpu's per-element conversion (Rust's `as`, round to nearest even for f16/bf16).
 struct CastFn<T, D>(std::marker::PhantomData<fn() -> (T, D)>);
 
-impl<T: WithDType, D: WithDType> crate::cpu::Func1<T, D> for CastFn<T, D> {
+impl<T: WithDType, D: WithDType> crate::engine::cpu::Func1<T, D> for CastFn<T, D> {
     #[inline(always)]
     fn call(&self, x: T) -> D {
         D::from_kernel(x.to_kernel().convert::<D::Kernel>())

@@ -1,10 +1,10 @@
 //! Fill, copy and copy2d (fill and copy back `Tensor::full` and
 //! `Tensor::contiguous`; copy2d is the strided 2-D block copy of candle).
 
-use crate::backend::{self, Op};
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
-use crate::tensor::{BLOCK, Tensor};
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::tensor::{BLOCK, Tensor};
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::fill::FillKernels;
@@ -83,7 +83,7 @@ impl<T: WithDType> Tensor<T> {
             src_offset,
             out: dev.alloc::<T>(rows * cols)?,
         };
-        Ok(Tensor::from_parts(backend::run(dev, op)?, &[rows, cols]))
+        Ok(Tensor::from_parts(engine::run(dev, op)?, &[rows, cols]))
     }
 }
 
@@ -105,8 +105,8 @@ impl<T: WithDType> Op for Copy2d<'_, T> {
             return Ok(self.out);
         }
         let base = self.src.layout.offset() + self.src_offset;
-        let s = crate::cpu::host(self.src.buf());
-        let d = crate::cpu::host_mut(&mut self.out);
+        let s = crate::engine::cpu::host(self.src.buf());
+        let d = crate::engine::cpu::host_mut(&mut self.out);
         for r in 0..rows {
             d[r * cols..(r + 1) * cols]
                 .copy_from_slice(&s[base + r * stride..base + r * stride + cols]);

@@ -1,11 +1,11 @@
 //! where_cond: API, Cpu implementation, kernel path.
 
-use crate::backend::{self, Op};
-use crate::dtype::WithDType;
-use crate::error::Result;
-use crate::gpu::Strided;
-use crate::layout::broadcast_shape;
-use crate::tensor::{BLOCK, Tensor};
+use crate::core::dtype::WithDType;
+use crate::core::error::Result;
+use crate::core::layout::broadcast_shape;
+use crate::core::tensor::{BLOCK, Tensor};
+use crate::engine::kernels::Strided;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::ternary::WhereMask;
@@ -60,7 +60,7 @@ impl<M: MaskType> Tensor<M> {
             on_false: &on_false.broadcast_as(&shape)?,
             out: self.device().alloc::<T>(shape.iter().product())?,
         };
-        Ok(Tensor::from_parts(backend::run(self.device(), op)?, &shape))
+        Ok(Tensor::from_parts(engine::run(self.device(), op)?, &shape))
     }
 }
 
@@ -76,12 +76,12 @@ impl<M: MaskType, T: WithDType> Op for Where<'_, M, T> {
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let (sm, st, sf) = (
-            crate::cpu::host(self.mask.buf()),
-            crate::cpu::host(self.on_true.buf()),
-            crate::cpu::host(self.on_false.buf()),
+            crate::engine::cpu::host(self.mask.buf()),
+            crate::engine::cpu::host(self.on_true.buf()),
+            crate::engine::cpu::host(self.on_false.buf()),
         );
-        crate::cpu::map3(
-            crate::cpu::host_mut(&mut self.out),
+        crate::engine::cpu::map3(
+            crate::engine::cpu::host_mut(&mut self.out),
             (sm, &self.mask.layout),
             (st, &self.on_true.layout),
             (sf, &self.on_false.layout),
@@ -134,7 +134,7 @@ impl<M: MaskType, T: WithDType> Op for Where<'_, M, T> {
 /// `where` per element: `t` where the mask is nonzero, else `f`.
 struct Select;
 
-impl<M: WithDType, T: Copy> crate::cpu::Func3<M, T, T, T> for Select {
+impl<M: WithDType, T: Copy> crate::engine::cpu::Func3<M, T, T, T> for Select {
     #[inline(always)]
     fn call(&self, m: M, t: T, f: T) -> T {
         if m.to_kernel().eq(M::Kernel::ZERO) {

@@ -4,11 +4,11 @@
 //! definition for the kernels and the Cpu backend), monomorphised per op on
 //! both sides: no function pointer per element.
 
-use crate::backend::{self, Op};
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
-use crate::gpu::map1;
-use crate::tensor::Tensor;
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::tensor::Tensor;
+use crate::engine::kernels::map1;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer};
 use ferrocm_kernels::affine::AffineKernels;
 use ferrocm_kernels::elem::Elem;
@@ -150,7 +150,7 @@ impl<T: WithDType> Tensor<T> {
             out,
             _op: PhantomData,
         };
-        Ok(Tensor::from_parts(backend::run(dev, op)?, self.shape()))
+        Ok(Tensor::from_parts(engine::run(dev, op)?, self.shape()))
     }
 
     /// `x * mul + add` elementwise (every dtype; integers wrap).
@@ -179,7 +179,7 @@ impl<T: WithDType> Tensor<T> {
             add,
             out,
         };
-        Ok(Tensor::from_parts(backend::run(dev, op)?, self.shape()))
+        Ok(Tensor::from_parts(engine::run(dev, op)?, self.shape()))
     }
 }
 
@@ -196,9 +196,14 @@ impl<T: WithDType, U: UnaryKernel> Op for UnaryMap<'_, T, U> {
     type Output = DeviceBuffer<T>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
-        let (src, p) = (crate::cpu::host(self.x.buf()), self.p);
+        let (src, p) = (crate::engine::cpu::host(self.x.buf()), self.p);
         let f = UnaryFn::<T, U>(p, PhantomData);
-        crate::cpu::map1(crate::cpu::host_mut(&mut self.out), src, &self.x.layout, &f);
+        crate::engine::cpu::map1(
+            crate::engine::cpu::host_mut(&mut self.out),
+            src,
+            &self.x.layout,
+            &f,
+        );
         Ok(self.out)
     }
 
@@ -231,13 +236,18 @@ impl<T: WithDType> Op for AffineMap<'_, T> {
     type Output = DeviceBuffer<T>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
-        let (src, mul, add) = (crate::cpu::host(self.x.buf()), self.mul, self.add);
+        let (src, mul, add) = (crate::engine::cpu::host(self.x.buf()), self.mul, self.add);
         let f = AffineFn::<T> {
             mul,
             add,
             _t: PhantomData,
         };
-        crate::cpu::map1(crate::cpu::host_mut(&mut self.out), src, &self.x.layout, &f);
+        crate::engine::cpu::map1(
+            crate::engine::cpu::host_mut(&mut self.out),
+            src,
+            &self.x.layout,
+            &f,
+        );
         Ok(self.out)
     }
 
@@ -259,7 +269,7 @@ impl<T: WithDType> Op for AffineMap<'_, T> {
 /// The Cpu's per-element function of unary op `U` with parameter `p`.
 struct UnaryFn<T, U>(f32, PhantomData<fn() -> (T, U)>);
 
-impl<T: WithDType, U: UnaryKernel> crate::cpu::Func1<T, T> for UnaryFn<T, U> {
+impl<T: WithDType, U: UnaryKernel> crate::engine::cpu::Func1<T, T> for UnaryFn<T, U> {
     #[inline(always)]
     fn call(&self, x: T) -> T {
         T::from_kernel(T::Kernel::from_f32(U::apply(
@@ -276,7 +286,7 @@ struct AffineFn<T> {
     _t: PhantomData<fn() -> T>,
 }
 
-impl<T: WithDType> crate::cpu::Func1<T, T> for AffineFn<T> {
+impl<T: WithDType> crate::engine::cpu::Func1<T, T> for AffineFn<T> {
     #[inline(always)]
     fn call(&self, x: T) -> T {
         T::from_kernel(ferrocm_kernels::affine::affine_apply(

@@ -1,5 +1,8 @@
-//! The Cpu backend's loops: elementwise maps over strided views, row folds,
-//! all parallel over rayon and vectorised.
+//! The Cpu engine: elementwise maps over strided views, row folds, all
+//! parallel over rayon and vectorised. Public for ops written outside
+//! ferrocm: [`host`] / [`host_mut`] give a Cpu buffer's elements, [`map1`],
+//! [`map2`], [`map3`] apply a [`Func1`] / [`Func2`] / [`Func3`] over views
+//! of any strides (broadcast included), [`fold`] reduces a slice pairwise.
 //!
 //! How they stay fast (each measured in `compare/benches/vs_candle.rs`):
 //! - every op's scalar function is a generic parameter, monomorphised and
@@ -13,7 +16,7 @@
 //!   (`exp` and everything built on it) is plain arithmetic, so it vectorises
 //!   too, and its `fma` becomes one instruction.
 
-use crate::layout::Layout;
+use crate::core::layout::Layout;
 use ferrocm_host::DeviceBuffer;
 use rayon::prelude::*;
 use std::marker::PhantomData;
@@ -21,13 +24,14 @@ use std::marker::PhantomData;
 /// Elements per rayon task of an elementwise map.
 const CHUNK: usize = 1 << 15;
 
-/// The host slice of a buffer on the Cpu device.
-pub(crate) fn host<T: bytemuck::Pod>(b: &DeviceBuffer<T>) -> &[T] {
+/// The host slice of a buffer on the Cpu device (empty for a buffer of
+/// another device: an op's `cpu` path only ever sees Cpu buffers).
+pub fn host<T: bytemuck::Pod>(b: &DeviceBuffer<T>) -> &[T] {
     b.as_slice().unwrap_or_default()
 }
 
 /// The mutable host slice of a buffer on the Cpu device.
-pub(crate) fn host_mut<T: bytemuck::Pod>(b: &mut DeviceBuffer<T>) -> &mut [T] {
+pub fn host_mut<T: bytemuck::Pod>(b: &mut DeviceBuffer<T>) -> &mut [T] {
     b.as_mut_slice().unwrap_or_default()
 }
 
@@ -37,7 +41,7 @@ pub(crate) fn host_mut<T: bytemuck::Pod>(b: &mut DeviceBuffer<T>) -> &mut [T] {
 /// loop: a closure is a function of its own that LLVM may leave out of line
 /// (it did, for the exp loop), and then it runs without AVX2 and calls
 /// libm's `fmaf` per multiply-add.
-pub(crate) trait Task {
+pub trait Task {
     /// What the loop returns.
     type Out;
     /// The loop.
@@ -48,7 +52,7 @@ pub(crate) trait Task {
 /// std once and cached), else as built: the loops are vectorised 8 f32 wide
 /// and the device layer's `fma` (in `exp`, `affine`) becomes one instruction.
 #[inline(always)]
-pub(crate) fn vectorized<T: Task>(task: T) -> T::Out {
+pub fn vectorized<T: Task>(task: T) -> T::Out {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU supports both features (checked just above).
@@ -64,26 +68,33 @@ unsafe fn avx2_fma<T: Task>(task: T) -> T::Out {
 }
 
 /// An elementwise function of one value (implementations: `#[inline(always)]`).
-pub(crate) trait Func1<S, D>: Sync {
+pub trait Func1<S, D>: Sync {
+    /// The function.
     fn call(&self, x: S) -> D;
 }
 
 /// An elementwise function of two values.
-pub(crate) trait Func2<A, B, D>: Sync {
+pub trait Func2<A, B, D>: Sync {
+    /// The function.
     fn call(&self, a: A, b: B) -> D;
 }
 
 /// An elementwise function of three values.
-pub(crate) trait Func3<M, A, B, D>: Sync {
+pub trait Func3<M, A, B, D>: Sync {
+    /// The function.
     fn call(&self, m: M, a: A, b: B) -> D;
 }
 
 /// A reduction of `X`s through an accumulator (implementations:
 /// `#[inline(always)]`); `combine` must be associative up to rounding.
-pub(crate) trait Fold<X>: Sync {
+pub trait Fold<X>: Sync {
+    /// The accumulator.
     type Acc: Copy + Send + Sync;
+    /// The accumulator of no element.
     fn identity(&self) -> Self::Acc;
+    /// One element as an accumulator.
     fn convert(&self, x: X) -> Self::Acc;
+    /// Two accumulators as one.
     fn combine(&self, a: Self::Acc, b: Self::Acc) -> Self::Acc;
 }
 
@@ -333,7 +344,7 @@ fn map_chunks<const N: usize, D: Copy + Send, S: Copy + Send + Sync, F: Sync>(
 }
 
 /// `dst[i] = f(src[element i of layout])`, parallel and vectorised.
-pub(crate) fn map1<X: Copy + Sync, D: Copy + Send>(
+pub fn map1<X: Copy + Sync, D: Copy + Send>(
     dst: &mut [D],
     src: &[X],
     layout: &Layout,
@@ -344,7 +355,7 @@ pub(crate) fn map1<X: Copy + Sync, D: Copy + Send>(
 
 /// `dst[i] = f(a[i], b[i])` over two views of the output's shape (broadcast
 /// views have stride 0 where they repeat).
-pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, D: Copy + Send>(
+pub fn map2<A: Copy + Sync, B: Copy + Sync, D: Copy + Send>(
     dst: &mut [D],
     (a, la): (&[A], &Layout),
     (b, lb): (&[B], &Layout),
@@ -354,7 +365,7 @@ pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, D: Copy + Send>(
 }
 
 /// `dst[i] = f(m[i], a[i], b[i])` over three views of the output's shape.
-pub(crate) fn map3<M: Copy + Sync, A: Copy + Sync, D: Copy + Send>(
+pub fn map3<M: Copy + Sync, A: Copy + Sync, D: Copy + Send>(
     dst: &mut [D],
     (m, lm): (&[M], &Layout),
     (a, la): (&[A], &Layout),
@@ -397,7 +408,7 @@ const FOLD_BLOCK: usize = 32 * LANES;
 /// so its error stays near 1e-7 relative where a running sum drifts to 1e-4
 /// (NumPy sums the same way). Call it inside a [`Task`].
 #[inline(always)]
-pub(crate) fn fold<X: Copy, R: Fold<X>>(xs: &[X], r: &R) -> R::Acc {
+pub fn fold<X: Copy, R: Fold<X>>(xs: &[X], r: &R) -> R::Acc {
     if xs.len() <= FOLD_BLOCK {
         let mut lanes = [r.identity(); LANES];
         if size_of::<X>() < size_of::<R::Acc>() && xs.len() >= 4 * LANES {

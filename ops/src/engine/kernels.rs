@@ -1,15 +1,19 @@
-//! Helpers of the kernel path (every device that runs kernels).
+//! Helpers of the kernel path (every device that runs kernels), public for
+//! ops written outside ferrocm: [`Strided`] turns the layouts of an op's
+//! inputs into the device layer's `Strides` arguments (the contiguous fast
+//! path, by value up to rank 4, else in memory, never a wait), and [`map1`]
+//! launches a one-input map with them.
 
-use crate::dtype::WithDType;
-use crate::error::Result;
-use crate::layout::Layout;
-use crate::tensor::{BLOCK, Tensor};
+use crate::core::dtype::WithDType;
+use crate::core::error::Result;
+use crate::core::layout::Layout;
+use crate::core::tensor::{BLOCK, Tensor};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::device::INLINE_RANK;
 
 /// The arguments every one-input map kernel (unary, affine, cast, copy)
 /// starts with: `(out, inp, n, ndim, layout, dims 2 words, strides 2 words)`.
-pub(crate) type MapArgs<'a, T, R> = (
+pub type MapArgs<'a, T, R> = (
     Out<'a, R>,
     In<'a, T>,
     u64,
@@ -25,7 +29,7 @@ pub(crate) type MapArgs<'a, T, R> = (
 /// empty tensor, else `launch(config, args)` with the leading arguments (the
 /// layout on the fast path, by value or in memory), which the op completes
 /// with its own parameters and passes to its typed kernel.
-pub(crate) fn map1<T: WithDType, R: WithDType>(
+pub fn map1<T: WithDType, R: WithDType>(
     dev: &Device,
     x: &Tensor<T>,
     out: &DeviceBuffer<R>,
@@ -58,7 +62,7 @@ pub(crate) fn map1<T: WithDType, R: WithDType>(
 /// 32 bits travels by value in the kernel arguments; any other goes through
 /// [`Device::upload_async`] (stream-ordered, from the device's cache). A
 /// strided op never waits for the device.
-pub(crate) struct Strided<const N: usize> {
+pub struct Strided<const N: usize> {
     ndim: u32,
     layout: Option<DeviceBuffer<u64>>,
     dims: [u64; 2],
@@ -72,17 +76,13 @@ fn pack(v: [u64; 4]) -> [u64; 2] {
 
 impl<const N: usize> Strided<N> {
     /// The layout arguments of inputs `layouts`, all of logical shape `shape`.
-    pub(crate) fn new(device: &Device, shape: &[usize], layouts: [&Layout; N]) -> Result<Self> {
+    pub fn new(device: &Device, shape: &[usize], layouts: [&Layout; N]) -> Result<Self> {
         Self::build(device, shape, layouts, true)
     }
 
     /// The same, never by value: for kernels that read the layout only
     /// from memory (the row reductions).
-    pub(crate) fn in_memory(
-        device: &Device,
-        shape: &[usize],
-        layouts: [&Layout; N],
-    ) -> Result<Self> {
+    pub fn in_memory(device: &Device, shape: &[usize], layouts: [&Layout; N]) -> Result<Self> {
         Self::build(device, shape, layouts, false)
     }
 
@@ -137,22 +137,22 @@ impl<const N: usize> Strided<N> {
     }
 
     /// The `ndim` kernel argument.
-    pub(crate) fn ndim(&self) -> u32 {
+    pub fn ndim(&self) -> u32 {
         self.ndim
     }
 
     /// The `layout` kernel argument (null unless the layout is in memory).
-    pub(crate) fn arg(&self) -> In<'_, u64> {
+    pub fn arg(&self) -> In<'_, u64> {
         In::opt(self.layout.as_ref())
     }
 
     /// The packed dims (two words).
-    pub(crate) fn dims(&self) -> [u64; 2] {
+    pub fn dims(&self) -> [u64; 2] {
         self.dims
     }
 
     /// The packed strides of input `k` (two words).
-    pub(crate) fn strides(&self, k: usize) -> [u64; 2] {
+    pub fn strides(&self, k: usize) -> [u64; 2] {
         self.strides[k]
     }
 }

@@ -10,13 +10,14 @@
 //! words without making the op wait. A kernel never uses a bad id as an
 //! offset (it writes zeros there instead).
 
-use crate::backend::{self, Op};
-use crate::dim::Dim;
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
-use crate::gpu::Strided;
-use crate::layout::Layout;
-use crate::tensor::{BLOCK, Tensor};
+use crate::core::dim::Dim;
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::layout::Layout;
+use crate::core::storage::Storage;
+use crate::core::tensor::{BLOCK, Tensor};
+use crate::engine::kernels::Strided;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, ID_OUT_OF_RANGE, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::index::{CopyIntoKernel, IdKernels, ScatterKernels, W128};
@@ -102,7 +103,7 @@ impl<T: WithDType> Tensor<T> {
     /// (from this call on the Cpu, from the next wait on a kernel device);
     /// [`Error::Host`] when allocation or the launch fails.
     pub fn index_select<I: IdType>(&self, dim: impl Dim, ids: &Tensor<I>) -> Result<Self> {
-        let dim = crate::dim::resolve("index_select", dim, self.shape())?;
+        let dim = crate::core::dim::resolve("index_select", dim, self.shape())?;
         if ids.rank() != 1 {
             return Err(Error::ShapeMismatch {
                 op: "index_select",
@@ -158,11 +159,13 @@ impl<T: WithDType> Tensor<T> {
         let shape = self.shape();
         let mut out_shape = shape.to_vec();
         out_shape[dim] = ids.elem_count();
-        let out = self.device().alloc::<T>(crate::layout::checked_count(
-            op,
-            &out_shape,
-            size_of::<T>(),
-        )?)?;
+        let out = self
+            .device()
+            .alloc::<T>(crate::core::layout::checked_count(
+                op,
+                &out_shape,
+                size_of::<T>(),
+            )?)?;
         let sel = IndexSelect {
             op,
             src: &src,
@@ -173,7 +176,7 @@ impl<T: WithDType> Tensor<T> {
             out,
         };
         Ok(Tensor::from_parts(
-            backend::run(self.device(), sel)?,
+            engine::run(self.device(), sel)?,
             &out_shape,
         ))
     }
@@ -195,7 +198,7 @@ impl<T: WithDType, I: IdType> Op for IndexSelect<'_, T, I> {
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let n = self.ids.elem_count();
-        let ids = &crate::cpu::host(self.ids.buf())[self.ids.layout.offset()..][..n];
+        let ids = &crate::engine::cpu::host(self.ids.buf())[self.ids.layout.offset()..][..n];
         if let Some((p, id)) = first_bad_id(ids, self.size) {
             return Err(id_error(self.op, id, p, self.size, &Device::Cpu));
         }
@@ -203,10 +206,10 @@ impl<T: WithDType, I: IdType> Op for IndexSelect<'_, T, I> {
         if inner == 0 || n == 0 {
             return Ok(self.out);
         }
-        let src = &crate::cpu::host(self.src.buf())[self.src.layout.offset()..];
+        let src = &crate::engine::cpu::host(self.src.buf())[self.src.layout.offset()..];
         // Rows of `inner`, grouped so each task moves at least ~16K elements.
         let per_task = (1 << 14) / inner + 1;
-        crate::cpu::host_mut(&mut self.out)
+        crate::engine::cpu::host_mut(&mut self.out)
             .par_chunks_mut(per_task * inner)
             .enumerate()
             .for_each(|(t, chunk)| {
@@ -311,7 +314,7 @@ impl<T: WithDType> Tensor<T> {
     /// [`Tensor::index_select`]; [`Error::Host`].
     pub fn gather<I: IdType>(&self, dim: impl Dim, ids: &Tensor<I>) -> Result<Self> {
         let op = "gather";
-        let dim = crate::dim::resolve(op, dim, self.shape())?;
+        let dim = crate::core::dim::resolve(op, dim, self.shape())?;
         self.same_device(op, ids)?;
         let (shape, ishape) = (self.shape(), ids.shape());
         if ishape.len() != shape.len() || (0..shape.len()).any(|d| d != dim && ishape[d] > shape[d])
@@ -336,7 +339,7 @@ impl<T: WithDType> Tensor<T> {
             ids,
             out,
         };
-        Ok(Tensor::from_parts(backend::run(self.device(), g)?, ishape))
+        Ok(Tensor::from_parts(engine::run(self.device(), g)?, ishape))
     }
 }
 
@@ -355,18 +358,18 @@ impl<T: WithDType, I: IdType> Op for Gather<'_, T, I> {
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let ids = self.ids.contiguous()?;
-        let ids = &crate::cpu::host(ids.buf())[ids.layout.offset()..][..ids.elem_count()];
+        let ids = &crate::engine::cpu::host(ids.buf())[ids.layout.offset()..][..ids.elem_count()];
         if let Some((p, id)) = first_bad_id(ids, self.size) {
             return Err(id_error("gather", id, p, self.size, &Device::Cpu));
         }
-        let src = crate::cpu::host(self.src.buf());
+        let src = crate::engine::cpu::host(self.src.buf());
         let (base, ds) = (&self.base, self.dim_stride);
         // Rows of the ids' last dim: one coordinate walk per row, then a
         // stride (0 when gathering along the last dim) per element.
         let last = base.shape().last().copied().unwrap_or(1).max(1);
         let step = base.strides().last().copied().unwrap_or(0);
         let rows_per_task = (1 << 14) / last + 1;
-        crate::cpu::host_mut(&mut self.out)
+        crate::engine::cpu::host_mut(&mut self.out)
             .par_chunks_mut(rows_per_task * last)
             .enumerate()
             .for_each(|(t, chunk)| {
@@ -470,10 +473,29 @@ impl<T: WithDType> Tensor<T> {
     /// passes the end of `dim`; [`Error::DeviceMismatch`]; [`Error::Host`].
     /// On an error `self` is unchanged.
     pub fn slice_set(&mut self, src: &Tensor<T>, dim: impl Dim, start: usize) -> Result<()> {
+        Self::slice_set_parts(&mut self.storage, &mut self.layout, src, dim, start)
+    }
+
+    /// [`Tensor::slice_set`] on the parts of a tensor (its storage and
+    /// layout), which a `DynTensor` holds too.
+    pub(crate) fn slice_set_parts(
+        storage: &mut Arc<Storage>,
+        layout: &mut Layout,
+        src: &Tensor<T>,
+        dim: impl Dim,
+        start: usize,
+    ) -> Result<()> {
         let op = "slice_set";
-        let dim = crate::dim::resolve(op, dim, self.shape())?;
-        self.same_device(op, src)?;
-        let (shape, sshape) = (self.shape(), src.shape());
+        let dim = crate::core::dim::resolve(op, dim, layout.shape())?;
+        let dev = storage.device().clone();
+        if !dev.same_device(src.device()) {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: dev.to_string(),
+                rhs: src.device().to_string(),
+            });
+        }
+        let (shape, sshape) = (layout.shape(), src.shape());
         if sshape.len() != shape.len()
             || (0..shape.len()).any(|d| d != dim && sshape[d] != shape[d])
         {
@@ -496,15 +518,13 @@ impl<T: WithDType> Tensor<T> {
         if src.elem_count() == 0 {
             return Ok(());
         }
-        if Arc::strong_count(&self.storage) > 1
-            || Arc::weak_count(&self.storage) > 0
-            || self.layout.overlaps()
-        {
-            *self = self.copy()?;
+        if Arc::strong_count(storage) > 1 || Arc::weak_count(storage) > 0 || layout.overlaps() {
+            let copy = Tensor::<T>::from_storage(storage.clone(), layout.clone())?.copy()?;
+            *storage = copy.storage;
+            *layout = copy.layout;
         }
-        let region = self.layout.narrow(dim, start, len)?;
-        let dev = self.device().clone();
-        let storage = Arc::get_mut(&mut self.storage).expect("unique: copied above otherwise");
+        let region = layout.narrow(dim, start, len)?;
+        let storage = Arc::get_mut(storage).expect("unique: copied above otherwise");
         match &dev {
             Device::Cpu => {
                 let dst: &mut [T] = storage
@@ -512,7 +532,7 @@ impl<T: WithDType> Tensor<T> {
                     .typed_mut::<T>()
                     .and_then(|b| b.as_mut_slice())
                     .expect("a Cpu storage of T's");
-                let from = crate::cpu::host(src.buf());
+                let from = crate::engine::cpu::host(src.buf());
                 for i in 0..src.elem_count() {
                     dst[region.offset_of(i)] = from[src.layout.offset_of(i)];
                 }
@@ -653,7 +673,7 @@ impl<T: WithDType> Tensor<T> {
         src: &Tensor<T>,
     ) -> Result<Self> {
         let op = "index_add";
-        let d = crate::dim::resolve(op, dim, self.shape())?;
+        let d = crate::core::dim::resolve(op, dim, self.shape())?;
         let mut want = self.shape().to_vec();
         want[d] = ids.elem_count();
         if ids.rank() != 1 || src.shape() != &want[..] {
@@ -679,7 +699,7 @@ impl<T: WithDType> Tensor<T> {
         src: &Tensor<T>,
         add: bool,
     ) -> Result<Self> {
-        let dim = crate::dim::resolve(op, dim, self.shape())?;
+        let dim = crate::core::dim::resolve(op, dim, self.shape())?;
         let (shape, ishape, sshape) = (self.shape(), ids.shape(), src.shape());
         let fits = ishape.len() == shape.len()
             && sshape.len() == shape.len()
@@ -723,7 +743,7 @@ impl<T: WithDType> Tensor<T> {
             add,
             out,
         };
-        backend::run(self.device(), run)
+        engine::run(self.device(), run)
     }
 }
 
@@ -748,14 +768,14 @@ impl<T: WithDType, I: IdType> Op for Scatter<'_, T, I> {
     fn cpu(mut self) -> Result<Tensor<T>> {
         type Acc<T> = <<T as WithDType>::Kernel as Elem>::Acc;
         let checked = self.line.unwrap_or(self.ids).contiguous()?;
-        let flat =
-            &crate::cpu::host(checked.buf())[checked.layout.offset()..][..checked.elem_count()];
+        let flat = &crate::engine::cpu::host(checked.buf())[checked.layout.offset()..]
+            [..checked.elem_count()];
         if let Some((p, id)) = first_bad_id(flat, self.size) {
             return Err(id_error(self.op, id, p, self.size, &Device::Cpu));
         }
         let (ids, src) = (
-            crate::cpu::host(self.ids.buf()),
-            crate::cpu::host(self.src.buf()),
+            crate::engine::cpu::host(self.ids.buf()),
+            crate::engine::cpu::host(self.src.buf()),
         );
         let (grid, dim) = (self.ids.shape().to_vec(), self.dim);
         let ostrides = Layout::contiguous(self.out.shape()).strides().to_vec();
@@ -896,4 +916,117 @@ fn launch_scatter<T: WithDType, I: IdType, J: bytemuck::Pod>(
         ),
     )?;
     Ok(())
+}
+
+impl crate::DynTensor {
+    /// [`Tensor::index_select`] for a dtype and an id type (u8, u32, i64)
+    /// known at run time.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &Device::Cpu)?.to_dyn();
+    /// let ids = Tensor::from_slice(&[2u32, 0], &[2], &Device::Cpu)?.to_dyn();
+    /// assert_eq!(t.index_select(0, &ids)?.to_f64_vec()?, vec![3.0, 1.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for ids of another type; as
+    /// [`Tensor::index_select`].
+    pub fn index_select(&self, dim: impl Dim, ids: &Self) -> Result<Self> {
+        crate::core::dyn_tensor::with_ids!(ids, "index_select", |i| {
+            crate::core::dyn_tensor::with_dtype!(self, "index_select", |t| Ok(t
+                .index_select(dim, &i)?
+                .into()))
+        })
+    }
+
+    /// [`Tensor::embedding`] (rows of a `[vocab, hidden]` table) for a dtype
+    /// and an id type known at run time.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for ids of another type; as
+    /// [`Tensor::embedding`].
+    pub fn embedding(&self, ids: &Self) -> Result<Self> {
+        crate::core::dyn_tensor::with_ids!(ids, "embedding", |i| {
+            crate::core::dyn_tensor::with_dtype!(self, "embedding", |t| Ok(t.embedding(&i)?.into()))
+        })
+    }
+
+    /// [`Tensor::gather`] for a dtype and an id type known at run time.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for ids of another type; as
+    /// [`Tensor::gather`].
+    pub fn gather(&self, dim: impl Dim, ids: &Self) -> Result<Self> {
+        crate::core::dyn_tensor::with_ids!(ids, "gather", |i| {
+            crate::core::dyn_tensor::with_dtype!(self, "gather", |t| Ok(t.gather(dim, &i)?.into()))
+        })
+    }
+
+    /// [`Tensor::scatter`] for a dtype and an id type known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when `src`'s dtype differs; as
+    /// [`Tensor::scatter`].
+    pub fn scatter(&self, dim: impl Dim, ids: &Self, src: &Self) -> Result<Self> {
+        self.same_dtype("scatter", src)?;
+        crate::core::dyn_tensor::with_ids!(ids, "scatter", |i| {
+            crate::core::dyn_tensor::with_dtype!(self, "scatter", |t| Ok(t
+                .scatter(dim, &i, &src.typed()?)?
+                .into()))
+        })
+    }
+
+    /// [`Tensor::scatter_add`] for a dtype and an id type known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when `src`'s dtype differs; as
+    /// [`Tensor::scatter_add`].
+    pub fn scatter_add(&self, dim: impl Dim, ids: &Self, src: &Self) -> Result<Self> {
+        self.same_dtype("scatter_add", src)?;
+        crate::core::dyn_tensor::with_ids!(ids, "scatter_add", |i| {
+            crate::core::dyn_tensor::with_dtype!(self, "scatter_add", |t| Ok(t
+                .scatter_add(dim, &i, &src.typed()?)?
+                .into()))
+        })
+    }
+
+    /// [`Tensor::index_add`] for a dtype and an id type known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when `src`'s dtype differs; as
+    /// [`Tensor::index_add`].
+    pub fn index_add(&self, dim: impl Dim, ids: &Self, src: &Self) -> Result<Self> {
+        self.same_dtype("index_add", src)?;
+        crate::core::dyn_tensor::with_ids!(ids, "index_add", |i| {
+            crate::core::dyn_tensor::with_dtype!(self, "index_add", |t| Ok(t
+                .index_add(dim, &i, &src.typed()?)?
+                .into()))
+        })
+    }
+
+    /// [`Tensor::slice_set`] for a dtype known at run time: writes `src`
+    /// into `self` at `start..` along `dim`, in place (copy-on-write when
+    /// another tensor shares the storage, as for `Tensor`).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let mut cache = Tensor::<f32>::zeros(&[4], &Device::Cpu)?.to_dyn();
+    /// let kv = Tensor::from_slice(&[1.0f32, 2.0], &[2], &Device::Cpu)?.to_dyn();
+    /// cache.slice_set(&kv, 0, 1)?;
+    /// assert_eq!(cache.to_f64_vec()?, vec![0.0, 1.0, 2.0, 0.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when `src`'s dtype differs; as
+    /// [`Tensor::slice_set`]. On an error `self` is unchanged.
+    pub fn slice_set(&mut self, src: &Self, dim: impl Dim, start: usize) -> Result<()> {
+        self.same_dtype("slice_set", src)?;
+        let (storage, layout) = self.parts_mut();
+        crate::core::dyn_tensor::with_dtype!(src, "slice_set", |s| {
+            Tensor::slice_set_parts(storage, layout, &s, dim, start)
+        })
+    }
 }

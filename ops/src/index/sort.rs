@@ -8,10 +8,10 @@
 //! index. `topk(k, largest)` is exactly the first `k` of
 //! `sort(descending = largest)`.
 
-use crate::backend::{self, Op};
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::tensor::Tensor;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::sort::{
     MERGE_TILE, SORT_BLOCK, SORT_TILE, SortKernels, SortKey, TOPK_LDS_BYTES, TOPK_MAX,
@@ -72,7 +72,7 @@ impl<T: WithDType> Tensor<T> {
             descending,
             out,
         };
-        backend::run(dev, op)
+        engine::run(dev, op)
     }
 
     /// The indices that sort each row (the last dim): [`Tensor::sort`]'s
@@ -154,7 +154,7 @@ impl<T: WithDType> Tensor<T> {
                 largest,
                 out: Sorted::alloc(self.device(), rows * n)?,
             };
-            let (vals, idx) = backend::run(self.device(), op)?;
+            let (vals, idx) = engine::run(self.device(), op)?;
             let (v, at) = Tensor::from_parts(vals, &[rows, n]).topk(k, largest)?;
             let i = Tensor::from_parts(idx, &[rows, n]).gather(1, &at)?;
             return Ok((v.reshape(&shape)?, i.reshape(&shape)?));
@@ -168,7 +168,7 @@ impl<T: WithDType> Tensor<T> {
             largest,
             out: Sorted::alloc(self.device(), rows * k)?,
         };
-        let (vals, idx) = backend::run(self.device(), op)?;
+        let (vals, idx) = engine::run(self.device(), op)?;
         Ok((
             Tensor::from_parts(vals, &shape),
             Tensor::from_parts(idx, &shape),
@@ -241,11 +241,12 @@ impl<T: WithDType> Op for Sort<'_, T> {
         if self.rows == 0 || cols == 0 {
             return Ok((self.out.vals, self.out.idx));
         }
-        let x = &crate::cpu::host(self.x.buf())[self.x.layout.offset()..][..self.rows * cols];
+        let x =
+            &crate::engine::cpu::host(self.x.buf())[self.x.layout.offset()..][..self.rows * cols];
         // Few rows: each sorted by every thread; many: a row per task.
         let parallel = self.rows < rayon::current_num_threads();
-        let vals = crate::cpu::host_mut(&mut self.out.vals);
-        let idx = crate::cpu::host_mut(&mut self.out.idx);
+        let vals = crate::engine::cpu::host_mut(&mut self.out.vals);
+        let idx = crate::engine::cpu::host_mut(&mut self.out.idx);
         let indices = |pairs: &[(Key<T>, u32)], i: &mut [u32]| {
             for (i, &(_, at)) in i.iter_mut().zip(pairs) {
                 *i = at;
@@ -364,9 +365,10 @@ impl<T: WithDType> Op for TopK<'_, T> {
         if self.rows == 0 || k == 0 {
             return Ok((self.out.vals, self.out.idx));
         }
-        let x = &crate::cpu::host(self.x.buf())[self.x.layout.offset()..][..self.rows * cols];
-        let vals = crate::cpu::host_mut(&mut self.out.vals);
-        let idx = crate::cpu::host_mut(&mut self.out.idx);
+        let x =
+            &crate::engine::cpu::host(self.x.buf())[self.x.layout.offset()..][..self.rows * cols];
+        let vals = crate::engine::cpu::host_mut(&mut self.out.vals);
+        let idx = crate::engine::cpu::host_mut(&mut self.out.idx);
         vals.par_chunks_mut(k)
             .zip(idx.par_chunks_mut(k))
             .zip(x.par_chunks(cols))
@@ -412,5 +414,47 @@ impl<T: WithDType> Op for TopK<'_, T> {
             )?;
         }
         Ok((self.out.vals, self.out.idx))
+    }
+}
+
+impl crate::DynTensor {
+    /// [`Tensor::sort`] along the last dim for a dtype known at run time:
+    /// the sorted values and their u32 indices.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[3i64, 1, 2], &[3], &Device::Cpu)?.to_dyn();
+    /// let (v, i) = t.sort(false)?;
+    /// assert_eq!((v.to_f64_vec()?, i.to_f64_vec()?), (vec![1.0, 2.0, 3.0], vec![1.0, 2.0, 0.0]));
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::sort`].
+    pub fn sort(&self, descending: bool) -> Result<(Self, Self)> {
+        crate::core::dyn_tensor::with_dtype!(self, "sort", |t| {
+            let (v, i) = t.sort(descending)?;
+            Ok((v.into(), i.into()))
+        })
+    }
+
+    /// [`Tensor::argsort`] along the last dim for a dtype known at run time.
+    ///
+    /// # Errors
+    /// As [`Tensor::argsort`].
+    pub fn argsort(&self, descending: bool) -> Result<Self> {
+        crate::core::dyn_tensor::with_dtype!(self, "argsort", |t| Ok(t.argsort(descending)?.into()))
+    }
+
+    /// [`Tensor::topk`] along the last dim for a dtype known at run time:
+    /// the `k` largest (or smallest) values and their u32 indices.
+    ///
+    /// # Errors
+    /// As [`Tensor::topk`].
+    pub fn topk(&self, k: usize, largest: bool) -> Result<(Self, Self)> {
+        crate::core::dyn_tensor::with_dtype!(self, "topk", |t| {
+            let (v, i) = t.topk(k, largest)?;
+            Ok((v.into(), i.into()))
+        })
     }
 }

@@ -21,11 +21,11 @@
 //! operand whose left rows are evenly spaced fold into the rows (`[b, s, k] x
 //! [k, n]` is one `[b*s, k] x [k, n]` product).
 
-use crate::backend::{self, Libraries, Op, Vendor};
-use crate::dtype::{DType, WithDType};
-use crate::error::{Error, Result};
-use crate::layout::{broadcast_shape, checked_count};
-use crate::tensor::Tensor;
+use crate::core::dtype::{DType, WithDType};
+use crate::core::error::{Error, Result};
+use crate::core::layout::{broadcast_shape, checked_count};
+use crate::core::tensor::Tensor;
+use crate::engine::{self, Libraries, Op, Vendor};
 use ferrocm_host::blas::{Gemm, GemmOperand, GemmType};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
@@ -383,7 +383,7 @@ fn product<T: WithDType>(
         act,
         out,
     };
-    Ok(Tensor::from_parts(backend::run(dev, op)?, &out_shape))
+    Ok(Tensor::from_parts(engine::run(dev, op)?, &out_shape))
 }
 
 static VENDOR_BLAS: AtomicBool = AtomicBool::new(true);
@@ -495,7 +495,7 @@ struct Matmul<'a, T: WithDType> {
 
 /// The operand's elements from its first one, on the Cpu.
 fn host_view<T: WithDType>(t: &Tensor<T>) -> &[T] {
-    &crate::cpu::host(t.buf())[t.layout().offset()..]
+    &crate::engine::cpu::host(t.buf())[t.layout().offset()..]
 }
 
 /// Batch `z`'s matrix of an operand as contiguous f32 `[rows, cols]`.
@@ -641,7 +641,7 @@ impl<T: WithDType> Op for Matmul<'_, T> {
         // and a copy pass cost 3% at 1024^3); other dtypes round from f32 sums.
         let f32_out = T::DTYPE == DType::F32;
         let mut scratch = vec![0.0f32; if f32_out { 0 } else { p.batch * p.m * p.n }];
-        let out = crate::cpu::host_mut(&mut self.out);
+        let out = crate::engine::cpu::host_mut(&mut self.out);
         let acc: &mut [f32] = if f32_out {
             bytemuck::cast_slice_mut(out)
         } else {
@@ -695,7 +695,7 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                 });
             }
         } else {
-            let out = crate::cpu::host_mut(&mut self.out);
+            let out = crate::engine::cpu::host_mut(&mut self.out);
             out.par_chunks_mut(n.max(1))
                 .zip(scratch.par_chunks(n.max(1)))
                 .for_each(|(o, r)| {
@@ -938,5 +938,50 @@ impl<T: WithDType> Op for Matmul<'_, T> {
             }
         }
         Ok(self.out)
+    }
+}
+
+impl crate::DynTensor {
+    /// [`Tensor::matmul`] for a dtype known at run time (f32, f16, bf16).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &Device::Cpu)?.to_dyn();
+    /// assert_eq!(a.matmul(&a)?.to_f64_vec()?, vec![7.0, 10.0, 15.0, 22.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::matmul`].
+    pub fn matmul(&self, rhs: &Self) -> Result<Self> {
+        self.same_dtype("matmul", rhs)?;
+        crate::core::dyn_tensor::with_dtype!(self, "matmul", |t| Ok(t
+            .matmul(&rhs.typed()?)?
+            .into()))
+    }
+
+    /// [`Tensor::matvec`] for a dtype known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::matvec`].
+    pub fn matvec(&self, v: &Self) -> Result<Self> {
+        self.same_dtype("matvec", v)?;
+        crate::core::dyn_tensor::with_dtype!(self, "matvec", |t| Ok(t.matvec(&v.typed()?)?.into()))
+    }
+
+    /// [`Tensor::linear`] for a dtype known at run time: `x wᵀ + bias` with
+    /// `w` stored `[out, in]` and an optional fused activation.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::linear`].
+    pub fn linear(&self, w: &Self, bias: Option<&Self>, act: Option<Activation>) -> Result<Self> {
+        self.same_dtype("linear", w)?;
+        if let Some(b) = bias {
+            self.same_dtype("linear", b)?;
+        }
+        crate::core::dyn_tensor::with_dtype!(self, "linear", |t| {
+            let bias = bias.map(|b| b.typed()).transpose()?;
+            Ok(t.linear(&w.typed()?, bias.as_ref(), act)?.into())
+        })
     }
 }

@@ -14,10 +14,10 @@
 //! split the keys across workgroups (flash-decoding) and merge the splits'
 //! statistics in a second launch.
 
-use crate::backend::{self, Op};
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::tensor::Tensor;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::attention::{
     ATTN_BLOCK, ATTN_CAUSAL, ATTN_DOUBLE_BUFFER, ATTN_HEAD_DIMS, ATTN_MERGE_BLOCK, ATTN_MMA_MAX_D,
@@ -186,7 +186,7 @@ fn strides3<T: WithDType>(t: &Tensor<T>) -> [usize; 3] {
 
 /// A view's elements from its offset on (the Cpu's buffer).
 fn data<T: WithDType>(t: &Tensor<T>) -> &[T] {
-    &crate::cpu::host(t.buf())[t.layout().offset()..]
+    &crate::engine::cpu::host(t.buf())[t.layout().offset()..]
 }
 
 /// `Σ a[e] * b[e]` in f32, eight partial sums (the loop vectorises).
@@ -220,7 +220,7 @@ struct CpuBlock<'a, T: WithDType> {
     out: &'a mut [T],
 }
 
-impl<T: WithDType> crate::cpu::Task for CpuBlock<'_, T> {
+impl<T: WithDType> crate::engine::cpu::Task for CpuBlock<'_, T> {
     type Out = ();
     #[inline(always)]
     fn run(self) {
@@ -344,7 +344,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
         } else {
             (b * h_kv * rows).div_ceil(threads).clamp(1, CPU_ROWS)
         };
-        crate::cpu::host_mut(&mut out)
+        crate::engine::cpu::host_mut(&mut out)
             .par_chunks_mut(rows * d)
             .enumerate()
             .for_each(|(bk, group)| {
@@ -352,7 +352,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
                     .par_chunks_mut(block * d)
                     .enumerate()
                     .for_each(|(blk, out)| {
-                        crate::cpu::vectorized(CpuBlock {
+                        crate::engine::cpu::vectorized(CpuBlock {
                             op: this,
                             b: bk / h_kv,
                             kvh: bk % h_kv,
@@ -688,7 +688,7 @@ impl<T: WithDType> Tensor<T> {
             window,
         };
         let out = dev.alloc::<T>(n)?;
-        let out = backend::run(dev, Attend { inputs, out })?;
+        let out = engine::run(dev, Attend { inputs, out })?;
         Ok(Tensor::from_parts(out, &out_shape))
     }
 }
@@ -707,5 +707,95 @@ fn ready<T: WithDType>(t: &Tensor<T>) -> Result<Tensor<T>> {
     } else {
         // A new buffer: `contiguous` keeps a contiguous view off its words.
         t.copy()
+    }
+}
+
+/// [`AttentionOptions`] for [`DynTensor::attention`](crate::DynTensor::attention):
+/// the same settings, with the additive mask a `DynTensor` of the inputs'
+/// dtype.
+///
+/// ```
+/// use ferrocm_ops::attention::DynAttentionOptions;
+/// let o = DynAttentionOptions::new().causal().window(128);
+/// assert!(o.causal && o.window == Some(128));
+/// ```
+#[derive(Clone, Copy, Default)]
+pub struct DynAttentionOptions<'a> {
+    /// As [`AttentionOptions::scale`].
+    pub scale: Option<f32>,
+    /// As [`AttentionOptions::causal`].
+    pub causal: bool,
+    /// As [`AttentionOptions::mask`], of the inputs' dtype.
+    pub mask: Option<&'a crate::DynTensor>,
+    /// As [`AttentionOptions::window`].
+    pub window: Option<usize>,
+    /// As [`AttentionOptions::softcap`].
+    pub softcap: Option<f32>,
+}
+
+impl<'a> DynAttentionOptions<'a> {
+    /// Plain attention, scale `1 / sqrt(d)`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// See [`AttentionOptions::scale`].
+    pub fn scale(mut self, scale: f32) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+    /// See [`AttentionOptions::causal`].
+    pub fn causal(mut self) -> Self {
+        self.causal = true;
+        self
+    }
+    /// See [`AttentionOptions::mask`].
+    pub fn mask(mut self, mask: &'a crate::DynTensor) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+    /// See [`AttentionOptions::window`].
+    pub fn window(mut self, window: usize) -> Self {
+        self.window = Some(window);
+        self
+    }
+    /// See [`AttentionOptions::softcap`].
+    pub fn softcap(mut self, cap: f32) -> Self {
+        self.softcap = Some(cap);
+        self
+    }
+}
+
+impl crate::DynTensor {
+    /// [`Tensor::attention`] for a dtype known at run time (f32, f16, bf16).
+    ///
+    /// ```
+    /// use ferrocm_ops::attention::DynAttentionOptions;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let q = Tensor::<f32>::randn(&[1, 2, 3, 64], 0.0, 1.0, 1, &Device::Cpu)?.to_dyn();
+    /// let o = q.attention(&q, &q, &DynAttentionOptions::new().causal())?;
+    /// assert_eq!(o.shape(), &[1, 2, 3, 64]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ (the mask's
+    /// included); as [`Tensor::attention`].
+    pub fn attention(&self, k: &Self, v: &Self, opts: &DynAttentionOptions<'_>) -> Result<Self> {
+        self.same_dtype("attention", k)?;
+        self.same_dtype("attention", v)?;
+        if let Some(m) = opts.mask {
+            self.same_dtype("attention", m)?;
+        }
+        crate::core::dyn_tensor::with_dtype!(self, "attention", |t| {
+            let mask = opts.mask.map(|m| m.typed()).transpose()?;
+            let typed = AttentionOptions {
+                scale: opts.scale,
+                causal: opts.causal,
+                mask: mask.as_ref(),
+                window: opts.window,
+                softcap: opts.softcap,
+            };
+            Ok(t.attention(&k.typed()?, &v.typed()?, &typed)?.into())
+        })
     }
 }

@@ -3,11 +3,11 @@
 //! ([`Zip`]: broadcasting, strided views, the Cpu's vectorised loops); the
 //! kernel is `glu_{dtype}` with the activation as an argument.
 
-use crate::binary::{ZipArgs, ZipFn};
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::tensor::Tensor;
+use crate::elementwise::binary::{ZipArgs, ZipFn};
 use crate::matmul::Activation;
-use crate::tensor::Tensor;
 use ferrocm_host::{Device, LaunchConfig};
 use ferrocm_kernels::elem::per_word;
 use ferrocm_kernels::glu::{GluKernels, glu_apply};
@@ -136,5 +136,42 @@ impl<T: WithDType> Tensor<T> {
             });
         }
         self.zip::<T, Gated<ACT>>(up, name)
+    }
+}
+
+impl crate::DynTensor {
+    /// [`Tensor::glu`] (`act(self) * up`) for a dtype known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::glu`].
+    pub fn glu(&self, up: &Self, act: Activation) -> Result<Self> {
+        self.same_dtype("glu", up)?;
+        crate::core::dyn_tensor::with_dtype!(self, "glu", |t| Ok(t.glu(&up.typed()?, act)?.into()))
+    }
+
+    /// [`Tensor::swiglu`] (`silu(self) * up`) for a dtype known at run time.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let g = Tensor::from_slice(&[0.0f32, 1.0], &[2], &Device::Cpu)?.to_dyn();
+    /// let y = g.swiglu(&g)?.to_f64_vec()?;
+    /// assert_eq!(y[0], 0.0);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::swiglu`].
+    pub fn swiglu(&self, up: &Self) -> Result<Self> {
+        self.same_dtype("swiglu", up)?;
+        crate::core::dyn_tensor::with_dtype!(self, "swiglu", |t| Ok(t.swiglu(&up.typed()?)?.into()))
+    }
+
+    /// [`Tensor::glu_halves`] (the last dim's two halves as gate and up) for
+    /// a dtype known at run time.
+    ///
+    /// # Errors
+    /// As [`Tensor::glu_halves`].
+    pub fn glu_halves(&self, act: Activation) -> Result<Self> {
+        crate::core::dyn_tensor::with_dtype!(self, "glu_halves", |t| Ok(t.glu_halves(act)?.into()))
     }
 }

@@ -10,10 +10,10 @@
 //! differs by that one rounding); LayerNorm's variance is the biased one,
 //! as `torch.nn.LayerNorm`.
 
-use crate::backend::{self, Op};
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::tensor::Tensor;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::{Elem, per_word};
 use ferrocm_kernels::norm::{
@@ -47,7 +47,7 @@ struct Norm<'a, T: WithDType> {
 /// A contiguous tensor's elements on the Cpu.
 fn elems<T: WithDType>(t: &Tensor<T>) -> &[T] {
     let off = t.layout().offset();
-    &crate::cpu::host(t.buf())[off..off + t.elem_count()]
+    &crate::engine::cpu::host(t.buf())[off..off + t.elem_count()]
 }
 
 /// One row on the Cpu: the sums in f32, then the outputs.
@@ -60,7 +60,7 @@ struct NormRow<'a, T> {
     out: &'a mut [T],
 }
 
-impl<T: WithDType> crate::cpu::Task for NormRow<'_, T> {
+impl<T: WithDType> crate::engine::cpu::Task for NormRow<'_, T> {
     type Out = ();
     #[inline(always)]
     fn run(self) {
@@ -117,7 +117,7 @@ impl<T: WithDType> Op for Norm<'_, T> {
         let x = elems(self.x);
         // Fused: the sum first (the add op's own rounding), then the norm of it.
         if let (Some(r), Some(sum)) = (self.residual, self.sum.as_mut()) {
-            let sum = crate::cpu::host_mut(sum);
+            let sum = crate::engine::cpu::host_mut(sum);
             sum.par_iter_mut()
                 .zip(x.par_iter().zip(elems(r)))
                 .with_min_len(1 << 14)
@@ -126,17 +126,17 @@ impl<T: WithDType> Op for Norm<'_, T> {
                 });
         }
         let h = match &self.sum {
-            Some(sum) => crate::cpu::host(sum),
+            Some(sum) => crate::engine::cpu::host(sum),
             None => x,
         };
         let (w, b) = (elems(self.weight), self.bias.map(elems));
         let (layer, eps) = (self.kind == Kind::Layer, self.eps);
-        crate::cpu::host_mut(&mut self.out)
+        crate::engine::cpu::host_mut(&mut self.out)
             .par_chunks_mut(cols)
             .zip(h.par_chunks(cols))
             .with_min_len(((1 << 14) / cols).max(1))
             .for_each(|(out, h)| {
-                crate::cpu::vectorized(NormRow {
+                crate::engine::cpu::vectorized(NormRow {
                     layer,
                     h,
                     w,
@@ -401,10 +401,84 @@ impl<T: WithDType> Tensor<T> {
                 None => None,
             },
         };
-        let (out, sum) = backend::run(dev, norm)?;
+        let (out, sum) = engine::run(dev, norm)?;
         Ok((
             Tensor::from_parts(out, x.shape()),
             sum.map(|s| Tensor::from_parts(s, x.shape())),
         ))
+    }
+}
+
+impl crate::DynTensor {
+    /// [`Tensor::rms_norm`] for a dtype known at run time (f32, f16, bf16).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[3.0f32, 4.0], &[1, 2], &Device::Cpu)?.to_dyn();
+    /// let w = Tensor::from_slice(&[1.0f32, 1.0], &[2], &Device::Cpu)?.to_dyn();
+    /// let y = x.rms_norm(&w, 0.0)?.to_f64_vec()?;
+    /// assert!((y[0] - 3.0 / 12.5f64.sqrt()).abs() < 1e-6);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::rms_norm`].
+    pub fn rms_norm(&self, weight: &Self, eps: f32) -> Result<Self> {
+        self.same_dtype("rms_norm", weight)?;
+        crate::core::dyn_tensor::with_dtype!(self, "rms_norm", |t| Ok(t
+            .rms_norm(&weight.typed()?, eps)?
+            .into()))
+    }
+
+    /// [`Tensor::add_rms_norm`] for a dtype known at run time: `(sum, norm)`.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::add_rms_norm`].
+    pub fn add_rms_norm(&self, residual: &Self, weight: &Self, eps: f32) -> Result<(Self, Self)> {
+        self.same_dtype("add_rms_norm", residual)?;
+        self.same_dtype("add_rms_norm", weight)?;
+        crate::core::dyn_tensor::with_dtype!(self, "add_rms_norm", |t| {
+            let (sum, y) = t.add_rms_norm(&residual.typed()?, &weight.typed()?, eps)?;
+            Ok((sum.into(), y.into()))
+        })
+    }
+
+    /// [`Tensor::layer_norm`] for a dtype known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::layer_norm`].
+    pub fn layer_norm(&self, weight: &Self, bias: Option<&Self>, eps: f32) -> Result<Self> {
+        self.same_dtype("layer_norm", weight)?;
+        if let Some(b) = bias {
+            self.same_dtype("layer_norm", b)?;
+        }
+        crate::core::dyn_tensor::with_dtype!(self, "layer_norm", |t| {
+            let bias = bias.map(|b| b.typed()).transpose()?;
+            Ok(t.layer_norm(&weight.typed()?, bias.as_ref(), eps)?.into())
+        })
+    }
+
+    /// [`Tensor::add_layer_norm`] for a dtype known at run time: `(sum, norm)`.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::add_layer_norm`].
+    pub fn add_layer_norm(
+        &self,
+        residual: &Self,
+        weight: &Self,
+        bias: Option<&Self>,
+        eps: f32,
+    ) -> Result<(Self, Self)> {
+        self.same_dtype("add_layer_norm", residual)?;
+        self.same_dtype("add_layer_norm", weight)?;
+        if let Some(b) = bias {
+            self.same_dtype("add_layer_norm", b)?;
+        }
+        crate::core::dyn_tensor::with_dtype!(self, "add_layer_norm", |t| {
+            let bias = bias.map(|b| b.typed()).transpose()?;
+            let (sum, y) =
+                t.add_layer_norm(&residual.typed()?, &weight.typed()?, bias.as_ref(), eps)?;
+            Ok((sum.into(), y.into()))
+        })
     }
 }

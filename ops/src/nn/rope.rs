@@ -3,10 +3,10 @@
 //! and partial rotary dims: API, Cpu implementation, kernel path. See
 //! `ferrocm_kernels::rope` for the formula.
 
-use crate::backend::{self, Op};
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
-use crate::tensor::{BLOCK, Tensor};
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::tensor::{BLOCK, Tensor};
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
 use ferrocm_kernels::elem::{Elem, per_word};
 use ferrocm_kernels::rope::{
@@ -60,7 +60,7 @@ struct Rope<'a, T: WithDType, const LAYOUT: u32> {
 /// A contiguous tensor's elements on the Cpu.
 fn elems<T: WithDType>(t: &Tensor<T>) -> &[T] {
     let off = t.layout().offset();
-    &crate::cpu::host(t.buf())[off..off + t.elem_count()]
+    &crate::engine::cpu::host(t.buf())[off..off + t.elem_count()]
 }
 
 impl<T: WithDType, const LAYOUT: u32> Op for Rope<'_, T, LAYOUT> {
@@ -74,7 +74,7 @@ impl<T: WithDType, const LAYOUT: u32> Op for Rope<'_, T, LAYOUT> {
         let (x, cos, sin) = (elems(self.x), elems(self.cos), elems(self.sin));
         let f = |v: T| v.to_kernel().to_f32();
         let half = p.r / 2;
-        crate::cpu::host_mut(&mut self.out)
+        crate::engine::cpu::host_mut(&mut self.out)
             .par_chunks_mut(p.d)
             .zip(x.par_chunks(p.d))
             .enumerate()
@@ -299,6 +299,44 @@ impl<T: WithDType> Tensor<T> {
             },
             out: dev.alloc::<T>(x.elem_count())?,
         };
-        Ok(Tensor::from_parts(backend::run(dev, rope)?, x.shape()))
+        Ok(Tensor::from_parts(engine::run(dev, rope)?, x.shape()))
+    }
+}
+
+impl crate::DynTensor {
+    /// [`Tensor::rope`] (halves, as Hugging Face) for a dtype known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::rope`].
+    pub fn rope(&self, cos: &Self, sin: &Self, offset: usize) -> Result<Self> {
+        self.same_dtype("rope", cos)?;
+        self.same_dtype("rope", sin)?;
+        crate::core::dyn_tensor::with_dtype!(self, "rope", |t| Ok(t
+            .rope(&cos.typed()?, &sin.typed()?, offset)?
+            .into()))
+    }
+
+    /// [`Tensor::rope_i`] (interleaved, GGML's normal mode) for a dtype known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::rope_i`].
+    pub fn rope_i(&self, cos: &Self, sin: &Self, offset: usize) -> Result<Self> {
+        self.same_dtype("rope_i", cos)?;
+        self.same_dtype("rope_i", sin)?;
+        crate::core::dyn_tensor::with_dtype!(self, "rope_i", |t| Ok(t
+            .rope_i(&cos.typed()?, &sin.typed()?, offset)?
+            .into()))
+    }
+
+    /// [`Tensor::rope_thd`] (`(b, t, h, d)` inputs) for a dtype known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::rope_thd`].
+    pub fn rope_thd(&self, cos: &Self, sin: &Self, offset: usize) -> Result<Self> {
+        self.same_dtype("rope_thd", cos)?;
+        self.same_dtype("rope_thd", sin)?;
+        crate::core::dyn_tensor::with_dtype!(self, "rope_thd", |t| Ok(t
+            .rope_thd(&cos.typed()?, &sin.typed()?, offset)?
+            .into()))
     }
 }

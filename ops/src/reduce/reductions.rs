@@ -5,12 +5,12 @@
 //! of `cols` elements in logical order; the kernels read that view through its
 //! strides.
 
-use crate::backend::{self, Op};
-use crate::dim::{Dim, Dims};
-use crate::dtype::WithDType;
-use crate::error::{Error, Result};
-use crate::gpu::Strided;
-use crate::tensor::{BLOCK, Tensor};
+use crate::core::dim::{Dim, Dims};
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::tensor::{BLOCK, Tensor};
+use crate::engine::kernels::Strided;
+use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::host::KernelRef;
@@ -127,8 +127,12 @@ impl<T: WithDType, R: ReduceKernel> Op for RowReduce<'_, T, R> {
     type Output = DeviceBuffer<T>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
-        let (src, cols, view) = (crate::cpu::host(self.view.buf()), self.cols, self.view);
-        let out = crate::cpu::host_mut(&mut self.out);
+        let (src, cols, view) = (
+            crate::engine::cpu::host(self.view.buf()),
+            self.cols,
+            self.view,
+        );
+        let out = crate::engine::cpu::host_mut(&mut self.out);
         let r = ReduceFold::<T, R>(PhantomData);
         let finish = |a: Acc<T>| T::from_kernel(R::finish(a, cols as u64).convert());
         let rows = out.len();
@@ -136,11 +140,11 @@ impl<T: WithDType, R: ReduceKernel> Op for RowReduce<'_, T, R> {
             // `cols` reduced rows of `rows` kept elements each.
             let off = view.layout.offset();
             let src = &src[off..off + rows * cols];
-            crate::cpu::fold_columns(out, src, cols, &r, finish);
+            crate::engine::cpu::fold_columns(out, src, cols, &r, finish);
             return Ok(self.out);
         }
         for_each_row(out, src, view, cols, |o, row| {
-            *o = finish(crate::cpu::vectorized(FoldRow(row, &r)))
+            *o = finish(crate::engine::cpu::vectorized(FoldRow(row, &r)))
         });
         Ok(self.out)
     }
@@ -221,7 +225,10 @@ fn for_each_row<T: WithDType, O: Send>(
 ) {
     let rows_per_task = (1 << 14) / cols.max(1) + 1;
     let contiguous = view.layout.is_contiguous();
-    let (walk, off) = (crate::cpu::Walk::new([&view.layout]), view.layout.offset());
+    let (walk, off) = (
+        crate::engine::cpu::Walk::new([&view.layout]),
+        view.layout.offset(),
+    );
     out.par_chunks_mut(rows_per_task)
         .enumerate()
         .for_each_init(Vec::new, |buf, (t, o)| {
@@ -230,7 +237,7 @@ fn for_each_row<T: WithDType, O: Send>(
                 if contiguous {
                     f(o, &src[off + r * cols..off + (r + 1) * cols]);
                 } else {
-                    crate::cpu::gather(buf, src, &walk, r * cols, cols);
+                    crate::engine::cpu::gather(buf, src, &walk, r * cols, cols);
                     f(o, buf);
                 }
             }
@@ -241,7 +248,7 @@ fn for_each_row<T: WithDType, O: Send>(
 /// `T`'s accumulator.
 struct ReduceFold<T, R>(PhantomData<fn() -> (T, R)>);
 
-impl<T: WithDType, R: ReduceOp> crate::cpu::Fold<T> for ReduceFold<T, R> {
+impl<T: WithDType, R: ReduceOp> crate::engine::cpu::Fold<T> for ReduceFold<T, R> {
     type Acc = Acc<T>;
     #[inline(always)]
     fn identity(&self) -> Acc<T> {
@@ -260,11 +267,11 @@ impl<T: WithDType, R: ReduceOp> crate::cpu::Fold<T> for ReduceFold<T, R> {
 /// One row folded (pairwise, vectorised).
 struct FoldRow<'a, T, F>(&'a [T], &'a F);
 
-impl<T: Copy, F: crate::cpu::Fold<T>> crate::cpu::Task for FoldRow<'_, T, F> {
+impl<T: Copy, F: crate::engine::cpu::Fold<T>> crate::engine::cpu::Task for FoldRow<'_, T, F> {
     type Out = F::Acc;
     #[inline(always)]
     fn run(self) -> F::Acc {
-        crate::cpu::fold(self.0, self.1)
+        crate::engine::cpu::fold(self.0, self.1)
     }
 }
 
@@ -273,15 +280,15 @@ impl<T: Copy, F: crate::cpu::Fold<T>> crate::cpu::Task for FoldRow<'_, T, F> {
 /// (PyTorch's rule: the first NaN, else the first of equal extremes).
 struct ArgRow<'a, T, const MIN: bool>(&'a [T]);
 
-impl<T: WithDType, const MIN: bool> crate::cpu::Task for ArgRow<'_, T, MIN> {
+impl<T: WithDType, const MIN: bool> crate::engine::cpu::Task for ArgRow<'_, T, MIN> {
     type Out = u32;
     #[inline(always)]
     fn run(self) -> u32 {
         let row = self.0;
         let best = if MIN {
-            crate::cpu::fold(row, &ReduceFold::<T, k::Min>(PhantomData))
+            crate::engine::cpu::fold(row, &ReduceFold::<T, k::Min>(PhantomData))
         } else {
-            crate::cpu::fold(row, &ReduceFold::<T, k::Max>(PhantomData))
+            crate::engine::cpu::fold(row, &ReduceFold::<T, k::Max>(PhantomData))
         };
         let acc = |x: &T| x.to_kernel().convert::<Acc<T>>();
         let at = if best.is_nan() {
@@ -302,10 +309,10 @@ struct SoftmaxRow<'a, T, const LOG: bool> {
     exps: &'a mut Vec<f32>,
 }
 
-/// f32 sum for [`crate::cpu::fold`].
+/// f32 sum for [`crate::engine::cpu::fold`].
 struct SumF32;
 
-impl crate::cpu::Fold<f32> for SumF32 {
+impl crate::engine::cpu::Fold<f32> for SumF32 {
     type Acc = f32;
     #[inline(always)]
     fn identity(&self) -> f32 {
@@ -321,18 +328,18 @@ impl crate::cpu::Fold<f32> for SumF32 {
     }
 }
 
-impl<T: WithDType, const LOG: bool> crate::cpu::Task for SoftmaxRow<'_, T, LOG> {
+impl<T: WithDType, const LOG: bool> crate::engine::cpu::Task for SoftmaxRow<'_, T, LOG> {
     type Out = ();
     #[inline(always)]
     fn run(self) {
-        let m = crate::cpu::fold(self.x, &ReduceFold::<T, k::Max>(PhantomData)).to_f32();
+        let m = crate::engine::cpu::fold(self.x, &ReduceFold::<T, k::Max>(PhantomData)).to_f32();
         let f = |x: &T| x.to_kernel().to_f32();
         self.exps.clear();
         self.exps.resize(self.x.len(), 0.0);
         for (e, x) in self.exps.iter_mut().zip(self.x) {
             *e = math::exp(f(x) - m);
         }
-        let sum = crate::cpu::fold(self.exps, &SumF32);
+        let sum = crate::engine::cpu::fold(self.exps, &SumF32);
         if LOG {
             let log_sum = math::log(sum);
             for (o, x) in self.out.iter_mut().zip(self.x) {
@@ -357,13 +364,17 @@ impl<T: WithDType, const MIN: bool> Op for ArgReduce<'_, T, MIN> {
     type Output = DeviceBuffer<u32>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<u32>> {
-        let (src, cols, view) = (crate::cpu::host(self.view.buf()), self.cols, self.view);
+        let (src, cols, view) = (
+            crate::engine::cpu::host(self.view.buf()),
+            self.cols,
+            self.view,
+        );
         for_each_row(
-            crate::cpu::host_mut(&mut self.out),
+            crate::engine::cpu::host_mut(&mut self.out),
             src,
             view,
             cols,
-            |o, row| *o = crate::cpu::vectorized(ArgRow::<T, MIN>(row)),
+            |o, row| *o = crate::engine::cpu::vectorized(ArgRow::<T, MIN>(row)),
         );
         Ok(self.out)
     }
@@ -395,12 +406,12 @@ impl<T: WithDType, const LOG: bool> Op for Softmax<'_, T, LOG> {
         if rows == 0 || cols == 0 {
             return Ok(self.out);
         }
-        let src = &crate::cpu::host(self.x.buf())[off..off + rows * cols];
-        crate::cpu::host_mut(&mut self.out)
+        let src = &crate::engine::cpu::host(self.x.buf())[off..off + rows * cols];
+        crate::engine::cpu::host_mut(&mut self.out)
             .par_chunks_mut(cols)
             .zip(src.par_chunks(cols))
             .for_each_init(Vec::new, |exps, (out, x)| {
-                crate::cpu::vectorized(SoftmaxRow::<T, LOG> { x, out, exps })
+                crate::engine::cpu::vectorized(SoftmaxRow::<T, LOG> { x, out, exps })
             });
         Ok(self.out)
     }
@@ -472,7 +483,7 @@ impl<T: WithDType> Tensor<T> {
             });
         }
         let dev = self.device();
-        crate::layout::checked_count(op.name(), &out_shape, size_of::<T>())?;
+        crate::core::layout::checked_count(op.name(), &out_shape, size_of::<T>())?;
         if cols == 1 {
             // Every reduced dim has size 1 (or none is reduced): each output
             // is its one input, exactly, in the same order. No launch of one
@@ -504,7 +515,7 @@ impl<T: WithDType> Tensor<T> {
             out,
             _op: PhantomData,
         };
-        backend::run(dev, op)
+        engine::run(dev, op)
     }
 
     /// Sum over `dims` (f16/bf16 accumulate in f32; integers wrap).
@@ -607,7 +618,7 @@ impl<T: WithDType> Tensor<T> {
         }
         if cols == 1 {
             // One candidate per output: index 0 everywhere.
-            crate::layout::checked_count(op, &out_shape, size_of::<u32>())?;
+            crate::core::layout::checked_count(op, &out_shape, size_of::<u32>())?;
             return Tensor::zeros(&out_shape, self.device());
         }
         let dev = self.device();
@@ -615,11 +626,11 @@ impl<T: WithDType> Tensor<T> {
             view: &view,
             cols,
             out: {
-                crate::layout::checked_count(op, &out_shape, size_of::<u32>())?;
+                crate::core::layout::checked_count(op, &out_shape, size_of::<u32>())?;
                 dev.alloc::<u32>(rows)?
             },
         };
-        Ok(Tensor::from_parts(backend::run(dev, op)?, &out_shape))
+        Ok(Tensor::from_parts(engine::run(dev, op)?, &out_shape))
     }
 
     /// Index (u32) of the first maximum over `dims`, or of the first NaN when
@@ -688,7 +699,7 @@ impl<T: WithDType> Tensor<T> {
             cols,
             out: dev.alloc::<T>(n)?,
         };
-        Ok(Tensor::from_parts(backend::run(dev, op)?, x.shape()))
+        Ok(Tensor::from_parts(engine::run(dev, op)?, x.shape()))
     }
 
     /// Softmax over the last dim, computed as exp(x - max) / Σ exp(x - max).
