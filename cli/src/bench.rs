@@ -10,7 +10,7 @@
 //! here as a device-to-device copy of the largest input (bytes read plus
 //! written).
 
-use crate::{Device, Result, Tensor, bf16};
+use ferrocm_ops::{Device, Result, Tensor, bf16};
 
 /// One timed op.
 #[derive(Clone, Debug)]
@@ -65,7 +65,7 @@ pub struct BenchConfig {
 /// A group of bench rows ([`BenchConfig::only`]).
 ///
 /// ```
-/// use ferrocm_ops::bench::BenchFamily;
+/// use ferrocm_cli::bench::BenchFamily;
 /// assert_eq!(BenchFamily::parse("attention"), Some(BenchFamily::Attention));
 /// assert_eq!(BenchFamily::parse("conv"), None);
 /// ```
@@ -200,7 +200,8 @@ fn ops() -> Vec<(&'static str, f64, OpFn)> {
 ///
 /// ```no_run
 /// # use ferrocm_ops::WaveSize;
-/// use ferrocm_ops::{Device, bench};
+/// use ferrocm_ops::Device;
+/// use ferrocm_cli::bench;
 /// let cfg = bench::BenchConfig { rows: 256, cols: 256, reps: 3, compare_cpu: false, only: None };
 /// let report = bench::run(&Device::emulator(WaveSize::Wave32), cfg).unwrap();
 /// assert!(report.rows.iter().all(|r| r.ms > 0.0));
@@ -208,7 +209,7 @@ fn ops() -> Vec<(&'static str, f64, OpFn)> {
 ///
 /// # Errors
 /// The first op that fails on `dev` (allocation, a launch, a fault), as its
-/// [`crate::Error`].
+/// [`ferrocm_ops::Error`].
 pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     let elems = (cfg.rows * cfg.cols) as u64;
     // Copy bandwidth: a device-to-device copy of one f32 input.
@@ -500,7 +501,7 @@ fn layer_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
 /// GPU the GEMMs are timed twice: as the op runs them (the vendor BLAS where
 /// it loads) and with ferrocm's kernel (`(kernel)` rows).
 fn matmul_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
-    use crate::Activation;
+    use ferrocm_ops::Activation;
     let h = cfg.cols.min(4096);
     let ffn = h * 7 / 2;
     let big = h;
@@ -600,7 +601,7 @@ fn matmul_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Ben
         if dev.is_gpu() && name.starts_with("gemm") {
             // The GEMMs above ran the vendor BLAS where it loaded: ours too,
             // in the same run, to compare.
-            crate::matmul::set_vendor_blas(false);
+            ferrocm_ops::matmul::set_vendor_blas(false);
             let kernel = timed.row(
                 &format!("{name} (kernel)"),
                 shape.to_vec(),
@@ -609,7 +610,7 @@ fn matmul_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Ben
                 None,
                 op,
             );
-            crate::matmul::set_vendor_blas(true);
+            ferrocm_ops::matmul::set_vendor_blas(true);
             let mut kernel = kernel?;
             kernel.flops = Some(flops);
             rows.push(kernel);
@@ -717,7 +718,11 @@ fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<
             None,
             |i| {
                 i.0.0
-                    .attention(&i.0.1, &i.0.2, &crate::AttentionOptions::new().causal())
+                    .attention(
+                        &i.0.1,
+                        &i.0.2,
+                        &ferrocm_ops::AttentionOptions::new().causal(),
+                    )
                     .map(drop)
             },
         ),
@@ -728,7 +733,11 @@ fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<
             None,
             |i| {
                 i.1.0
-                    .attention(&i.1.1, &i.1.2, &crate::AttentionOptions::new().causal())
+                    .attention(
+                        &i.1.1,
+                        &i.1.2,
+                        &ferrocm_ops::AttentionOptions::new().causal(),
+                    )
                     .map(drop)
             },
         ),
@@ -739,7 +748,11 @@ fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<
             Some((2 * seq * seq * d * heads) as u64),
             |i| {
                 i.2.0
-                    .attention(&i.2.1, &i.2.2, &crate::AttentionOptions::new().causal())
+                    .attention(
+                        &i.2.1,
+                        &i.2.2,
+                        &ferrocm_ops::AttentionOptions::new().causal(),
+                    )
                     .map(drop)
             },
         ),

@@ -9,9 +9,9 @@
 //! compared element by element with a per-dtype tolerance. The test suite runs
 //! the same cases over many layouts ([`InputLayout`]) on the emulator.
 
-use crate::dtype::{DType, WithDType};
-use crate::error::Result;
-use crate::{Activation, Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
+use ferrocm_ops::Result;
+use ferrocm_ops::{Activation, Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
+use ferrocm_ops::{DType, WithDType};
 
 /// How an input is laid out in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,7 +62,8 @@ pub fn tolerance(dtype: DType) -> Tolerance {
             abs: 1e-2,
             rel: 1.6e-2,
         },
-        DType::U8 | DType::U32 | DType::I64 => Tolerance { abs: 0.0, rel: 0.0 },
+        // Integers (and any dtype added later) compare exactly.
+        _ => Tolerance { abs: 0.0, rel: 0.0 },
     }
 }
 
@@ -91,7 +92,7 @@ pub struct CaseResult {
 /// NaN matches NaN; infinities must match exactly.
 ///
 /// ```
-/// use ferrocm_ops::check::{compare, Tolerance};
+/// use ferrocm_cli::check::{compare, Tolerance};
 /// let (abs, _, ok) = compare(&[1.0f32, f32::NAN], &[1.0, f32::NAN], Tolerance { abs: 0.0, rel: 0.0 });
 /// assert!(ok && abs == 0.0);
 /// ```
@@ -323,7 +324,7 @@ impl Runner<'_> {
                     rnd(dev, &[1, 2, cols, 128], 32)?,
                     rnd(dev, &[1, 2, cols, 128], 33)?,
                 );
-                q.attention(&k, &v, &crate::AttentionOptions::new().causal())
+                q.attention(&k, &v, &ferrocm_ops::AttentionOptions::new().causal())
             });
             // Head dim 64, a decode step: the 8-lane row kernels of the
             // 16-bit types.
@@ -333,7 +334,7 @@ impl Runner<'_> {
                     rnd(dev, &[1, 2, cols, 64], 41)?,
                     rnd(dev, &[1, 2, cols, 64], 42)?,
                 );
-                q.attention(&k, &v, &crate::AttentionOptions::new().causal())
+                q.attention(&k, &v, &ferrocm_ops::AttentionOptions::new().causal())
             });
             self.case("attention[causal,window]".into(), d, move |dev| {
                 let (q, k, v) = (
@@ -341,7 +342,11 @@ impl Runner<'_> {
                     rnd(dev, &[1, 4, cols, 64], 35)?,
                     rnd(dev, &[1, 4, cols, 64], 36)?,
                 );
-                q.attention(&k, &v, &crate::AttentionOptions::new().causal().window(100))
+                q.attention(
+                    &k,
+                    &v,
+                    &ferrocm_ops::AttentionOptions::new().causal().window(100),
+                )
             });
             self.case("attention[mask,softcap]".into(), d, move |dev| {
                 let (q, k, v) = (
@@ -353,7 +358,7 @@ impl Runner<'_> {
                 q.attention(
                     &k,
                     &v,
-                    &crate::AttentionOptions::new().mask(&m).softcap(30.0),
+                    &ferrocm_ops::AttentionOptions::new().mask(&m).softcap(30.0),
                 )
             });
         }
@@ -513,7 +518,7 @@ pub fn run(device: &Device, inputs: Inputs) -> Vec<CaseResult> {
 ///
 /// ```no_run
 /// use ferrocm_ops::{Device, WaveSize};
-/// let results = ferrocm_ops::check::run_default(&Device::emulator(WaveSize::Wave64));
+/// let results = ferrocm_cli::check::run_default(&Device::emulator(WaveSize::Wave64));
 /// assert!(results.iter().all(|r| r.passed));
 /// ```
 pub fn run_default(device: &Device) -> Vec<CaseResult> {

@@ -1,8 +1,14 @@
 //! The `ferrocm` command: `check`, `bench`, `kernels`, `info`.
+//!
+//! Exit codes: 0 when the command did what it was asked and everything it
+//! checked passed; 1 when something it ran failed (a check case, a bench
+//! op, a kernel with local memory, an unreadable code object); 2 for a
+//! usage error (an unknown flag or subcommand, a value that does not parse,
+//! a device that does not answer).
 
-use ferrocm::WaveSize;
-use ferrocm::host::{self, Device};
-use ferrocm::ops::{bench, check};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ferrocm_cli::{bench, check};
+use ferrocm_host::{Device, WaveSize};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -13,105 +19,192 @@ macro_rules! outln {
     }};
 }
 
-const USAGE: &str = "usage:
-  ferrocm check [--device D] [--json]
-      run every op x dtype on the device against the Cpu backend (default:
-      FERROCM_DEVICE if set, else the first GPU that answers, ROCm then CUDA,
-      else the emulator with wave 32 and 64)
-  ferrocm bench [--device D] [--json] [--size ROWSxCOLS] [--reps N] [--no-cpu]
-                [--only elementwise|indexing|layer|matmul|attention]
-      time every kernel family (or one) on the device (default: as for
-      check) as a share of its copy bandwidth, and against the Cpu backend
-  ferrocm kernels [--arch ARCH | --device cuda[:N]] [--json]
-      registers, LDS, scratch, spills and occupancy of every kernel per arch;
-      with a CUDA device, what the driver's compile of the PTX uses there
-  ferrocm info
-      devices found and code objects embedded
-devices D: cpu, emulator (wave 32 and 64), emulator:32, emulator:64,
-  emulator:64:nosan, rocm[:N], cuda[:N]";
+/// ferrocm: Rust GPU kernels for AMD (and NVIDIA) GPUs, checked against the
+/// CPU.
+#[derive(Parser)]
+#[command(
+    name = "ferrocm",
+    version,
+    after_help = "Exit codes: 0 success; 1 a case, op or check failed; 2 usage error (bad flag or value, a device that does not answer).\nDevices: cpu, emulator (wave 32 and 64), emulator:32, emulator:64, emulator:64:nosan, rocm[:N], cuda[:N]."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str| args.iter().any(|a| a == name);
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    match args.first().map(String::as_str) {
-        Some("check") => run_check(value("--device").as_deref(), flag("--json")),
-        Some("bench") => run_bench(
-            value("--device").as_deref(),
-            flag("--json"),
-            value("--size").as_deref(),
-            value("--reps").as_deref(),
-            value("--only").as_deref(),
-            !flag("--no-cpu"),
-        ),
-        Some("kernels") => match value("--device") {
-            Some(d) => run_kernels_on(&d, flag("--json")),
-            None => run_kernels(value("--arch").as_deref(), flag("--json")),
-        },
-        Some("info") => run_info(),
-        _ => {
-            eprintln!("{USAGE}");
-            ExitCode::from(2)
+// Room for `gguf FILE`, `quantize`, `run MODEL`, `serve`: one variant and
+// one function each.
+#[derive(Subcommand)]
+enum Command {
+    /// Run every op x dtype on the device against the Cpu backend; prints a
+    /// table (or JSON) and fails when a case fails.
+    Check(CheckArgs),
+    /// Time every kernel family (or one) on the device as a share of its
+    /// copy bandwidth, beside the Cpu backend.
+    Bench(BenchArgs),
+    /// Registers, LDS, scratch, spills and occupancy of every kernel per AMD
+    /// arch; with a CUDA device, what the driver's compile of the PTX uses
+    /// there (fails if any kernel uses local memory).
+    Kernels(KernelsArgs),
+    /// Devices found (name, arch, compute units, memory, wave size, LDS),
+    /// code objects and PTX embedded, the libraries each GPU uses.
+    Info,
+}
+
+/// Where `check` and `bench` run.
+#[derive(Args)]
+struct DeviceArg {
+    /// Device: cpu, emulator (both wave sizes), emulator:32, emulator:64,
+    /// emulator:64:nosan, rocm[:N], cuda[:N]. Default: FERROCM_DEVICE if
+    /// set, else the first GPU that answers (ROCm, then CUDA), else the
+    /// emulator at wave 32 and 64.
+    #[arg(long, value_name = "D", env = "FERROCM_DEVICE", value_parser = parse_devices)]
+    device: Option<Devices>,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    device: DeviceArg,
+    /// One JSON array of {op, dtype, device, layout, max_abs_err,
+    /// max_rel_err, passed, error} instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    device: DeviceArg,
+    /// JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Rows x cols of the large inputs. Default: 16384x4096 on a GPU,
+    /// 1024x1024 on the Cpu and the emulator.
+    #[arg(long, value_name = "ROWSxCOLS", value_parser = parse_size)]
+    size: Option<(usize, usize)>,
+    /// Timed calls per op, queued back to back (the best of five rounds'
+    /// averages is reported). Default: 20 on a GPU, 5 elsewhere.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    reps: Option<u32>,
+    /// Do not time the Cpu backend beside the device.
+    #[arg(long)]
+    no_cpu: bool,
+    /// Only this family's rows.
+    #[arg(long, value_enum, value_name = "FAMILY")]
+    only: Option<Family>,
+}
+
+#[derive(Args)]
+struct KernelsArgs {
+    /// Only the code object of this AMD arch (gfx942, gfx1100, ...).
+    #[arg(long, value_name = "ARCH", conflicts_with = "device")]
+    arch: Option<String>,
+    /// A CUDA device (cuda or cuda:N): report what the driver's compile of
+    /// the PTX uses there instead of the AMD code objects.
+    #[arg(long, value_name = "cuda[:N]", value_parser = parse_device)]
+    device: Option<Device>,
+    /// JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `bench --only`.
+#[derive(Clone, Copy, ValueEnum)]
+enum Family {
+    /// Fill, copy, cast, unary, binary, where, reductions, softmax, transpose.
+    Elementwise,
+    /// Embedding, argsort, topk, sort.
+    Indexing,
+    /// RMSNorm, LayerNorm, RoPE, SwiGLU.
+    Layer,
+    /// GEMV, GEMM, linear.
+    Matmul,
+    /// Attention decode and prefill.
+    Attention,
+}
+
+impl From<Family> for bench::BenchFamily {
+    fn from(f: Family) -> Self {
+        match f {
+            Family::Elementwise => bench::BenchFamily::Elementwise,
+            Family::Indexing => bench::BenchFamily::Indexing,
+            Family::Layer => bench::BenchFamily::Layer,
+            Family::Matmul => bench::BenchFamily::Matmul,
+            Family::Attention => bench::BenchFamily::Attention,
         }
     }
 }
 
-fn devices_for(name: Option<&str>) -> Result<Vec<Device>, String> {
-    let name = name.map(str::to_string).or_else(|| {
-        std::env::var("FERROCM_DEVICE")
-            .ok()
-            .filter(|s| !s.trim().is_empty())
-    });
-    Ok(match name.as_deref() {
-        None => match Device::best_or_err() {
-            Ok(d) if d.is_gpu() => vec![d],
-            _ => {
-                eprintln!(
-                    "no GPU answers ({}); checking the kernels in the emulator instead",
-                    host::device::gpus()
-                        .err()
-                        .map(|e| e.to_string())
-                        .unwrap_or_default()
-                );
-                vec![
-                    Device::emulator(WaveSize::Wave32),
-                    Device::emulator(WaveSize::Wave64),
-                ]
-            }
-        },
-        // Both wave sizes.
-        Some("emulator") => vec![
+/// The devices a `--device` value names: `emulator` is both wave sizes.
+#[derive(Clone)]
+struct Devices(Vec<Device>);
+
+fn parse_devices(s: &str) -> Result<Devices, String> {
+    Ok(Devices(match s.trim() {
+        "emulator" | "emu" => vec![
             Device::emulator(WaveSize::Wave32),
             Device::emulator(WaveSize::Wave64),
         ],
-        Some("emulator32") => vec![Device::emulator(WaveSize::Wave32)],
-        Some("emulator64") => vec![Device::emulator(WaveSize::Wave64)],
-        Some(other) => vec![
-            other
-                .parse::<Device>()
-                .map_err(|e| format!("{e}\n{USAGE}"))?,
-        ],
-    })
+        // Spellings of earlier versions.
+        "emulator32" => vec![Device::emulator(WaveSize::Wave32)],
+        "emulator64" => vec![Device::emulator(WaveSize::Wave64)],
+        other => vec![parse_device(other)?],
+    }))
 }
 
-fn run_check(device: Option<&str>, json: bool) -> ExitCode {
-    let devices = match devices_for(device) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
+fn parse_device(s: &str) -> Result<Device, String> {
+    s.parse::<Device>().map_err(|e| e.to_string())
+}
+
+fn parse_size(s: &str) -> Result<(usize, usize), String> {
+    match s.split_once('x').map(|(r, c)| (r.parse(), c.parse())) {
+        Some((Ok(r), Ok(c))) if r > 0 && c > 0 => Ok((r, c)),
+        _ => Err(format!("takes ROWSxCOLS, e.g. 16384x4096; got `{s}`")),
+    }
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Check(a) => run_check(a),
+        Command::Bench(a) => run_bench(a),
+        Command::Kernels(a) => match a.device {
+            Some(d) => run_kernels_on(&d, a.json),
+            None => run_kernels(a.arch.as_deref(), a.json),
+        },
+        Command::Info => run_info(),
+    }
+}
+
+/// The named devices, else the first GPU that answers, else both emulators.
+fn devices_or_default(arg: DeviceArg) -> Vec<Device> {
+    if let Some(Devices(d)) = arg.device {
+        return d;
+    }
+    match Device::best_or_err() {
+        Ok(d) if d.is_gpu() => vec![d],
+        _ => {
+            eprintln!(
+                "no GPU answers ({}); checking the kernels in the emulator instead",
+                ferrocm_host::gpus()
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default()
+            );
+            vec![
+                Device::emulator(WaveSize::Wave32),
+                Device::emulator(WaveSize::Wave64),
+            ]
         }
-    };
+    }
+}
+
+fn run_check(a: CheckArgs) -> ExitCode {
     let mut results = Vec::new();
-    for d in &devices {
+    for d in &devices_or_default(a.device) {
         let start = std::time::Instant::now();
         let r = check::run_default(d);
-        if !json {
+        if !a.json {
             eprintln!(
                 "{d}: {} cases in {:.1}s",
                 r.len(),
@@ -121,7 +214,7 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
         results.extend(r);
     }
     let failed = results.iter().filter(|r| !r.passed).count();
-    if json {
+    if a.json {
         outln!("{}", check::to_json(&results));
     } else {
         outln!(
@@ -158,23 +251,11 @@ fn run_check(device: Option<&str>, json: bool) -> ExitCode {
     }
 }
 
-fn run_bench(
-    device: Option<&str>,
-    json: bool,
-    size: Option<&str>,
-    reps: Option<&str>,
-    only: Option<&str>,
-    compare_cpu: bool,
-) -> ExitCode {
-    let dev = match devices_for(device) {
-        Ok(d) => d[0].clone(),
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+fn run_bench(a: BenchArgs) -> ExitCode {
+    let dev = devices_or_default(a.device).remove(0);
     let mut cfg = bench::BenchConfig {
-        compare_cpu,
+        compare_cpu: !a.no_cpu,
+        only: a.only.map(Into::into),
         ..Default::default()
     };
     if !dev.is_gpu() {
@@ -183,40 +264,15 @@ fn run_bench(
         cfg.cols = 1024;
         cfg.reps = 5;
     }
-    if let Some(s) = size {
-        match s.split_once('x').map(|(r, c)| (r.parse(), c.parse())) {
-            Some((Ok(r), Ok(c))) if r > 0 && c > 0 => {
-                cfg.rows = r;
-                cfg.cols = c;
-            }
-            _ => {
-                eprintln!("--size takes ROWSxCOLS, e.g. 16384x4096; got `{s}`");
-                return ExitCode::from(2);
-            }
-        }
+    if let Some((r, c)) = a.size {
+        (cfg.rows, cfg.cols) = (r, c);
     }
-    if let Some(n) = reps {
-        match n.parse::<usize>() {
-            Ok(n) if n > 0 => cfg.reps = n,
-            _ => {
-                eprintln!("--reps takes a positive number; got `{n}`");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    if let Some(f) = only {
-        match bench::BenchFamily::parse(f) {
-            Some(f) => cfg.only = Some(f),
-            None => {
-                let names = bench::BenchFamily::NAMES.join(", ");
-                eprintln!("--only takes one of {names}; got `{f}`");
-                return ExitCode::from(2);
-            }
-        }
+    if let Some(n) = a.reps {
+        cfg.reps = n as usize;
     }
     match bench::run(&dev, cfg) {
         Ok(report) => {
-            if json {
+            if a.json {
                 outln!("{}", bench::to_json(&report));
             } else {
                 let _ = write!(std::io::stdout(), "{}", bench::format_table(&report));
@@ -233,19 +289,13 @@ fn run_bench(
 /// Per kernel, what the driver's compile uses on a CUDA GPU: registers,
 /// local (spill) bytes, static shared memory. Fails when any kernel uses
 /// local memory.
-fn run_kernels_on(device: &str, json: bool) -> ExitCode {
+fn run_kernels_on(dev: &Device, json: bool) -> ExitCode {
     let _ = json; // used by the CUDA report only
-    let dev = match device.parse::<Device>() {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
     #[cfg(feature = "cuda")]
-    if let Device::Cuda(c) = &dev {
+    if let Device::Cuda(c) = dev {
+        use ferrocm_host::GpuBackend;
         let mut rows = Vec::new();
-        for k in ferrocm::kernels::kernels() {
+        for k in ferrocm_kernels::kernels() {
             match c.kernel_resources(k) {
                 Ok(r) => rows.push((k.name, r)),
                 Err(e) => {
@@ -310,32 +360,28 @@ fn run_kernels_on(device: &str, json: bool) -> ExitCode {
 }
 
 fn run_kernels(arch: Option<&str>, json: bool) -> ExitCode {
-    let objects: Vec<_> = ferrocm::kernels::CODE_OBJECTS
+    let objects: Vec<_> = ferrocm_kernels::CODE_OBJECTS
         .iter()
         .filter(|c| arch.is_none_or(|a| a == c.arch))
         .copied()
         .collect();
     if objects.is_empty() {
-        let built: Vec<&str> = ferrocm::kernels::CODE_OBJECTS
-            .iter()
-            .map(|c| c.arch)
-            .collect();
         eprintln!(
             "no code object for arch `{}`; embedded: {}",
             arch.unwrap_or("?"),
-            built.join(", ")
+            ferrocm_kernels::KERNEL_MODULE.archs().join(", ")
         );
         return ExitCode::from(2);
     }
-    match host::codeobject::report(&objects) {
+    match ferrocm_host::codeobject::report(&objects) {
         Ok(rows) => {
             if json {
-                outln!("{}", host::codeobject::to_json(&rows));
+                outln!("{}", ferrocm_cli::kernels_report::to_json(&rows));
             } else {
                 let _ = write!(
                     std::io::stdout(),
                     "{}",
-                    host::codeobject::format_table(&rows)
+                    ferrocm_cli::kernels_report::format_table(&rows)
                 );
             }
             ExitCode::SUCCESS
@@ -348,26 +394,25 @@ fn run_kernels(arch: Option<&str>, json: bool) -> ExitCode {
 }
 
 fn run_info() -> ExitCode {
-    let built: Vec<&str> = ferrocm::kernels::CODE_OBJECTS
-        .iter()
-        .map(|c| c.arch)
-        .collect();
     outln!("ferrocm {}", env!("CARGO_PKG_VERSION"));
     outln!(
         "code objects embedded: {} ({} kernels each)",
-        built.join(", "),
-        ferrocm::kernels::kernels().count()
+        ferrocm_kernels::KERNEL_MODULE.archs().join(", "),
+        ferrocm_kernels::kernels().count()
     );
-    outln!("cpu: {} threads (rayon)", rayon_threads());
+    outln!(
+        "cpu: {} threads (rayon)",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
     outln!("emulator: wave 32 and 64, sanitizer available");
-    if let Some(ptx) = ferrocm::kernels::PTX_MODULE {
+    if let Some(ptx) = ferrocm_kernels::PTX_MODULE {
         outln!(
             "PTX module embedded: {} ({} KiB) for NVIDIA GPUs",
             ptx.target,
             ptx.text.len() / 1024
         );
     }
-    match host::device::gpus() {
+    match ferrocm_host::gpus() {
         Ok(gpus) => {
             for g in gpus {
                 let dev = format!("{}:{}", g.backend, g.ordinal).parse::<Device>();
@@ -392,6 +437,17 @@ fn run_info() -> ExitCode {
                     g.max_lds_bytes / 1024,
                     g.code_object.as_deref().unwrap_or("none matches")
                 );
+                if let Ok(d) = &dev
+                    && let Some(gpu) = d.gpu()
+                {
+                    for lib in gpu.libraries() {
+                        outln!(
+                            "  {}: {}",
+                            lib.name,
+                            lib.status.unwrap_or_else(|why| format!("not used ({why})"))
+                        );
+                    }
+                }
             }
         }
         Err(e) => outln!("gpu: {e}"),
@@ -402,16 +458,16 @@ fn run_info() -> ExitCode {
         Err(why) => format!("ferrocm's kernels ({why})"),
     };
     #[cfg(feature = "rocm")]
-    outln!("matmul on ROCm GPUs: {}", blas(host::rocm::rocblas_found()));
+    outln!(
+        "matmul on ROCm GPUs: {}",
+        blas(ferrocm_host::rocm::rocblas_found())
+    );
     #[cfg(feature = "cuda")]
-    outln!("matmul on CUDA GPUs: {}", blas(host::cuda::cublas_found()));
+    outln!(
+        "matmul on CUDA GPUs: {}",
+        blas(ferrocm_host::cuda::cublas_found())
+    );
     let _ = blas;
     outln!("best device: {}", Device::best());
     ExitCode::SUCCESS
-}
-
-fn rayon_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
 }

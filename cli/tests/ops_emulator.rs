@@ -2,8 +2,8 @@
 //! Cpu backend, over layouts and shapes: contiguous, transposed, narrowed,
 //! broadcast, empty, size 1, odd and prime sizes, rows longer than a workgroup.
 
-use ferrocm::ops::check::{CaseResult, InputLayout, Inputs, run};
-use ferrocm::{Device, WaveSize, host::EmulatorConfig};
+use ferrocm_cli::check::{CaseResult, InputLayout, Inputs, run};
+use ferrocm_ops::{Device, EmulatorConfig, WaveSize};
 
 fn assert_all_pass(results: &[CaseResult]) {
     let failed: Vec<String> = results

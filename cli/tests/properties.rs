@@ -1,8 +1,8 @@
 //! Property tests: random shapes and strides (seeded), emulator against Cpu.
 
-use ferrocm::ops::check::{compare, tolerance};
-use ferrocm::ops::{DType, Tensor};
-use ferrocm::{Device, WaveSize};
+use ferrocm_cli::check::{compare, tolerance};
+use ferrocm_ops::{DType, Tensor};
+use ferrocm_ops::{Device, WaveSize};
 use rand::{Rng, SeedableRng};
 
 fn random_view(rng: &mut rand::rngs::StdRng, seed: u64, dev: &Device) -> Tensor<f32> {
