@@ -15,14 +15,18 @@ export CARGO_PROFILE_RELEASE_DEBUG=false
 out=gpu-bundle
 rm -rf "$out"
 mkdir -p "$out"
-cargo build --release --features cuda --bin ferrocm
+cargo build --release -p ferrocm-cli --features cuda --bin ferrocm
 cp target/release/ferrocm "$out/"
 # Test executables: the reference tests (every op against f64 formulas, on
 # every device that answers), the NaN-rule and long-row accuracy tests, integer
-# wrapping and division-by-zero faults, and the host crate's unit tests (CUDA discovery,
-# the PTX checks).
+# wrapping and division-by-zero faults, DynTensor's dispatch, the host crate's
+# unit tests (CUDA discovery, the PTX checks) and its GPU-backend tests
+# through Device, and the example crate's fused op (a kernel module of its
+# own, loaded on the GPU at its first launch).
 cargo test --release --features cuda --no-run --message-format=json \
-    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing --test matmul --test llm -p ferrocm-host --lib 2>/dev/null |
+    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing --test matmul --test llm --test dyn_tensor \
+    -p ferrocm-host --lib --test gpu_backends \
+    -p ferrocm-example-fused-op --test fused 2>/dev/null |
     python3 -c '
 import json, sys, shutil
 for line in sys.stdin:
@@ -33,7 +37,9 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         name = m["target"]["name"]
         kind = m["target"]["kind"][0]
-        dst = "'"$out"'/test-" + name + ("-lib" if kind == "lib" else "")
+        pkg = m["package_id"]
+        prefix = "host-" if "ferrocm-host" in pkg and kind == "test" else ""
+        dst = "'"$out"'/test-" + prefix + name + ("-lib" if kind == "lib" else "")
         shutil.copy(m["executable"], dst)
         print("bundled", dst)
 '
