@@ -136,12 +136,14 @@ impl From<Family> for bench::BenchFamily {
     }
 }
 
-/// The devices a `--device` value names: `emulator` is both wave sizes.
+/// The devices a `--device` value names: `emulator` is both wave sizes; an
+/// empty value (`FERROCM_DEVICE=`) names none, which means the default.
 #[derive(Clone)]
 struct Devices(Vec<Device>);
 
 fn parse_devices(s: &str) -> Result<Devices, String> {
     Ok(Devices(match s.trim() {
+        "" => Vec::new(),
         "emulator" | "emu" => vec![
             Device::emulator(WaveSize::Wave32),
             Device::emulator(WaveSize::Wave64),
@@ -178,7 +180,9 @@ fn main() -> ExitCode {
 
 /// The named devices, else the first GPU that answers, else both emulators.
 fn devices_or_default(arg: DeviceArg) -> Vec<Device> {
-    if let Some(Devices(d)) = arg.device {
+    if let Some(Devices(d)) = arg.device
+        && !d.is_empty()
+    {
         return d;
     }
     match Device::best_or_err() {
