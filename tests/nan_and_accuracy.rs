@@ -421,3 +421,129 @@ fn transposed_copies_span_tiles() {
         assert_eq!(got, want, "{dev}");
     }
 }
+
+/// A row whose variance overflows f32 (values near ±1e30, or one 1e30):
+/// PyTorch's f32 LayerNorm gives the bias there (the variance is inf, so
+/// the scale 1/sqrt(var + eps) is 0); the fused add too. An ordinary row
+/// beside them keeps its f64-checked value.
+fn layer_norm_overflow_for<T: ferrocm::ops::WithDType>(dev: &Device) {
+    let cols = 8;
+    let rows: [[f32; 8]; 4] = [
+        [1e30, -1e30, 1e30, -1e30, 1e30, 1e30, -1e30, 1e30],
+        [1e30; 8],
+        [0.0, 0.0, 1e30, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [1.0, 2.0, 3.0, 4.0, -1.0, -2.0, 0.5, 0.25],
+    ];
+    let flat: Vec<f32> = rows.concat();
+    let x = from_f32::<T>(&flat, &[4, cols], dev);
+    let zeros = from_f32::<T>(&[0.0; 32], &[4, cols], dev);
+    let w = from_f32::<T>(&[1.5, -2.0, 0.5, 1.0, 2.0, 3.0, -1.0, 0.25], &[cols], dev);
+    let b = from_f32::<T>(&[0.5, 1.0, -1.5, 2.0, 0.0, -0.25, 4.0, 8.0], &[cols], dev);
+    let bias = to_f32(&b);
+    let (ws, bs) = (to_f32(&w), bias.clone());
+    let check = |y: &[f32], what: &str| {
+        for r in 0..3 {
+            for c in 0..cols {
+                assert!(
+                    same(y[r * cols + c], bias[c]),
+                    "{dev} {:?} {what} row {r} col {c}: {} (want the bias {})",
+                    T::DTYPE,
+                    y[r * cols + c],
+                    bias[c]
+                );
+            }
+        }
+        // The ordinary row, against f64.
+        let h: Vec<f64> = to_f32(&x)[3 * cols..].iter().map(|&v| v as f64).collect();
+        let mean = h.iter().sum::<f64>() / cols as f64;
+        let var = h.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
+        for c in 0..cols {
+            let want = (h[c] - mean) / (var + 1e-5).sqrt() * ws[c] as f64 + bs[c] as f64;
+            let tol = if T::DTYPE == ferrocm::DType::F32 {
+                1e-5
+            } else {
+                0.05
+            };
+            assert!(
+                (y[3 * cols + c] as f64 - want).abs() <= tol * want.abs().max(1.0),
+                "{dev} {:?} {what} ordinary row col {c}: {} vs {want}",
+                T::DTYPE,
+                y[3 * cols + c]
+            );
+        }
+    };
+    check(
+        &to_f32(&x.layer_norm(&w, Some(&b), 1e-5).unwrap()),
+        "layer_norm",
+    );
+    let (_, y) = x.add_layer_norm(&zeros, &w, Some(&b), 1e-5).unwrap();
+    check(&to_f32(&y), "add_layer_norm");
+}
+
+#[test]
+fn layer_norm_of_an_overflowing_variance_gives_the_bias() {
+    for dev in devices() {
+        layer_norm_overflow_for::<f32>(&dev);
+        layer_norm_overflow_for::<bf16>(&dev);
+    }
+}
+
+/// PyTorch ranks NaN above every number: `sort` puts it last ascending and
+/// first descending, `topk(largest)` returns it first.
+fn nan_order_for<T: ferrocm::ops::WithDType>(dev: &Device) {
+    let v = [2.0, NAN, -1.0, INF, NAN, 0.0];
+    let t = from_f32::<T>(&v, &[6], dev);
+    let (asc, ai) = t.sort(false).unwrap();
+    let (desc, di) = t.sort(true).unwrap();
+    assert_eq!(
+        ai.to_vec().unwrap(),
+        vec![2, 5, 0, 3, 1, 4],
+        "{dev} {:?}",
+        T::DTYPE
+    );
+    assert_eq!(
+        di.to_vec().unwrap(),
+        vec![1, 4, 3, 0, 5, 2],
+        "{dev} {:?}",
+        T::DTYPE
+    );
+    assert!(to_f32(&asc)[4].is_nan() && to_f32(&desc)[0].is_nan());
+    assert_eq!(
+        t.argsort(true).unwrap().to_vec().unwrap(),
+        vec![1, 4, 3, 0, 5, 2]
+    );
+    let (top, ti) = t.topk(3, true).unwrap();
+    assert_eq!(ti.to_vec().unwrap(), vec![1, 4, 3], "{dev} {:?}", T::DTYPE);
+    assert!(to_f32(&top)[0].is_nan() && to_f32(&top)[1].is_nan());
+    let (_, si) = t.topk(3, false).unwrap();
+    assert_eq!(si.to_vec().unwrap(), vec![2, 5, 0], "{dev} {:?}", T::DTYPE);
+    let (_, all) = t.topk(6, false).unwrap();
+    assert_eq!(
+        all.to_vec().unwrap(),
+        vec![2, 5, 0, 3, 1, 4],
+        "{dev} {:?}",
+        T::DTYPE
+    );
+}
+
+#[test]
+fn sort_and_topk_rank_nan_above_every_number() {
+    for dev in devices() {
+        nan_order_for::<f32>(&dev);
+        nan_order_for::<f16>(&dev);
+        nan_order_for::<bf16>(&dev);
+    }
+}
+
+#[test]
+fn allclose_refuses_negative_or_nan_tolerances() {
+    let a = Tensor::from_slice(&[1.0f32], &[1], &Device::Cpu).unwrap();
+    for (rtol, atol) in [(-1.0, 0.0), (0.0, -1e-8), (f64::NAN, 0.0)] {
+        let e = a.allclose(&a, rtol, atol).unwrap_err();
+        assert!(
+            matches!(&e, ferrocm::Error::BadParameter { op: "allclose", .. }),
+            "{e}"
+        );
+    }
+    assert!(a.allclose(&a, 0.0, 0.0).unwrap());
+}

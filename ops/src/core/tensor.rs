@@ -865,14 +865,17 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when the tensor does not hold exactly one
+    /// [`Error::BadParameter`] when the tensor does not hold exactly one
     /// element; device errors from reading it back ([`Error::Host`]).
     pub fn to_scalar(&self) -> Result<T> {
         if self.elem_count() != 1 {
-            return Err(Error::ShapeMismatch {
+            return Err(Error::BadParameter {
                 op: "to_scalar",
-                lhs: self.shape().to_vec(),
-                rhs: vec![],
+                what: format!(
+                    "a tensor of shape {:?} holds {} elements, not one",
+                    self.shape(),
+                    self.elem_count()
+                ),
             });
         }
         Ok(self.to_vec()?[0])
@@ -889,15 +892,25 @@ impl<T: WithDType> Tensor<T> {
     /// let b = Tensor::from_slice(&[1.0f32, 2.000_001], &[2], &Device::Cpu)?;
     /// assert!(a.allclose(&b, 1e-5, 1e-8)?);
     /// assert!(!a.allclose(&b.affine(1.0, 1.0)?, 1e-5, 1e-8)?);
+    /// assert!(a.allclose(&b, -1.0, 0.0).is_err()); // a negative tolerance is refused
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     ///
     /// # Errors
-    /// [`Error::BroadcastIncompatible`] when the shapes do not broadcast,
-    /// [`Error::DeviceMismatch`] across devices, [`Error::TooLarge`] when the
-    /// broadcast element count overflows, device errors on read-back
-    /// ([`Error::Host`]).
+    /// [`Error::BadParameter`] when `rtol` or `atol` is negative or NaN (as
+    /// PyTorch refuses them); [`Error::BroadcastIncompatible`] when the
+    /// shapes do not broadcast, [`Error::DeviceMismatch`] across devices,
+    /// [`Error::TooLarge`] when the broadcast element count overflows,
+    /// device errors on read-back ([`Error::Host`]).
     pub fn allclose(&self, other: &Self, rtol: f64, atol: f64) -> Result<bool> {
+        for (name, v) in [("rtol", rtol), ("atol", atol)] {
+            if v.is_nan() || v < 0.0 {
+                return Err(Error::BadParameter {
+                    op: "allclose",
+                    what: format!("{name} must be a non-negative number, got {v}"),
+                });
+            }
+        }
         let (_, a, b) = crate::elementwise::binary::broadcast_pair("allclose", self, other)?;
         let (a, b) = (a.to_vec()?, b.to_vec()?);
         Ok(a.iter().zip(&b).all(|(x, y)| {
