@@ -60,19 +60,31 @@ pub fn rms_scale(sum_sq: f32, cols: u32, eps: f32) -> f32 {
 
 /// `(mean, 1 / sqrt(var + eps))` of a row from the sums of `h - shift`
 /// and of its square over `cols` elements (biased variance; a rounding
-/// below zero counts as zero, a NaN stays NaN). Shared by the kernels and the Cpu backend.
+/// below zero counts as zero, a NaN stays NaN). A mean square past f32's
+/// range (values near ±1e30) is an infinite variance, as PyTorch's f32
+/// arithmetic has it, and the scale is 0; it never becomes `inf - inf`.
+/// Shared by the kernels and the Cpu backend.
 ///
 /// ```
 /// use ferrocm_kernels::nn::norm::layer_stats;
 /// // h = [1, 3]: shifted by 1, the sums are 2 and 4.
 /// assert_eq!(layer_stats(1.0, 2.0, 4.0, 2, 0.0), (2.0, 1.0));
+/// // h = [1e30, 1e30]: the squares overflow; scale 0, not NaN.
+/// assert_eq!(layer_stats(1e30, 0.0, f32::INFINITY, 2, 1e-5), (1e30, 0.0));
 /// ```
 #[amdgpu_device]
 #[inline(always)]
 pub fn layer_stats(shift: f32, s1: f32, s2: f32, cols: u32, eps: f32) -> (f32, f32) {
     let n = cols as f32;
     let d = s1 / n;
-    let var = s2 / n - d * d;
+    let mean_sq = s2 / n;
+    // A finite mean square bounds d * d (Cauchy-Schwarz), so only an
+    // overflowed one could give inf - inf: it stands for the variance.
+    let var = if mean_sq == f32::INFINITY {
+        mean_sq
+    } else {
+        mean_sq - d * d
+    };
     // Below zero only by rounding; NaN (an infinite or NaN input) stays.
     let var = if var < 0.0 { 0.0 } else { var };
     (shift + d, crate::math::rsqrt(var + eps))
