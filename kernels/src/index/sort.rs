@@ -1,5 +1,6 @@
 //! Sorting rows and top-k, for every dtype, ascending or descending, stable,
-//! NaN last in both directions (and -0 equal to +0):
+//! NaN above every number as PyTorch ranks it (last ascending, first
+//! descending; the first of `topk(largest)`), -0 equal to +0:
 //! - `sort_rows_{dtype}`: rows of at most [`SORT_TILE`] elements, one
 //!   workgroup per row, a bitonic network in LDS;
 //! - `sort_tiles_{dtype}` then `sort_merge_{dtype}` passes: longer rows (any
@@ -129,7 +130,9 @@ impl KeyWord for u64 {
 }
 
 /// An element type's sort key: unsigned, in the order the sort wants
-/// (reversed for descending), NaN always [`KeyWord::MAX`] (last), -0 as +0.
+/// (reversed for descending), -0 as +0, and NaN above every number as
+/// PyTorch ranks it: [`KeyWord::MAX`] (last) ascending, zero (first)
+/// descending.
 #[amdgpu_device]
 pub trait SortKey: Elem {
     /// The key type.
@@ -145,7 +148,10 @@ pub trait SortKey: Elem {
 pub fn float_key(bits: u32, sign: u32, exp_mask: u32, descending: bool) -> u32 {
     let magnitude = bits & !sign;
     if magnitude > exp_mask {
-        return u32::MAX;
+        // NaN ranks above +inf (PyTorch): last ascending, first descending.
+        // Every number's descending key is above 0 (+inf's is the mantissa
+        // mask), so NaNs come first, among themselves in index order.
+        return if descending { 0 } else { u32::MAX };
     }
     let bits = if magnitude == 0 { 0 } else { bits };
     // Negative: all bits flipped (larger magnitude first); positive: above

@@ -2,7 +2,8 @@
 //! implementation, kernel path.
 //!
 //! Every dtype, ascending or descending, stable (equal elements keep their
-//! order), NaN last in both directions, -0 equal to +0; rows of any length
+//! order), NaN above every number as PyTorch ranks it (last ascending, first
+//! descending), -0 equal to +0; rows of any length
 //! up to `u32::MAX` (indices are u32). The order is the device layer's
 //! [`SortKey`]: each element becomes an unsigned key, equal keys ordered by
 //! index. `topk(k, largest)` is exactly the first `k` of
@@ -24,9 +25,9 @@ type Key<T> = <<T as WithDType>::Kernel as SortKey>::Key;
 
 impl<T: WithDType> Tensor<T> {
     /// Sorts each row (the last dim): the sorted values and, for each, its
-    /// index in the row (u32). Stable; NaN last whether ascending or
-    /// descending; a scalar is one row of one. A strided tensor is copied to
-    /// contiguous first.
+    /// index in the row (u32). Stable; NaN ranks above every number, as in
+    /// PyTorch: last ascending, first descending; a scalar is one row of
+    /// one. A strided tensor is copied to contiguous first.
     ///
     /// ```
     /// # use ferrocm_ops::WaveSize;
@@ -39,7 +40,7 @@ impl<T: WithDType> Tensor<T> {
     /// assert_eq!((v[0], v[1]), (-1.0, 3.0));
     /// assert!(v[2].is_nan()); // NaN last
     /// let (_, d) = t.sort(true)?;
-    /// assert_eq!(d.to_vec()?, vec![0, 2, 1, 0, 1, 2]); // NaN last descending too
+    /// assert_eq!(d.to_vec()?, vec![1, 0, 2, 0, 1, 2]); // NaN first descending
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     ///
@@ -59,7 +60,8 @@ impl<T: WithDType> Tensor<T> {
         descending: bool,
         values: bool,
     ) -> Result<(DeviceBuffer<T>, DeviceBuffer<u32>)> {
-        let (x, rows, cols) = self.rows("sort")?;
+        // The error names the op the caller called.
+        let (x, rows, cols) = self.rows(if values { "sort" } else { "argsort" })?;
         let dev = self.device();
         let out = Sorted {
             vals: dev.alloc::<T>(if values { rows * cols } else { 0 })?,
@@ -98,7 +100,8 @@ impl<T: WithDType> Tensor<T> {
 
     /// The `k` largest (`largest`) or smallest elements of each row (the
     /// last dim) in order, and their indices: the first `k` of
-    /// `sort(largest)` exactly (ties by lowest index, NaN last). For `k` up
+    /// `sort(largest)` exactly (ties by lowest index; NaN counts as the
+    /// largest, so `topk(k, true)` returns NaNs first, as PyTorch). For `k` up
     /// to 1024 the rows are not sorted: a radix select finds the `k`-th
     /// element and only the `k` winners are sorted.
     ///
