@@ -158,6 +158,23 @@ fn max_nan(m: f32, s: f32) -> f32 {
     math::maximum(m, s)
 }
 
+/// A probability as it multiplies V: rounded to the inputs' dtype (f16,
+/// bf16; f32 unchanged), as FlashAttention and the matrix-unit kernel's
+/// second product have it. Every path (the kernels, the Cpu) rounds so;
+/// the softmax's sum is of the unrounded values.
+///
+/// ```
+/// use ferrocm_kernels::elem::Bf16;
+/// use ferrocm_kernels::nn::attention::attn_round;
+/// assert_eq!(attn_round::<f32>(0.1), 0.1);
+/// assert_eq!(attn_round::<Bf16>(1.0 + 1.0 / 512.0), 1.0); // below half a bf16 ulp
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn attn_round<T: MatElem>(p: f32) -> f32 {
+    T::from_f32(p).widen()
+}
+
 /// `o += p * v` over a word's elements (the rescale of `o`, where the
 /// row's max moved, is the caller's).
 #[amdgpu_device]
@@ -459,6 +476,10 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         let (a, p) = (attn_weight(m, mn), attn_weight(x, mn));
         m = mn;
         l = math::fma(l, a, p);
+        // The weight multiplies V rounded to the dtype, as on the matrix
+        // units (FlashAttention's second product); the sum `l` keeps it
+        // unrounded. Identity for f32.
+        let pv = attn_round::<T>(p);
         // Every row's rescale (where some row of the wave moved) and
         // weight from its owners.
         if fw.any(moved) {
@@ -478,7 +499,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
             vf[t] = T::unpack(vw[t]);
         });
         unroll4!(r < R => {
-            let pr = fw.shfl_f32(p, first + r as u32 * rpl);
+            let pr = fw.shfl_f32(pv, first + r as u32 * rpl);
             unroll4!(t < W => {
                 add_weighted::<T>(&mut o[r][t], pr, vf[t]);
             });

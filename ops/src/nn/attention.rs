@@ -5,7 +5,10 @@
 //! with `logit(x) = softcap(x * scale) + mask[b, h, i, j]`, keys a query
 //! cannot see (causal, sliding window) left out, `g = h_q / h_kv` query
 //! heads per KV head (grouped-query and multi-query attention). f32 math
-//! whatever the dtype; the output is rounded once.
+//! whatever the dtype, with one rounding besides the output's: for f16 and
+//! bf16, each probability is rounded to the dtype where it multiplies V (as
+//! FlashAttention and PyTorch's fused kernels do; the softmax's sum keeps
+//! the f32 values), on every device and path alike.
 //!
 //! Both implementations keep an online softmax per query row (a running
 //! max, the denominator and the unnormalised output), so no `s_q x s_kv`
@@ -303,8 +306,11 @@ impl<T: WithDType> crate::engine::cpu::Task for CpuBlock<'_, T> {
                     let p = attn_weight(s[jj], mx);
                     if p != 0.0 {
                         l[r] += p;
+                        // Rounded to the dtype as it multiplies V, as the
+                        // kernels do (`attn_round`; f32 unchanged).
+                        let pv = T::Kernel::from_f32(p).to_f32();
                         for (x, y) in or.iter_mut().zip(&vt[jj * d..(jj + 1) * d]) {
-                            *x = p.mul_add(*y, *x);
+                            *x = pv.mul_add(*y, *x);
                         }
                     }
                 }
@@ -534,7 +540,10 @@ impl<T: WithDType> Tensor<T> {
     /// s_q, d)`, and keys and values `(b, h_kv, s_kv, d)`:
     /// `softmax(q · kᵀ · scale + mask) · v` per query row, with `h_q / h_kv` query heads
     /// sharing each KV head (GQA, MQA). Returns `(b, h_q, s_q, d)`. f32,
-    /// f16, bf16, f32 math; head dims 64, 80, 96, 128 and 256.
+    /// f16, bf16 in f32 math, the output rounded once; for f16 and bf16 the
+    /// probabilities are also rounded to the dtype where they multiply `v`
+    /// (as FlashAttention), on every device (each weight within half an
+    /// ulp of the dtype, relative); head dims 64, 80, 96, 128 and 256.
     ///
     /// Views need no copy when their last dim is contiguous and, on a GPU,
     /// they start on 16 bytes: a `narrow` of a longer KV cache along the
@@ -587,13 +596,12 @@ impl<T: WithDType> Tensor<T> {
             lhs: lhs.to_vec(),
             rhs: rhs.to_vec(),
         };
-        for (t, what) in [
-            (self, "attention q"),
-            (k, "attention k"),
-            (v, "attention v"),
-        ] {
+        for (t, name) in [(self, "q"), (k, "k"), (v, "v")] {
             if t.rank() != 4 {
-                return Err(mismatch(what, &[0, 0, 0, 0], t.shape()));
+                return Err(bad(format!(
+                    "{name} must have rank 4 (b, heads, seq, head dim), got shape {:?}",
+                    t.shape()
+                )));
             }
         }
         let (qs, ks) = (self.shape(), k.shape());
@@ -657,12 +665,20 @@ impl<T: WithDType> Tensor<T> {
             }
             None => None,
         };
+        // The kernels count rows (heads x queries) and positions (keys +
+        // queries + rows) in u32: the operand that passes it is named.
         let fits = |x: usize| x <= u32::MAX as usize;
         let rows = dims.h_q.saturating_mul(dims.s_q);
-        if !(fits(rows) && fits(dims.s_kv.saturating_add(dims.s_q).saturating_add(rows))) {
+        if !fits(rows) || !fits(dims.s_q.saturating_add(rows)) {
             return Err(Error::TooLarge {
                 op,
                 shape: qs.to_vec(),
+            });
+        }
+        if !fits(dims.s_kv.saturating_add(dims.s_q).saturating_add(rows)) {
+            return Err(Error::TooLarge {
+                op,
+                shape: ks.to_vec(),
             });
         }
         let dev = self.device();
