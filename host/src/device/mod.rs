@@ -461,6 +461,7 @@ impl std::str::FromStr for Device {
     /// assert_eq!("emulator:32".parse::<Device>().unwrap().wave_size(), Some(32));
     /// assert!("tpu:0".parse::<Device>().is_err());
     /// assert!("emulator:48".parse::<Device>().is_err());
+    /// assert!("emulator:64:nosan:junk".parse::<Device>().is_err());
     /// ```
     /// # use ferrocm_host::WaveSize;
     fn from_str(s: &str) -> Result<Device> {
@@ -473,6 +474,13 @@ impl std::str::FromStr for Device {
         let kind = parts.next().unwrap_or("");
         let arg = parts.next();
         let extra = parts.next();
+        // At most three parts (`emulator:64:nosan`): anything after them is
+        // a mistake, not something to ignore.
+        if parts.next().is_some() {
+            return Err(bad(
+                "too many `:` parts: expected cpu, emulator[:32|:64][:nosan], rocm[:N] or cuda[:N]",
+            ));
+        }
         let ordinal = |arg: Option<&str>| -> Result<usize> {
             match arg {
                 None | Some("") => Ok(0),

@@ -147,26 +147,42 @@ impl DynTensor {
     /// ```
     ///
     /// # Errors
-    /// [`Error::TooLarge`] when the element count overflows or is not a whole
-    /// number of blocks; [`Error::DataLength`] when `bytes` is not exactly
-    /// the blocks' size; [`Error::Host`] when the upload fails.
+    /// [`Error::TooLarge`] when the element count or the byte size
+    /// overflows; [`Error::BadParameter`] naming the values when the count
+    /// is not a whole number of blocks, the format's blocks hold no
+    /// element, or `bytes` is not exactly the blocks' size;
+    /// [`Error::Host`] when the upload fails.
     pub fn from_blocks(
         bytes: &[u8],
         format: BlockFormat,
         shape: &[usize],
         device: &Device,
     ) -> Result<Self> {
-        let n = checked_count("from_blocks", shape, 1)?;
+        let op = "from_blocks";
+        let n = checked_count(op, shape, 1)?;
+        let bad = |what: String| Error::BadParameter { op, what };
+        if format.block_elems == 0 {
+            return Err(bad(format!(
+                "format {} has blocks of 0 elements",
+                format.name
+            )));
+        }
+        if !n.is_multiple_of(format.block_elems) {
+            return Err(bad(format!(
+                "shape {shape:?} holds {n} elements, not a whole number of {} blocks of {}",
+                format.name, format.block_elems
+            )));
+        }
         let want = format.bytes_for(n).ok_or(Error::TooLarge {
-            op: "from_blocks",
+            op,
             shape: shape.to_vec(),
         })?;
         if want != bytes.len() {
-            return Err(Error::DataLength {
-                op: "from_blocks",
-                shape: shape.to_vec(),
-                got: bytes.len(),
-            });
+            return Err(bad(format!(
+                "{} bytes given; shape {shape:?} in {} blocks takes {want}",
+                bytes.len(),
+                format.name
+            )));
         }
         let buffer = device.upload(bytes)?.into_raw();
         Ok(Self {

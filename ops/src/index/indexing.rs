@@ -97,7 +97,7 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::DimOutOfRange`]; [`Error::ShapeMismatch`] when `ids` is not
+    /// [`Error::DimOutOfRange`]; [`Error::BadParameter`] when `ids` is not
     /// 1-D; [`Error::DeviceMismatch`]; an id outside `0..self.shape()[dim]`
     /// is [`HostError::IdOutOfRange`](ferrocm_host::Error::IdOutOfRange)
     /// (from this call on the Cpu, from the next wait on a kernel device);
@@ -105,10 +105,9 @@ impl<T: WithDType> Tensor<T> {
     pub fn index_select<I: IdType>(&self, dim: impl Dim, ids: &Tensor<I>) -> Result<Self> {
         let dim = crate::core::dim::resolve("index_select", dim, self.shape())?;
         if ids.rank() != 1 {
-            return Err(Error::ShapeMismatch {
+            return Err(Error::BadParameter {
                 op: "index_select",
-                lhs: ids.shape().to_vec(),
-                rhs: vec![ids.elem_count()],
+                what: format!("ids must be 1-D, got shape {:?}", ids.shape()),
             });
         }
         self.select_rows("index_select", dim, ids)
@@ -131,14 +130,16 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when `self` is not 2-D; otherwise as
+    /// [`Error::BadParameter`] naming the shape when `self` is not 2-D; otherwise as
     /// [`Tensor::index_select`].
     pub fn embedding<I: IdType>(&self, ids: &Tensor<I>) -> Result<Self> {
         if self.rank() != 2 {
-            return Err(Error::ShapeMismatch {
+            return Err(Error::BadParameter {
                 op: "embedding",
-                lhs: self.shape().to_vec(),
-                rhs: vec![self.shape().iter().product(), 1],
+                what: format!(
+                    "the table must be 2-D (vocab, hidden), got shape {:?}",
+                    self.shape()
+                ),
             });
         }
         let flat = ids.contiguous()?.reshape(&[ids.elem_count()])?;
@@ -664,7 +665,7 @@ impl<T: WithDType> Tensor<T> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when `ids` is not 1-D or `src`'s shape is
+    /// [`Error::BadParameter`] naming the shapes when `ids` is not 1-D or `src`'s shape is
     /// not as above; otherwise as [`Tensor::scatter`].
     pub fn index_add<I: IdType>(
         &self,
@@ -674,13 +675,23 @@ impl<T: WithDType> Tensor<T> {
     ) -> Result<Self> {
         let op = "index_add";
         let d = crate::core::dim::resolve(op, dim, self.shape())?;
+        if ids.rank() != 1 {
+            return Err(Error::BadParameter {
+                op,
+                what: format!("ids must be 1-D, got shape {:?}", ids.shape()),
+            });
+        }
         let mut want = self.shape().to_vec();
         want[d] = ids.elem_count();
-        if ids.rank() != 1 || src.shape() != &want[..] {
-            return Err(Error::ShapeMismatch {
+        if src.shape() != &want[..] {
+            return Err(Error::BadParameter {
                 op,
-                lhs: want,
-                rhs: src.shape().to_vec(),
+                what: format!(
+                    "src must have shape {want:?} (self's {:?} with dim {d} the {} ids), got {:?}",
+                    self.shape(),
+                    ids.elem_count(),
+                    src.shape()
+                ),
             });
         }
         // The ids as one id per source position (a broadcast view): the

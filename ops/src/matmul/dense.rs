@@ -122,7 +122,7 @@ impl<T: WithDType> Tensor<T> {
             1 => rhs.reshape(&[rhs.shape()[0], 1])?,
             _ => rhs.clone(),
         };
-        let out = product(OP, &a, &b, None, ACT_NONE)?;
+        let out = product(OP, (self.shape(), rhs.shape()), &a, &b, None, ACT_NONE)?;
         let mut shape = out.shape().to_vec();
         if rhs.rank() == 1 {
             shape.pop();
@@ -161,7 +161,14 @@ impl<T: WithDType> Tensor<T> {
         }
         let mut col = v.shape().to_vec();
         col.push(1);
-        let out = product(OP, self, &v.reshape(&col)?, None, ACT_NONE)?;
+        let out = product(
+            OP,
+            (self.shape(), v.shape()),
+            self,
+            &v.reshape(&col)?,
+            None,
+            ACT_NONE,
+        )?;
         let mut shape = out.shape().to_vec();
         shape.pop();
         out.reshape(&shape)
@@ -207,7 +214,14 @@ impl<T: WithDType> Tensor<T> {
         let (inner, out) = (w.shape()[1], w.shape()[0]);
         let lead = &self.shape()[..self.rank() - 1];
         let x = self.reshape(&[lead.iter().product(), inner])?;
-        let y = product(OP, &x, &w.transpose(0, 1)?, bias, Activation::code(act))?;
+        let y = product(
+            OP,
+            (self.shape(), w.shape()),
+            &x,
+            &w.transpose(0, 1)?,
+            bias,
+            Activation::code(act),
+        )?;
         let mut shape = lead.to_vec();
         shape.push(out);
         y.reshape(&shape)
@@ -281,8 +295,12 @@ fn operand<T: WithDType>(t: &Tensor<T>, batch: &[usize]) -> Result<(Tensor<T>, S
 
 /// Checks and plans `a x b` (`a` `[.., m, k]`, `b` `[.., k, n]`, both at
 /// least 2-D) and runs it, with `bias` (`[n]`) and the activation fused.
+/// `shown` are the operands' shapes as the caller passed them (before a
+/// vector became a matrix, or a weight was transposed): the errors name
+/// those.
 fn product<T: WithDType>(
     op: &'static str,
+    shown: (&[usize], &[usize]),
     a: &Tensor<T>,
     b: &Tensor<T>,
     bias: Option<&Tensor<T>>,
@@ -301,16 +319,38 @@ fn product<T: WithDType>(
     if b.shape()[rb - 2] != k {
         return Err(Error::ShapeMismatch {
             op,
-            lhs: a.shape().to_vec(),
-            rhs: b.shape().to_vec(),
+            lhs: shown.0.to_vec(),
+            rhs: shown.1.to_vec(),
         });
     }
-    let batch_shape = broadcast_shape(op, &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
+    let batch_shape =
+        broadcast_shape(op, &a.shape()[..ra - 2], &b.shape()[..rb - 2]).map_err(|_| {
+            Error::BroadcastIncompatible {
+                op,
+                lhs: shown.0.to_vec(),
+                rhs: shown.1.to_vec(),
+            }
+        })?;
     let mut out_shape = batch_shape.clone();
     out_shape.extend([m, n]);
     checked_count(op, &out_shape, size_of::<T>())?;
     let batch: usize = batch_shape.iter().product();
-    if [m, n, k, batch].iter().any(|&d| d > u32::MAX as usize) {
+    // Past u32: the kernels count rows, columns, the inner dim and batches
+    // in u32; the operand that holds the dim is named.
+    let big = |d: usize| d > u32::MAX as usize;
+    if big(m) || big(k) {
+        return Err(Error::TooLarge {
+            op,
+            shape: shown.0.to_vec(),
+        });
+    }
+    if big(n) {
+        return Err(Error::TooLarge {
+            op,
+            shape: shown.1.to_vec(),
+        });
+    }
+    if big(batch) {
         return Err(Error::TooLarge {
             op,
             shape: out_shape,
@@ -376,6 +416,8 @@ fn product<T: WithDType>(
     }
     let bias = bias.map(|b| b.contiguous()).transpose()?;
     let op = Matmul {
+        op,
+        shown,
         a: &av,
         b: &bv,
         bias: bias.as_ref(),
@@ -485,6 +527,10 @@ fn blas_gemm<T: WithDType>(p: &Plan, a_offset: usize, b_offset: usize) -> Option
 }
 
 struct Matmul<'a, T: WithDType> {
+    /// The op's name and its operands' shapes as the caller passed them,
+    /// for errors.
+    op: &'static str,
+    shown: (&'a [usize], &'a [usize]),
     a: &'a Tensor<T>,
     b: &'a Tensor<T>,
     bias: Option<&'a Tensor<T>>,
@@ -761,23 +807,30 @@ impl<T: WithDType> Op for Matmul<'_, T> {
         let p = self.plan;
         let out = self.out.view_as::<T::Kernel>().expect("same size");
         let bias = self.bias.map(|t| t.input()).unwrap_or_else(In::null);
-        let too_large = || Error::TooLarge {
-            op: "matmul",
-            shape: vec![p.batch, p.m, p.n],
+        // The kernels index inside one matrix in u32 (batches in u64): an
+        // operand whose matrix spans more is named as the caller passed it.
+        let too_large = |shape: &[usize]| Error::TooLarge {
+            op: self.op,
+            shape: shape.to_vec(),
         };
-        // The kernels index inside one matrix in u32 (batches in u64).
         let span = |s: Strides, rows: usize, cols: usize| {
-            rows.saturating_sub(1) * s.rs + cols.saturating_sub(1) * s.cs + 1
+            rows.saturating_sub(1)
+                .saturating_mul(s.rs)
+                .saturating_add(cols.saturating_sub(1).saturating_mul(s.cs))
+                .saturating_add(1)
         };
         let fits = |v: usize| v <= u32::MAX as usize;
-        if !(fits(span(p.a, p.m, p.k)) && fits(span(p.b, p.k, p.n)) && fits(p.m * p.n)) {
-            return Err(too_large());
+        if !fits(span(p.a, p.m, p.k)) || !fits(p.m.saturating_mul(p.n)) {
+            return Err(too_large(self.shown.0));
+        }
+        if !fits(span(p.b, p.k, p.n)) {
+            return Err(too_large(self.shown.1));
         }
         let u32_of = |v: usize| v as u32;
         let grid_y = p.batch.min(65535) as u32;
         if p.is_gemv() {
             let gemv = T::Kernel::GEMV.ok_or(Error::UnsupportedDType {
-                op: "matmul",
+                op: self.op,
                 dtype: T::DTYPE,
             })?;
             // One pass of 1, 2 or 4 rows that covers m, else passes of 4.
@@ -836,7 +889,7 @@ impl<T: WithDType> Op for Matmul<'_, T> {
         }) {
             let tiles = p.m.div_ceil(MMA_BM as usize) * p.n.div_ceil(MMA_BN as usize);
             if tiles > ferrocm_host::launch::MAX_GRID_X as usize {
-                return Err(too_large());
+                return Err(too_large(self.shown.0));
             }
             // Groups of 8 elements along an operand's stride-1 dim load as
             // 16-byte words when every group starts on a word.
@@ -898,12 +951,12 @@ impl<T: WithDType> Op for Matmul<'_, T> {
             }
         } else {
             let gemm = T::Kernel::GEMM.ok_or(Error::UnsupportedDType {
-                op: "matmul",
+                op: self.op,
                 dtype: T::DTYPE,
             })?;
             let tiles = p.m.div_ceil(GEMM_BM as usize) * p.n.div_ceil(GEMM_BN as usize);
             if tiles > ferrocm_host::launch::MAX_GRID_X as usize {
-                return Err(too_large());
+                return Err(too_large(self.shown.0));
             }
             // A launch per 65535 batches (the grid's y limit).
             for z0 in (0..p.batch).step_by(65535) {

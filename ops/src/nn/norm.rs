@@ -335,25 +335,23 @@ impl<T: WithDType> Tensor<T> {
         }
         let cols = self.shape().last().copied();
         let Some(cols) = cols else {
-            return Err(Error::ShapeMismatch {
+            return Err(Error::BadParameter {
                 op,
-                lhs: vec![],
-                rhs: weight.shape().to_vec(),
+                what: "x must have at least one dim (the normalised one), got a scalar".into(),
             });
         };
-        // The error names the operand: "rms_norm weight", "layer_norm bias".
-        let names = match kind {
-            Kind::Rms => ["rms_norm weight", "rms_norm bias"],
-            Kind::Layer => ["layer_norm weight", "layer_norm bias"],
-        };
-        for (t, what) in [(Some(weight), names[0]), (bias, names[1])] {
+        // The error names the operand and both shapes as passed.
+        for (t, name) in [(Some(weight), "weight"), (bias, "bias")] {
             if let Some(t) = t {
                 self.same_device(op, t)?;
                 if t.shape() != [cols] {
-                    return Err(Error::ShapeMismatch {
-                        op: what,
-                        lhs: vec![cols],
-                        rhs: t.shape().to_vec(),
+                    return Err(Error::BadParameter {
+                        op,
+                        what: format!(
+                            "{name} must have shape [{cols}] (the last dim of x {:?}), got {:?}",
+                            self.shape(),
+                            t.shape()
+                        ),
                     });
                 }
             }

@@ -258,7 +258,8 @@ impl<T: WithDType> Tensor<T> {
                 ));
             }
         };
-        let r = 2 * cols;
+        // `cols` may be any size in a broadcast view: checked arithmetic.
+        let r = cols.saturating_mul(2);
         if r > d {
             return bad(format!(
                 "the tables rotate {r} dims, more than the head dim {d}"
@@ -270,10 +271,10 @@ impl<T: WithDType> Tensor<T> {
             ));
         }
         let fits = |v: usize| v <= u32::MAX as usize;
-        if ![h, t, d, t_table, offset, b * t_table]
-            .into_iter()
-            .all(fits)
-        {
+        // The table's rows over the batch (per-batch tables): b * t_table,
+        // which a broadcast x of 2^60 batches must not overflow.
+        let batch_rows = b.saturating_mul(t_table);
+        if ![h, t, d, t_table, offset, batch_rows].into_iter().all(fits) {
             return bad(format!(
                 "sizes past u32: x {:?}, tables {:?}, offset {offset}",
                 self.shape(),
