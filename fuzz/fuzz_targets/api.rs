@@ -305,6 +305,30 @@ enum Step {
         seed: u64,
         opts: AttnOpts,
     },
+    /// `matvec` (a batch of vectors against matrices).
+    Matvec {
+        m: u8,
+        v: u8,
+    },
+    /// An op through `DynTensor`'s own entry (one `match` on the run-time
+    /// dtype and id type), on tensors of the program: the norms, the gated
+    /// activations, RoPE, attention, the products, indexing, sorting and
+    /// `slice_set`, mostly with mismatched operands.
+    Dyn {
+        op: u8,
+        a: u8,
+        b: u8,
+        c: u8,
+        dim: i8,
+        k: u16,
+        eps: f32,
+        flag: bool,
+    },
+    /// A device name, parsed strictly (never opened here when it is a GPU
+    /// that is absent: the parse errors first or reports its absence).
+    ParseDevice {
+        text: String,
+    },
 }
 
 /// The options of an attention step.
@@ -839,6 +863,67 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                         .map(|t| t.to_dyn())
                 })
             }))
+        }
+        Step::Matvec { m, v } => {
+            let (m, v) = (pick_small(ts, *m)?, pick_small(ts, *v)?);
+            let mut col = v.shape().to_vec();
+            col.push(1);
+            if matmul_work(m.dtype().unwrap_or(DType::F16), m.shape(), &col) > MATMUL_WORK_LIMIT {
+                return None;
+            }
+            new(m.matvec(v))
+        }
+        Step::Dyn { op, a, b, c, dim, k, eps, flag } => {
+            let (a, b, c) = (pick_small(ts, *a)?, pick_small(ts, *b)?, pick_small(ts, *c)?);
+            let (dim, k, eps) = (*dim as isize, *k as usize, *eps);
+            let act = [Activation::Relu, Activation::Gelu, Activation::GeluErf, Activation::Silu][k % 4];
+            new(match op % 18 {
+                0 => a.rms_norm(b, eps),
+                1 => a.add_rms_norm(c, b, eps).map(|(s, _)| s),
+                2 => a.layer_norm(b, flag.then_some(c), eps),
+                3 => a.add_layer_norm(c, b, None, eps).map(|(_, y)| y),
+                4 => a.swiglu(b),
+                5 => a.glu(b, act),
+                6 => a.glu_halves(act),
+                7 => a.rope(b, c, k % 8),
+                8 => a.rope_thd(b, c, k % 8),
+                9 => {
+                    if a.elem_count().saturating_mul(b.shape().get(2).copied().unwrap_or(1)) > WORK_LIMIT {
+                        return None;
+                    }
+                    let o = ferrocm::ops::attention::DynAttentionOptions::new();
+                    a.attention(b, c, &if *flag { o.causal() } else { o })
+                }
+                10 => {
+                    if matmul_work(a.dtype().unwrap_or(DType::F16), a.shape(), b.shape()) > MATMUL_WORK_LIMIT {
+                        return None;
+                    }
+                    a.matmul(b)
+                }
+                11 => a.index_select(dim, b),
+                12 => a.embedding(b),
+                13 => a.gather(dim, b),
+                14 => a.scatter_add(dim, b, c),
+                15 => a.index_add(dim, b, c),
+                16 => {
+                    if *flag {
+                        a.topk(k, k % 2 == 0).map(|(v, _)| v)
+                    } else {
+                        a.sort(k % 2 == 0).map(|(_, i)| i)
+                    }
+                }
+                _ => {
+                    // In place on a copy of the program's tensor (the
+                    // program keeps its own).
+                    let mut t = a.clone();
+                    t.slice_set(b, dim, k).map(|()| t)
+                }
+            })
+        }
+        Step::ParseDevice { text } => {
+            // Both devices parse the same text: the same answer, no panic.
+            let _ = text.parse::<Device>();
+            None
         }
         Step::AttentionRandn { dt, dims, head_dim, seed, opts } => {
             // b 1-2, h_kv 1-2, group 1-3, s_q 1-8, s_kv 0-40.
