@@ -341,7 +341,10 @@ struct AttnOpts {
 }
 
 impl AttnOpts {
-    fn apply<'a, T: WithDType>(&self, mask: Option<&'a Tensor<T>>) -> ferrocm::AttentionOptions<'a, T> {
+    fn apply<'a, T: WithDType>(
+        &self,
+        mask: Option<&'a Tensor<T>>,
+    ) -> ferrocm::AttentionOptions<'a, T> {
         let mut o = ferrocm::AttentionOptions::new();
         if let Some(s) = self.scale {
             o = o.scale(s);
@@ -484,9 +487,15 @@ fn matmul_work(dtype: DType, a: &[usize], b: &[usize]) -> usize {
     // Dims rounded up to whole tiles (saturating: a broadcast view's dims
     // may be near usize::MAX).
     let tiles = |d: usize, t: usize| d.div_ceil(t).saturating_mul(t);
-    [batch(a), batch(b), tiles(m, bm), tiles(n, bn), tiles(k.max(1), bk)]
-        .iter()
-        .fold(1usize, |w, &d| w.saturating_mul(d.max(1)))
+    [
+        batch(a),
+        batch(b),
+        tiles(m, bm),
+        tiles(n, bn),
+        tiles(k.max(1), bk),
+    ]
+    .iter()
+    .fold(1usize, |w, &d| w.saturating_mul(d.max(1)))
 }
 
 /// One step on one device's tensors: `None` when it takes a tensor and
@@ -753,12 +762,14 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
         }
         Step::Matmul { a, b } => {
             let (a, b) = (pick_small(ts, *a)?, pick_small(ts, *b)?);
-            if matmul_work(a.dtype().unwrap_or(DType::F16), a.shape(), b.shape()) > MATMUL_WORK_LIMIT {
+            if matmul_work(a.dtype().unwrap_or(DType::F16), a.shape(), b.shape())
+                > MATMUL_WORK_LIMIT
+            {
                 return None;
             }
-            new(a.dtype().and_then(|d| {
-                typed!(d, T => a.typed::<T>()?.matmul(&b.typed::<T>()?).map(|t| t.to_dyn()))
-            }))
+            new(a.dtype().and_then(
+                |d| typed!(d, T => a.typed::<T>()?.matmul(&b.typed::<T>()?).map(|t| t.to_dyn())),
+            ))
         }
         Step::Linear { x, w, bias, act } => {
             let (x, w) = (pick_small(ts, *x)?, pick_small(ts, *w)?);
@@ -768,11 +779,17 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
             let rows = lead.iter().fold(1usize, |p, &d| p.saturating_mul(d));
             let k = x.shape().last().copied().unwrap_or(1);
             let n = w.shape().first().copied().unwrap_or(1);
-            if matmul_work(x.dtype().unwrap_or(DType::F16), &[rows, k], &[k, n]) > MATMUL_WORK_LIMIT {
+            if matmul_work(x.dtype().unwrap_or(DType::F16), &[rows, k], &[k, n]) > MATMUL_WORK_LIMIT
+            {
                 return None;
             }
-            let act = [None, Some(Activation::Relu), Some(Activation::Gelu), Some(Activation::GeluErf), Some(Activation::Silu)]
-                [*act as usize % 5];
+            let act = [
+                None,
+                Some(Activation::Relu),
+                Some(Activation::Gelu),
+                Some(Activation::GeluErf),
+                Some(Activation::Silu),
+            ][*act as usize % 5];
             new(x.dtype().and_then(|d| {
                 typed!(d, T => {
                     let w = w.typed::<T>()?;
@@ -784,7 +801,12 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                 })
             }))
         }
-        Step::RmsNorm { x, w, residual, eps } => {
+        Step::RmsNorm {
+            x,
+            w,
+            residual,
+            eps,
+        } => {
             let (x, w) = (pick_small(ts, *x)?, pick(ts, *w)?);
             let r = pick_opt(ts, *residual)?;
             new(x.dtype().and_then(|d| {
@@ -797,7 +819,13 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                 })
             }))
         }
-        Step::LayerNorm { x, w, bias, residual, eps } => {
+        Step::LayerNorm {
+            x,
+            w,
+            bias,
+            residual,
+            eps,
+        } => {
             let (x, w) = (pick_small(ts, *x)?, pick(ts, *w)?);
             let b = pick_opt(ts, *bias)?;
             let r = pick_opt(ts, *residual)?;
@@ -814,7 +842,13 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                 })
             }))
         }
-        Step::Rope { x, cos, sin, offset, layout } => {
+        Step::Rope {
+            x,
+            cos,
+            sin,
+            offset,
+            layout,
+        } => {
             let (x, c, s) = (pick_small(ts, *x)?, pick(ts, *cos)?, pick(ts, *sin)?);
             new(x.dtype().and_then(|d| {
                 typed!(d, T => {
@@ -835,7 +869,12 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                 Some(u) => Some(pick_small(ts, *u)?),
                 None => None,
             };
-            let act = [Activation::Relu, Activation::Gelu, Activation::GeluErf, Activation::Silu][*act as usize % 4];
+            let act = [
+                Activation::Relu,
+                Activation::Gelu,
+                Activation::GeluErf,
+                Activation::Silu,
+            ][*act as usize % 4];
             new(g.dtype().and_then(|d| {
                 typed!(d, T => {
                     let g = g.typed::<T>()?;
@@ -847,12 +886,25 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                 })
             }))
         }
-        Step::Attention { q, k, v, mask, opts } => {
-            let (q, k, v) = (pick_small(ts, *q)?, pick_small(ts, *k)?, pick_small(ts, *v)?);
+        Step::Attention {
+            q,
+            k,
+            v,
+            mask,
+            opts,
+        } => {
+            let (q, k, v) = (
+                pick_small(ts, *q)?,
+                pick_small(ts, *k)?,
+                pick_small(ts, *v)?,
+            );
             let m = pick_opt(ts, *mask)?;
             // The work is q's rows times k's rows times d: bounded by the
             // three sizes.
-            if q.elem_count().saturating_mul(k.shape().get(2).copied().unwrap_or(1)) > WORK_LIMIT {
+            if q.elem_count()
+                .saturating_mul(k.shape().get(2).copied().unwrap_or(1))
+                > WORK_LIMIT
+            {
                 return None;
             }
             new(q.dtype().and_then(|d| {
@@ -873,10 +925,28 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
             }
             new(m.matvec(v))
         }
-        Step::Dyn { op, a, b, c, dim, k, eps, flag } => {
-            let (a, b, c) = (pick_small(ts, *a)?, pick_small(ts, *b)?, pick_small(ts, *c)?);
+        Step::Dyn {
+            op,
+            a,
+            b,
+            c,
+            dim,
+            k,
+            eps,
+            flag,
+        } => {
+            let (a, b, c) = (
+                pick_small(ts, *a)?,
+                pick_small(ts, *b)?,
+                pick_small(ts, *c)?,
+            );
             let (dim, k, eps) = (*dim as isize, *k as usize, *eps);
-            let act = [Activation::Relu, Activation::Gelu, Activation::GeluErf, Activation::Silu][k % 4];
+            let act = [
+                Activation::Relu,
+                Activation::Gelu,
+                Activation::GeluErf,
+                Activation::Silu,
+            ][k % 4];
             new(match op % 18 {
                 0 => a.rms_norm(b, eps),
                 1 => a.add_rms_norm(c, b, eps).map(|(s, _)| s),
@@ -888,14 +958,19 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
                 7 => a.rope(b, c, k % 8),
                 8 => a.rope_thd(b, c, k % 8),
                 9 => {
-                    if a.elem_count().saturating_mul(b.shape().get(2).copied().unwrap_or(1)) > WORK_LIMIT {
+                    if a.elem_count()
+                        .saturating_mul(b.shape().get(2).copied().unwrap_or(1))
+                        > WORK_LIMIT
+                    {
                         return None;
                     }
                     let o = ferrocm::ops::attention::DynAttentionOptions::new();
                     a.attention(b, c, &if *flag { o.causal() } else { o })
                 }
                 10 => {
-                    if matmul_work(a.dtype().unwrap_or(DType::F16), a.shape(), b.shape()) > MATMUL_WORK_LIMIT {
+                    if matmul_work(a.dtype().unwrap_or(DType::F16), a.shape(), b.shape())
+                        > MATMUL_WORK_LIMIT
+                    {
                         return None;
                     }
                     a.matmul(b)
@@ -925,10 +1000,20 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
             let _ = text.parse::<Device>();
             None
         }
-        Step::AttentionRandn { dt, dims, head_dim, seed, opts } => {
+        Step::AttentionRandn {
+            dt,
+            dims,
+            head_dim,
+            seed,
+            opts,
+        } => {
             // b 1-2, h_kv 1-2, group 1-3, s_q 1-8, s_kv 0-40.
             let [b, h_kv, g, s_q, s_kv] = *dims;
-            let (b, h_kv, g) = (1 + b as usize % 2, 1 + h_kv as usize % 2, 1 + g as usize % 3);
+            let (b, h_kv, g) = (
+                1 + b as usize % 2,
+                1 + h_kv as usize % 2,
+                1 + g as usize % 3,
+            );
             let (s_q, s_kv) = (1 + s_q as usize % 8, s_kv as usize % 41);
             let d = [64, 80, 96, 128, 256][*head_dim as usize % 5];
             new(typed!(dt.dtype(), T => {
