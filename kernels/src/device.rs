@@ -44,6 +44,22 @@ macro_rules! unroll4 {
     }};
 }
 
+/// `$body` for `$i` = 0..16, written out (see [`unroll4!`]): for the 16
+/// values of a quantized group, whose per-value work (an f16 conversion) is
+/// more than NVPTX unrolls by itself.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! unroll16 {
+    ($i:ident => $body:block) => {{
+        $crate::unroll4!(hi < 4 => {
+            $crate::unroll4!(lo < 4 => {
+                let $i = hi * 4 + lo;
+                $body
+            })
+        })
+    }};
+}
+
 use rocm_kernel_macros::amdgpu_device;
 
 #[cfg(not(ferrocm_device))]
@@ -444,6 +460,21 @@ pub unsafe fn load<T: Copy>(p: *const T, i: usize) -> T {
     #[cfg(not(ferrocm_device))]
     emu::check_global(p.wrapping_add(i) as usize, size_of::<T>(), false);
     unsafe { *p.add(i) }
+}
+
+/// Element `i` of a global buffer argument, borrowed in place: a kernel
+/// that reads a few fields of a large element (a quantized block) loads only
+/// those. The emulator's sanitizer checks the whole element against the
+/// launch's ranges, as [`load`] does.
+///
+/// # Safety
+/// As [`load`]; the buffer must not be written while the borrow lives.
+#[amdgpu_device]
+#[inline(always)]
+pub unsafe fn global_ref<'a, T>(p: *const T, i: usize) -> &'a T {
+    #[cfg(not(ferrocm_device))]
+    emu::check_global(p.wrapping_add(i) as usize, size_of::<T>(), false);
+    unsafe { &*p.add(i) }
 }
 
 /// Copies the 16-byte element `src[i]` of a global buffer argument into

@@ -47,6 +47,7 @@ pub mod elementwise;
 pub mod index;
 pub mod matmul;
 pub mod nn;
+pub mod quant;
 pub mod reduce;
 
 // The families at the flat paths of earlier versions
@@ -184,6 +185,8 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         glu::KERNELS,
         rope::KERNELS,
         attention::KERNELS,
+        quant::dequant::KERNELS,
+        quant::matvec::KERNELS,
     ]
     .into_iter()
     .flatten()

@@ -1,0 +1,856 @@
+//! GGML's block-quantized formats, each block defined once for every target:
+//! the kernels read these structs in device memory and the Cpu backend reads
+//! the same structs in host memory, as every ggml backend shares
+//! ggml-common.h. Field order, sizes and bit packing are GGML's (GGUF files
+//! hold these bytes as they are); each struct's size is checked at compile
+//! time.
+//!
+//! A block holds `ELEMS` values (32, or 256 for the K-quants, IQ4_XS and
+//! Q8_K) in groups of 16 that share one scale: [`QuantBlock::group16`] is the
+//! one definition of the values, used by dequantize on every device and, from
+//! the Cpu, as the shared scalar path.
+//!
+//! ```
+//! use ferrocm_kernels::elem::F16;
+//! use ferrocm_kernels::quant::blocks::{BlockQ4_0, QuantBlock};
+//! // d = 0.5; the first byte holds codes 9 (low nibble) and 2 (high nibble).
+//! let mut b = BlockQ4_0 { d: F16(0x3800), qs: [0x88; 16] };
+//! b.qs[0] = 0x29;
+//! assert_eq!(b.group16(0)[0], 0.5);   // (9 - 8) * 0.5, element 0
+//! assert_eq!(b.group16(1)[0], -3.0);  // (2 - 8) * 0.5, element 16
+//! assert_eq!(b.group16(0)[1], 0.0);   // (8 - 8) * 0.5
+//! ```
+
+use crate::elem::{F16, f16_bits_to_f32, f32_to_f16_bits};
+use rocm_kernel_macros::amdgpu_device;
+
+/// Elements of a K-quant super-block (and of IQ4_XS and Q8_K).
+pub const QK_K: usize = 256;
+
+/// The 16 values a 4-bit code of IQ4_NL and IQ4_XS stands for (GGML's
+/// `kvalues_iq4nl`).
+pub const IQ4NL_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// The FP4 (E2M1) values of MXFP4's codes, doubled (GGML's `kvalues_mxfp4`;
+/// the block scale is halved to match).
+pub const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// A block of one quantized format, as GGML lays it out.
+#[amdgpu_device]
+pub trait QuantBlock: Copy + 'static {
+    /// Elements per block.
+    const ELEMS: usize;
+    /// GGML's type id (`GGML_TYPE_*`, as GGUF stores it).
+    const GGML_TYPE: u32;
+    /// Groups of 16 elements per block.
+    const GROUPS: usize = Self::ELEMS / 16;
+    /// Elements `[16 g, 16 g + 16)` of the block in f32, as GGML's
+    /// `dequantize_row_*` computes them (`g < GROUPS`; larger `g` wrap).
+    fn group16(&self, g: usize) -> [f32; 16];
+}
+
+/// Q4_0: 32 elements, `d * (q - 8)` with 4-bit `q` (element `j` in the low
+/// nibble of `qs[j]`, element `j + 16` in its high nibble).
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ4_0 {
+    /// Scale (f16 bits).
+    pub d: F16,
+    /// Codes, two per byte.
+    pub qs: [u8; 16],
+}
+
+/// Q4_1: 32 elements, `d * q + m` with 4-bit `q` (packed as Q4_0).
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ4_1 {
+    /// Scale (f16 bits).
+    pub d: F16,
+    /// Minimum (f16 bits).
+    pub m: F16,
+    /// Codes, two per byte.
+    pub qs: [u8; 16],
+}
+
+/// Q5_0: 32 elements, `d * (q - 16)` with 5-bit `q`: 4 bits packed as Q4_0
+/// and the fifth of element `j` in bit `j` of `qh` (little-endian).
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ5_0 {
+    /// Scale (f16 bits).
+    pub d: F16,
+    /// Fifth bits, one per element.
+    pub qh: [u8; 4],
+    /// Low four bits, two per byte.
+    pub qs: [u8; 16],
+}
+
+/// Q5_1: 32 elements, `d * q + m` with 5-bit `q` (packed as Q5_0).
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ5_1 {
+    /// Scale (f16 bits).
+    pub d: F16,
+    /// Minimum (f16 bits).
+    pub m: F16,
+    /// Fifth bits, one per element.
+    pub qh: [u8; 4],
+    /// Low four bits, two per byte.
+    pub qs: [u8; 16],
+}
+
+/// Q8_0: 32 elements, `d * q` with 8-bit signed `q`.
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ8_0 {
+    /// Scale (f16 bits).
+    pub d: F16,
+    /// Codes.
+    pub qs: [i8; 32],
+}
+
+/// Q8_1: Q8_0 plus `s = d * sum(q)` (what a Q4_1/Q5_1 dot product needs for
+/// the minimum); the activation format of those dot products.
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ8_1 {
+    /// Scale (f16 bits).
+    pub d: F16,
+    /// `d * sum(qs)` (f16 bits).
+    pub s: F16,
+    /// Codes.
+    pub qs: [i8; 32],
+}
+
+/// Q2_K: 256 elements in 16 groups of 16, `d * sc * q - dmin * m` with 2-bit
+/// `q` and 4-bit group scale `sc` (low nibble of `scales[g]`) and minimum `m`
+/// (high nibble).
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ2K {
+    /// Group scales (low nibble) and minimums (high nibble).
+    pub scales: [u8; 16],
+    /// Codes, four per byte.
+    pub qs: [u8; 64],
+    /// Scale of the group scales (f16 bits).
+    pub d: F16,
+    /// Scale of the group minimums (f16 bits).
+    pub dmin: F16,
+}
+
+/// Q3_K: 256 elements in 16 groups of 16, `d * (sc - 32) * q` with 3-bit
+/// signed `q` (two bits in `qs`, the third in `hmask`: set means +0, clear
+/// means -4) and 6-bit group scales packed into 12 bytes.
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ3K {
+    /// Third bits.
+    pub hmask: [u8; 32],
+    /// Low two bits, four per byte.
+    pub qs: [u8; 64],
+    /// Sixteen 6-bit group scales.
+    pub scales: [u8; 12],
+    /// Scale of the group scales (f16 bits).
+    pub d: F16,
+}
+
+/// Q4_K: 256 elements in 8 sub-blocks of 32, `d * sc * q - dmin * m` with
+/// 4-bit `q` and 6-bit sub-block scale `sc` and minimum `m` packed into 12
+/// bytes.
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ4K {
+    /// Scale of the sub-block scales (f16 bits).
+    pub d: F16,
+    /// Scale of the sub-block minimums (f16 bits).
+    pub dmin: F16,
+    /// Eight 6-bit scales and eight 6-bit minimums.
+    pub scales: [u8; 12],
+    /// Codes, two per byte.
+    pub qs: [u8; 128],
+}
+
+/// Q5_K: Q4_K with a fifth bit per element in `qh`.
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ5K {
+    /// Scale of the sub-block scales (f16 bits).
+    pub d: F16,
+    /// Scale of the sub-block minimums (f16 bits).
+    pub dmin: F16,
+    /// Eight 6-bit scales and eight 6-bit minimums.
+    pub scales: [u8; 12],
+    /// Fifth bits.
+    pub qh: [u8; 32],
+    /// Low four bits, two per byte.
+    pub qs: [u8; 128],
+}
+
+/// Q6_K: 256 elements in 16 groups of 16, `d * sc * (q - 32)` with 6-bit
+/// `q` (low four bits in `ql`, high two in `qh`) and 8-bit signed `sc`.
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ6K {
+    /// Low four bits, two per byte.
+    pub ql: [u8; 128],
+    /// High two bits, four per byte.
+    pub qh: [u8; 64],
+    /// Group scales.
+    pub scales: [i8; 16],
+    /// Scale of the group scales (f16 bits).
+    pub d: F16,
+}
+
+/// Q8_K: 256 elements, `d * q` with an f32 scale and the sums of each group
+/// of 16 codes: the activation format of the K-quants' dot products.
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct BlockQ8K {
+    /// Scale.
+    pub d: f32,
+    /// Codes.
+    pub qs: [i8; 256],
+    /// Sum of each group of 16 codes.
+    pub bsums: [i16; 16],
+}
+
+/// IQ4_NL: 32 elements, `d * IQ4NL_VALUES[q]` with 4-bit `q` packed as Q4_0.
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockIq4Nl {
+    /// Scale (f16 bits).
+    pub d: F16,
+    /// Codes, two per byte.
+    pub qs: [u8; 16],
+}
+
+/// IQ4_XS: 256 elements in 8 sub-blocks of 32, `d * (ls - 32) *
+/// IQ4NL_VALUES[q]` with a 6-bit sub-block scale `ls` (low four bits in
+/// `scales_l`, high two in `scales_h`).
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockIq4Xs {
+    /// Scale (f16 bits).
+    pub d: F16,
+    /// High two bits of each sub-block scale.
+    pub scales_h: u16,
+    /// Low four bits of each sub-block scale, two per byte.
+    pub scales_l: [u8; 4],
+    /// Codes: sub-block `ib` in `qs[16 ib..16 ib + 16]` as Q4_0 packs a block.
+    pub qs: [u8; 128],
+}
+
+/// MXFP4 (OCP microscaling): 32 FP4 (E2M1) elements and a shared power-of-two
+/// scale `2^(e - 127)` (E8M0).
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockMxfp4 {
+    /// Scale exponent (E8M0).
+    pub e: u8,
+    /// Codes, two per byte, packed as Q4_0.
+    pub qs: [u8; 16],
+}
+
+const _: () = {
+    assert!(size_of::<BlockQ4_0>() == 18);
+    assert!(size_of::<BlockQ4_1>() == 20);
+    assert!(size_of::<BlockQ5_0>() == 22);
+    assert!(size_of::<BlockQ5_1>() == 24);
+    assert!(size_of::<BlockQ8_0>() == 34);
+    assert!(size_of::<BlockQ8_1>() == 36);
+    assert!(size_of::<BlockQ2K>() == 84);
+    assert!(size_of::<BlockQ3K>() == 110);
+    assert!(size_of::<BlockQ4K>() == 144);
+    assert!(size_of::<BlockQ5K>() == 176);
+    assert!(size_of::<BlockQ6K>() == 210);
+    assert!(size_of::<BlockQ8K>() == 292);
+    assert!(size_of::<BlockIq4Nl>() == 18);
+    assert!(size_of::<BlockIq4Xs>() == 136);
+    assert!(size_of::<BlockMxfp4>() == 17);
+};
+
+/// `2^(e - 128)`: an E8M0 scale halved (MXFP4's doubled code values undo
+/// the half), exact for every `e` (subnormal for `e` < 2).
+#[amdgpu_device]
+#[inline(always)]
+pub fn e8m0_half_to_f32(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        ((e as u32) - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
+/// Scale and minimum `j` (0..8) of the 12 packed bytes of Q4_K and Q5_K:
+/// six bits each; the first four whole in bytes 0..8, the last four split
+/// between a nibble of bytes 8..12 and the top two bits of bytes 0..8.
+#[amdgpu_device]
+#[inline(always)]
+pub fn k4_scale_min(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    let j = j & 7;
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Group scale `g` (0..16) of Q3_K's 12 packed bytes, 6 bits minus 32: the
+/// low four bits are nibbles of bytes 0..8 (low nibbles for groups 0..8),
+/// the high two are the 2-bit fields of bytes 8..12.
+#[amdgpu_device]
+#[inline(always)]
+pub fn q3k_scale(g: usize, q: &[u8; 12]) -> i32 {
+    let g = g & 15;
+    let low = (q[g & 7] >> (4 * (g >> 3))) & 0xF;
+    let high = (q[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
+    (low | (high << 4)) as i32 - 32
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ4_0 {
+    const ELEMS: usize = 32;
+    const GGML_TYPE: u32 = 2;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        let d = f16_bits_to_f32(self.d.0);
+        let shift = 4 * (g & 1);
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = (((self.qs[l] >> shift) & 0xF) as i32 - 8) as f32 * d;
+        }
+        out
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ4_1 {
+    const ELEMS: usize = 32;
+    const GGML_TYPE: u32 = 3;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        let (d, m) = (f16_bits_to_f32(self.d.0), f16_bits_to_f32(self.m.0));
+        let shift = 4 * (g & 1);
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = ((self.qs[l] >> shift) & 0xF) as f32 * d + m;
+        }
+        out
+    }
+}
+
+/// The 5-bit codes of group `g` of a Q5_0/Q5_1 block.
+#[amdgpu_device]
+#[inline(always)]
+fn q5_codes(qs: &[u8; 16], qh: [u8; 4], g: usize) -> [u32; 16] {
+    let high = u32::from_le_bytes(qh) >> (16 * (g & 1));
+    let shift = 4 * (g & 1);
+    let mut out = [0u32; 16];
+    for (l, o) in out.iter_mut().enumerate() {
+        *o = ((qs[l] >> shift) & 0xF) as u32 | (((high >> l) & 1) << 4);
+    }
+    out
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ5_0 {
+    const ELEMS: usize = 32;
+    const GGML_TYPE: u32 = 6;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        let d = f16_bits_to_f32(self.d.0);
+        let q = q5_codes(&self.qs, self.qh, g);
+        let mut out = [0.0f32; 16];
+        for (o, &q) in out.iter_mut().zip(q.iter()) {
+            *o = (q as i32 - 16) as f32 * d;
+        }
+        out
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ5_1 {
+    const ELEMS: usize = 32;
+    const GGML_TYPE: u32 = 7;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        let (d, m) = (f16_bits_to_f32(self.d.0), f16_bits_to_f32(self.m.0));
+        let q = q5_codes(&self.qs, self.qh, g);
+        let mut out = [0.0f32; 16];
+        for (o, &q) in out.iter_mut().zip(q.iter()) {
+            *o = q as f32 * d + m;
+        }
+        out
+    }
+}
+
+/// Group `g` of 32 signed 8-bit codes times `d`.
+#[amdgpu_device]
+#[inline(always)]
+fn q8_group(qs: &[i8; 32], d: f32, g: usize) -> [f32; 16] {
+    let base = 16 * (g & 1);
+    let mut out = [0.0f32; 16];
+    for (l, o) in out.iter_mut().enumerate() {
+        *o = qs[base + l] as f32 * d;
+    }
+    out
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ8_0 {
+    const ELEMS: usize = 32;
+    const GGML_TYPE: u32 = 8;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        q8_group(&self.qs, f16_bits_to_f32(self.d.0), g)
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ8_1 {
+    const ELEMS: usize = 32;
+    const GGML_TYPE: u32 = 9;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        q8_group(&self.qs, f16_bits_to_f32(self.d.0), g)
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ2K {
+    const ELEMS: usize = QK_K;
+    const GGML_TYPE: u32 = 10;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        // Group g: half h (128 elements, 32 bytes of qs), bit pair j of the
+        // bytes, first or second 16 of those bytes.
+        let g = g & 15;
+        let (h, j, sub) = (g >> 3, (g >> 1) & 3, g & 1);
+        let sc = self.scales[g];
+        let dl = f16_bits_to_f32(self.d.0) * (sc & 0xF) as f32;
+        let ml = f16_bits_to_f32(self.dmin.0) * (sc >> 4) as f32;
+        let base = 32 * h + 16 * sub;
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = dl * ((self.qs[base + l] >> (2 * j)) & 3) as f32 - ml;
+        }
+        out
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ3K {
+    const ELEMS: usize = QK_K;
+    const GGML_TYPE: u32 = 11;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        // Laid out as Q2_K; the third bit of the element at byte offset b of
+        // its half is bit 4 h + j of hmask[b].
+        let g = g & 15;
+        let (h, j, sub) = (g >> 3, (g >> 1) & 3, g & 1);
+        let dl = f16_bits_to_f32(self.d.0) * q3k_scale(g, &self.scales) as f32;
+        let mask = 1u8 << (4 * h + j);
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            let low = ((self.qs[32 * h + 16 * sub + l] >> (2 * j)) & 3) as i32;
+            let minus = if self.hmask[16 * sub + l] & mask != 0 {
+                0
+            } else {
+                4
+            };
+            *o = dl * (low - minus) as f32;
+        }
+        out
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ4K {
+    const ELEMS: usize = QK_K;
+    const GGML_TYPE: u32 = 12;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        // Sub-block s = g / 2: chunk s / 2 (32 bytes of qs), low or high
+        // nibbles.
+        let g = g & 15;
+        let s = g >> 1;
+        let (sc, m) = k4_scale_min(s, &self.scales);
+        let d1 = f16_bits_to_f32(self.d.0) * sc as f32;
+        let m1 = f16_bits_to_f32(self.dmin.0) * m as f32;
+        let base = 32 * (s >> 1) + 16 * (g & 1);
+        let shift = 4 * (s & 1);
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = d1 * ((self.qs[base + l] >> shift) & 0xF) as f32 - m1;
+        }
+        out
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ5K {
+    const ELEMS: usize = QK_K;
+    const GGML_TYPE: u32 = 13;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        // As Q4_K; the fifth bit of sub-block s is bit s of qh[offset in
+        // the 32-byte chunk].
+        let g = g & 15;
+        let s = g >> 1;
+        let (sc, m) = k4_scale_min(s, &self.scales);
+        let d1 = f16_bits_to_f32(self.d.0) * sc as f32;
+        let m1 = f16_bits_to_f32(self.dmin.0) * m as f32;
+        let off = 16 * (g & 1);
+        let base = 32 * (s >> 1) + off;
+        let shift = 4 * (s & 1);
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            let q = ((self.qs[base + l] >> shift) & 0xF) as u32
+                | ((((self.qh[off + l] >> s) & 1) as u32) << 4);
+            *o = d1 * q as f32 - m1;
+        }
+        out
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ6K {
+    const ELEMS: usize = QK_K;
+    const GGML_TYPE: u32 = 14;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        // Group g: half h (64 bytes of ql, 32 of qh), quarter k of the half
+        // (ql bytes 0..32 or 32..64, low or high nibbles; bit pair k of qh),
+        // first or second 16 of those bytes.
+        let g = g & 15;
+        let (h, k, sub) = (g >> 3, (g >> 1) & 3, g & 1);
+        let d = f16_bits_to_f32(self.d.0) * self.scales[g] as f32;
+        let lo_base = 64 * h + 32 * (k & 1) + 16 * sub;
+        let hi_base = 32 * h + 16 * sub;
+        let lo_shift = 4 * (k >> 1);
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            let lo = (self.ql[lo_base + l] >> lo_shift) & 0xF;
+            let hi = (self.qh[hi_base + l] >> (2 * k)) & 3;
+            *o = d * ((lo | (hi << 4)) as i32 - 32) as f32;
+        }
+        out
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockQ8K {
+    const ELEMS: usize = QK_K;
+    const GGML_TYPE: u32 = 15;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        let base = 16 * (g & 15);
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = self.d * self.qs[base + l] as f32;
+        }
+        out
+    }
+}
+
+/// Group `g` of a 32-element block of 4-bit codes into a 16-value table.
+#[amdgpu_device]
+#[inline(always)]
+fn table_group(qs: &[u8; 16], table: &[i8; 16], d: f32, g: usize) -> [f32; 16] {
+    let shift = 4 * (g & 1);
+    let mut out = [0.0f32; 16];
+    for (l, o) in out.iter_mut().enumerate() {
+        *o = d * table[((qs[l] >> shift) & 0xF) as usize] as f32;
+    }
+    out
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockIq4Nl {
+    const ELEMS: usize = 32;
+    const GGML_TYPE: u32 = 20;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        table_group(&self.qs, &IQ4NL_VALUES, f16_bits_to_f32(self.d.0), g)
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockIq4Xs {
+    const ELEMS: usize = QK_K;
+    const GGML_TYPE: u32 = 23;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        let g = g & 15;
+        let ib = g >> 1;
+        let low = (self.scales_l[ib >> 1] >> (4 * (ib & 1))) & 0xF;
+        let high = ((self.scales_h >> (2 * ib)) & 3) as u8;
+        let dl = f16_bits_to_f32(self.d.0) * ((low | (high << 4)) as i32 - 32) as f32;
+        let base = 16 * ib;
+        let shift = 4 * (g & 1);
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = dl * IQ4NL_VALUES[((self.qs[base + l] >> shift) & 0xF) as usize] as f32;
+        }
+        out
+    }
+}
+
+#[amdgpu_device]
+impl QuantBlock for BlockMxfp4 {
+    const ELEMS: usize = 32;
+    const GGML_TYPE: u32 = 39;
+    #[inline(always)]
+    fn group16(&self, g: usize) -> [f32; 16] {
+        let d = e8m0_half_to_f32(self.e);
+        let shift = 4 * (g & 1);
+        let mut out = [0.0f32; 16];
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = MXFP4_VALUES[((self.qs[l] >> shift) & 0xF) as usize] as f32 * d;
+        }
+        out
+    }
+}
+
+/// A format with GGML's reference quantizer (`quantize_row_*_ref`):
+/// bit-exact with it for every finite input (the scale computed in f32 and
+/// rounded to f16 to nearest even; the codes from the f32 scale, as GGML's).
+#[amdgpu_device]
+pub trait QuantizeBlock: QuantBlock {
+    /// The block holding `x[..ELEMS]` (shorter input is a caller error:
+    /// the missing values read as 0).
+    fn quantize(x: &[f32]) -> Self;
+}
+
+/// |v| (fabsf: the sign bit cleared).
+#[amdgpu_device]
+#[inline(always)]
+fn fabs(v: f32) -> f32 {
+    f32::from_bits(v.to_bits() & 0x7fff_ffff)
+}
+
+/// `x[i]`, or 0 past the end.
+#[amdgpu_device]
+#[inline(always)]
+fn at(x: &[f32], i: usize) -> f32 {
+    if i < x.len() { x[i] } else { 0.0 }
+}
+
+/// The value of largest magnitude among `x[..n]` (the first on ties;
+/// NaN never wins), and its magnitude.
+#[amdgpu_device]
+#[inline(always)]
+fn signed_absmax(x: &[f32], n: usize) -> (f32, f32) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for j in 0..n {
+        let v = at(x, j);
+        if amax < fabs(v) {
+            amax = fabs(v);
+            max = v;
+        }
+    }
+    (max, amax)
+}
+
+/// The smallest and largest of `x[..n]` (from ±f32::MAX, as GGML starts).
+#[amdgpu_device]
+#[inline(always)]
+fn min_max(x: &[f32], n: usize) -> (f32, f32) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for j in 0..n {
+        let v = at(x, j);
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
+/// `1 / d`, or 0 for a zero scale.
+#[amdgpu_device]
+#[inline(always)]
+fn inverse(d: f32) -> f32 {
+    if d != 0.0 { 1.0 / d } else { 0.0 }
+}
+
+#[amdgpu_device]
+impl QuantizeBlock for BlockQ4_0 {
+    fn quantize(x: &[f32]) -> Self {
+        let (max, _) = signed_absmax(x, 32);
+        let d = max / -8.0;
+        let id = inverse(d);
+        let mut qs = [0u8; 16];
+        for (j, q) in qs.iter_mut().enumerate() {
+            let x0 = ((at(x, j) * id + 8.5) as i8).min(15) as u8;
+            let x1 = ((at(x, j + 16) * id + 8.5) as i8).min(15) as u8;
+            *q = x0 | (x1 << 4);
+        }
+        Self {
+            d: F16(f32_to_f16_bits(d)),
+            qs,
+        }
+    }
+}
+
+#[amdgpu_device]
+impl QuantizeBlock for BlockQ4_1 {
+    fn quantize(x: &[f32]) -> Self {
+        let (min, max) = min_max(x, 32);
+        let d = (max - min) / 15.0;
+        let id = inverse(d);
+        let mut qs = [0u8; 16];
+        for (j, q) in qs.iter_mut().enumerate() {
+            let x0 = (((at(x, j) - min) * id + 0.5) as i8).min(15) as u8;
+            let x1 = (((at(x, j + 16) - min) * id + 0.5) as i8).min(15) as u8;
+            *q = x0 | (x1 << 4);
+        }
+        Self {
+            d: F16(f32_to_f16_bits(d)),
+            m: F16(f32_to_f16_bits(min)),
+            qs,
+        }
+    }
+}
+
+/// Packs 32 five-bit codes as Q5_0/Q5_1 store them.
+#[amdgpu_device]
+#[inline(always)]
+fn q5_pack(codes: impl Fn(usize) -> u8) -> ([u8; 4], [u8; 16]) {
+    let (mut qh, mut qs) = (0u32, [0u8; 16]);
+    for (j, q) in qs.iter_mut().enumerate() {
+        let (x0, x1) = (codes(j), codes(j + 16));
+        *q = (x0 & 0xF) | ((x1 & 0xF) << 4);
+        qh |= (((x0 & 0x10) >> 4) as u32) << j;
+        qh |= (((x1 & 0x10) >> 4) as u32) << (j + 16);
+    }
+    (qh.to_le_bytes(), qs)
+}
+
+#[amdgpu_device]
+impl QuantizeBlock for BlockQ5_0 {
+    fn quantize(x: &[f32]) -> Self {
+        let (max, _) = signed_absmax(x, 32);
+        let d = max / -16.0;
+        let id = inverse(d);
+        let (qh, qs) = q5_pack(|j| ((at(x, j) * id + 16.5) as i8).min(31) as u8);
+        Self {
+            d: F16(f32_to_f16_bits(d)),
+            qh,
+            qs,
+        }
+    }
+}
+
+#[amdgpu_device]
+impl QuantizeBlock for BlockQ5_1 {
+    fn quantize(x: &[f32]) -> Self {
+        let (min, max) = min_max(x, 32);
+        let d = (max - min) / 31.0;
+        let id = inverse(d);
+        let (qh, qs) = q5_pack(|j| ((at(x, j) - min) * id + 0.5) as u8);
+        Self {
+            d: F16(f32_to_f16_bits(d)),
+            m: F16(f32_to_f16_bits(min)),
+            qh,
+            qs,
+        }
+    }
+}
+
+/// Q8_0/Q8_1's scale and codes: `amax / 127`, codes rounded half away from
+/// zero.
+#[amdgpu_device]
+#[inline(always)]
+fn q8_codes(x: &[f32]) -> (f32, [i8; 32]) {
+    let mut amax = 0.0f32;
+    for j in 0..32 {
+        // GGML's MAX(a, b): `a > b ? a : b`, NaN handling included.
+        let v = fabs(at(x, j));
+        amax = if amax > v { amax } else { v };
+    }
+    let d = amax / 127.0;
+    let id = inverse(d);
+    let mut qs = [0i8; 32];
+    for (j, q) in qs.iter_mut().enumerate() {
+        *q = crate::math::round(at(x, j) * id) as i8;
+    }
+    (d, qs)
+}
+
+#[amdgpu_device]
+impl QuantizeBlock for BlockQ8_0 {
+    fn quantize(x: &[f32]) -> Self {
+        let (d, qs) = q8_codes(x);
+        Self {
+            d: F16(f32_to_f16_bits(d)),
+            qs,
+        }
+    }
+}
+
+#[amdgpu_device]
+impl QuantizeBlock for BlockQ8_1 {
+    fn quantize(x: &[f32]) -> Self {
+        let (d, qs) = q8_codes(x);
+        let mut sum = 0i32;
+        for &q in qs.iter() {
+            sum += q as i32;
+        }
+        Self {
+            d: F16(f32_to_f16_bits(d)),
+            s: F16(f32_to_f16_bits(sum as f32 * d)),
+            qs,
+        }
+    }
+}
+
+/// Calls `$m!` with every block type and its lower-case format name.
+#[macro_export]
+macro_rules! for_each_block {
+    ($m:ident) => {
+        $m! {
+            q4_0: BlockQ4_0, q4_1: BlockQ4_1, q5_0: BlockQ5_0, q5_1: BlockQ5_1,
+            q8_0: BlockQ8_0, q8_1: BlockQ8_1, q2_k: BlockQ2K, q3_k: BlockQ3K,
+            q4_k: BlockQ4K, q5_k: BlockQ5K, q6_k: BlockQ6K, q8_k: BlockQ8K,
+            iq4_nl: BlockIq4Nl, iq4_xs: BlockIq4Xs, mxfp4: BlockMxfp4,
+        }
+    };
+}
+
+// Host side: blocks are plain bytes, so buffers of them can be viewed and
+// uploaded (every field is an integer or f32; repr(C) with no padding, as
+// the size checks above prove).
+#[cfg(not(ferrocm_device))]
+const _: () = {
+    macro_rules! pod {
+        ($($name:ident: $t:ident,)*) => {$(
+            unsafe impl bytemuck::Zeroable for $t {}
+            unsafe impl bytemuck::Pod for $t {}
+        )*};
+    }
+    for_each_block!(pod);
+};

@@ -1,0 +1,83 @@
+//! `dequant_{format}_{dtype}`: quantized blocks to f32, f16 or bf16, for
+//! every format of [`blocks`](super::blocks). One workitem per group of 16
+//! elements (neighbouring workitems share a block, so its scales are read
+//! once from memory), each value as [`QuantBlock::group16`] defines it, then
+//! rounded to the output type.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use crate::quant::blocks::*;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// The body every dequantize kernel instantiates: `groups` groups of 16
+/// elements of `blocks` into `out` (contiguous).
+#[amdgpu_device]
+#[inline(always)]
+pub fn dequant_body<B: QuantBlock, T: Elem>(out: *mut T, blocks: *const B, groups: u64) {
+    wait_prior_grids();
+    let per_block = B::GROUPS as u64;
+    grid_stride(groups, |i| {
+        let b = unsafe { global_ref(blocks, (i / per_block) as usize) };
+        let v = b.group16((i % per_block) as usize);
+        let base = (i * 16) as usize;
+        crate::unroll16!(l => {
+            unsafe { store(out, base + l, T::from_f32(v[l])) };
+        });
+    });
+    release_dependent_grids();
+}
+
+/// The parameter types of a dequantize kernel from blocks `B` to `T`.
+#[cfg(not(ferrocm_device))]
+pub type DequantArgs<B, T> = (*mut T, *const B, u64);
+
+#[cfg(not(ferrocm_device))]
+use crate::host::KernelRef;
+
+/// A format's dequantize kernels, one per output type (host side).
+#[cfg(not(ferrocm_device))]
+pub trait DequantKernels: QuantBlock + bytemuck::Pod {
+    /// To f32.
+    const TO_F32: KernelRef<DequantArgs<Self, f32>>;
+    /// To f16.
+    const TO_F16: KernelRef<DequantArgs<Self, F16>>;
+    /// To bf16.
+    const TO_BF16: KernelRef<DequantArgs<Self, Bf16>>;
+}
+
+macro_rules! dequant {
+    ($($b:ident => $f32:ident, $f16:ident, $bf16:ident;)*) => {
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl DequantKernels for $b {
+                const TO_F32: KernelRef<DequantArgs<Self, f32>> = KernelRef::of::<$f32>();
+                const TO_F16: KernelRef<DequantArgs<Self, F16>> = KernelRef::of::<$f16>();
+                const TO_BF16: KernelRef<DequantArgs<Self, Bf16>> = KernelRef::of::<$bf16>();
+            }
+        )*
+        kernels! {$(
+            fn $f32(out: *mut f32, blocks: *const $b, groups: u64) { dequant_body::<$b, f32>(out, blocks, groups) }
+            fn $f16(out: *mut F16, blocks: *const $b, groups: u64) { dequant_body::<$b, F16>(out, blocks, groups) }
+            fn $bf16(out: *mut Bf16, blocks: *const $b, groups: u64) { dequant_body::<$b, Bf16>(out, blocks, groups) }
+        )*}
+    };
+}
+
+dequant! {
+    BlockQ4_0 => dequant_q4_0_f32, dequant_q4_0_f16, dequant_q4_0_bf16;
+    BlockQ4_1 => dequant_q4_1_f32, dequant_q4_1_f16, dequant_q4_1_bf16;
+    BlockQ5_0 => dequant_q5_0_f32, dequant_q5_0_f16, dequant_q5_0_bf16;
+    BlockQ5_1 => dequant_q5_1_f32, dequant_q5_1_f16, dequant_q5_1_bf16;
+    BlockQ8_0 => dequant_q8_0_f32, dequant_q8_0_f16, dequant_q8_0_bf16;
+    BlockQ8_1 => dequant_q8_1_f32, dequant_q8_1_f16, dequant_q8_1_bf16;
+    BlockQ2K => dequant_q2_k_f32, dequant_q2_k_f16, dequant_q2_k_bf16;
+    BlockQ3K => dequant_q3_k_f32, dequant_q3_k_f16, dequant_q3_k_bf16;
+    BlockQ4K => dequant_q4_k_f32, dequant_q4_k_f16, dequant_q4_k_bf16;
+    BlockQ5K => dequant_q5_k_f32, dequant_q5_k_f16, dequant_q5_k_bf16;
+    BlockQ6K => dequant_q6_k_f32, dequant_q6_k_f16, dequant_q6_k_bf16;
+    BlockQ8K => dequant_q8_k_f32, dequant_q8_k_f16, dequant_q8_k_bf16;
+    BlockIq4Nl => dequant_iq4_nl_f32, dequant_iq4_nl_f16, dequant_iq4_nl_bf16;
+    BlockIq4Xs => dequant_iq4_xs_f32, dequant_iq4_xs_f16, dequant_iq4_xs_bf16;
+    BlockMxfp4 => dequant_mxfp4_f32, dequant_mxfp4_f16, dequant_mxfp4_bf16;
+}
