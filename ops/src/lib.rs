@@ -9,7 +9,7 @@
 //! [`engine`] (the seam every op runs through: [`engine::Op`],
 //! [`engine::run`], the Cpu engine and the kernel-path helpers; public, so
 //! a crate outside ferrocm adds fused ops the same way), and the op areas
-//! [`elementwise`], [`reduce`], [`index`], [`matmul`], [`nn`]. Each family
+//! [`elementwise`], [`reduce`], [`index`], [`matmul`], [`nn`], [`quant`]. Each family
 //! is one file holding its API, its Cpu implementation and its kernel
 //! dispatch.
 //!
@@ -32,6 +32,7 @@ pub mod engine;
 pub mod index;
 pub mod matmul;
 pub mod nn;
+pub mod quant;
 pub mod reduce;
 
 // The modules at the flat paths of earlier versions
@@ -52,8 +53,9 @@ pub use half::{bf16, f16};
 pub use index::IdType;
 pub use layout::Layout;
 pub use matmul::Activation;
+pub use quant::{QTensor, QuantFormat};
 pub use reduce::Reduce;
-pub use storage::{BlockFormat, Format, Storage};
+pub use storage::{Format, Storage};
 pub use tensor::Tensor;
 pub use ternary::MaskType;
 pub use unary::Unary;

@@ -10,8 +10,9 @@
 use crate::core::dim::{Dim, Dims, resolve};
 use crate::core::dtype::{DType, WithDType};
 use crate::core::error::{Error, Result};
-use crate::core::layout::{Layout, checked_count};
-use crate::core::storage::{BlockFormat, Format, Storage};
+use crate::core::layout::Layout;
+use crate::core::storage::{Format, Storage};
+use crate::quant::QuantFormat;
 use crate::{Binary, Cmp, Reduce, Tensor, Unary, bf16, f16};
 use ferrocm_host::Device;
 use std::sync::Arc;
@@ -131,64 +132,77 @@ macro_rules! with_ids {
 pub(crate) use with_ids;
 
 impl DynTensor {
-    /// Raw blocks of a quantized `format` holding `shape`'s elements
-    /// (GGML weights, later): `bytes` must be exactly the blocks' bytes.
+    /// Raw blocks of a quantized `format` holding `shape`'s elements (a
+    /// GGUF tensor's data): `bytes` must be exactly the blocks' bytes, and
+    /// each row (the last dim) a whole number of blocks. [`QTensor`](crate::QTensor)
+    /// is the quantized tensor type with the quantized ops; this is the same
+    /// storage as a `DynTensor`, e.g. for a loader that holds every tensor
+    /// of a file in one type.
     ///
     /// ```
-    /// use ferrocm_ops::{BlockFormat, Device, DynTensor, Format};
-    /// let q8_0 = BlockFormat { name: "q8_0", block_elems: 32, block_bytes: 34 };
+    /// use ferrocm_ops::{Device, DynTensor, Format, QuantFormat};
+    /// let q8_0 = QuantFormat::Q8_0;
     /// let w = DynTensor::from_blocks(&[0u8; 68], q8_0, &[2, 32], &Device::Cpu)?;
     /// assert_eq!(w.format(), Format::Blocks(q8_0));
     /// assert!(w.unary(ferrocm_ops::Unary::Exp, 0.0).is_err()); // no elementwise ops on blocks
     /// assert!(DynTensor::from_blocks(&[0u8; 67], q8_0, &[2, 32], &Device::Cpu).is_err());
     /// assert_eq!(w.shape(), &[2, 32]);
-    /// assert!(DynTensor::from_blocks(&[0u8; 34], q8_0, &[33], &Device::Cpu).is_err()); // not whole blocks
+    /// assert!(DynTensor::from_blocks(&[0u8; 68], q8_0, &[4, 16], &Device::Cpu).is_err()); // rows not whole blocks
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
     ///
     /// # Errors
     /// [`Error::TooLarge`] when the element count or the byte size
-    /// overflows; [`Error::BadParameter`] naming the values when the count
-    /// is not a whole number of blocks, the format's blocks hold no
-    /// element, or `bytes` is not exactly the blocks' size;
-    /// [`Error::Host`] when the upload fails.
+    /// overflows; [`Error::BadParameter`] naming the values when a row is
+    /// not a whole number of blocks, the shape has no dim, or `bytes` is not
+    /// exactly the blocks' size; [`Error::Host`] when the upload fails.
     pub fn from_blocks(
         bytes: &[u8],
-        format: BlockFormat,
+        format: QuantFormat,
         shape: &[usize],
         device: &Device,
     ) -> Result<Self> {
         let op = "from_blocks";
-        let n = checked_count(op, shape, 1)?;
-        let bad = |what: String| Error::BadParameter { op, what };
-        if format.block_elems == 0 {
-            return Err(bad(format!(
-                "format {} has blocks of 0 elements",
-                format.name
-            )));
-        }
-        if !n.is_multiple_of(format.block_elems) {
-            return Err(bad(format!(
-                "shape {shape:?} holds {n} elements, not a whole number of {} blocks of {}",
-                format.name, format.block_elems
-            )));
-        }
-        let want = format.bytes_for(n).ok_or(Error::TooLarge {
-            op,
-            shape: shape.to_vec(),
-        })?;
+        let want = crate::quant::qtensor::block_bytes_of(op, format, shape)?;
         if want != bytes.len() {
-            return Err(bad(format!(
-                "{} bytes given; shape {shape:?} in {} blocks takes {want}",
-                bytes.len(),
-                format.name
-            )));
+            return Err(Error::BadParameter {
+                op,
+                what: format!(
+                    "{} bytes given; shape {shape:?} in {format} blocks takes {want}",
+                    bytes.len()
+                ),
+            });
         }
         let buffer = device.upload(bytes)?.into_raw();
-        Ok(Self {
-            storage: Arc::new(Storage::blocks(buffer, format)),
+        Ok(Self::from_block_storage(
+            Arc::new(Storage::blocks(buffer, format)),
+            shape,
+        ))
+    }
+
+    /// A contiguous view of block storage (its size checked by the caller).
+    pub(crate) fn from_block_storage(storage: Arc<Storage>, shape: &[usize]) -> Self {
+        Self {
+            storage,
             layout: Layout::contiguous(shape),
-        })
+        }
+    }
+
+    /// Block-quantized storage dequantized to `dtype` (f32, f16, bf16);
+    /// see [`QTensor::dequantize`](crate::QTensor::dequantize).
+    ///
+    /// ```
+    /// use ferrocm_ops::{DType, Device, DynTensor, QuantFormat};
+    /// let w = DynTensor::from_blocks(&[0u8; 18], QuantFormat::Q4_0, &[32], &Device::Cpu)?;
+    /// assert_eq!(w.dequantize(DType::F16)?.dtype()?, DType::F16);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The errors of [`QTensor::from_dyn`](crate::QTensor::from_dyn) and
+    /// [`QTensor::dequantize`](crate::QTensor::dequantize).
+    pub fn dequantize(&self, dtype: DType) -> Result<Self> {
+        crate::QTensor::from_dyn(self)?.dequantize_to(dtype)
     }
 
     /// The format of the storage.
@@ -206,9 +220,9 @@ impl DynTensor {
     /// The dtype, or an error for block-quantized storage.
     ///
     /// ```
-    /// use ferrocm_ops::{BlockFormat, DType, Device, DynTensor, Tensor};
+    /// use ferrocm_ops::{DType, Device, DynTensor, QuantFormat, Tensor};
     /// assert_eq!(Tensor::<f32>::zeros(&[2], &Device::Cpu)?.to_dyn().dtype()?, DType::F32);
-    /// let q8_0 = BlockFormat { name: "q8_0", block_elems: 32, block_bytes: 34 };
+    /// let q8_0 = QuantFormat::Q8_0;
     /// assert!(DynTensor::from_blocks(&[0u8; 34], q8_0, &[32], &Device::Cpu)?.dtype().is_err());
     /// # Ok::<(), ferrocm_ops::Error>(())
     /// ```
@@ -256,8 +270,8 @@ impl DynTensor {
     /// Number of elements.
     ///
     /// ```
-    /// use ferrocm_ops::{BlockFormat, Device, DynTensor};
-    /// let q8_0 = BlockFormat { name: "q8_0", block_elems: 32, block_bytes: 34 };
+    /// use ferrocm_ops::{Device, DynTensor, QuantFormat};
+    /// let q8_0 = QuantFormat::Q8_0;
     /// let w = DynTensor::from_blocks(&[0u8; 68], q8_0, &[2, 32], &Device::Cpu)?;
     /// assert_eq!(w.elem_count(), 64); // logical elements, not bytes
     /// # Ok::<(), ferrocm_ops::Error>(())
@@ -604,12 +618,12 @@ impl DynTensor {
     ///
     /// ```
     /// # use ferrocm_ops::WaveSize;
-    /// use ferrocm_ops::{BlockFormat, Device, DynTensor, Format, Tensor};
+    /// use ferrocm_ops::{Device, DynTensor, Format, QuantFormat, Tensor};
     /// let emu = Device::emulator(WaveSize::Wave32);
     /// let d = Tensor::from_slice(&[1i64, 2], &[2], &Device::Cpu)?.to_dyn().to_device(&emu)?;
     /// assert!(d.device() == &emu);
     /// assert_eq!(d.to_f64_vec()?, vec![1.0, 2.0]);
-    /// let q8_0 = BlockFormat { name: "q8_0", block_elems: 32, block_bytes: 34 };
+    /// let q8_0 = QuantFormat::Q8_0;
     /// let w = DynTensor::from_blocks(&[7u8; 34], q8_0, &[32], &Device::Cpu)?.to_device(&emu)?;
     /// assert_eq!(w.format(), Format::Blocks(q8_0));
     /// assert_eq!(w.shared_storage().len_bytes(), 34);

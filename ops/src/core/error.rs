@@ -172,6 +172,22 @@ pub enum Error {
         /// Second dtype.
         rhs: DType,
     },
+    /// A GGUF file that is truncated or corrupt: what is wrong, and where.
+    #[error("gguf: {what} (at byte {offset})")]
+    Gguf {
+        /// What is wrong, with the values read.
+        what: String,
+        /// Byte offset in the file.
+        offset: u64,
+    },
+    /// A file that cannot be opened, mapped or written.
+    #[error("{path}: {message}")]
+    Io {
+        /// The path as given.
+        path: String,
+        /// The operating system's message.
+        message: String,
+    },
     /// Anything the host layer reports (allocation, launch, sanitizer, GPU).
     #[error(transparent)]
     Host(#[from] ferrocm_host::Error),

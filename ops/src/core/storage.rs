@@ -2,49 +2,14 @@
 //!
 //! A [`Storage`] is untyped device memory ([`RawBuffer`]) plus its
 //! [`Format`]: dense elements of a [`DType`], or blocks of a quantized format
-//! (GGML's Q4_0, Q8_0, ... later) that are no element type. [`Tensor<T>`](crate::Tensor)
+//! (GGML's Q4_0, Q4_K, ...: [`QuantFormat`]) that are no element type. [`Tensor<T>`](crate::Tensor)
 //! is the typed view of a dense storage; [`DynTensor`](crate::DynTensor) the
 //! untyped one. Both share the same `Arc<Storage>`: converting is free.
 
 use crate::core::dtype::DType;
 use crate::core::error::{Error, Result};
+use crate::quant::QuantFormat;
 use ferrocm_host::{Device, DeviceBuffer, RawBuffer};
-
-/// A block-quantized format: `block_elems` logical elements stored in
-/// `block_bytes` bytes (e.g. GGML Q8_0: 32 elements in 34 bytes).
-///
-/// ```
-/// use ferrocm_ops::BlockFormat;
-/// let q8_0 = BlockFormat { name: "q8_0", block_elems: 32, block_bytes: 34 };
-/// assert_eq!(q8_0.bytes_for(64), Some(68));
-/// assert_eq!(q8_0.bytes_for(33), None); // not a whole number of blocks
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BlockFormat {
-    /// Name (`q4_0`, `q8_0`, ...).
-    pub name: &'static str,
-    /// Logical elements per block.
-    pub block_elems: usize,
-    /// Bytes per block.
-    pub block_bytes: usize,
-}
-
-impl BlockFormat {
-    /// Bytes holding `elems` elements, if they are a whole number of blocks.
-    ///
-    /// ```
-    /// use ferrocm_ops::BlockFormat;
-    /// let q8_0 = BlockFormat { name: "q8_0", block_elems: 32, block_bytes: 34 };
-    /// assert_eq!(q8_0.bytes_for(64), Some(68));
-    /// assert_eq!(q8_0.bytes_for(33), None); // not whole blocks
-    /// ```
-    pub fn bytes_for(&self, elems: usize) -> Option<usize> {
-        if self.block_elems == 0 || !elems.is_multiple_of(self.block_elems) {
-            return None;
-        }
-        (elems / self.block_elems).checked_mul(self.block_bytes)
-    }
-}
 
 /// What a storage holds.
 ///
@@ -58,14 +23,14 @@ pub enum Format {
     /// Elements of a dtype.
     Dense(DType),
     /// Blocks of a quantized format.
-    Blocks(BlockFormat),
+    Blocks(QuantFormat),
 }
 
 impl std::fmt::Display for Format {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Format::Dense(d) => write!(f, "{d}"),
-            Format::Blocks(b) => write!(f, "{}", b.name),
+            Format::Blocks(b) => write!(f, "{b}"),
         }
     }
 }
@@ -102,7 +67,7 @@ impl Storage {
     }
 
     /// Raw blocks of `format` (the byte count is checked by the caller).
-    pub(crate) fn blocks(buffer: RawBuffer, format: BlockFormat) -> Self {
+    pub(crate) fn blocks(buffer: RawBuffer, format: QuantFormat) -> Self {
         Self {
             buffer,
             format: Format::Blocks(format),

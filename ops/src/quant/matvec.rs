@@ -1,0 +1,242 @@
+//! The quantized linear layer: `x · Wᵀ` for a [`QTensor`] weight, and
+//! [`Weight`], dense or quantized behind one `forward`. Up to
+//! [`QMATVEC_MAX_M`] rows of `x` (decode) run the matrix-vector product that
+//! reads each weight byte once (`qmatvec{1,2}_{format}_{dtype}`, or rayon
+//! over rows on the Cpu); more rows dequantize the weight to `x`'s dtype and
+//! run the dense matrix product.
+
+use crate::engine::{self, Op};
+use crate::quant::QTensor;
+use crate::quant::format::with_block;
+use crate::{DType, Device, Error, Result, Tensor, WithDType};
+use ferrocm_host::{DeviceBuffer, In, LaunchConfig, Out};
+use ferrocm_kernels::elem::Elem;
+use ferrocm_kernels::quant::blocks::QuantBlock;
+pub use ferrocm_kernels::quant::matvec::QMATVEC_MAX_M;
+use ferrocm_kernels::quant::matvec::{QMATVEC_BLOCK, QMatvecKernels};
+use rayon::prelude::*;
+
+impl QTensor {
+    /// `x · Wᵀ` with this tensor the weight `W` `[out, in]` (as GGUF stores
+    /// it) and `x` `[.., in]` in f32, f16 or bf16: the result is `[.., out]`
+    /// in `x`'s dtype, each output a sum in f32 of the weights (as
+    /// [`QTensor::dequantize`] defines them) times `x`, rounded once.
+    ///
+    /// ```
+    /// # use ferrocm_ops::WaveSize;
+    /// use ferrocm_ops::{Device, QTensor, QuantFormat, Tensor};
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// // W = [[1, 2, ..., 32], [-1, -1, ..., -1]] in Q8_0 (exact: codes 1..32 and -127 at scale 1/127).
+    /// let w: Vec<f32> = (1..=32).map(|v| v as f32).chain([-1.0; 32]).collect();
+    /// let w = QTensor::quantize(&Tensor::from_slice(&w, &[2, 32], &dev)?, QuantFormat::Q8_0)?;
+    /// let x = Tensor::from_slice(&[1.0f32; 32], &[1, 32], &dev)?;
+    /// let y = w.forward(&x)?.to_vec()?;
+    /// assert!((y[0] - 528.0).abs() < 0.5 && (y[1] + 32.0).abs() < 0.1);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when the weight is not 2-D or `x`'s last dim
+    /// is not its second; [`Error::DeviceMismatch`] when they are on
+    /// different devices; [`Error::UnsupportedDType`] for an integer `x`;
+    /// [`Error::Host`] when allocation or a launch fails.
+    pub fn forward<T: WithDType>(&self, x: &Tensor<T>) -> Result<Tensor<T>> {
+        let op = "QTensor::forward";
+        if !matches!(T::DTYPE, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: T::DTYPE,
+            });
+        }
+        let (n, k) = match *self.shape() {
+            [n, k] => (n, k),
+            _ => {
+                return Err(Error::ShapeMismatch {
+                    op,
+                    lhs: x.shape().to_vec(),
+                    rhs: self.shape().to_vec(),
+                });
+            }
+        };
+        if x.shape().last() != Some(&k) {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: x.shape().to_vec(),
+                rhs: self.shape().to_vec(),
+            });
+        }
+        if x.device() != self.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: x.device().to_string(),
+                rhs: self.device().to_string(),
+            });
+        }
+        let m = x.elem_count() / k.max(1);
+        let mut out_shape = x.shape().to_vec();
+        *out_shape.last_mut().expect("x has a last dim") = n;
+        if m > QMATVEC_MAX_M as usize || n > u32::MAX as usize || k > u32::MAX as usize {
+            // The matrix product: the weight dequantized to x's dtype.
+            let w = self.dequantize::<T>()?;
+            return x.linear(&w, None, None);
+        }
+        let x = x.contiguous()?;
+        let dev = self.device();
+        let out = dev.alloc::<T>(m * n)?;
+        let buf = with_block!(self.format(), B => {
+            let w = self.shared_storage().raw().typed::<B>().expect("a whole number of blocks (checked at creation)");
+            engine::run(dev, QMatvec { w, x: &x, n, k, m, out })?
+        });
+        Ok(Tensor::from_parts(buf, &out_shape))
+    }
+}
+
+/// `y[m, n] = x[m, k] · W[n, k]ᵀ` with `m <= QMATVEC_MAX_M`, `x` contiguous.
+struct QMatvec<'a, B, T: WithDType> {
+    w: &'a DeviceBuffer<B>,
+    x: &'a Tensor<T>,
+    n: usize,
+    k: usize,
+    m: usize,
+    out: DeviceBuffer<T>,
+}
+
+/// Weight rows per Cpu task.
+const ROWS_PER_TASK: usize = 16;
+
+impl<B, T> Op for QMatvec<'_, B, T>
+where
+    B: QuantBlock
+        + bytemuck::Pod
+        + Sync
+        + QMatvecKernels<f32>
+        + QMatvecKernels<ferrocm_kernels::elem::F16>
+        + QMatvecKernels<ferrocm_kernels::elem::Bf16>,
+    T: WithDType,
+{
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let (n, k, m) = (self.n, self.k, self.m);
+        let w = crate::engine::cpu::host(self.w);
+        let x: Vec<f32> = crate::engine::cpu::host(self.x.buf())[self.x.layout.offset()..][..m * k]
+            .iter()
+            .map(|v| v.to_kernel().to_f32())
+            .collect();
+        let per_row = k / B::ELEMS;
+        // Sums per weight row (row-major [n, m]), then transposed into y.
+        let mut sums = vec![0.0f32; n * m];
+        if per_row > 0 && m > 0 {
+            sums.par_chunks_mut(m * ROWS_PER_TASK)
+                .zip(w.par_chunks(per_row * ROWS_PER_TASK))
+                .for_each(|(sums, w)| {
+                    for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
+                        for (bi, b) in row.iter().enumerate() {
+                            for g in 0..B::GROUPS {
+                                let v = b.group16(g);
+                                let at = bi * B::ELEMS + 16 * g;
+                                for (c, s) in s.iter_mut().enumerate() {
+                                    let xs = &x[c * k + at..][..16];
+                                    let mut d = 0.0f32;
+                                    for (a, b) in v.iter().zip(xs) {
+                                        d += a * b;
+                                    }
+                                    *s += d;
+                                }
+                            }
+                        }
+                    }
+                });
+        }
+        let y = crate::engine::cpu::host_mut(&mut self.out);
+        for (r, s) in sums.chunks_exact(m.max(1)).enumerate().take(n) {
+            for (c, &v) in s.iter().enumerate() {
+                y[c * n + r] = T::from_kernel(T::Kernel::from_f32(v));
+            }
+        }
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let (n, k, m) = (self.n as u32, self.k as u32, self.m as u32);
+        if n == 0 || m == 0 {
+            return Ok(self.out);
+        }
+        // A wave per weight row; the smallest wave (32) sizes the grid.
+        let waves = (QMATVEC_BLOCK / 32) as u64;
+        let mut cfg = LaunchConfig::linear(n as u64 * QMATVEC_BLOCK as u64 / waves, QMATVEC_BLOCK);
+        cfg = cfg.starting_early();
+        let (offset, len) = (self.x.layout.offset(), self.m * self.k);
+        macro_rules! go {
+            ($t:ty) => {{
+                let x = In::range(
+                    self.x.buf().view_as::<$t>().expect("same size"),
+                    offset,
+                    len,
+                );
+                let out = self.out.view_as::<$t>().expect("same size");
+                let kernel = if m == 1 {
+                    <B as QMatvecKernels<$t>>::ROWS1
+                } else {
+                    <B as QMatvecKernels<$t>>::ROWS2
+                };
+                dev.launch_typed(kernel, cfg, (Out::new(out), In::new(self.w), x, n, k, m))?
+            }};
+        }
+        match T::DTYPE {
+            DType::F32 => go!(f32),
+            DType::F16 => go!(ferrocm_kernels::elem::F16),
+            DType::BF16 => go!(ferrocm_kernels::elem::Bf16),
+            dtype => {
+                return Err(Error::UnsupportedDType {
+                    op: "QTensor::forward",
+                    dtype,
+                });
+            }
+        }
+        Ok(self.out)
+    }
+}
+
+/// A linear layer's weight, dense or quantized: model code calls
+/// [`Weight::forward`] either way (candle's `QMatMul`).
+///
+/// ```
+/// use ferrocm_ops::{Device, QTensor, QuantFormat, Tensor, quant::Weight};
+/// let w = Tensor::from_slice(&[1.0f32; 64], &[2, 32], &Device::Cpu)?;
+/// let x = Tensor::from_slice(&[0.5f32; 32], &[1, 32], &Device::Cpu)?;
+/// let dense = Weight::Dense(w.clone());
+/// let q = Weight::Quantized(QTensor::quantize(&w, QuantFormat::Q8_0)?);
+/// assert_eq!(dense.forward(&x)?.to_vec()?, vec![16.0, 16.0]);
+/// assert_eq!(q.forward(&x)?.to_vec()?, vec![16.0, 16.0]);
+/// assert_eq!(q.shape(), &[2, 32]);
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub enum Weight<T: WithDType> {
+    /// A dense `[out, in]` weight.
+    Dense(Tensor<T>),
+    /// A quantized `[out, in]` weight.
+    Quantized(QTensor),
+}
+
+impl<T: WithDType> Weight<T> {
+    /// `x · Wᵀ`: [`Tensor::linear`] or [`QTensor::forward`].
+    ///
+    /// # Errors
+    /// Those of the product taken.
+    pub fn forward(&self, x: &Tensor<T>) -> Result<Tensor<T>> {
+        match self {
+            Weight::Dense(w) => x.linear(w, None, None),
+            Weight::Quantized(w) => w.forward(x),
+        }
+    }
+
+    /// The weight's shape `[out, in]`.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Weight::Dense(w) => w.shape(),
+            Weight::Quantized(w) => w.shape(),
+        }
+    }
+}

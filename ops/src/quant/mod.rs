@@ -1,0 +1,13 @@
+//! Quantized weights: GGML's block formats ([`QuantFormat`]), the
+//! block-quantized tensor ([`QTensor`]) and its ops: quantize,
+//! dequantize, and the linear layer ([`QTensor::forward`], [`Weight`]);
+//! and GGUF files ([`gguf`]).
+
+pub mod format;
+pub mod gguf;
+pub mod matvec;
+pub mod qtensor;
+
+pub use format::QuantFormat;
+pub use matvec::Weight;
+pub use qtensor::QTensor;
