@@ -11,7 +11,7 @@
 
 use ferrocm_ops::Result;
 use ferrocm_ops::{Activation, Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
-use ferrocm_ops::{DType, WithDType};
+use ferrocm_ops::{DType, QTensor, QuantFormat, WithDType};
 
 /// How an input is laid out in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -497,6 +497,66 @@ impl Runner<'_> {
     }
 }
 
+/// Block bytes for `format` whose scales are finite and below 2 in
+/// magnitude: bit 6 of every byte is cleared, which caps the exponent of any
+/// f16 or f32 read from them (MXFP4's exponent byte is set near 1.0).
+fn finite_blocks(format: QuantFormat, blocks: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut bytes: Vec<u8> = (0..blocks * format.block_bytes())
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8 & !0x40
+        })
+        .collect();
+    if format == QuantFormat::Mxfp4 {
+        for b in bytes.chunks_mut(format.block_bytes()) {
+            b[0] = 124 + b[0] % 8;
+        }
+    }
+    bytes
+}
+
+impl Runner<'_> {
+    /// Every quantized format: dequantize to f32, f16 and bf16, and the
+    /// linear layer with 1 and 4 rows of f32 and bf16 activations (the
+    /// matrix-vector kernels), on `[37, 512]` weights.
+    fn quant(&mut self) {
+        let (n, k) = (37usize, 512usize);
+        for (i, format) in QuantFormat::ALL.into_iter().enumerate() {
+            let bytes = finite_blocks(format, n * k / format.block_elems(), i as u64 + 1);
+            let w = move |dev: &Device| QTensor::from_bytes(&bytes, format, &[n, k], dev);
+            let w2 = w.clone();
+            self.case(format!("dequantize[{format}]"), DType::F32, move |dev| {
+                w2(dev)?.dequantize::<f32>()
+            });
+            let w2 = w.clone();
+            self.case(format!("dequantize[{format}]"), DType::F16, move |dev| {
+                w2(dev)?.dequantize::<f16>()
+            });
+            let w2 = w.clone();
+            self.case(format!("dequantize[{format}]"), DType::BF16, move |dev| {
+                w2(dev)?.dequantize::<bf16>()
+            });
+            for m in [1usize, 4] {
+                let w2 = w.clone();
+                self.case(
+                    format!("qlinear[{format}, m={m}]"),
+                    DType::F32,
+                    move |dev| w2(dev)?.forward(&Tensor::<f32>::rand(&[m, k], -3.0, 3.0, 7, dev)?),
+                );
+                let w2 = w.clone();
+                self.case(
+                    format!("qlinear[{format}, m={m}]"),
+                    DType::BF16,
+                    move |dev| w2(dev)?.forward(&Tensor::<bf16>::rand(&[m, k], -3.0, 3.0, 7, dev)?),
+                );
+            }
+        }
+    }
+}
+
 /// Runs every op × dtype with inputs of `[rows, cols]` in `layout` on `device`.
 pub fn run(device: &Device, inputs: Inputs) -> Vec<CaseResult> {
     let mut r = Runner {
@@ -514,7 +574,8 @@ pub fn run(device: &Device, inputs: Inputs) -> Vec<CaseResult> {
 }
 
 /// The `ferrocm check` set: `[37, 300]` contiguous (odd rows, rows longer than
-/// a workgroup) and a transposed `[13, 1031]` (prime sizes, strided input).
+/// a workgroup), a transposed `[13, 1031]` (prime sizes, strided input), and
+/// every quantized format on a `[37, 512]` weight.
 ///
 /// ```no_run
 /// use ferrocm_ops::{Device, WaveSize};
@@ -538,6 +599,17 @@ pub fn run_default(device: &Device) -> Vec<CaseResult> {
             layout: InputLayout::Transposed,
         },
     ));
+    let mut r = Runner {
+        device,
+        inputs: Inputs {
+            rows: 37,
+            cols: 512,
+            layout: InputLayout::Contiguous,
+        },
+        results: Vec::new(),
+    };
+    r.quant();
+    v.extend(r.results);
     v
 }
 

@@ -1,4 +1,4 @@
-//! The `ferrocm` command: `check`, `bench`, `kernels`, `info`.
+//! The `ferrocm` command: `check`, `bench`, `kernels`, `info`, `gguf`.
 //!
 //! Exit codes: 0 when the command did what it was asked and everything it
 //! checked passed; 1 when something it ran failed (a check case, a bench
@@ -32,8 +32,8 @@ struct Cli {
     command: Command,
 }
 
-// Room for `gguf FILE`, `quantize`, `run MODEL`, `serve`: one variant and
-// one function each.
+// Room for `quantize`, `run MODEL`, `serve`: one variant and one function
+// each.
 #[derive(Subcommand)]
 enum Command {
     /// Run every op x dtype on the device against the Cpu backend; prints a
@@ -49,6 +49,12 @@ enum Command {
     /// Devices found (name, arch, compute units, memory, wave size, LDS),
     /// code objects and PTX embedded, the libraries each GPU uses.
     Info,
+    /// A GGUF file's metadata (long arrays summarised) and tensor table
+    /// (name, type, shape, bytes).
+    Gguf {
+        /// The file.
+        file: std::path::PathBuf,
+    },
 }
 
 /// Where `check` and `bench` run.
@@ -175,6 +181,16 @@ fn main() -> ExitCode {
             None => run_kernels(a.arch.as_deref(), a.json),
         },
         Command::Info => run_info(),
+        Command::Gguf { file } => match ferrocm_ops::quant::gguf::Gguf::open(&file) {
+            Ok(g) => {
+                let _ = write!(std::io::stdout(), "{}", ferrocm_cli::gguf::describe(&g));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("ferrocm gguf: {e}");
+                ExitCode::from(1)
+            }
+        },
     }
 }
 
