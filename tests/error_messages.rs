@@ -4,7 +4,7 @@
 //! case the issue of November 2026 found naming the wrong thing.
 
 use ferrocm::ops::attention::AttentionOptions;
-use ferrocm::ops::{BlockFormat, DynTensor};
+use ferrocm::ops::{DynTensor, QTensor, QuantFormat};
 use ferrocm::{Device, Tensor};
 
 fn z(shape: &[usize]) -> Tensor<f32> {
@@ -145,11 +145,7 @@ fn transformer_layer_ops() {
 
 #[test]
 fn block_storage() {
-    let q8_0 = BlockFormat {
-        name: "q8_0",
-        block_elems: 32,
-        block_bytes: 34,
-    };
+    let q8_0 = QuantFormat::Q8_0;
     // 67 bytes: bytes, not "67 elements".
     assert_eq!(
         msg(DynTensor::from_blocks(
@@ -160,28 +156,33 @@ fn block_storage() {
         )),
         "from_blocks: 67 bytes given; shape [2, 32] in q8_0 blocks takes 68"
     );
+    // Rows must be whole blocks even when the total is.
     assert_eq!(
         msg(DynTensor::from_blocks(
-            &[0u8; 34],
+            &[0u8; 68],
             q8_0,
-            &[33],
+            &[4, 16],
             &Device::Cpu
         )),
-        "from_blocks: shape [33] holds 33 elements, not a whole number of q8_0 blocks of 32"
+        "from_blocks: shape [4, 16]: rows of 16 elements are not a whole number of q8_0 blocks of 32"
     );
-    let empty = BlockFormat {
-        name: "broken",
-        block_elems: 0,
-        block_bytes: 4,
-    };
     assert_eq!(
-        msg(DynTensor::from_blocks(
-            &[0u8; 4],
-            empty,
-            &[32],
+        msg(QTensor::from_bytes(
+            &[],
+            QuantFormat::Q4K,
+            &[],
             &Device::Cpu
         )),
-        "from_blocks: format broken has blocks of 0 elements"
+        "QTensor::from_bytes: a q4_K tensor needs at least one dim (shape [])"
+    );
+    assert_eq!(
+        msg("q4_3".parse::<QuantFormat>()),
+        "QuantFormat::from_str: \"q4_3\" is not a quantized format (one of q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K, iq4_nl, iq4_xs, mxfp4)"
+    );
+    let dense = Tensor::<f32>::zeros(&[32], &Device::Cpu).unwrap().to_dyn();
+    assert_eq!(
+        msg(dense.dequantize(ferrocm::DType::F32)),
+        "QTensor::from_dyn: f32 storage holds no quantized blocks"
     );
 }
 

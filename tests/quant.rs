@@ -1,0 +1,761 @@
+//! Quantized formats: every format's dequantize against a reference written
+//! here from the format's definition in f64 (GGML's `dequantize_row_*` loops,
+//! walking the output in order, and FP4 decoded from its bits), on every
+//! device, to f32, f16 and bf16; blocks built by hand to reach extreme
+//! scales (±0, negative, f16's largest and smallest, inf, NaN), all-min and
+//! all-max codes, and random ones. A second, independent check against
+//! bytes and values made by gguf-py's NumPy reference is in
+//! `quant_fixture` below.
+
+mod common;
+use common::devices;
+use ferrocm::ops::{DType, QTensor, QuantFormat};
+use ferrocm::{bf16, f16};
+use rand::{Rng, SeedableRng};
+
+/// f16 bits to f64.
+fn h(bytes: &[u8], at: usize) -> f64 {
+    half::f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f64()
+}
+
+/// A value and the sum of the magnitudes of the terms it is made of (the
+/// scale of its rounding error in f32).
+#[derive(Clone, Copy)]
+struct Ref {
+    v: f64,
+    mag: f64,
+}
+
+fn prod(a: f64, b: f64) -> Ref {
+    Ref {
+        v: a * b,
+        mag: (a * b).abs(),
+    }
+}
+
+fn diff(a: f64, b: f64) -> Ref {
+    Ref {
+        v: a - b,
+        mag: a.abs() + b.abs(),
+    }
+}
+
+/// MXFP4's E2M1 code as a number, from its bits (sign, 2-bit exponent with
+/// bias 1, 1-bit mantissa).
+fn e2m1(code: u8) -> f64 {
+    let sign = if code & 8 != 0 { -1.0 } else { 1.0 };
+    let (e, m) = ((code >> 1) & 3, (code & 1) as f64);
+    let mag = if e == 0 {
+        m * 0.5
+    } else {
+        2f64.powi(e as i32 - 1) * (1.0 + m / 2.0)
+    };
+    sign * mag
+}
+
+const IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// The 6-bit scale and minimum `j` of Q4_K/Q5_K's 12 scale bytes.
+fn scale_min_k4(j: usize, q: &[u8]) -> (f64, f64) {
+    if j < 4 {
+        ((q[j] & 63) as f64, (q[j + 4] & 63) as f64)
+    } else {
+        (
+            ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4)) as f64,
+            ((q[j + 4] >> 4) | ((q[j] >> 6) << 4)) as f64,
+        )
+    }
+}
+
+/// The reference of one block, in output order.
+fn reference(f: QuantFormat, b: &[u8]) -> Vec<Ref> {
+    let mut y = Vec::new();
+    match f {
+        QuantFormat::Q4_0 | QuantFormat::Q4_1 | QuantFormat::Iq4Nl | QuantFormat::Mxfp4 => {
+            let qs = match f {
+                QuantFormat::Q4_1 => &b[4..20],
+                QuantFormat::Mxfp4 => &b[1..17],
+                _ => &b[2..18],
+            };
+            for half in 0..2 {
+                for &q in qs {
+                    let code = if half == 0 { q & 0xF } else { q >> 4 };
+                    y.push(match f {
+                        QuantFormat::Q4_0 => prod(code as f64 - 8.0, h(b, 0)),
+                        QuantFormat::Q4_1 => {
+                            let r = prod(code as f64, h(b, 0));
+                            let m = h(b, 2);
+                            Ref {
+                                v: r.v + m,
+                                mag: r.mag + m.abs(),
+                            }
+                        }
+                        QuantFormat::Iq4Nl => prod(h(b, 0), IQ4NL[code as usize] as f64),
+                        _ => prod(e2m1(code), 2f64.powi(b[0] as i32 - 127)),
+                    });
+                }
+            }
+        }
+        QuantFormat::Q5_0 | QuantFormat::Q5_1 => {
+            let o = if f == QuantFormat::Q5_1 { 2 } else { 0 };
+            let qh = u32::from_le_bytes(b[o + 2..o + 6].try_into().unwrap());
+            let qs = &b[o + 6..o + 22];
+            for j in 0..32 {
+                let low = if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 };
+                let code = low as u32 + 16 * ((qh >> j) & 1);
+                y.push(if o == 0 {
+                    prod(code as f64 - 16.0, h(b, 0))
+                } else {
+                    let r = prod(code as f64, h(b, 0));
+                    Ref {
+                        v: r.v + h(b, 2),
+                        mag: r.mag + h(b, 2).abs(),
+                    }
+                });
+            }
+        }
+        QuantFormat::Q8_0 | QuantFormat::Q8_1 => {
+            let o = if f == QuantFormat::Q8_1 { 4 } else { 2 };
+            for &q in &b[o..o + 32] {
+                y.push(prod(q as i8 as f64, h(b, 0)));
+            }
+        }
+        QuantFormat::Q8K => {
+            let d = f32::from_le_bytes(b[0..4].try_into().unwrap()) as f64;
+            for &q in &b[4..260] {
+                y.push(prod(d, q as i8 as f64));
+            }
+        }
+        QuantFormat::Q2K => {
+            let (scales, qs) = (&b[0..16], &b[16..80]);
+            let (d, min) = (h(b, 80), h(b, 82));
+            let mut is = 0;
+            for n in 0..2 {
+                let q = &qs[32 * n..];
+                for shift in [0, 2, 4, 6] {
+                    for part in 0..2 {
+                        let sc = scales[is];
+                        is += 1;
+                        let (dl, ml) = (d * (sc & 0xF) as f64, min * (sc >> 4) as f64);
+                        for l in 0..16 {
+                            let code = (q[l + 16 * part] >> shift) & 3;
+                            y.push(diff(dl * code as f64, ml));
+                        }
+                    }
+                }
+            }
+        }
+        QuantFormat::Q3K => {
+            let (hm, qs, sb) = (&b[0..32], &b[32..96], &b[96..108]);
+            let d_all = h(b, 108);
+            // GGML's unpacking of the sixteen 6-bit scales, word by word.
+            let mut aux = [0u32; 4];
+            for (i, w) in aux.iter_mut().take(3).enumerate() {
+                *w = u32::from_le_bytes(sb[4 * i..4 * i + 4].try_into().unwrap());
+            }
+            let (k1, k2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+            let tmp = aux[2];
+            aux[2] = ((aux[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4);
+            aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4);
+            aux[0] = (aux[0] & k2) | ((tmp & k1) << 4);
+            aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4);
+            let scales: Vec<i8> = aux
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .map(|x| x as i8)
+                .collect();
+            let mut is = 0;
+            let mut m = 1u8;
+            for n in 0..2 {
+                let q = &qs[32 * n..];
+                for shift in [0, 2, 4, 6] {
+                    for part in 0..2 {
+                        let dl = d_all * (scales[is] as f64 - 32.0);
+                        is += 1;
+                        for l in 0..16 {
+                            let low = ((q[l + 16 * part] >> shift) & 3) as f64;
+                            let minus = if hm[l + 16 * part] & m != 0 { 0.0 } else { 4.0 };
+                            y.push(prod(dl, low - minus));
+                        }
+                    }
+                    m <<= 1;
+                }
+            }
+        }
+        QuantFormat::Q4K | QuantFormat::Q5K => {
+            let five = f == QuantFormat::Q5K;
+            let (d, min, scales) = (h(b, 0), h(b, 2), &b[4..16]);
+            let (qh, qs) = if five {
+                (&b[16..48], &b[48..176])
+            } else {
+                (&b[0..0], &b[16..144])
+            };
+            let (mut u1, mut u2) = (1u8, 2u8);
+            for c in 0..4 {
+                let (s1, m1) = scale_min_k4(2 * c, scales);
+                let (s2, m2) = scale_min_k4(2 * c + 1, scales);
+                let q = &qs[32 * c..32 * c + 32];
+                for l in 0..32 {
+                    let hi = if five && qh[l] & u1 != 0 { 16.0 } else { 0.0 };
+                    y.push(diff(d * s1 * ((q[l] & 0xF) as f64 + hi), min * m1));
+                }
+                for l in 0..32 {
+                    let hi = if five && qh[l] & u2 != 0 { 16.0 } else { 0.0 };
+                    y.push(diff(d * s2 * ((q[l] >> 4) as f64 + hi), min * m2));
+                }
+                u1 <<= 2;
+                u2 <<= 2;
+            }
+        }
+        QuantFormat::Q6K => {
+            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+            let d = h(b, 208);
+            let mut out = vec![Ref { v: 0.0, mag: 0.0 }; 256];
+            for n in 0..2 {
+                let (ql, qh, sc, y) = (
+                    &ql[64 * n..],
+                    &qh[32 * n..],
+                    &sc[8 * n..],
+                    &mut out[128 * n..],
+                );
+                for l in 0..32 {
+                    let is = l / 16;
+                    let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as f64 - 32.0;
+                    let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as f64 - 32.0;
+                    let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as f64 - 32.0;
+                    let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as f64 - 32.0;
+                    y[l] = prod(d * sc[is] as i8 as f64, q1);
+                    y[l + 32] = prod(d * sc[is + 2] as i8 as f64, q2);
+                    y[l + 64] = prod(d * sc[is + 4] as i8 as f64, q3);
+                    y[l + 96] = prod(d * sc[is + 6] as i8 as f64, q4);
+                }
+            }
+            y = out;
+        }
+        QuantFormat::Iq4Xs => {
+            let d = h(b, 0);
+            let scales_h = u16::from_le_bytes([b[2], b[3]]);
+            let (scales_l, qs) = (&b[4..8], &b[8..136]);
+            for ib in 0..8 {
+                let ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) as i32
+                    | ((((scales_h >> (2 * ib)) & 3) as i32) << 4);
+                let dl = d * (ls - 32) as f64;
+                let q = &qs[16 * ib..16 * ib + 16];
+                for half in 0..2 {
+                    for &x in q {
+                        let code = if half == 0 { x & 0xF } else { x >> 4 };
+                        y.push(prod(dl, IQ4NL[code as usize] as f64));
+                    }
+                }
+            }
+        }
+        other => panic!("no reference for {other}"),
+    }
+    assert_eq!(y.len(), f.block_elems());
+    y
+}
+
+/// Byte offsets of a format's f16 scales (the f32 scale of Q8_K is handled
+/// apart; MXFP4's exponent byte is drawn whole).
+fn f16_scales(f: QuantFormat) -> &'static [usize] {
+    match f {
+        QuantFormat::Q4_0
+        | QuantFormat::Q5_0
+        | QuantFormat::Q8_0
+        | QuantFormat::Iq4Nl
+        | QuantFormat::Iq4Xs => &[0],
+        QuantFormat::Q4_1
+        | QuantFormat::Q5_1
+        | QuantFormat::Q8_1
+        | QuantFormat::Q4K
+        | QuantFormat::Q5K => &[0, 2],
+        QuantFormat::Q2K => &[80, 82],
+        QuantFormat::Q3K => &[108],
+        QuantFormat::Q6K => &[208],
+        _ => &[],
+    }
+}
+
+/// Blocks for `f`: random, all-zero and all-one code bytes in turn, with
+/// scales cycling through extreme values and random finite ones.
+fn blocks(f: QuantFormat, count: usize, seed: u64) -> Vec<u8> {
+    const F16_SCALES: [u16; 11] = [
+        0x3c00, 0xbc00, 0x0000, 0x8000, 0x7bff, 0xfbff, 0x0001, 0x0400, 0x7c00, 0x7e00, 0x2e66,
+    ];
+    const F32_SCALES: [f32; 7] = [1.0, -1.5e38, 1e-45, 0.0, f32::NAN, f32::INFINITY, 3.25e-3];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let bb = f.block_bytes();
+    let mut out = vec![0u8; count * bb];
+    for (i, b) in out.chunks_exact_mut(bb).enumerate() {
+        match i % 3 {
+            0 => rng.fill(b),
+            1 => b.fill(0),
+            _ => b.fill(0xff),
+        }
+        for (k, &at) in f16_scales(f).iter().enumerate() {
+            let bits = if (i + k) % 4 == 3 {
+                // A random finite scale of either sign.
+                let v: f32 = rng.random_range(-4.0..4.0);
+                half::f16::from_f32(v).to_bits()
+            } else {
+                F16_SCALES[(i * 7 + k * 3) % F16_SCALES.len()]
+            };
+            b[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+        }
+        if f == QuantFormat::Q8K {
+            b[0..4].copy_from_slice(&F32_SCALES[i % F32_SCALES.len()].to_le_bytes());
+        }
+        if f == QuantFormat::Mxfp4 && i % 5 == 4 {
+            b[0] = [0u8, 1, 2, 127, 254, 255][(i / 5) % 6];
+        }
+    }
+    out
+}
+
+/// Whether `got` (f32) is the reference value within f32 rounding of its
+/// terms: exactly NaN where the reference is, ±inf where it overflows f32.
+fn close(got: f32, r: Ref) -> bool {
+    if r.v.is_nan() {
+        return got.is_nan();
+    }
+    if r.v.abs() > f32::MAX as f64 || r.v.is_infinite() {
+        return got.is_infinite() && (got > 0.0) == (r.v > 0.0);
+    }
+    (got as f64 - r.v).abs() <= 2.0 * f32::EPSILON as f64 * r.mag + f64::from(f32::from_bits(1))
+}
+
+#[test]
+fn dequantize_matches_the_definition_on_every_device() {
+    for f in QuantFormat::ALL {
+        // 7 rows of 3 blocks: odd counts, 21 blocks reaching every scale kind.
+        let (rows, per_row) = (7, 3);
+        let bytes = blocks(f, rows * per_row, f.ggml_type() as u64);
+        let refs: Vec<Ref> = bytes
+            .chunks_exact(f.block_bytes())
+            .flat_map(|b| reference(f, b))
+            .collect();
+        let shape = [rows, per_row * f.block_elems()];
+        for dev in devices() {
+            let w = QTensor::from_bytes(&bytes, f, &shape, &dev).unwrap();
+            let got = w.dequantize::<f32>().unwrap().to_vec().unwrap();
+            assert_eq!(got.len(), refs.len());
+            for (i, (&g, &r)) in got.iter().zip(&refs).enumerate() {
+                assert!(
+                    close(g, r),
+                    "{f} on {dev}: element {i}: got {g:e}, reference {:e} (terms {:e})",
+                    r.v,
+                    r.mag
+                );
+            }
+            // f16 and bf16: the f32 values rounded once (NaN stays NaN).
+            let hs = w.dequantize::<f16>().unwrap().to_vec().unwrap();
+            let bs = w.dequantize::<bf16>().unwrap().to_vec().unwrap();
+            for (i, &g) in got.iter().enumerate() {
+                let (eh, eb) = (f16::from_f32(g), bf16::from_f32(g));
+                assert!(
+                    hs[i].to_bits() == eh.to_bits() || (g.is_nan() && hs[i].is_nan()),
+                    "{f} on {dev} f16: element {i}"
+                );
+                assert!(
+                    bs[i].to_bits() == eb.to_bits() || (g.is_nan() && bs[i].is_nan()),
+                    "{f} on {dev} bf16: element {i}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn dequantize_through_dyn_tensor_and_unsupported_dtypes() {
+    let bytes = blocks(QuantFormat::Q4K, 2, 1);
+    for dev in devices() {
+        let d = ferrocm::ops::DynTensor::from_blocks(&bytes, QuantFormat::Q4K, &[2, 256], &dev)
+            .unwrap();
+        let x = d.dequantize(DType::BF16).unwrap();
+        assert_eq!(
+            (x.dtype().unwrap(), x.shape()),
+            (DType::BF16, &[2usize, 256][..])
+        );
+        assert!(d.dequantize(DType::U8).is_err(), "u8 on {dev}");
+        let q = QTensor::from_dyn(&d).unwrap();
+        assert!(q.dequantize::<i64>().is_err());
+        // Views of block storage are refused (a block is not an element).
+        assert!(d.narrow(0, 1, 1).is_err());
+    }
+}
+
+#[test]
+fn formats_table() {
+    // GGML's block sizes and type ids (ggml.h, ggml-common.h).
+    let want = [
+        ("q4_0", 2, 32, 18),
+        ("q4_1", 3, 32, 20),
+        ("q5_0", 6, 32, 22),
+        ("q5_1", 7, 32, 24),
+        ("q8_0", 8, 32, 34),
+        ("q8_1", 9, 32, 36),
+        ("q2_K", 10, 256, 84),
+        ("q3_K", 11, 256, 110),
+        ("q4_K", 12, 256, 144),
+        ("q5_K", 13, 256, 176),
+        ("q6_K", 14, 256, 210),
+        ("q8_K", 15, 256, 292),
+        ("iq4_nl", 20, 32, 18),
+        ("iq4_xs", 23, 256, 136),
+        ("mxfp4", 39, 32, 17),
+    ];
+    for (f, (name, id, elems, bytes)) in QuantFormat::ALL.into_iter().zip(want) {
+        assert_eq!(
+            (f.name(), f.ggml_type(), f.block_elems(), f.block_bytes()),
+            (name, id, elems, bytes)
+        );
+        assert_eq!(QuantFormat::from_ggml_type(id), Some(f));
+        assert_eq!(name.to_uppercase().parse::<QuantFormat>().unwrap(), f);
+    }
+    assert_eq!(QuantFormat::from_ggml_type(1), None); // f16 is dense
+    assert_eq!(QuantFormat::Q8K.bytes_for(usize::MAX - 255), None); // (2^56 - 1) blocks of 292 bytes overflow
+}
+
+#[test]
+fn empty_and_multi_dim() {
+    for dev in devices() {
+        let w = QTensor::from_bytes(&[], QuantFormat::Q8_0, &[0, 64], &dev).unwrap();
+        assert_eq!(w.dequantize::<f32>().unwrap().shape(), &[0, 64]);
+        // Rank 3 (stacked experts): rows are the leading dims' product.
+        let bytes = blocks(QuantFormat::Q5_0, 6, 9);
+        let w = QTensor::from_bytes(&bytes, QuantFormat::Q5_0, &[2, 3, 32], &dev).unwrap();
+        assert_eq!((w.rows(), w.cols()), (6, 32));
+        assert_eq!(w.dequantize::<f32>().unwrap().shape(), &[2, 3, 32]);
+    }
+}
+
+/// Random blocks of 13 formats and their values from gguf-py's NumPy
+/// reference (tests/fixtures/quant/make_gguf_py_fixture.py says how they were
+/// made): equal to f32 rounding on every device.
+#[test]
+fn quant_fixture() {
+    let data = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/quant/gguf_py_dequant.bin"
+    ))
+    .unwrap();
+    assert_eq!(&data[0..4], b"FQD1");
+    let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+    let entries = u32_at(4);
+    let mut at = 8;
+    let mut seen = Vec::new();
+    for _ in 0..entries {
+        let f = QuantFormat::from_ggml_type(u32_at(at) as u32).unwrap();
+        let n = u32_at(at + 4);
+        at += 8;
+        let bytes = &data[at..at + n * f.block_bytes()];
+        at += bytes.len();
+        let want: Vec<f32> = data[at..at + 4 * n * f.block_elems()]
+            .as_chunks::<4>()
+            .0
+            .iter()
+            .map(|c| f32::from_le_bytes(*c))
+            .collect();
+        at += 4 * want.len();
+        for dev in devices() {
+            let got = QTensor::from_bytes(bytes, f, &[n * f.block_elems()], &dev)
+                .unwrap()
+                .dequantize::<f32>()
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                // NumPy rounds each product as ggml's C does; a GPU compiler
+                // may fuse `d * q - m` into one FMA: a rounding of the terms
+                // apart, bounded by the block's largest value.
+                let block = &want[i / f.block_elems() * f.block_elems()..][..f.block_elems()];
+                let scale = block.iter().fold(f32::MIN_POSITIVE, |m, v| m.max(v.abs()));
+                assert!(
+                    (g - w).abs() <= 2.0 * f32::EPSILON * scale,
+                    "{f} on {dev}: element {i}: got {g:e}, gguf-py {w:e}"
+                );
+            }
+        }
+        seen.push(f);
+    }
+    assert_eq!(at, data.len());
+    assert_eq!(seen.len(), 13);
+}
+
+/// GGML's reference quantizers, bit for bit: rows and their blocks made by
+/// gguf-py's quantizers (written to match ggml's `quantize_row_*_ref`; see
+/// tests/fixtures/quant/make_gguf_py_fixture.py), from f32 on every device,
+/// and from f16/bf16 through their f32 values.
+#[test]
+fn quantize_matches_ggml_reference() {
+    let data = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/quant/gguf_py_quantize.bin"
+    ))
+    .unwrap();
+    assert_eq!(&data[0..4], b"FQQ1");
+    let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+    let mut at = 8;
+    let mut q8_0_values = Vec::new();
+    for _ in 0..u32_at(4) {
+        let f = QuantFormat::from_ggml_type(u32_at(at) as u32).unwrap();
+        let n = u32_at(at + 4);
+        at += 8;
+        let values: Vec<f32> = data[at..at + 4 * n]
+            .as_chunks::<4>()
+            .0
+            .iter()
+            .map(|c| f32::from_le_bytes(*c))
+            .collect();
+        at += 4 * n;
+        let want = &data[at..at + f.bytes_for(n).unwrap()];
+        at += want.len();
+        for dev in devices() {
+            let x = ferrocm::Tensor::from_slice(&values, &[n / 64, 64], &dev).unwrap();
+            let got = QTensor::quantize(&x, f).unwrap();
+            assert_eq!(got.device(), &dev);
+            let got = got.to_bytes().unwrap();
+            for (b, (g, w)) in got
+                .chunks(f.block_bytes())
+                .zip(want.chunks(f.block_bytes()))
+                .enumerate()
+            {
+                assert_eq!(
+                    g,
+                    w,
+                    "{f} on {dev}: block {b} (values {:?})",
+                    &values[32 * b..32 * b + 32]
+                );
+            }
+        }
+        if f == QuantFormat::Q8_0 {
+            q8_0_values = values;
+        }
+    }
+    assert_eq!(at, data.len());
+    // Q8_1 is Q8_0's codes and scale plus s = d * sum(codes) (as f16).
+    let x = ferrocm::Tensor::from_slice(&q8_0_values, &[q8_0_values.len()], &ferrocm::Device::Cpu)
+        .unwrap();
+    let q8_0 = QTensor::quantize(&x, QuantFormat::Q8_0)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let q8_1 = QTensor::quantize(&x, QuantFormat::Q8_1)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    for (i, (a, b)) in q8_0.chunks(34).zip(q8_1.chunks(36)).enumerate() {
+        assert_eq!((&a[0..2], &a[2..]), (&b[0..2], &b[4..]), "Q8_1 block {i}");
+        let amax = q8_0_values[32 * i..32 * i + 32]
+            .iter()
+            .fold(0f32, |m, v| m.max(v.abs()));
+        let sum: i32 = b[4..].iter().map(|&q| q as i8 as i32).sum();
+        let s = half::f16::from_f32(sum as f32 * (amax / 127.0));
+        assert_eq!(
+            u16::from_le_bytes([b[2], b[3]]),
+            s.to_bits(),
+            "Q8_1 block {i}: s"
+        );
+    }
+}
+
+#[test]
+fn quantize_round_trips_within_half_a_step_and_refuses_bad_input() {
+    let values: Vec<f32> = (0..256)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+        .collect();
+    for dev in devices() {
+        let x = ferrocm::Tensor::from_slice(&values, &[4, 64], &dev).unwrap();
+        for f in [
+            QuantFormat::Q4_0,
+            QuantFormat::Q4_1,
+            QuantFormat::Q5_0,
+            QuantFormat::Q5_1,
+            QuantFormat::Q8_0,
+            QuantFormat::Q8_1,
+        ] {
+            let back = QTensor::quantize(&x, f)
+                .unwrap()
+                .dequantize::<f32>()
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            // Each block's step: its range over the code count (and the f16
+            // scale's rounding); a value is within half a step and a bit,
+            // but Q4_0/Q5_0 map the block's extreme to the code -8 (-16) and
+            // clip the other side at 7 (15) steps: a full step there.
+            for (b, (xs, ys)) in values.chunks(32).zip(back.chunks(32)).enumerate() {
+                let (lo, hi) = xs
+                    .iter()
+                    .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+                let amax = lo.abs().max(hi.abs());
+                let step = match f {
+                    QuantFormat::Q4_0 => amax / 8.0,
+                    QuantFormat::Q5_0 => amax / 16.0,
+                    QuantFormat::Q4_1 => (hi - lo) / 15.0,
+                    QuantFormat::Q5_1 => (hi - lo) / 31.0,
+                    _ => amax / 127.0,
+                };
+                let reach = if matches!(f, QuantFormat::Q4_0 | QuantFormat::Q5_0) {
+                    1.0
+                } else {
+                    0.5
+                };
+                for (x, y) in xs.iter().zip(ys) {
+                    assert!(
+                        (x - y).abs() <= reach * step + 2e-3 * amax,
+                        "{f} on {dev} block {b}: {x} -> {y}"
+                    );
+                }
+            }
+        }
+        let h = x.to_dtype::<bf16>().unwrap();
+        assert_eq!(
+            QTensor::quantize(&h, QuantFormat::Q8_0).unwrap().shape(),
+            &[4, 64]
+        );
+        let ints = ferrocm::Tensor::<u32>::zeros(&[32], &dev).unwrap();
+        assert!(QTensor::quantize(&ints, QuantFormat::Q8_0).is_err());
+        let odd = ferrocm::Tensor::<f32>::zeros(&[2, 48], &dev).unwrap();
+        assert!(QTensor::quantize(&odd, QuantFormat::Q4_0).is_err());
+        assert!(QTensor::quantize(&x, QuantFormat::Q4K).is_err());
+    }
+}
+
+/// Blocks with finite scales only (the products' tests): f16 scales in
+/// ±[1/64, 2], Q8_K's f32 scale likewise, MXFP4 exponents near 1.0.
+fn finite_blocks(f: QuantFormat, count: usize, seed: u64) -> Vec<u8> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut out = vec![0u8; count * f.block_bytes()];
+    rng.fill(&mut out[..]);
+    for b in out.chunks_exact_mut(f.block_bytes()) {
+        let mut scale = || {
+            let v: f32 = rng.random_range(1.0 / 64.0..2.0);
+            if rng.random_bool(0.5) { -v } else { v }
+        };
+        for &at in f16_scales(f) {
+            let s = half::f16::from_f32(scale()).to_bits();
+            b[at..at + 2].copy_from_slice(&s.to_le_bytes());
+        }
+        if f == QuantFormat::Q8K {
+            b[0..4].copy_from_slice(&scale().to_le_bytes());
+        }
+        if f == QuantFormat::Mxfp4 {
+            b[0] = 120 + (b[0] % 16);
+        }
+    }
+    out
+}
+
+/// `x · Wᵀ` against f64 sums of the reference weights, for every format on
+/// every device: 1, 3 and 8 rows of x (the matrix-vector kernels: one row
+/// per pass, four per pass with the last pass partial) and 33 (the matrix
+/// product on the dequantized weight); f32 for every format, f16 and bf16
+/// for three. Bound: recursive summation's `k u Σ|w x|` plus the one
+/// rounding to the output type.
+#[test]
+fn forward_matches_f64_sums() {
+    let (n, k) = (5usize, 1024usize);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(77);
+    let xs: Vec<f32> = (0..33 * k)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    for f in QuantFormat::ALL {
+        let bytes = finite_blocks(f, n * k / f.block_elems(), 1000 + f.ggml_type() as u64);
+        let w: Vec<f64> = bytes
+            .chunks_exact(f.block_bytes())
+            .flat_map(|b| reference(f, b))
+            .map(|r| r.v)
+            .collect();
+        let dtypes: &[DType] =
+            if matches!(f, QuantFormat::Q4K | QuantFormat::Q8_0 | QuantFormat::Mxfp4) {
+                &[DType::F32, DType::F16, DType::BF16]
+            } else {
+                &[DType::F32]
+            };
+        for dev in devices() {
+            let q = QTensor::from_bytes(&bytes, f, &[n, k], &dev).unwrap();
+            for &dt in dtypes {
+                for m in [1usize, 3, 8, 33] {
+                    let x = ferrocm::Tensor::from_slice(&xs[..m * k], &[m, k], &dev)
+                        .unwrap()
+                        .to_dyn()
+                        .to_dtype(dt)
+                        .unwrap();
+                    let xv = x.to_f64_vec().unwrap();
+                    let y = match dt {
+                        DType::F32 => q.forward(&x.typed::<f32>().unwrap()).unwrap().to_dyn(),
+                        DType::F16 => q.forward(&x.typed::<f16>().unwrap()).unwrap().to_dyn(),
+                        _ => q.forward(&x.typed::<bf16>().unwrap()).unwrap().to_dyn(),
+                    };
+                    assert_eq!(y.shape(), &[m, n]);
+                    let y = y.to_f64_vec().unwrap();
+                    let unit = match dt {
+                        DType::F32 => 2f64.powi(-24),
+                        DType::F16 => 2f64.powi(-11),
+                        _ => 2f64.powi(-8),
+                    };
+                    for c in 0..m {
+                        for r in 0..n {
+                            let terms = (0..k).map(|j| w[r * k + j] * xv[c * k + j]);
+                            let (want, mag) =
+                                terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+                            // The matrix product (33 rows) multiplies weights
+                            // rounded to x's dtype.
+                            let wround = if m > 8 && dt != DType::F32 {
+                                unit * mag
+                            } else {
+                                0.0
+                            };
+                            let tol = (k as f64) * 2f64.powi(-24) * mag
+                                + unit * want.abs()
+                                + wround
+                                + 1e-30;
+                            let got = y[c * n + r];
+                            assert!(
+                                (got - want).abs() <= tol,
+                                "{f} {dt:?} m={m} on {dev}: y[{c}, {r}] = {got}, f64 {want} (tol {tol:e})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn forward_refuses_bad_input() {
+    let dev = ferrocm::Device::Cpu;
+    let q = QTensor::from_bytes(
+        &finite_blocks(QuantFormat::Q4_0, 4, 3),
+        QuantFormat::Q4_0,
+        &[2, 64],
+        &dev,
+    )
+    .unwrap();
+    let x = ferrocm::Tensor::<f32>::zeros(&[1, 32], &dev).unwrap();
+    let e = q.forward(&x).unwrap_err().to_string();
+    assert_eq!(e, "QTensor::forward: shape mismatch [1, 32] vs [2, 64]");
+    let xi = ferrocm::Tensor::<u32>::zeros(&[1, 64], &dev).unwrap();
+    assert!(q.forward(&xi).is_err());
+    let emu = ferrocm::Device::emulator(ferrocm::WaveSize::Wave32);
+    let xe = ferrocm::Tensor::<f32>::zeros(&[1, 64], &emu).unwrap();
+    assert!(q.forward(&xe).unwrap_err().to_string().contains("devices"));
+    let q3 = QTensor::from_bytes(
+        &finite_blocks(QuantFormat::Q4_0, 4, 3),
+        QuantFormat::Q4_0,
+        &[2, 1, 64],
+        &dev,
+    )
+    .unwrap();
+    assert!(
+        q3.forward(&ferrocm::Tensor::<f32>::zeros(&[1, 64], &dev).unwrap())
+            .is_err()
+    );
+    // No rows: an empty result.
+    let x0 = ferrocm::Tensor::<f32>::zeros(&[0, 64], &dev).unwrap();
+    assert_eq!(q.forward(&x0).unwrap().shape(), &[0, 2]);
+}
