@@ -37,6 +37,30 @@ pub const IQ4NL_VALUES: [i8; 16] = [
 /// the block scale is halved to match).
 pub const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
+/// A 16-entry table of i8 packed into two u64s, read by [`lookup16`]: a
+/// lookup by shifts of two constants stays in registers, where an indexed
+/// constant array goes to private memory on AMDGPU.
+const fn pack16(t: [i8; 16]) -> [u64; 2] {
+    let mut w = [0u64; 2];
+    let mut i = 0;
+    while i < 16 {
+        w[i / 8] |= (t[i] as u8 as u64) << (8 * (i % 8));
+        i += 1;
+    }
+    w
+}
+
+const IQ4NL_PACKED: [u64; 2] = pack16(IQ4NL_VALUES);
+const MXFP4_PACKED: [u64; 2] = pack16(MXFP4_VALUES);
+
+/// Entry `idx & 15` of a table packed by [`pack16`].
+#[amdgpu_device]
+#[inline(always)]
+fn lookup16(p: [u64; 2], idx: u8) -> i8 {
+    let w = if idx & 8 != 0 { p[1] } else { p[0] };
+    (w >> (8 * (idx & 7) as u32)) as u8 as i8
+}
+
 /// A block of one quantized format, as GGML lays it out.
 #[amdgpu_device]
 pub trait QuantBlock: Copy + 'static {
@@ -577,11 +601,11 @@ impl QuantBlock for BlockQ8K {
 /// Group `g` of a 32-element block of 4-bit codes into a 16-value table.
 #[amdgpu_device]
 #[inline(always)]
-fn table_group(qs: &[u8; 16], table: &[i8; 16], d: f32, g: usize) -> [f32; 16] {
+fn table_group(qs: &[u8; 16], table: [u64; 2], d: f32, g: usize) -> [f32; 16] {
     let shift = 4 * (g & 1);
     let mut out = [0.0f32; 16];
     for (l, o) in out.iter_mut().enumerate() {
-        *o = d * table[((qs[l] >> shift) & 0xF) as usize] as f32;
+        *o = d * lookup16(table, (qs[l] >> shift) & 0xF) as f32;
     }
     out
 }
@@ -592,7 +616,7 @@ impl QuantBlock for BlockIq4Nl {
     const GGML_TYPE: u32 = 20;
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
-        table_group(&self.qs, &IQ4NL_VALUES, f16_bits_to_f32(self.d.0), g)
+        table_group(&self.qs, IQ4NL_PACKED, f16_bits_to_f32(self.d.0), g)
     }
 }
 
@@ -611,7 +635,7 @@ impl QuantBlock for BlockIq4Xs {
         let shift = 4 * (g & 1);
         let mut out = [0.0f32; 16];
         for (l, o) in out.iter_mut().enumerate() {
-            *o = dl * IQ4NL_VALUES[((self.qs[base + l] >> shift) & 0xF) as usize] as f32;
+            *o = dl * lookup16(IQ4NL_PACKED, (self.qs[base + l] >> shift) & 0xF) as f32;
         }
         out
     }
@@ -627,7 +651,7 @@ impl QuantBlock for BlockMxfp4 {
         let shift = 4 * (g & 1);
         let mut out = [0.0f32; 16];
         for (l, o) in out.iter_mut().enumerate() {
-            *o = MXFP4_VALUES[((self.qs[l] >> shift) & 0xF) as usize] as f32 * d;
+            *o = lookup16(MXFP4_PACKED, (self.qs[l] >> shift) & 0xF) as f32 * d;
         }
         out
     }

@@ -2,7 +2,7 @@
 //! every format of [`blocks`](super::blocks). One workitem per group of 16
 //! elements (neighbouring workitems share a block, so its scales are read
 //! once from memory), each value as [`QuantBlock::group16`] defines it, then
-//! rounded to the output type.
+//! rounded to the output type and stored in 16-byte words.
 
 use crate::device::*;
 use crate::elem::*;
@@ -20,9 +20,20 @@ pub fn dequant_body<B: QuantBlock, T: Elem>(out: *mut T, blocks: *const B, group
     grid_stride(groups, |i| {
         let b = unsafe { global_ref(blocks, (i / per_block) as usize) };
         let v = b.group16((i % per_block) as usize);
-        let base = (i * 16) as usize;
-        crate::unroll16!(l => {
-            unsafe { store(out, base + l, T::from_f32(v[l])) };
+        // 16-byte words (the output is a fresh buffer, a group's 16 values
+        // start on a 32- or 64-byte boundary): element e of word j in lane
+        // (e % per) / (per / 4).
+        let per = per_word::<T>() as usize;
+        let ow = out as *mut W128;
+        crate::unroll4!(j < 16 / per => {
+            let mut lanes = [0u32; 4];
+            crate::unroll4!(u < 4 => {
+                let e = j * per + u * (per / 4);
+                let lo = T::from_f32(v[e]);
+                let hi = if per == 8 { T::from_f32(v[e + 1]) } else { lo };
+                lanes[u] = lane_of(lo, hi);
+            });
+            unsafe { store(ow, (i as usize * 16) / per + j, W128(lanes)) };
         });
     });
     release_dependent_grids();
