@@ -19,12 +19,14 @@ cargo build --release -p ferrocm-cli --features cuda --bin ferrocm
 cp target/release/ferrocm "$out/"
 # Test executables: the reference tests (every op against f64 formulas, on
 # every device that answers), the NaN-rule and long-row accuracy tests, integer
-# wrapping and division-by-zero faults, DynTensor's dispatch, the host crate's
-# unit tests (CUDA discovery, the PTX checks) and its GPU-backend tests
+# wrapping and division-by-zero faults, DynTensor's dispatch, the quantized
+# formats and GGUF files (their fixtures read from the working directory),
+# the host crate's unit tests (CUDA discovery, the PTX checks) and its
+# GPU-backend tests
 # through Device, and the example crate's fused op (a kernel module of its
 # own, loaded on the GPU at its first launch).
 cargo test --release --features cuda --no-run --message-format=json \
-    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing --test matmul --test llm --test dyn_tensor \
+    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing --test matmul --test llm --test dyn_tensor --test quant --test gguf \
     -p ferrocm-host --lib --test gpu_backends \
     -p ferrocm-example-fused-op --test fused 2>/dev/null |
     python3 -c '

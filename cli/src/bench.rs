@@ -81,11 +81,21 @@ pub enum BenchFamily {
     Matmul,
     /// Attention decode and prefill.
     Attention,
+    /// Quantized weights: the linear layer at 1 and 8 rows and dequantize,
+    /// every format.
+    Quant,
 }
 
 impl BenchFamily {
     /// Every family's name, as [`BenchFamily::parse`] takes it.
-    pub const NAMES: [&str; 5] = ["elementwise", "indexing", "layer", "matmul", "attention"];
+    pub const NAMES: [&str; 6] = [
+        "elementwise",
+        "indexing",
+        "layer",
+        "matmul",
+        "attention",
+        "quant",
+    ];
 
     /// The family named `name` (one of [`BenchFamily::NAMES`]).
     pub fn parse(name: &str) -> Option<Self> {
@@ -95,6 +105,7 @@ impl BenchFamily {
             Self::Layer,
             Self::Matmul,
             Self::Attention,
+            Self::Quant,
         ];
         Self::NAMES.iter().position(|&n| n == name).map(|i| all[i])
     }
@@ -251,6 +262,9 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     }
     if wants(BenchFamily::Attention) {
         rows.extend(attention_rows(dev, cfg, copy_gbps)?);
+    }
+    if wants(BenchFamily::Quant) {
+        rows.extend(quant_rows(dev, cfg, copy_gbps)?);
     }
     Ok(BenchReport {
         device: dev.to_string(),
@@ -772,6 +786,63 @@ fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<
         let mut row = timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), op)?;
         row.flops = flops;
         rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Quantized weights, every format, on a `[n, k]` weight (4096 x 14336 at
+/// the default config, llama.cpp's test-backend-ops shape: m = 4096 output
+/// rows, k = 14336): the linear layer with 1 and 8 rows of f32 activations
+/// (bytes: the weight's), and dequantize to bf16 (bytes: the weight's and
+/// the output's).
+fn quant_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
+    use ferrocm_ops::{QTensor, QuantFormat};
+    let n = cfg.cols;
+    let k = (cfg.rows * 7 / 8 / 256).max(1) * 256;
+    let timed = Timed {
+        dev,
+        reps: cfg.reps,
+        copy_gbps,
+    };
+    let compare = cfg.compare_cpu && dev.runs_kernels();
+    let mut rows = Vec::new();
+    for (i, format) in QuantFormat::ALL.into_iter().enumerate() {
+        let bytes =
+            crate::check::finite_blocks(format, n * k / format.block_elems(), 100 + i as u64);
+        let w = QTensor::from_bytes(&bytes, format, &[n, k], dev)?;
+        let cpu_w = if compare {
+            Some(QTensor::from_bytes(&bytes, format, &[n, k], &Device::Cpu)?)
+        } else {
+            None
+        };
+        let wbytes = bytes.len() as u64;
+        for m in [1usize, 8] {
+            let x = Tensor::<f32>::rand(&[m, k], -1.0, 1.0, 3, dev)?;
+            let cpu = cpu_w
+                .as_ref()
+                .map(|w| Ok::<_, ferrocm_ops::Error>((w.clone(), x.to_device(&Device::Cpu)?)))
+                .transpose()?;
+            let mut row = timed.row(
+                &format!("qlinear {format} x{m} f32 (weight bytes)"),
+                vec![n, k],
+                wbytes,
+                &(w.clone(), x),
+                cpu.as_ref(),
+                |(w, x)| w.forward(x).map(drop),
+            )?;
+            row.flops = Some((2 * m * n * k) as u64);
+            rows.push(row);
+        }
+        let out_bytes = (n * k * 2) as u64;
+        let cpu = cpu_w.map(|w| (w, ()));
+        rows.push(timed.row(
+            &format!("dequantize {format} to bf16"),
+            vec![n, k],
+            wbytes + out_bytes,
+            &(w, ()),
+            cpu.as_ref(),
+            |(w, ())| w.dequantize::<bf16>().map(drop),
+        )?);
     }
     Ok(rows)
 }

@@ -500,7 +500,7 @@ impl Runner<'_> {
 /// Block bytes for `format` whose scales are finite and below 2 in
 /// magnitude: bit 6 of every byte is cleared, which caps the exponent of any
 /// f16 or f32 read from them (MXFP4's exponent byte is set near 1.0).
-fn finite_blocks(format: QuantFormat, blocks: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn finite_blocks(format: QuantFormat, blocks: usize, seed: u64) -> Vec<u8> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut bytes: Vec<u8> = (0..blocks * format.block_bytes())
         .map(|_| {

@@ -128,6 +128,8 @@ enum Family {
     Matmul,
     /// Attention decode and prefill.
     Attention,
+    /// Quantized weights: the linear layer at 1 and 8 rows, dequantize.
+    Quant,
 }
 
 impl From<Family> for bench::BenchFamily {
@@ -138,6 +140,7 @@ impl From<Family> for bench::BenchFamily {
             Family::Layer => bench::BenchFamily::Layer,
             Family::Matmul => bench::BenchFamily::Matmul,
             Family::Attention => bench::BenchFamily::Attention,
+            Family::Quant => bench::BenchFamily::Quant,
         }
     }
 }
