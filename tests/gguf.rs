@@ -11,8 +11,13 @@ use ferrocm::ops::quant::gguf::{GgmlType, Gguf, GgufValue, GgufWriter};
 use ferrocm::ops::{DType, Error, QTensor, QuantFormat};
 use ferrocm::{Device, Tensor};
 
+/// The fixture's path: under the source tree this test was built in, else
+/// relative to the working directory (a test binary run from a copy of the
+/// repository's root).
 fn fixture() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/tiny.gguf")
+    let rel = "tests/fixtures/gguf/tiny.gguf";
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    if built.exists() { built } else { rel.into() }
 }
 
 #[test]

@@ -13,6 +13,14 @@ use ferrocm::ops::{DType, QTensor, QuantFormat};
 use ferrocm::{bf16, f16};
 use rand::{Rng, SeedableRng};
 
+/// A fixture's path: under the source tree this test was built in, else
+/// relative to the working directory (a test binary run elsewhere, from a
+/// copy of the repository's root).
+fn fixture(rel: &str) -> std::path::PathBuf {
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    if built.exists() { built } else { rel.into() }
+}
+
 /// f16 bits to f64.
 fn h(bytes: &[u8], at: usize) -> f64 {
     half::f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f64()
@@ -436,11 +444,7 @@ fn empty_and_multi_dim() {
 /// made): equal to f32 rounding on every device.
 #[test]
 fn quant_fixture() {
-    let data = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/quant/gguf_py_dequant.bin"
-    ))
-    .unwrap();
+    let data = std::fs::read(fixture("tests/fixtures/quant/gguf_py_dequant.bin")).unwrap();
     assert_eq!(&data[0..4], b"FQD1");
     let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
     let entries = u32_at(4);
@@ -490,11 +494,7 @@ fn quant_fixture() {
 /// and from f16/bf16 through their f32 values.
 #[test]
 fn quantize_matches_ggml_reference() {
-    let data = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/quant/gguf_py_quantize.bin"
-    ))
-    .unwrap();
+    let data = std::fs::read(fixture("tests/fixtures/quant/gguf_py_quantize.bin")).unwrap();
     assert_eq!(&data[0..4], b"FQQ1");
     let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
     let mut at = 8;
@@ -758,4 +758,31 @@ fn forward_refuses_bad_input() {
     // No rows: an empty result.
     let x0 = ferrocm::Tensor::<f32>::zeros(&[0, 64], &dev).unwrap();
     assert_eq!(q.forward(&x0).unwrap().shape(), &[0, 2]);
+}
+
+/// `x` starting off a 16-byte boundary takes the kernels' scalar loads;
+/// the result is bit-identical to the aligned word loads.
+#[test]
+fn forward_with_x_off_a_word_boundary() {
+    let (n, k) = (3usize, 256usize);
+    let bytes = finite_blocks(QuantFormat::Q4K, n * k / 256, 5);
+    let xs: Vec<f32> = (0..=k)
+        .map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0)
+        .collect();
+    for dev in devices() {
+        let q = QTensor::from_bytes(&bytes, QuantFormat::Q4K, &[n, k], &dev).unwrap();
+        let whole = ferrocm::Tensor::from_slice(&xs, &[k + 1], &dev).unwrap();
+        let shifted = whole.narrow(0, 1, k).unwrap().reshape(&[1, k]).unwrap();
+        assert!(shifted.is_contiguous() && shifted.layout().offset() == 1);
+        let aligned = ferrocm::Tensor::from_slice(&xs[1..], &[1, k], &dev).unwrap();
+        let (a, b) = (
+            q.forward(&shifted).unwrap().to_vec().unwrap(),
+            q.forward(&aligned).unwrap().to_vec().unwrap(),
+        );
+        assert_eq!(
+            a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{dev}"
+        );
+    }
 }

@@ -208,7 +208,8 @@ where
 /// let dense = Weight::Dense(w.clone());
 /// let q = Weight::Quantized(QTensor::quantize(&w, QuantFormat::Q8_0)?);
 /// assert_eq!(dense.forward(&x)?.to_vec()?, vec![16.0, 16.0]);
-/// assert_eq!(q.forward(&x)?.to_vec()?, vec![16.0, 16.0]);
+/// // Q8_0 keeps 1.0 as 127 times an f16 scale of 1/127: 0.99994.
+/// assert!(q.forward(&x)?.to_vec()?.iter().all(|v| (v - 16.0).abs() < 1e-2));
 /// assert_eq!(q.shape(), &[2, 32]);
 /// # Ok::<(), ferrocm_ops::Error>(())
 /// ```
