@@ -6,6 +6,7 @@
 # overflow checks instead).
 #
 #   bash scripts/fuzz.sh [SECONDS] [libFuzzer options...]
+#   FUZZ_TARGET=gguf bash scripts/fuzz.sh [SECONDS]   # the GGUF reader
 #
 # Runs for SECONDS (default 150) over the checked-in corpus (fuzz/corpus/api)
 # plus a scratch corpus it grows in fuzz/target/corpus; a crash leaves its
@@ -33,14 +34,18 @@ export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module \
 -Cllvm-args=-sanitizer-coverage-trace-compares \
 -Cdebug-assertions -Coverflow-checks -Cforce-frame-pointers"
 start=$(date +%s)
-cargo build --manifest-path fuzz/Cargo.toml --release --target "$target" --bin api
+cargo build --manifest-path fuzz/Cargo.toml --release --target "$target" --bin api --bin gguf
 echo "fuzzer build took $(( $(date +%s) - start ))s"
 
-bin=fuzz/target/$target/release/api
-mkdir -p fuzz/target/corpus fuzz/artifacts/api
+name=${FUZZ_TARGET:-api}
+bin=fuzz/target/$target/release/$name
+# The API target keeps its scratch corpus where earlier versions did.
+scratch=fuzz/target/corpus
+[ "$name" = api ] || scratch=fuzz/target/corpus-$name
+mkdir -p "$scratch" "fuzz/artifacts/$name"
 if [ "$seconds" = 0 ]; then
     exec "$bin" "$@"
 fi
 "$bin" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=20 \
-    -artifact_prefix=fuzz/artifacts/api/ -print_final_stats=1 \
-    "$@" fuzz/target/corpus fuzz/corpus/api
+    -artifact_prefix="fuzz/artifacts/$name/" -print_final_stats=1 \
+    "$@" "$scratch" "fuzz/corpus/$name"
