@@ -44,6 +44,21 @@ macro_rules! unroll4 {
     }};
 }
 
+/// `$body` for `$i` = 0..8 while `$i < $n` (`$n` a constant), written out
+/// (see [`unroll4!`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! unroll8 {
+    ($i:ident < $n:expr => $body:block) => {{
+        $crate::unroll4!(hi < 2 => {
+            $crate::unroll4!(lo < 4 => {
+                let $i = hi * 4 + lo;
+                if $i < $n $body
+            })
+        })
+    }};
+}
+
 /// `$body` for `$i` = 0..16, written out (see [`unroll4!`]): for the 16
 /// values of a quantized group, whose per-value work (an f16 conversion) is
 /// more than NVPTX unrolls by itself.
@@ -676,6 +691,124 @@ impl Fault {
 /// id (2), size (2), one unused.
 #[amdgpu_device]
 pub const FAULT_WORDS: usize = 8;
+
+/// `acc + Σ a_i b_i` over the four signed bytes `a_i`, `b_i` of `a` and `b`
+/// (little-endian), wrapping: one instruction where the target has one
+/// (`dp4a` on NVIDIA sm_61+, `v_dot4` on AMD archs with the dot
+/// instructions, `cfg(ferrocm_dot4)`), four multiply-adds elsewhere.
+///
+/// ```
+/// use ferrocm_kernels::device::dot4_i8;
+/// let a = u32::from_le_bytes([1, 2, 3, (-4i8) as u8]);
+/// let b = u32::from_le_bytes([5, (-6i8) as u8, 7, 8]);
+/// assert_eq!(dot4_i8(a, b, 100), 100 + 5 - 12 + 21 - 32);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn dot4_i8(a: u32, b: u32, acc: i32) -> i32 {
+    #[cfg(all(target_arch = "amdgpu", ferrocm_dot4))]
+    {
+        unsafe extern "C" {
+            #[link_name = "llvm.amdgcn.sdot4"]
+            fn sdot4(a: i32, b: i32, c: i32, clamp: bool) -> i32;
+        }
+        unsafe { sdot4(a as i32, b as i32, acc, false) }
+    }
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: i32;
+        unsafe {
+            core::arch::asm!(
+                "dp4a.s32.s32 {r}, {a}, {b}, {c};",
+                r = out(reg32) r,
+                a = in(reg32) a,
+                b = in(reg32) b,
+                c = in(reg32) acc,
+                options(pure, nomem, nostack)
+            )
+        };
+        r
+    }
+    #[cfg(not(any(all(target_arch = "amdgpu", ferrocm_dot4), target_arch = "nvptx64")))]
+    {
+        let mut s = acc;
+        let mut i = 0;
+        while i < 4 {
+            let x = (a >> (8 * i)) as u8 as i8 as i32;
+            let y = (b >> (8 * i)) as u8 as i8 as i32;
+            s = s.wrapping_add(x * y);
+            i += 1;
+        }
+        s
+    }
+}
+
+/// Each byte of `idx` (an index below 16) replaced by that byte of the
+/// 16-byte table `t` (entries `4 i..4 i + 4` in `t[i]`, little-endian): a
+/// lookup of four 4-bit codes in registers, two byte permutes and a select
+/// (`v_perm_b32` on AMD, `prmt` on NVIDIA) where an indexed constant array
+/// would go to memory.
+///
+/// ```
+/// use ferrocm_kernels::device::byte_table16;
+/// let t = [0x0604_0200, 0x0e0c_0a08, 0x1614_1210, 0x1e1c_1a18]; // entry i = 2 i
+/// assert_eq!(byte_table16(t, u32::from_le_bytes([0, 15, 8, 7])), u32::from_le_bytes([0, 30, 16, 14]));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn byte_table16(t: [u32; 4], idx: u32) -> u32 {
+    // Bit 3 of each index picks the upper half of the table.
+    let upper = ((idx >> 3) & 0x0101_0101).wrapping_mul(0xFF);
+    #[cfg(target_arch = "amdgpu")]
+    let (lo, hi) = {
+        // v_perm_b32: selector byte values 0..4 pick src1's bytes, 4..8
+        // src0's.
+        let sel = idx & 0x0707_0707;
+        unsafe {
+            (
+                core::arch::amdgpu::perm(t[1], t[0], sel),
+                core::arch::amdgpu::perm(t[3], t[2], sel),
+            )
+        }
+    };
+    #[cfg(target_arch = "nvptx64")]
+    let (lo, hi) = {
+        // prmt: nibble i of the selector picks byte i (0..4 from the
+        // first source, 4..8 from the second).
+        let s = idx & 0x0707_0707;
+        let sel = (s & 0xF) | ((s >> 4) & 0xF0) | ((s >> 8) & 0xF00) | ((s >> 12) & 0xF000);
+        let (lo, hi): (u32, u32);
+        unsafe {
+            core::arch::asm!(
+                "prmt.b32 {lo}, {t0}, {t1}, {sel};",
+                "prmt.b32 {hi}, {t2}, {t3}, {sel};",
+                lo = out(reg32) lo,
+                hi = out(reg32) hi,
+                t0 = in(reg32) t[0],
+                t1 = in(reg32) t[1],
+                t2 = in(reg32) t[2],
+                t3 = in(reg32) t[3],
+                sel = in(reg32) sel,
+                options(pure, nomem, nostack)
+            )
+        };
+        (lo, hi)
+    };
+    #[cfg(not(ferrocm_device))]
+    let (lo, hi) = {
+        let pick = |a: u32, b: u32| {
+            let mut r = 0u32;
+            for i in 0..4 {
+                let j = (idx >> (8 * i)) & 7;
+                let w = if j < 4 { a } else { b };
+                r |= ((w >> (8 * (j & 3))) & 0xFF) << (8 * i);
+            }
+            r
+        };
+        (pick(t[0], t[1]), pick(t[2], t[3]))
+    };
+    (lo & !upper) | (hi & upper)
+}
 
 /// The value of `v` held by lane `lane_id() ^ mask` (butterfly exchange).
 /// `mask` must be below [`wave_size`]. All active lanes must call it together.

@@ -91,6 +91,24 @@ pub fn has_128_vgprs(arch: &str) -> bool {
     matches!(arch, "gfx1102" | "gfx1103" | "gfx1150" | "gfx1152")
 }
 
+/// Archs with a signed 4 x 8-bit dot product (`llvm.amdgcn.sdot4`:
+/// `v_dot4_i32_i8`/`v_dot4c_i32_i8` on gfx906+ and gfx1011+ RDNA2,
+/// `v_dot4_i32_iu8` on RDNA3/4), `cfg(ferrocm_dot4)`; the rest (gfx900,
+/// gfx1010 and the generic targets that cover them) multiply bytes. Found by
+/// compiling the intrinsic with the pinned nightly's `llc` for every arch of
+/// [`ARCHS`].
+///
+/// ```
+/// use ferrocm_build::archs::has_dot4;
+/// assert!(has_dot4("gfx942") && has_dot4("gfx1100") && !has_dot4("gfx900"));
+/// ```
+pub fn has_dot4(arch: &str) -> bool {
+    !matches!(
+        arch,
+        "gfx900" | "gfx9-generic" | "gfx1010" | "gfx10-1-generic"
+    ) && find(arch).is_some()
+}
+
 /// `FERROCM_ARCHS`: unset or empty for [`DEFAULT_ARCHS`], else a list
 /// separated by commas or spaces; an unknown name is an error listing the
 /// valid ones.

@@ -388,9 +388,12 @@ fn build_target(
         // kernel (copy_bf16 == copy_f16) then has no kernel descriptor and
         // the link fails. Every kernel must stay a kernel.
         "-Zmerge-functions=disabled".into(),
-        "--check-cfg=cfg(ferrocm_device,ferrocm_nvptx,ferrocm_gfx9,ferrocm_gfx10,ferrocm_gfx11,ferrocm_gfx12,ferrocm_vgprs128)".into(),
+        "--check-cfg=cfg(ferrocm_device,ferrocm_nvptx,ferrocm_gfx9,ferrocm_gfx10,ferrocm_gfx11,ferrocm_gfx12,ferrocm_vgprs128,ferrocm_dot4)".into(),
         "--check-cfg=cfg(ferrocm_mma,values(none(),\"sync\",\"mfma\",\"wmma11\",\"wmma12\"))".into(),
     ];
+    if !nvptx && archs::has_dot4(arch) {
+        flags.push("--cfg=ferrocm_dot4".into());
+    }
     if archs::has_128_vgprs(arch) {
         flags.push("--cfg=ferrocm_vgprs128".into());
     }
