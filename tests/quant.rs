@@ -654,7 +654,10 @@ fn finite_blocks(f: QuantFormat, count: usize, seed: u64) -> Vec<u8> {
 /// per pass, four per pass with the last pass partial) and 33 (the matrix
 /// product on the dequantized weight); f32 for every format, f16 and bf16
 /// for three. Bound: recursive summation's `k u Σ|w x|` plus the one
-/// rounding to the output type.
+/// rounding to the output type; with 1 to 8 rows x is first
+/// rounded to 8 bits per group of 16 (half a step, `amax / 254`, per
+/// element), and each weight is `scale * code + offset`, whose two products
+/// may cancel up to the size of the largest weight of its 32-element unit.
 #[test]
 fn forward_matches_f64_sums() {
     let (n, k) = (5usize, 1024usize);
@@ -697,8 +700,24 @@ fn forward_matches_f64_sums() {
                         DType::F16 => 2f64.powi(-11),
                         _ => 2f64.powi(-8),
                     };
+                    let eight_bit = m <= 8;
+                    let u = 2f64.powi(-24);
                     for c in 0..m {
                         for r in 0..n {
+                            let mut q8 = 0.0;
+                            if eight_bit {
+                                for j in 0..k {
+                                    let g = &xv[c * k + j / 16 * 16..][..16];
+                                    let amax = g.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+                                    let unit_max = w[r * k + j / 32 * 32..][..32]
+                                        .iter()
+                                        .fold(0.0f64, |a, v| a.max(v.abs()));
+                                    let xj = xv[c * k + j].abs();
+                                    q8 += w[r * k + j].abs()
+                                        * (amax / 254.0 * (1.0 + 1e-6) + 2.0 * u * xj)
+                                        + 16.0 * u * unit_max * xj;
+                                }
+                            }
                             let terms = (0..k).map(|j| w[r * k + j] * xv[c * k + j]);
                             let (want, mag) =
                                 terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
@@ -712,6 +731,7 @@ fn forward_matches_f64_sums() {
                             let tol = (k as f64) * 2f64.powi(-24) * mag
                                 + unit * want.abs()
                                 + wround
+                                + q8
                                 + 1e-30;
                             let got = y[c * n + r];
                             assert!(
@@ -784,5 +804,104 @@ fn forward_with_x_off_a_word_boundary() {
             b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             "{dev}"
         );
+    }
+}
+
+/// Every unit of every format in 8-bit form (what the matrix-vector kernels
+/// multiply): `scale * code + offset` against the f64 reference of the same
+/// element, within the two roundings of `scale` and `offset` and the one of
+/// the f64 reference's f32 value; the units of a block cover each of its
+/// groups once. Blocks with extreme scales included, in a 16-byte aligned
+/// array (the loads the units use assume one).
+#[test]
+fn units_match_the_definition() {
+    use ferrocm::kernels::quant::blocks::*;
+    fn check<B: QuantBlock>(f: QuantFormat, bytes: &[u8]) {
+        let count = bytes.len() / f.block_bytes();
+        let mut words = vec![0u128; bytes.len().div_ceil(16)];
+        bytemuck::cast_slice_mut::<u128, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        let blocks = words.as_ptr() as *const B;
+        for bi in 0..count {
+            let b = unsafe { &*blocks.add(bi) };
+            let want = reference(f, &bytes[bi * f.block_bytes()..][..f.block_bytes()]);
+            let mut seen = vec![0u32; B::GROUPS];
+            for u in 0..B::UNITS {
+                let unit = unsafe { b.unit8(u) };
+                for h in 0..2 {
+                    let g = unit.group[h] as usize;
+                    seen[g] += 1;
+                    for l in 0..16 {
+                        let code = (unit.codes[4 * h + l / 4] >> (8 * (l % 4))) as u8 as i8 as f64;
+                        let (s, o) = (unit.scale[h] as f64, unit.offset[h] as f64);
+                        let got = s * code + o;
+                        let r = want[16 * g + l];
+                        let tol = 2f64.powi(-23) * ((s * code).abs() + o.abs() + r.mag);
+                        // An infinite scale makes an element NaN where
+                        // the definition may give ±inf: non-finite either
+                        // way, as is the product it feeds.
+                        let ok = (got - r.v).abs() <= tol
+                            || got == r.v
+                            || (!got.is_finite() && !r.v.is_finite());
+                        assert!(
+                            ok,
+                            "{f} block {bi} unit {u} half {h}: element {} = {s} * {code} + {o} = {got}, reference {}",
+                            16 * g + l,
+                            r.v
+                        );
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "{f}: groups covered {seen:?}");
+        }
+    }
+    for f in QuantFormat::ALL {
+        let mut bytes = blocks(f, 24, 7 + f.ggml_type() as u64);
+        bytes.extend(finite_blocks(f, 24, 70 + f.ggml_type() as u64));
+        match f {
+            QuantFormat::Q4_0 => check::<BlockQ4_0>(f, &bytes),
+            QuantFormat::Q4_1 => check::<BlockQ4_1>(f, &bytes),
+            QuantFormat::Q5_0 => check::<BlockQ5_0>(f, &bytes),
+            QuantFormat::Q5_1 => check::<BlockQ5_1>(f, &bytes),
+            QuantFormat::Q8_0 => check::<BlockQ8_0>(f, &bytes),
+            QuantFormat::Q8_1 => check::<BlockQ8_1>(f, &bytes),
+            QuantFormat::Q2K => check::<BlockQ2K>(f, &bytes),
+            QuantFormat::Q3K => check::<BlockQ3K>(f, &bytes),
+            QuantFormat::Q4K => check::<BlockQ4K>(f, &bytes),
+            QuantFormat::Q5K => check::<BlockQ5K>(f, &bytes),
+            QuantFormat::Q6K => check::<BlockQ6K>(f, &bytes),
+            QuantFormat::Q8K => check::<BlockQ8K>(f, &bytes),
+            QuantFormat::Iq4Nl => check::<BlockIq4Nl>(f, &bytes),
+            QuantFormat::Iq4Xs => check::<BlockIq4Xs>(f, &bytes),
+            QuantFormat::Mxfp4 => check::<BlockMxfp4>(f, &bytes),
+            other => panic!("no block type for {other}"),
+        }
+    }
+}
+
+/// NaN or ±inf in x makes the outputs it feeds NaN (x's 8-bit form cannot
+/// hold them): never a finite number.
+#[test]
+fn forward_with_non_finite_x_is_not_finite() {
+    let (n, k) = (3usize, 256usize);
+    let f = QuantFormat::Q4K;
+    let bytes = finite_blocks(f, n * k / f.block_elems(), 5);
+    for dev in devices() {
+        let q = QTensor::from_bytes(&bytes, f, &[n, k], &dev).unwrap();
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut xs = vec![0.25f32; 2 * k];
+            xs[k + 37] = bad;
+            let x = ferrocm::Tensor::from_slice(&xs, &[2, k], &dev).unwrap();
+            let y = q.forward(&x).unwrap().to_vec().unwrap();
+            assert!(
+                y[..n].iter().all(|v| v.is_finite()),
+                "{dev}: row 0 {:?}",
+                &y[..n]
+            );
+            assert!(
+                y[n..].iter().all(|v| !v.is_finite()),
+                "{dev} {bad}: row 1 {:?}",
+                &y[n..]
+            );
+        }
     }
 }

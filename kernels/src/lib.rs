@@ -187,6 +187,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         attention::KERNELS,
         quant::dequant::KERNELS,
         quant::matvec::KERNELS,
+        quant::matvec::QUANTIZE_X_KERNELS,
     ]
     .into_iter()
     .flatten()

@@ -73,6 +73,151 @@ pub trait QuantBlock: Copy + 'static {
     /// Elements `[16 g, 16 g + 16)` of the block in f32, as GGML's
     /// `dequantize_row_*` computes them (`g < GROUPS`; larger `g` wrap).
     fn group16(&self, g: usize) -> [f32; 16];
+    /// Units of 32 elements per block ([`QuantBlock::unit8`]).
+    const UNITS: usize = Self::ELEMS / 32;
+    /// Unit `u` (`< UNITS`) of the block as 8-bit codes, for the integer dot
+    /// products of the matrix-vector kernels: two groups of 16 whose codes
+    /// share bytes of the block, read in the widest loads the block's place
+    /// in a 16-byte aligned array allows. Where `group16` rounds
+    /// `d * (q - 8)`, this gives `d * q - 8 d`: the same value up to one
+    /// rounding.
+    ///
+    /// # Safety
+    /// `self` lies in an array of blocks that starts on a 16-byte boundary
+    /// (a device buffer), as the widest loads assume.
+    unsafe fn unit8(&self, u: usize) -> Unit8;
+}
+
+/// 32 elements of a block as signed 8-bit codes: the 16 codes of half `h`
+/// (the bytes of `codes[4 h..4 h + 4]`, little-endian) are the block's
+/// elements `[16 group[h], 16 group[h] + 16)`, each worth
+/// `scale[h] * code + offset[h]`.
+#[amdgpu_device]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Unit8 {
+    /// Codes, four per word.
+    pub codes: [u32; 8],
+    /// Scale of each half.
+    pub scale: [f32; 2],
+    /// Offset of each half (a minimum, or minus the code's bias).
+    pub offset: [f32; 2],
+    /// Group (of 16 elements in the block) of each half.
+    pub group: [u32; 2],
+}
+
+/// The alignment of byte `offset` of every block of `size` bytes in an
+/// array that starts on a 16-byte boundary (at most 16).
+#[amdgpu_device]
+#[inline(always)]
+pub const fn align_in_array(size: usize, offset: usize) -> usize {
+    let bits = size | offset | 16;
+    bits.isolate_lowest_one()
+}
+
+/// The 16 bytes at `p` as four little-endian words, in loads of `ALIGN`
+/// bytes (16, 4, 2 or 1: the alignment `p` has).
+///
+/// # Safety
+/// `p..p + 16` is readable and `p` is `ALIGN`-aligned.
+#[amdgpu_device]
+#[inline(always)]
+pub unsafe fn read16<const ALIGN: usize>(p: *const u8) -> [u32; 4] {
+    #[cfg(not(ferrocm_device))]
+    debug_assert!(
+        (p as usize).is_multiple_of(ALIGN),
+        "read16::<{ALIGN}> at {p:?}"
+    );
+    unsafe {
+        if ALIGN >= 16 {
+            (p as *const crate::elem::W128).read().0
+        } else if ALIGN >= 4 {
+            let q = p as *const u32;
+            [q.read(), q.add(1).read(), q.add(2).read(), q.add(3).read()]
+        } else if ALIGN >= 2 {
+            let q = p as *const u16;
+            let w = |i: usize| q.add(2 * i).read() as u32 | (q.add(2 * i + 1).read() as u32) << 16;
+            [w(0), w(1), w(2), w(3)]
+        } else {
+            let w = |i: usize| {
+                u32::from_le_bytes([
+                    p.add(4 * i).read(),
+                    p.add(4 * i + 1).read(),
+                    p.add(4 * i + 2).read(),
+                    p.add(4 * i + 3).read(),
+                ])
+            };
+            [w(0), w(1), w(2), w(3)]
+        }
+    }
+}
+
+/// Byte `offset` of the block `b`, as a pointer.
+#[amdgpu_device]
+#[inline(always)]
+fn byte_at<B>(b: &B, offset: usize) -> *const u8 {
+    (b as *const B as *const u8).wrapping_add(offset)
+}
+
+/// Bits 0..4 of `n` spread to bit 0 of bytes 0..4.
+#[amdgpu_device]
+#[inline(always)]
+fn spread4(n: u32) -> u32 {
+    ((n & 0xF).wrapping_mul(0x0020_4081)) & 0x0101_0101
+}
+
+/// The low and high nibbles of four words: the two halves of a unit packed
+/// as Q4_0 packs a block.
+#[amdgpu_device]
+#[inline(always)]
+fn nibbles(w: [u32; 4]) -> [u32; 8] {
+    let lo = |i: usize| w[i] & 0x0F0F_0F0F;
+    let hi = |i: usize| (w[i] >> 4) & 0x0F0F_0F0F;
+    [lo(0), lo(1), lo(2), lo(3), hi(0), hi(1), hi(2), hi(3)]
+}
+
+/// Each byte (a 4-bit index) of every word replaced by its entry of a
+/// 16-entry table ([`byte_table16`](crate::device::byte_table16)).
+#[amdgpu_device]
+#[inline(always)]
+fn table8(table: [u32; 4], c: [u32; 8]) -> [u32; 8] {
+    let t = |w: u32| crate::device::byte_table16(table, w);
+    [
+        t(c[0]),
+        t(c[1]),
+        t(c[2]),
+        t(c[3]),
+        t(c[4]),
+        t(c[5]),
+        t(c[6]),
+        t(c[7]),
+    ]
+}
+
+/// A 16-entry i8 table as four little-endian words (the form
+/// [`byte_table16`](crate::device::byte_table16) takes).
+const fn words16(t: [i8; 16]) -> [u32; 4] {
+    let mut w = [0u32; 4];
+    let mut i = 0;
+    while i < 16 {
+        w[i / 4] |= (t[i] as u8 as u32) << (8 * (i % 4));
+        i += 1;
+    }
+    w
+}
+
+const IQ4NL_WORDS: [u32; 4] = words16(IQ4NL_VALUES);
+const MXFP4_WORDS: [u32; 4] = words16(MXFP4_VALUES);
+
+/// A unit whose two halves share a scale and offset.
+#[amdgpu_device]
+#[inline(always)]
+fn unit(codes: [u32; 8], scale: f32, offset: f32, g0: u32, g1: u32) -> Unit8 {
+    Unit8 {
+        codes,
+        scale: [scale; 2],
+        offset: [offset; 2],
+        group: [g0, g1],
+    }
 }
 
 /// Q4_0: 32 elements, `d * (q - 8)` with 4-bit `q` (element `j` in the low
@@ -357,6 +502,15 @@ impl QuantBlock for BlockQ4_0 {
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 2;
     #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let w = read16::<{ align_in_array(18, 2) }>(byte_at(self, 2));
+            let d = f16_bits_to_f32(self.d.0);
+            unit(nibbles(w), d, -8.0 * d, 0, 1)
+        }
+    }
+    #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         let d = f16_bits_to_f32(self.d.0);
         let shift = 4 * (g & 1);
@@ -372,6 +526,20 @@ impl QuantBlock for BlockQ4_0 {
 impl QuantBlock for BlockQ4_1 {
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 3;
+    #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let w = read16::<{ align_in_array(20, 4) }>(byte_at(self, 4));
+            unit(
+                nibbles(w),
+                f16_bits_to_f32(self.d.0),
+                f16_bits_to_f32(self.m.0),
+                0,
+                1,
+            )
+        }
+    }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         let (d, m) = (f16_bits_to_f32(self.d.0), f16_bits_to_f32(self.m.0));
@@ -397,10 +565,32 @@ fn q5_codes(qs: &[u8; 16], qh: [u8; 4], g: usize) -> [u32; 16] {
     out
 }
 
+/// The 5-bit codes of a Q5_0/Q5_1 block as a unit: element `j`'s fifth bit
+/// is bit `j` of `qh`.
+#[amdgpu_device]
+#[inline(always)]
+fn q5_units(w: [u32; 4], qh: u32) -> [u32; 8] {
+    let mut c = nibbles(w);
+    crate::unroll4!(i < 4 => {
+        c[i] |= spread4(qh >> (4 * i)) << 4;
+        c[4 + i] |= spread4(qh >> (16 + 4 * i)) << 4;
+    });
+    c
+}
+
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_0 {
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 6;
+    #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let w = read16::<{ align_in_array(22, 6) }>(byte_at(self, 6));
+            let d = f16_bits_to_f32(self.d.0);
+            unit(q5_units(w, u32::from_le_bytes(self.qh)), d, -16.0 * d, 0, 1)
+        }
+    }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         let d = f16_bits_to_f32(self.d.0);
@@ -417,6 +607,21 @@ impl QuantBlock for BlockQ5_0 {
 impl QuantBlock for BlockQ5_1 {
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 7;
+    #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let w = read16::<{ align_in_array(24, 8) }>(byte_at(self, 8));
+            let qh = u32::from_le_bytes(self.qh);
+            unit(
+                q5_units(w, qh),
+                f16_bits_to_f32(self.d.0),
+                f16_bits_to_f32(self.m.0),
+                0,
+                1,
+            )
+        }
+    }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         let (d, m) = (f16_bits_to_f32(self.d.0), f16_bits_to_f32(self.m.0));
@@ -446,6 +651,16 @@ impl QuantBlock for BlockQ8_0 {
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 8;
     #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let a = read16::<{ align_in_array(34, 2) }>(byte_at(self, 2));
+            let b = read16::<{ align_in_array(34, 18) }>(byte_at(self, 18));
+            let c = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
+            unit(c, f16_bits_to_f32(self.d.0), 0.0, 0, 1)
+        }
+    }
+    #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         q8_group(&self.qs, f16_bits_to_f32(self.d.0), g)
     }
@@ -456,6 +671,16 @@ impl QuantBlock for BlockQ8_1 {
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 9;
     #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let a = read16::<{ align_in_array(36, 4) }>(byte_at(self, 4));
+            let b = read16::<{ align_in_array(36, 20) }>(byte_at(self, 20));
+            let c = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
+            unit(c, f16_bits_to_f32(self.d.0), 0.0, 0, 1)
+        }
+    }
+    #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         q8_group(&self.qs, f16_bits_to_f32(self.d.0), g)
     }
@@ -465,6 +690,36 @@ impl QuantBlock for BlockQ8_1 {
 impl QuantBlock for BlockQ2K {
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 10;
+    #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            // Unit u: half h, 16 bytes `sub` of it, bit pairs 2 jp and 2 jp + 1
+            // (groups 8 h + 2 j + sub, as group16 numbers them).
+            let u = u & 7;
+            let (h, sub, jp) = (u >> 2, (u >> 1) & 1, u & 1);
+            let w = read16::<{ align_in_array(84, 16) }>(byte_at(self, 16 + 32 * h + 16 * sub));
+            let (d, dmin) = (f16_bits_to_f32(self.d.0), f16_bits_to_f32(self.dmin.0));
+            let mut out = Unit8 {
+                codes: [0; 8],
+                scale: [0.0; 2],
+                offset: [0.0; 2],
+                group: [0; 2],
+            };
+            crate::unroll4!(half < 2 => {
+                let j = 2 * jp + half;
+                let g = 8 * h + 2 * j + sub;
+                let sc = self.scales[g];
+                crate::unroll4!(i < 4 => {
+                    out.codes[4 * half + i] = (w[i] >> (2 * j)) & 0x0303_0303;
+                });
+                out.scale[half] = d * (sc & 0xF) as f32;
+                out.offset[half] = -(dmin * (sc >> 4) as f32);
+                out.group[half] = g as u32;
+            });
+            out
+        }
+    }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         // Group g: half h (128 elements, 32 bytes of qs), bit pair j of the
@@ -487,6 +742,38 @@ impl QuantBlock for BlockQ2K {
 impl QuantBlock for BlockQ3K {
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 11;
+    #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            // As Q2_K; the third bit of a code adds 4 and the offset takes the
+            // 4 away again when it is clear (group16's `- 4`).
+            let u = u & 7;
+            let (h, sub, jp) = (u >> 2, (u >> 1) & 1, u & 1);
+            let w = read16::<{ align_in_array(110, 32) }>(byte_at(self, 32 + 32 * h + 16 * sub));
+            let m = read16::<{ align_in_array(110, 16) }>(byte_at(self, 16 * sub));
+            let d = f16_bits_to_f32(self.d.0);
+            let mut out = Unit8 {
+                codes: [0; 8],
+                scale: [0.0; 2],
+                offset: [0.0; 2],
+                group: [0; 2],
+            };
+            crate::unroll4!(half < 2 => {
+                let j = 2 * jp + half;
+                let g = 8 * h + 2 * j + sub;
+                crate::unroll4!(i < 4 => {
+                    out.codes[4 * half + i] = ((w[i] >> (2 * j)) & 0x0303_0303)
+                        | (((m[i] >> (4 * h + j)) & 0x0101_0101) << 2);
+                });
+                let dl = d * q3k_scale(g, &self.scales) as f32;
+                out.scale[half] = dl;
+                out.offset[half] = -4.0 * dl;
+                out.group[half] = g as u32;
+            });
+            out
+        }
+    }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         // Laid out as Q2_K; the third bit of the element at byte offset b of
@@ -514,6 +801,27 @@ impl QuantBlock for BlockQ4K {
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 12;
     #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            // Unit u: bytes 16 u of qs; low nibbles are group 4 (u / 2) + u % 2
+            // (sub-block u / 2 * 2), high nibbles two groups on.
+            let u = u & 7;
+            let c = u >> 1;
+            let w = read16::<{ align_in_array(144, 16) }>(byte_at(self, 16 + 16 * u));
+            let (d, dmin) = (f16_bits_to_f32(self.d.0), f16_bits_to_f32(self.dmin.0));
+            let (s0, m0) = k4_scale_min(2 * c, &self.scales);
+            let (s1, m1) = k4_scale_min(2 * c + 1, &self.scales);
+            let g = (4 * c + (u & 1)) as u32;
+            Unit8 {
+                codes: nibbles(w),
+                scale: [d * s0 as f32, d * s1 as f32],
+                offset: [-(dmin * m0 as f32), -(dmin * m1 as f32)],
+                group: [g, g + 2],
+            }
+        }
+    }
+    #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         // Sub-block s = g / 2: chunk s / 2 (32 bytes of qs), low or high
         // nibbles.
@@ -536,6 +844,33 @@ impl QuantBlock for BlockQ4K {
 impl QuantBlock for BlockQ5K {
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 13;
+    #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            // As Q4_K; the fifth bit of sub-block s is bit s of qh at the same
+            // offset in its 32-byte chunk.
+            let u = u & 7;
+            let c = u >> 1;
+            let w = read16::<{ align_in_array(176, 16) }>(byte_at(self, 48 + 16 * u));
+            let qh = read16::<{ align_in_array(176, 16) }>(byte_at(self, 16 + 16 * (u & 1)));
+            let mut codes = nibbles(w);
+            crate::unroll4!(i < 4 => {
+                codes[i] |= ((qh[i] >> (2 * c)) & 0x0101_0101) << 4;
+                codes[4 + i] |= ((qh[i] >> (2 * c + 1)) & 0x0101_0101) << 4;
+            });
+            let (d, dmin) = (f16_bits_to_f32(self.d.0), f16_bits_to_f32(self.dmin.0));
+            let (s0, m0) = k4_scale_min(2 * c, &self.scales);
+            let (s1, m1) = k4_scale_min(2 * c + 1, &self.scales);
+            let g = (4 * c + (u & 1)) as u32;
+            Unit8 {
+                codes,
+                scale: [d * s0 as f32, d * s1 as f32],
+                offset: [-(dmin * m0 as f32), -(dmin * m1 as f32)],
+                group: [g, g + 2],
+            }
+        }
+    }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         // As Q4_K; the fifth bit of sub-block s is bit s of qh[offset in
@@ -563,6 +898,33 @@ impl QuantBlock for BlockQ6K {
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 14;
     #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            // Unit u: half h, ql bytes 32 kk + 16 sub of it (low nibbles: quarter
+            // kk, high: quarter kk + 2), their high bits in qh's bit pairs.
+            let u = u & 7;
+            let (h, kk, sub) = (u >> 2, (u >> 1) & 1, u & 1);
+            let lo =
+                read16::<{ align_in_array(210, 16) }>(byte_at(self, 64 * h + 32 * kk + 16 * sub));
+            let hi = read16::<{ align_in_array(210, 16) }>(byte_at(self, 128 + 32 * h + 16 * sub));
+            let mut codes = nibbles(lo);
+            crate::unroll4!(i < 4 => {
+                codes[i] |= ((hi[i] >> (2 * kk)) & 0x0303_0303) << 4;
+                codes[4 + i] |= ((hi[i] >> (2 * kk + 4)) & 0x0303_0303) << 4;
+            });
+            let d = f16_bits_to_f32(self.d.0);
+            let g0 = 8 * h + 2 * kk + sub;
+            let (d0, d1) = (d * self.scales[g0] as f32, d * self.scales[g0 + 4] as f32);
+            Unit8 {
+                codes,
+                scale: [d0, d1],
+                offset: [-32.0 * d0, -32.0 * d1],
+                group: [g0 as u32, g0 as u32 + 4],
+            }
+        }
+    }
+    #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         // Group g: half h (64 bytes of ql, 32 of qh), quarter k of the half
         // (ql bytes 0..32 or 32..64, low or high nibbles; bit pair k of qh),
@@ -587,6 +949,17 @@ impl QuantBlock for BlockQ6K {
 impl QuantBlock for BlockQ8K {
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 15;
+    #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let u = u & 7;
+            let a = read16::<{ align_in_array(292, 4) }>(byte_at(self, 4 + 32 * u));
+            let b = read16::<{ align_in_array(292, 4) }>(byte_at(self, 20 + 32 * u));
+            let c = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
+            unit(c, self.d, 0.0, 2 * u as u32, 2 * u as u32 + 1)
+        }
+    }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         let base = 16 * (g & 15);
@@ -615,6 +988,20 @@ impl QuantBlock for BlockIq4Nl {
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 20;
     #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let w = read16::<{ align_in_array(18, 2) }>(byte_at(self, 2));
+            unit(
+                table8(IQ4NL_WORDS, nibbles(w)),
+                f16_bits_to_f32(self.d.0),
+                0.0,
+                0,
+                1,
+            )
+        }
+    }
+    #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         table_group(&self.qs, IQ4NL_PACKED, f16_bits_to_f32(self.d.0), g)
     }
@@ -624,6 +1011,24 @@ impl QuantBlock for BlockIq4Nl {
 impl QuantBlock for BlockIq4Xs {
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 23;
+    #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let ib = u & 7;
+            let w = read16::<{ align_in_array(136, 8) }>(byte_at(self, 8 + 16 * ib));
+            let low = (self.scales_l[ib >> 1] >> (4 * (ib & 1))) & 0xF;
+            let high = ((self.scales_h >> (2 * ib)) & 3) as u8;
+            let dl = f16_bits_to_f32(self.d.0) * ((low | (high << 4)) as i32 - 32) as f32;
+            unit(
+                table8(IQ4NL_WORDS, nibbles(w)),
+                dl,
+                0.0,
+                2 * ib as u32,
+                2 * ib as u32 + 1,
+            )
+        }
+    }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         let g = g & 15;
@@ -645,6 +1050,20 @@ impl QuantBlock for BlockIq4Xs {
 impl QuantBlock for BlockMxfp4 {
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 39;
+    #[inline(always)]
+    unsafe fn unit8(&self, u: usize) -> Unit8 {
+        let _ = u;
+        unsafe {
+            let w = read16::<{ align_in_array(17, 1) }>(byte_at(self, 1));
+            unit(
+                table8(MXFP4_WORDS, nibbles(w)),
+                e8m0_half_to_f32(self.e),
+                0.0,
+                0,
+                1,
+            )
+        }
+    }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         let d = e8m0_half_to_f32(self.e);

@@ -1,13 +1,17 @@
-//! `qmatvec{C}_{format}_{dtype}`: `y = x · Wᵀ` for a quantized weight `W`
-//! `[n, k]` (rows = output features, as GGUF stores them) and a few rows of
+//! `qmatvec{C}_{format}_{dtype}` (C = 1, 2, 4): `y = x · Wᵀ` for a
+//! quantized weight `W` `[n, k]` (rows = output features, as GGUF stores them) and a few rows of
 //! activations `x` `[m, k]` (decode: m = 1 to 8), `y` `[m, n]`.
 //!
-//! A wave per weight row: its lanes stride over the row's groups of 16
-//! elements, each decoding its group once ([`QuantBlock::group16`], the
-//! same definition as dequantize) and multiplying it into `C` rows of `x`
-//! at a time, in f32; the wave's sums are reduced across lanes. Each weight
-//! byte is read from memory once per pass; more than `C` rows of `x` take
-//! further passes that find the row in the cache.
+//! As llama.cpp's mmvq does, `x` is first rounded to 8 bits
+//! (`quantize_x_{dtype}`: per group of 16, the scale `amax / 127`, the codes
+//! and the group's sum), so the product is integer dot products of 8-bit
+//! codes ([`dot4_i8`]: one instruction per four codes where the GPU has
+//! one) scaled once per group. [`QMATVEC_ROW_LANES`] workitems per weight
+//! row: each takes units of 32 weights ([`QuantBlock::unit8`], neighbouring
+//! workitems neighbouring bytes), decodes a unit once and multiplies it into
+//! `C` rows of `x`; the sums are reduced across waves and then in LDS. Each
+//! weight byte is read once; rows of `x` past `m` repeat the last (not
+//! stored).
 
 use crate::device::*;
 use crate::elem::*;
@@ -23,17 +27,155 @@ pub const QMATVEC_BLOCK: u32 = 256;
 /// matrix product).
 pub const QMATVEC_MAX_M: u32 = 8;
 
-/// The body every quantized matrix-vector kernel instantiates (see the
-/// module doc): `n` weight rows of `k` elements (a whole number of blocks),
-/// `m` rows of `x` (contiguous, `k` apart), `y` contiguous `[m, n]`.
+/// A group of 16 values of `x` in 8-bit form: the codes `round(v / d)` with
+/// `d = amax / 127` (four per word, little-endian) and `meta = d | (d *
+/// sum(codes)) << 32` (f32 bits). A group holding NaN or ±inf gets `d` =
+/// NaN, so the outputs it feeds are NaN rather than a silently finite sum.
+/// The one definition: the kernels and the Cpu path both call it.
+///
+/// ```
+/// use ferrocm_kernels::quant::matvec::quantize_x_group;
+/// let mut v = [0.0f32; 16];
+/// v[0] = 1.0;
+/// v[1] = -0.25;
+/// let (codes, meta) = quantize_x_group(v);
+/// assert_eq!(codes[0] & 0xFFFF, 127 | (0xE0 << 8)); // 127 and round(-31.75) = -32
+/// assert_eq!(f32::from_bits(meta as u32), 1.0 / 127.0);
+/// ```
 #[amdgpu_device]
 #[inline(always)]
-/// `C` is 1 or 2 (more rows take further passes).
-#[allow(clippy::needless_range_loop)]
+pub fn quantize_x_group(v: [f32; 16]) -> ([u32; 4], u64) {
+    let mut amax = 0.0f32;
+    let mut finite = true;
+    crate::unroll16!(l => {
+        let a = f32::from_bits(v[l].to_bits() & 0x7fff_ffff);
+        amax = if a > amax { a } else { amax };
+        finite &= a <= f32::MAX;
+    });
+    let d = amax / 127.0;
+    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut words = [0u32; 4];
+    let mut sum = 0i32;
+    crate::unroll16!(l => {
+        let q = math::round(v[l] * inv) as i32;
+        sum += q;
+        words[l / 4] |= ((q as u8) as u32) << (8 * (l % 4));
+    });
+    let d = if finite { d } else { f32::NAN };
+    let s = d * sum as f32;
+    (words, d.to_bits() as u64 | (s.to_bits() as u64) << 32)
+}
+
+/// Half `h` of a unit times a group of `x` in 8-bit form, added to `acc`:
+/// `scale * dx * Σ code · xcode + offset * sx`. The one definition: the
+/// kernels and the Cpu path both call it.
+#[amdgpu_device]
+#[inline(always)]
+pub fn unit_half_dot(q: &Unit8, h: usize, xc: [u32; 4], xm: u64, acc: f32) -> f32 {
+    let mut dot = 0i32;
+    crate::unroll4!(i < 4 => {
+        dot = dot4_i8(q.codes[4 * h + i], xc[i], dot);
+    });
+    let dx = f32::from_bits(xm as u32);
+    let sx = f32::from_bits((xm >> 32) as u32);
+    let s = math::fma(q.scale[h] * dx, dot as f32, acc);
+    math::fma(q.offset[h], sx, s)
+}
+
+/// `x` in 8-bit form ([`quantize_x_group`]'s values): four workitems per
+/// group of 16, each loading four elements and storing their four codes,
+/// the group's maximum and code sum exchanged across the four lanes (a
+/// decode step's x is a few thousand elements: one workitem per group left
+/// the launch waiting on a few hundred workitems' loads).
+#[amdgpu_device]
+#[inline(always)]
+pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, groups: u64) {
+    wait_prior_grids();
+    // Whole waves run the loop together (the exchanges); a quad of lanes
+    // never straddles a wave, as waves hold a multiple of 4 lanes.
+    let quads = groups * 4;
+    let stride = global_size_x();
+    let mut i = global_id_x();
+    let rounds = quads.div_ceil(stride);
+    let mut round = 0;
+    while round < rounds {
+        let live = i < quads;
+        let mut v = [0.0f32; 4];
+        if live {
+            crate::unroll4!(l < 4 => {
+                v[l] = unsafe { load(x, 4 * i as usize + l) }.to_f32();
+            });
+        }
+        let mut amax = 0.0f32;
+        let mut finite = true;
+        crate::unroll4!(l < 4 => {
+            let a = f32::from_bits(v[l].to_bits() & 0x7fff_ffff);
+            amax = if a > amax { a } else { amax };
+            finite &= a <= f32::MAX;
+        });
+        let mut bad = (!finite) as u32;
+        crate::unroll4!(j < 2 => {
+            let other = wave_shfl_xor_f32(amax, 1 << j);
+            amax = if other > amax { other } else { amax };
+            bad |= wave_shfl_xor(bad, 1 << j);
+        });
+        let d = amax / 127.0;
+        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let mut word = 0u32;
+        let mut sum = 0i32;
+        crate::unroll4!(l < 4 => {
+            let q = math::round(v[l] * inv) as i32;
+            sum += q;
+            word |= ((q as u8) as u32) << (8 * l);
+        });
+        crate::unroll4!(j < 2 => {
+            sum += wave_shfl_xor(sum as u32, 1 << j) as i32;
+        });
+        if live {
+            let d = if bad == 0 { d } else { f32::NAN };
+            let s = d * sum as f32;
+            unsafe {
+                store(codes, i as usize, word);
+                if i.is_multiple_of(4) {
+                    store(
+                        meta,
+                        (i / 4) as usize,
+                        d.to_bits() as u64 | (s.to_bits() as u64) << 32,
+                    );
+                }
+            }
+        }
+        i += stride;
+        round += 1;
+    }
+    release_dependent_grids();
+}
+
+/// Workitems that share one weight row (whole waves: 4 of 32 or 2 of 64):
+/// enough rows in flight to keep memory busy when a layer has few rows
+/// (4096 rows of one wave each filled half an H100's workitem slots).
+pub const QMATVEC_ROW_LANES: u32 = 128;
+
+/// LDS bytes a quantized matrix-vector launch needs: a partial sum per wave
+/// (of 32), weight row of a workitem (up to 2) and row of `x` in a pass.
+pub const QMATVEC_LDS_BYTES: u32 = (QMATVEC_BLOCK / 32) * 2 * QMATVEC_MAX_M * 4;
+
+/// The body every quantized matrix-vector kernel instantiates (see the
+/// module doc): `n` weight rows of `k` elements (a whole number of blocks),
+/// `m` rows of `x` in 8-bit form (`quantize_x_body`), `y` contiguous
+/// `[m, n]`. [`QMATVEC_ROW_LANES`] workitems share a weight row (two rows
+/// when `C` is 4, so that each row of `x` loaded serves both), each wave
+/// reducing its sums and the row's first workitem adding the waves' in LDS.
+/// `C` (1, 2 or 4) rows of `x` per pass; more take further passes that
+/// find the weight row in the cache.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
     y: *mut T,
     w: *const B,
-    x: *const T,
+    codes: *const u32,
+    meta: *const u64,
     n: u32,
     k: u32,
     m: u32,
@@ -41,95 +183,181 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
     // Launched with `early_start`: nothing global is touched before this.
     wait_prior_grids();
     release_dependent_grids();
-    let lane = lane_id();
+    // Weight rows per workitem: with many rows of x, x's loads outnumber
+    // the weight's; a second weight row shares them.
+    let rows: u32 = if C >= 4 { 2 } else { 1 };
+    const { assert!(C == 1 || C == 2 || C == 4) };
     let wave = wave_size();
-    let waves = QMATVEC_BLOCK / wave;
-    let groups = k / 16;
+    let waves_per_row = QMATVEC_ROW_LANES / wave;
+    let slots = QMATVEC_BLOCK / QMATVEC_ROW_LANES;
+    let w_id = wave_id();
+    let slot = w_id / waves_per_row;
+    let lane = (w_id % waves_per_row) * wave + lane_id();
+    let units = k / 32;
+    let groups_per_row = (k / 16) as usize;
     let blocks_per_row = (k as usize) / B::ELEMS;
-    let per_block = B::GROUPS as u32;
+    let per_block = B::UNITS as u32;
     let last = Ord::max(m, 1) - 1;
-    let mut row = workgroup_id_x() * waves + wave_id();
-    while row < n {
-        let first_block = row as usize * blocks_per_row;
+    let xw = codes as *const W128;
+    let partials = lds::<f32>();
+    // Every wave runs the same number of passes (the barriers).
+    let mut base = workgroup_id_x() * slots * rows;
+    while base < n {
+        let row0 = base + slot * rows;
+        let live = row0 < n;
         let mut m0 = 0;
         while m0 < m {
-            let mut acc = [0.0f32; C];
-            let mut g = lane;
-            while g < groups {
-                let b = unsafe { global_ref(w, first_block + (g / per_block) as usize) };
-                let v = b.group16((g % per_block) as usize);
-                crate::unroll4!(c < C => {
-                    // Rows past `m` re-read the last one (not stored).
-                    let xr = Ord::min(m0 + c as u32, last) as usize * k as usize + 16 * g as usize;
-                    let mut s = acc[c];
-                    crate::unroll16!(l => {
-                        s = math::fma(v[l], unsafe { load(x, xr + l) }.to_f32(), s);
+            let mut acc = [[0.0f32; C]; 2];
+            // Unit u of weight row row0 + r (a missing second row re-reads
+            // the first; not stored).
+            let unit_at = |r: u32, u: u32| {
+                let row = if row0 + r < n { row0 + r } else { row0 };
+                let bi = (u / per_block) as usize;
+                let b = unsafe { global_ref(w, row as usize * blocks_per_row + bi) };
+                (unsafe { b.unit8((u % per_block) as usize) }, bi * B::GROUPS)
+            };
+            let mut add = |qs: &[Unit8; 2], group0: usize| {
+                crate::unroll8!(c < C => {
+                    // Rows of x past `m` re-read the last one (not stored).
+                    let xr = Ord::min(m0 + c as u32, last) as usize * groups_per_row + group0;
+                    crate::unroll4!(h < 2 => {
+                        let g = xr + qs[0].group[h] as usize;
+                        let xc = unsafe { load(xw, g) }.0;
+                        let xm = unsafe { load(meta, g) };
+                        crate::unroll4!(r < 2 => {
+                            if r < rows as usize {
+                                acc[r][c] = unit_half_dot(&qs[r], h, xc, xm, acc[r][c]);
+                            }
+                        });
                     });
-                    acc[c] = s;
                 });
-                g += wave;
+            };
+            let mut u = if live { lane } else { units };
+            while u < units {
+                let (q0, g0) = unit_at(0, u);
+                let q1 = if rows == 2 { unit_at(1, u).0 } else { q0 };
+                add(&[q0, q1], g0);
+                u += QMATVEC_ROW_LANES;
             }
-            crate::unroll4!(c < C => {
-                let s = wave_sum_f32(acc[c]);
-                let r = m0 + c as u32;
-                if lane == 0 && r < m {
-                    unsafe { store(y, r as usize * n as usize + row as usize, T::from_f32(s)) };
+            crate::unroll4!(r < 2 => {
+                if r < rows as usize {
+                crate::unroll8!(c < C => {
+                    let s = wave_sum_f32(acc[r][c]);
+                    if lane_id() == 0 {
+                        partials.store((w_id * 2 + r as u32) * C as u32 + c as u32, s);
+                    }
+                });
                 }
             });
+            barrier();
+            if lane == 0 {
+                crate::unroll4!(r < 2 => {
+                    let row = row0 + r as u32;
+                    crate::unroll8!(c < C => {
+                        let mut s = 0.0f32;
+                        let mut i = 0;
+                        while i < waves_per_row {
+                            let wi = slot * waves_per_row + i;
+                            s += partials.load((wi * 2 + r as u32) * C as u32 + c as u32);
+                            i += 1;
+                        }
+                        let xrow = m0 + c as u32;
+                        if (r as u32) < rows && row < n && xrow < m {
+                            unsafe { store(y, xrow as usize * n as usize + row as usize, T::from_f32(s)) };
+                        }
+                    });
+                });
+            }
+            barrier();
             m0 += C as u32;
         }
-        row += num_workgroups_x() * waves;
+        base += num_workgroups_x() * slots * rows;
     }
 }
 
-/// The parameter types of a quantized matrix-vector kernel: `(y, w, x, n,
-/// k, m)`.
+/// The parameter types of a quantized matrix-vector kernel: `(y, w,
+/// codes, meta, n, k, m)` (`codes` and `meta`: `x` in 8-bit form).
 #[cfg(not(ferrocm_device))]
-pub type QMatvecArgs<B, T> = (*mut T, *const B, *const T, u32, u32, u32);
+pub type QMatvecArgs<B, T> = (*mut T, *const B, *const u32, *const u64, u32, u32, u32);
+
+/// The parameter types of an activation-quantize kernel: `(codes, meta, x,
+/// groups)`.
+#[cfg(not(ferrocm_device))]
+pub type QuantizeXArgs<T> = (*mut u32, *mut u64, *const T, u64);
 
 #[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
-/// A format's matrix-vector kernels for one activation type: one row of `x`
-/// per pass, and two (host side).
+/// A format's matrix-vector kernels for one activation type, by rows of `x`
+/// per pass (host side).
 #[cfg(not(ferrocm_device))]
 pub trait QMatvecKernels<T>: QuantBlock {
-    /// One row of `x` per pass.
-    const ROWS1: KernelRef<QMatvecArgs<Self, T>>;
-    /// Two rows of `x` per pass.
-    const ROWS2: KernelRef<QMatvecArgs<Self, T>>;
+    /// 1, 2 and 4 rows of `x` per pass (more rows take passes of 4: a
+    /// fifth to eighth row of `x` in registers spills on AMD).
+    const ROWS: [KernelRef<QMatvecArgs<Self, T>>; 3];
+}
+
+/// The activation-quantize kernel of `x`'s dtype (host side).
+#[cfg(not(ferrocm_device))]
+pub trait QuantizeXKernel: Elem {
+    /// `quantize_x_{dtype}`.
+    const QUANTIZE_X: KernelRef<QuantizeXArgs<Self>>;
 }
 
 macro_rules! qmatvec {
-    ($($b:ident: [$($t:ty => $one:ident, $two:ident);*];)*) => {
+    ($($b:ident: [$($t:ty => $one:ident, $two:ident, $four:ident);*];)*) => {
         $($(
             #[cfg(not(ferrocm_device))]
             impl QMatvecKernels<$t> for $b {
-                const ROWS1: KernelRef<QMatvecArgs<Self, $t>> = KernelRef::of::<$one>();
-                const ROWS2: KernelRef<QMatvecArgs<Self, $t>> = KernelRef::of::<$two>();
+                const ROWS: [KernelRef<QMatvecArgs<Self, $t>>; 3] = [
+                    KernelRef::of::<$one>(),
+                    KernelRef::of::<$two>(),
+                    KernelRef::of::<$four>(),
+                ];
             }
         )*)*
         kernels! {$($(
-            fn $one(y: *mut $t, w: *const $b, x: *const $t, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 1>(y, w, x, n, k, m) }
-            fn $two(y: *mut $t, w: *const $b, x: *const $t, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 2>(y, w, x, n, k, m) }
+            fn $one(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 1>(y, w, codes, meta, n, k, m) }
+            fn $two(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 2>(y, w, codes, meta, n, k, m) }
+            fn $four(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 4>(y, w, codes, meta, n, k, m) }
         )*)*}
     };
 }
 
 qmatvec! {
-    BlockQ4_0: [f32 => qmatvec1_q4_0_f32, qmatvec2_q4_0_f32; F16 => qmatvec1_q4_0_f16, qmatvec2_q4_0_f16; Bf16 => qmatvec1_q4_0_bf16, qmatvec2_q4_0_bf16];
-    BlockQ4_1: [f32 => qmatvec1_q4_1_f32, qmatvec2_q4_1_f32; F16 => qmatvec1_q4_1_f16, qmatvec2_q4_1_f16; Bf16 => qmatvec1_q4_1_bf16, qmatvec2_q4_1_bf16];
-    BlockQ5_0: [f32 => qmatvec1_q5_0_f32, qmatvec2_q5_0_f32; F16 => qmatvec1_q5_0_f16, qmatvec2_q5_0_f16; Bf16 => qmatvec1_q5_0_bf16, qmatvec2_q5_0_bf16];
-    BlockQ5_1: [f32 => qmatvec1_q5_1_f32, qmatvec2_q5_1_f32; F16 => qmatvec1_q5_1_f16, qmatvec2_q5_1_f16; Bf16 => qmatvec1_q5_1_bf16, qmatvec2_q5_1_bf16];
-    BlockQ8_0: [f32 => qmatvec1_q8_0_f32, qmatvec2_q8_0_f32; F16 => qmatvec1_q8_0_f16, qmatvec2_q8_0_f16; Bf16 => qmatvec1_q8_0_bf16, qmatvec2_q8_0_bf16];
-    BlockQ8_1: [f32 => qmatvec1_q8_1_f32, qmatvec2_q8_1_f32; F16 => qmatvec1_q8_1_f16, qmatvec2_q8_1_f16; Bf16 => qmatvec1_q8_1_bf16, qmatvec2_q8_1_bf16];
-    BlockQ2K: [f32 => qmatvec1_q2_k_f32, qmatvec2_q2_k_f32; F16 => qmatvec1_q2_k_f16, qmatvec2_q2_k_f16; Bf16 => qmatvec1_q2_k_bf16, qmatvec2_q2_k_bf16];
-    BlockQ3K: [f32 => qmatvec1_q3_k_f32, qmatvec2_q3_k_f32; F16 => qmatvec1_q3_k_f16, qmatvec2_q3_k_f16; Bf16 => qmatvec1_q3_k_bf16, qmatvec2_q3_k_bf16];
-    BlockQ4K: [f32 => qmatvec1_q4_k_f32, qmatvec2_q4_k_f32; F16 => qmatvec1_q4_k_f16, qmatvec2_q4_k_f16; Bf16 => qmatvec1_q4_k_bf16, qmatvec2_q4_k_bf16];
-    BlockQ5K: [f32 => qmatvec1_q5_k_f32, qmatvec2_q5_k_f32; F16 => qmatvec1_q5_k_f16, qmatvec2_q5_k_f16; Bf16 => qmatvec1_q5_k_bf16, qmatvec2_q5_k_bf16];
-    BlockQ6K: [f32 => qmatvec1_q6_k_f32, qmatvec2_q6_k_f32; F16 => qmatvec1_q6_k_f16, qmatvec2_q6_k_f16; Bf16 => qmatvec1_q6_k_bf16, qmatvec2_q6_k_bf16];
-    BlockQ8K: [f32 => qmatvec1_q8_k_f32, qmatvec2_q8_k_f32; F16 => qmatvec1_q8_k_f16, qmatvec2_q8_k_f16; Bf16 => qmatvec1_q8_k_bf16, qmatvec2_q8_k_bf16];
-    BlockIq4Nl: [f32 => qmatvec1_iq4_nl_f32, qmatvec2_iq4_nl_f32; F16 => qmatvec1_iq4_nl_f16, qmatvec2_iq4_nl_f16; Bf16 => qmatvec1_iq4_nl_bf16, qmatvec2_iq4_nl_bf16];
-    BlockIq4Xs: [f32 => qmatvec1_iq4_xs_f32, qmatvec2_iq4_xs_f32; F16 => qmatvec1_iq4_xs_f16, qmatvec2_iq4_xs_f16; Bf16 => qmatvec1_iq4_xs_bf16, qmatvec2_iq4_xs_bf16];
-    BlockMxfp4: [f32 => qmatvec1_mxfp4_f32, qmatvec2_mxfp4_f32; F16 => qmatvec1_mxfp4_f16, qmatvec2_mxfp4_f16; Bf16 => qmatvec1_mxfp4_bf16, qmatvec2_mxfp4_bf16];
+    BlockQ4_0: [f32 => qmatvec1_q4_0_f32, qmatvec2_q4_0_f32, qmatvec4_q4_0_f32; F16 => qmatvec1_q4_0_f16, qmatvec2_q4_0_f16, qmatvec4_q4_0_f16; Bf16 => qmatvec1_q4_0_bf16, qmatvec2_q4_0_bf16, qmatvec4_q4_0_bf16];
+    BlockQ4_1: [f32 => qmatvec1_q4_1_f32, qmatvec2_q4_1_f32, qmatvec4_q4_1_f32; F16 => qmatvec1_q4_1_f16, qmatvec2_q4_1_f16, qmatvec4_q4_1_f16; Bf16 => qmatvec1_q4_1_bf16, qmatvec2_q4_1_bf16, qmatvec4_q4_1_bf16];
+    BlockQ5_0: [f32 => qmatvec1_q5_0_f32, qmatvec2_q5_0_f32, qmatvec4_q5_0_f32; F16 => qmatvec1_q5_0_f16, qmatvec2_q5_0_f16, qmatvec4_q5_0_f16; Bf16 => qmatvec1_q5_0_bf16, qmatvec2_q5_0_bf16, qmatvec4_q5_0_bf16];
+    BlockQ5_1: [f32 => qmatvec1_q5_1_f32, qmatvec2_q5_1_f32, qmatvec4_q5_1_f32; F16 => qmatvec1_q5_1_f16, qmatvec2_q5_1_f16, qmatvec4_q5_1_f16; Bf16 => qmatvec1_q5_1_bf16, qmatvec2_q5_1_bf16, qmatvec4_q5_1_bf16];
+    BlockQ8_0: [f32 => qmatvec1_q8_0_f32, qmatvec2_q8_0_f32, qmatvec4_q8_0_f32; F16 => qmatvec1_q8_0_f16, qmatvec2_q8_0_f16, qmatvec4_q8_0_f16; Bf16 => qmatvec1_q8_0_bf16, qmatvec2_q8_0_bf16, qmatvec4_q8_0_bf16];
+    BlockQ8_1: [f32 => qmatvec1_q8_1_f32, qmatvec2_q8_1_f32, qmatvec4_q8_1_f32; F16 => qmatvec1_q8_1_f16, qmatvec2_q8_1_f16, qmatvec4_q8_1_f16; Bf16 => qmatvec1_q8_1_bf16, qmatvec2_q8_1_bf16, qmatvec4_q8_1_bf16];
+    BlockQ2K: [f32 => qmatvec1_q2_k_f32, qmatvec2_q2_k_f32, qmatvec4_q2_k_f32; F16 => qmatvec1_q2_k_f16, qmatvec2_q2_k_f16, qmatvec4_q2_k_f16; Bf16 => qmatvec1_q2_k_bf16, qmatvec2_q2_k_bf16, qmatvec4_q2_k_bf16];
+    BlockQ3K: [f32 => qmatvec1_q3_k_f32, qmatvec2_q3_k_f32, qmatvec4_q3_k_f32; F16 => qmatvec1_q3_k_f16, qmatvec2_q3_k_f16, qmatvec4_q3_k_f16; Bf16 => qmatvec1_q3_k_bf16, qmatvec2_q3_k_bf16, qmatvec4_q3_k_bf16];
+    BlockQ4K: [f32 => qmatvec1_q4_k_f32, qmatvec2_q4_k_f32, qmatvec4_q4_k_f32; F16 => qmatvec1_q4_k_f16, qmatvec2_q4_k_f16, qmatvec4_q4_k_f16; Bf16 => qmatvec1_q4_k_bf16, qmatvec2_q4_k_bf16, qmatvec4_q4_k_bf16];
+    BlockQ5K: [f32 => qmatvec1_q5_k_f32, qmatvec2_q5_k_f32, qmatvec4_q5_k_f32; F16 => qmatvec1_q5_k_f16, qmatvec2_q5_k_f16, qmatvec4_q5_k_f16; Bf16 => qmatvec1_q5_k_bf16, qmatvec2_q5_k_bf16, qmatvec4_q5_k_bf16];
+    BlockQ6K: [f32 => qmatvec1_q6_k_f32, qmatvec2_q6_k_f32, qmatvec4_q6_k_f32; F16 => qmatvec1_q6_k_f16, qmatvec2_q6_k_f16, qmatvec4_q6_k_f16; Bf16 => qmatvec1_q6_k_bf16, qmatvec2_q6_k_bf16, qmatvec4_q6_k_bf16];
+    BlockQ8K: [f32 => qmatvec1_q8_k_f32, qmatvec2_q8_k_f32, qmatvec4_q8_k_f32; F16 => qmatvec1_q8_k_f16, qmatvec2_q8_k_f16, qmatvec4_q8_k_f16; Bf16 => qmatvec1_q8_k_bf16, qmatvec2_q8_k_bf16, qmatvec4_q8_k_bf16];
+    BlockIq4Nl: [f32 => qmatvec1_iq4_nl_f32, qmatvec2_iq4_nl_f32, qmatvec4_iq4_nl_f32; F16 => qmatvec1_iq4_nl_f16, qmatvec2_iq4_nl_f16, qmatvec4_iq4_nl_f16; Bf16 => qmatvec1_iq4_nl_bf16, qmatvec2_iq4_nl_bf16, qmatvec4_iq4_nl_bf16];
+    BlockIq4Xs: [f32 => qmatvec1_iq4_xs_f32, qmatvec2_iq4_xs_f32, qmatvec4_iq4_xs_f32; F16 => qmatvec1_iq4_xs_f16, qmatvec2_iq4_xs_f16, qmatvec4_iq4_xs_f16; Bf16 => qmatvec1_iq4_xs_bf16, qmatvec2_iq4_xs_bf16, qmatvec4_iq4_xs_bf16];
+    BlockMxfp4: [f32 => qmatvec1_mxfp4_f32, qmatvec2_mxfp4_f32, qmatvec4_mxfp4_f32; F16 => qmatvec1_mxfp4_f16, qmatvec2_mxfp4_f16, qmatvec4_mxfp4_f16; Bf16 => qmatvec1_mxfp4_bf16, qmatvec2_mxfp4_bf16, qmatvec4_mxfp4_bf16];
+}
+
+macro_rules! quantize_x {
+    ($($t:ty => $name:ident;)*) => {
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl QuantizeXKernel for $t {
+                const QUANTIZE_X: KernelRef<QuantizeXArgs<Self>> = KernelRef::of::<$name>();
+            }
+        )*
+        kernels! { table QUANTIZE_X_KERNELS; $(
+            fn $name(codes: *mut u32, meta: *mut u64, x: *const $t, groups: u64) { quantize_x_body::<$t>(codes, meta, x, groups) }
+        )*}
+    };
+}
+
+quantize_x! {
+    f32 => quantize_x_f32;
+    F16 => quantize_x_f16;
+    Bf16 => quantize_x_bf16;
 }

@@ -1,9 +1,10 @@
 //! The quantized linear layer: `x · Wᵀ` for a [`QTensor`] weight, and
 //! [`Weight`], dense or quantized behind one `forward`. Up to
 //! [`QMATVEC_MAX_M`] rows of `x` (decode) run the matrix-vector product that
-//! reads each weight byte once (`qmatvec{1,2}_{format}_{dtype}`, or rayon
-//! over rows on the Cpu); more rows dequantize the weight to `x`'s dtype and
-//! run the dense matrix product.
+//! reads each weight byte once, on `x` rounded to 8 bits per group of 16
+//! (`quantize_x_{dtype}` then `qmatvec{1,2,4}_{format}_{dtype}` on GPUs,
+//! the same two functions under rayon on the Cpu); more rows dequantize the
+//! weight to `x`'s dtype and run the dense matrix product.
 
 use crate::engine::{self, Op};
 use crate::quant::QTensor;
@@ -13,7 +14,10 @@ use ferrocm_host::{DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::quant::blocks::QuantBlock;
 pub use ferrocm_kernels::quant::matvec::QMATVEC_MAX_M;
-use ferrocm_kernels::quant::matvec::{QMATVEC_BLOCK, QMatvecKernels};
+use ferrocm_kernels::quant::matvec::{
+    QMATVEC_BLOCK, QMATVEC_LDS_BYTES, QMATVEC_ROW_LANES, QMatvecKernels, QuantizeXKernel,
+    quantize_x_group, unit_half_dot,
+};
 use rayon::prelude::*;
 
 impl QTensor {
@@ -21,6 +25,14 @@ impl QTensor {
     /// it) and `x` `[.., in]` in f32, f16 or bf16: the result is `[.., out]`
     /// in `x`'s dtype, each output a sum in f32 of the weights (as
     /// [`QTensor::dequantize`] defines them) times `x`, rounded once.
+    ///
+    /// Up to [`QMATVEC_MAX_M`] rows of `x` (decode) are first rounded to 8
+    /// bits per group of 16 (scale `amax / 127`, so each element moves by at
+    /// most `amax / 254`), as llama.cpp's quantized products do on every
+    /// backend: the product is then integer dot products, one instruction
+    /// per four codes on GPUs that have one. NaN or ±inf in such a group
+    /// makes the outputs it feeds NaN. More rows multiply `x` as it is by
+    /// the weight dequantized to `x`'s dtype.
     ///
     /// ```
     /// # use ferrocm_ops::WaveSize;
@@ -104,6 +116,45 @@ struct QMatvec<'a, B, T: WithDType> {
 /// Weight rows per Cpu task.
 const ROWS_PER_TASK: usize = 16;
 
+/// A Cpu task: whole weight rows `w` times every row of `x` in 8-bit form
+/// into `sums` (`[rows, m]`), unit by unit as the kernels go.
+struct CpuRows<'a, B> {
+    sums: &'a mut [f32],
+    w: &'a [B],
+    codes: &'a [[u32; 4]],
+    meta: &'a [u64],
+    k: usize,
+    m: usize,
+}
+
+impl<B: QuantBlock> crate::engine::cpu::Task for CpuRows<'_, B> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        let (k, m) = (self.k, self.m);
+        let per_row = k / B::ELEMS;
+        let groups = k / 16;
+        for (s, row) in self
+            .sums
+            .chunks_exact_mut(m)
+            .zip(self.w.chunks_exact(per_row))
+        {
+            for (bi, b) in row.iter().enumerate() {
+                for u in 0..B::UNITS {
+                    // SAFETY: Cpu buffers start on a 256-byte boundary.
+                    let q = unsafe { b.unit8(u) };
+                    for (c, s) in s.iter_mut().enumerate() {
+                        for h in 0..2 {
+                            let g = c * groups + bi * B::GROUPS + q.group[h] as usize;
+                            *s = unit_half_dot(&q, h, self.codes[g], self.meta[g], *s);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl<B, T> Op for QMatvec<'_, B, T>
 where
     B: QuantBlock
@@ -119,10 +170,14 @@ where
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let (n, k, m) = (self.n, self.k, self.m);
         let w = crate::engine::cpu::host(self.w);
-        let x: Vec<f32> = crate::engine::cpu::host(self.x.buf())[self.x.layout.offset()..][..m * k]
+        // x in 8-bit form, as the kernels take it (the same function).
+        let (codes, meta): (Vec<[u32; 4]>, Vec<u64>) = crate::engine::cpu::host(self.x.buf())
+            [self.x.layout.offset()..][..m * k]
+            .as_chunks::<16>()
+            .0
             .iter()
-            .map(|v| v.to_kernel().to_f32())
-            .collect();
+            .map(|g| quantize_x_group(g.map(|v| v.to_kernel().to_f32())))
+            .unzip();
         let per_row = k / B::ELEMS;
         // Sums per weight row (row-major [n, m]), then transposed into y.
         let mut sums = vec![0.0f32; n * m];
@@ -130,22 +185,14 @@ where
             sums.par_chunks_mut(m * ROWS_PER_TASK)
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 .for_each(|(sums, w)| {
-                    for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
-                        for (bi, b) in row.iter().enumerate() {
-                            for g in 0..B::GROUPS {
-                                let v = b.group16(g);
-                                let at = bi * B::ELEMS + 16 * g;
-                                for (c, s) in s.iter_mut().enumerate() {
-                                    let xs = &x[c * k + at..][..16];
-                                    let mut d = 0.0f32;
-                                    for (a, b) in v.iter().zip(xs) {
-                                        d += a * b;
-                                    }
-                                    *s += d;
-                                }
-                            }
-                        }
-                    }
+                    crate::engine::cpu::vectorized(CpuRows {
+                        sums,
+                        w,
+                        codes: &codes,
+                        meta: &meta,
+                        k,
+                        m,
+                    })
                 });
         }
         let y = crate::engine::cpu::host_mut(&mut self.out);
@@ -162,10 +209,28 @@ where
         if n == 0 || m == 0 {
             return Ok(self.out);
         }
-        // A wave per weight row; the smallest wave (32) sizes the grid.
-        let waves = (QMATVEC_BLOCK / 32) as u64;
-        let mut cfg = LaunchConfig::linear(n as u64 * QMATVEC_BLOCK as u64 / waves, QMATVEC_BLOCK);
-        cfg = cfg.starting_early();
+        // x in 8-bit form: a 16-byte word of codes and a u64 (scale, sum)
+        // per group of 16.
+        let groups = self.m * self.k / 16;
+        let codes = dev.alloc::<u32>(4 * groups)?;
+        let meta = dev.alloc::<u64>(groups)?;
+        // Four workitems per group.
+        let xcfg = LaunchConfig::linear(4 * groups as u64, 256).starting_early();
+        // Rows of x per pass: 1, 2, or 4 (more take passes of 4).
+        let variant = match m {
+            1 => 0,
+            2 => 1,
+            _ => 2,
+        };
+        // QMATVEC_ROW_LANES workitems per weight row, or per two with 4 rows
+        // of x per pass.
+        let rows_per_lane = if variant == 2 { 2 } else { 1 };
+        let mut cfg = LaunchConfig::linear(
+            (n as u64).div_ceil(rows_per_lane) * QMATVEC_ROW_LANES as u64,
+            QMATVEC_BLOCK,
+        )
+        .starting_early();
+        cfg.lds_bytes = QMATVEC_LDS_BYTES;
         let (offset, len) = (self.x.layout.offset(), self.m * self.k);
         macro_rules! go {
             ($t:ty) => {{
@@ -174,13 +239,26 @@ where
                     offset,
                     len,
                 );
+                dev.launch_typed(
+                    <$t as QuantizeXKernel>::QUANTIZE_X,
+                    xcfg,
+                    (Out::new(&codes), Out::new(&meta), x, groups as u64),
+                )?;
                 let out = self.out.view_as::<$t>().expect("same size");
-                let kernel = if m == 1 {
-                    <B as QMatvecKernels<$t>>::ROWS1
-                } else {
-                    <B as QMatvecKernels<$t>>::ROWS2
-                };
-                dev.launch_typed(kernel, cfg, (Out::new(out), In::new(self.w), x, n, k, m))?
+                let kernel = <B as QMatvecKernels<$t>>::ROWS[variant];
+                dev.launch_typed(
+                    kernel,
+                    cfg,
+                    (
+                        Out::new(out),
+                        In::new(self.w),
+                        In::new(&codes),
+                        In::new(&meta),
+                        n,
+                        k,
+                        m,
+                    ),
+                )?
             }};
         }
         match T::DTYPE {
