@@ -651,9 +651,9 @@ fn finite_blocks(f: QuantFormat, count: usize, seed: u64) -> Vec<u8> {
 
 /// `x · Wᵀ` against f64 sums of the reference weights, for every format on
 /// every device: 1, 3 and 8 rows of x (the matrix-vector kernels: one row
-/// per pass, four per pass with the last pass partial) and 33 (the matrix
-/// product on the dequantized weight); f32 for every format, f16 and bf16
-/// for three. Bound: recursive summation's `k u Σ|w x|` plus the one
+/// per pass, one pass of four with a row repeated, two passes of four) and
+/// 33 (the matrix product on the dequantized weight); f32 for every format,
+/// f16 and bf16 for three. Bound: recursive summation's `k u Σ|w x|` plus the one
 /// rounding to the output type; with 1 to 8 rows x is first
 /// rounded to 8 bits per group of 16 (half a step, `amax / 254`, per
 /// element), and each weight is `scale * code + offset`, whose two products

@@ -156,8 +156,9 @@ pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, gr
 /// (4096 rows of one wave each filled half an H100's workitem slots).
 pub const QMATVEC_ROW_LANES: u32 = 128;
 
-/// LDS bytes a quantized matrix-vector launch needs: a partial sum per wave
-/// (of 32), weight row of a workitem (up to 2) and row of `x` in a pass.
+/// LDS bytes a quantized matrix-vector launch reserves: a partial sum per
+/// wave (of 32), weight row of a workitem (up to 2) and row of `x` in a
+/// pass (up to 4; sized for [`QMATVEC_MAX_M`], room to spare).
 pub const QMATVEC_LDS_BYTES: u32 = (QMATVEC_BLOCK / 32) * 2 * QMATVEC_MAX_M * 4;
 
 /// The body every quantized matrix-vector kernel instantiates (see the
