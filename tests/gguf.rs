@@ -323,3 +323,172 @@ fn corrupt_files_are_typed_errors() {
     assert!(patch(a + 4, &48u32.to_le_bytes()).contains("power of two"));
     assert!(patch(a, &5u32.to_le_bytes()).contains("power of two"));
 }
+
+/// `quantize_gguf` (what `ferrocm quantize` runs) on a small Llama-shaped
+/// file of 16 layers: which tensor gets which type under Q4_K_M, Q5_K_M, a
+/// plain type and `--pure` (llama-quantize's rules, written out here), the
+/// quantized bytes equal to `QTensor::quantize` of the same values, the
+/// rest copied byte for byte, and the metadata kept with the file type set.
+#[test]
+fn quantize_gguf_follows_llama_quantize_rules() {
+    use ferrocm::ops::quant::requantize::{QuantMix, quantize_gguf, quantize_plan};
+    let (layers, hidden, ffn, vocab) = (16usize, 256usize, 512usize, 96usize);
+    let mut seed = 7u64;
+    let mut values = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    };
+    let dev = Device::Cpu;
+    let mut w = GgufWriter::new();
+    w.metadata("general.architecture", GgufValue::String("llama".into()));
+    let mut add = |w: &mut GgufWriter, name: &str, shape: &[usize], as_f16: bool| {
+        let t = Tensor::from_slice(&values(shape.iter().product()), shape, &dev).unwrap();
+        let t: ferrocm::ops::DynTensor = if as_f16 {
+            t.to_dtype::<half::f16>().unwrap().into()
+        } else {
+            t.into()
+        };
+        w.tensor(name, &t).unwrap();
+    };
+    add(&mut w, "token_embd.weight", &[vocab, hidden], true);
+    for l in 0..layers {
+        let p = format!("blk.{l}.");
+        add(&mut w, &(p.clone() + "attn_norm.weight"), &[hidden], false);
+        add(
+            &mut w,
+            &(p.clone() + "attn_q.weight"),
+            &[hidden, hidden],
+            true,
+        );
+        add(
+            &mut w,
+            &(p.clone() + "attn_v.weight"),
+            &[hidden / 4, hidden],
+            true,
+        );
+        add(
+            &mut w,
+            &(p.clone() + "ffn_down.weight"),
+            &[hidden, ffn],
+            true,
+        );
+        // A row of 96: no K-quant block fits, Q5_0's 32 do.
+        add(&mut w, &(p.clone() + "ffn_gate.weight"), &[4, 96], false);
+    }
+    add(&mut w, "output_norm.weight", &[hidden], false);
+    add(&mut w, "output.weight", &[vocab, hidden], true);
+    let g = Gguf::from_bytes(w.to_bytes().unwrap()).unwrap();
+
+    // llama.cpp's more-bits layers for 16: 0, 1 (first eighth), 14, 15
+    // (last eighth), and 2 + 3k + 2 = 4, 7, 10, 13 in between.
+    let more = [0, 1, 4, 7, 10, 13, 14, 15];
+    let ty = |f: QuantFormat| GgmlType::Quant(f);
+    use QuantFormat::*;
+    let want = |mix: QuantMix, name: &str| -> GgmlType {
+        let layer: Option<usize> = name
+            .strip_prefix("blk.")
+            .map(|r| r.split('.').next().unwrap().parse().unwrap());
+        let m = matches!(mix, QuantMix::Q4KM | QuantMix::Q5KM);
+        let output = name == "output.weight" && !matches!(mix, QuantMix::Pure(_));
+        let more_bits = m
+            && (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight"))
+            && more.contains(&layer.unwrap());
+        if name.contains("norm") {
+            GgmlType::Dense(DType::F32)
+        } else if output || more_bits {
+            ty(Q6K)
+        } else if name.ends_with("ffn_gate.weight") {
+            ty(match mix.base() {
+                Q4K => Q5_0,
+                Q5K => Q5_1,
+                Q6K => Q8_0,
+                f => f,
+            })
+        } else {
+            ty(mix.base())
+        }
+    };
+    for mix in [
+        QuantMix::Q4KM,
+        QuantMix::Q5KM,
+        QuantMix::Uniform(Q4_0),
+        QuantMix::Pure(Q6K),
+    ] {
+        let plan = quantize_plan(&g, mix).unwrap();
+        for p in &plan {
+            assert_eq!(p.to, want(mix, &p.name), "{mix:?}: {}", p.name);
+        }
+        let mut calls = 0;
+        let out = quantize_gguf(&g, mix, |done, total| {
+            calls += 1;
+            assert!(done <= total);
+        })
+        .unwrap();
+        assert_eq!(calls, g.tensors().len());
+        let out = Gguf::from_bytes(out.to_bytes().unwrap()).unwrap();
+        assert_eq!(
+            out.get("general.architecture"),
+            g.get("general.architecture")
+        );
+        let file_type = match mix {
+            QuantMix::Q4KM => 15,
+            QuantMix::Q5KM => 17,
+            QuantMix::Uniform(_) => 2,
+            _ => 18,
+        };
+        assert_eq!(
+            out.get("general.file_type"),
+            Some(&GgufValue::U32(file_type))
+        );
+        assert_eq!(
+            out.get("general.quantization_version"),
+            Some(&GgufValue::U32(2))
+        );
+        for (p, t) in plan.iter().zip(out.tensors()) {
+            assert_eq!(
+                (&t.name, t.ggml_type, &t.shape),
+                (&p.name, p.to, &g.tensor_info(&p.name).unwrap().shape)
+            );
+            let got = out.tensor_bytes(&t.name).unwrap();
+            match p.to {
+                GgmlType::Quant(f) => {
+                    let x = g
+                        .tensor(&p.name, &dev)
+                        .unwrap()
+                        .to_dtype(DType::F32)
+                        .unwrap();
+                    let x: Tensor<f32> = x.try_into().unwrap();
+                    let q = QTensor::quantize(&x, f).unwrap().to_bytes().unwrap();
+                    assert!(
+                        got == &q[..],
+                        "{mix:?}: {} differs from QTensor::quantize",
+                        p.name
+                    );
+                }
+                _ => assert_eq!(got, g.tensor_bytes(&p.name).unwrap(), "{}", p.name),
+            }
+        }
+    }
+    // Tied embeddings: without output.weight the token embedding is the
+    // output projection and gets Q6_K.
+    let mut tied = GgufWriter::new();
+    add(&mut tied, "token_embd.weight", &[vocab, hidden], false);
+    let tied = Gguf::from_bytes(tied.to_bytes().unwrap()).unwrap();
+    assert_eq!(quantize_plan(&tied, QuantMix::Q4KM).unwrap()[0].to, ty(Q6K));
+    assert_eq!(
+        quantize_plan(&tied, QuantMix::Uniform(Q8_0)).unwrap()[0].to,
+        ty(Q8_0)
+    );
+    // Types that are not weight formats are refused by name.
+    for bad in ["IQ4_XS", "Q8_K", "q8_1", "f16", ""] {
+        let e = bad.parse::<QuantMix>().unwrap_err().to_string();
+        assert!(e.contains(&format!("{bad:?}")), "{e}");
+    }
+    assert!(quantize_plan(&g, QuantMix::Pure(Iq4Xs)).is_err());
+}

@@ -620,8 +620,55 @@ fn quantize_round_trips_within_half_a_step_and_refuses_bad_input() {
         assert!(QTensor::quantize(&ints, QuantFormat::Q8_0).is_err());
         let odd = ferrocm::Tensor::<f32>::zeros(&[2, 48], &dev).unwrap();
         assert!(QTensor::quantize(&odd, QuantFormat::Q4_0).is_err());
+        // No quantizer for IQ4_NL; Q4_K's blocks of 256 do not fit rows of 64.
+        assert!(QTensor::quantize(&x, QuantFormat::Iq4Nl).is_err());
         assert!(QTensor::quantize(&x, QuantFormat::Q4K).is_err());
     }
+}
+
+/// The K-quants' and Q8_K's quantizers against GGML's own C, bit for bit:
+/// rows and the blocks `quantize_row_q*_K_ref` made of them
+/// (tests/fixtures/quant/make_ggml_kquants_fixture.c): weights-like, small,
+/// offset, all-positive, all-negative, zero, constant, an outlier past f16,
+/// tiny (below GGML's all-zero threshold), sparse, tied and heavy-tailed
+/// blocks, quantized from f32 on every device.
+#[test]
+fn kquantize_matches_ggml_c() {
+    let data = std::fs::read(fixture("tests/fixtures/quant/ggml_kquants.bin")).unwrap();
+    assert_eq!(&data[0..4], b"FQK1");
+    let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+    let n = u32_at(4);
+    let values: Vec<f32> = data[8..8 + 4 * n]
+        .as_chunks::<4>()
+        .0
+        .iter()
+        .map(|c| f32::from_le_bytes(*c))
+        .collect();
+    let mut at = 8 + 4 * n;
+    let entries = u32_at(at);
+    at += 4;
+    let mut seen = Vec::new();
+    for _ in 0..entries {
+        let f = QuantFormat::from_ggml_type(u32_at(at) as u32).unwrap();
+        at += 4;
+        let want = &data[at..at + f.bytes_for(n).unwrap()];
+        at += want.len();
+        seen.push(f);
+        for dev in devices() {
+            let x = ferrocm::Tensor::from_slice(&values, &[n / 256, 256], &dev).unwrap();
+            let got = QTensor::quantize(&x, f).unwrap().to_bytes().unwrap();
+            for (b, (g, w)) in got
+                .chunks(f.block_bytes())
+                .zip(want.chunks(f.block_bytes()))
+                .enumerate()
+            {
+                assert_eq!(g, w, "{f} on {dev}: block {b}");
+            }
+        }
+    }
+    assert_eq!(at, data.len());
+    use QuantFormat::*;
+    assert_eq!(seen, [Q2K, Q3K, Q4K, Q5K, Q6K, Q8K]);
 }
 
 /// Blocks with finite scales only (the products' tests): f16 scales in

@@ -64,3 +64,51 @@ pub fn describe(g: &Gguf) -> String {
     }
     s
 }
+
+/// What `ferrocm quantize` prints when done: how many tensors went to each
+/// type and the data size before and after.
+///
+/// ```
+/// use ferrocm_ops::quant::gguf::{Gguf, GgufWriter};
+/// use ferrocm_ops::quant::requantize::{quantize_gguf, QuantMix};
+/// use ferrocm_ops::{Device, QuantFormat, Tensor};
+/// let w = Tensor::from_slice(&vec![0.25f32; 4 * 256], &[4, 256], &Device::Cpu)?;
+/// let mut file = GgufWriter::new();
+/// file.tensor("blk.0.attn_q.weight", &w.into())?;
+/// let g = Gguf::from_bytes(file.to_bytes()?)?;
+/// let out = Gguf::from_bytes(quantize_gguf(&g, QuantMix::Uniform(QuantFormat::Q8_0), |_, _| {})?.to_bytes()?)?;
+/// let text = ferrocm_cli::gguf::quantize_summary(&g, &out, 4096, 4 * 272);
+/// assert!(text.contains("1 q8_0"), "{text}");
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
+pub fn quantize_summary(input: &Gguf, output: &Gguf, bytes_in: u64, bytes_out: u64) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for t in output.tensors() {
+        let name = t.ggml_type.to_string();
+        match counts.iter_mut().find(|(n, _)| *n == name) {
+            Some(c) => c.1 += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    let types: Vec<String> = counts.iter().map(|(n, c)| format!("{c} {n}")).collect();
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    format!(
+        "{} tensors ({}): {:.2} MiB -> {:.2} MiB ({:.2} bits per weight of the input's {} elements)",
+        input.tensors().len(),
+        types.join(", "),
+        mib(bytes_in),
+        mib(bytes_out),
+        8.0 * bytes_out as f64
+            / input
+                .tensors()
+                .iter()
+                .map(|t| t.shape.iter().product::<usize>() as f64)
+                .sum::<f64>()
+                .max(1.0),
+        input
+            .tensors()
+            .iter()
+            .map(|t| t.shape.iter().product::<usize>())
+            .sum::<usize>()
+    )
+}

@@ -1,4 +1,5 @@
-//! The `ferrocm` command: `check`, `bench`, `kernels`, `info`, `gguf`.
+//! The `ferrocm` command: `check`, `bench`, `kernels`, `info`, `gguf`,
+//! `quantize`.
 //!
 //! Exit codes: 0 when the command did what it was asked and everything it
 //! checked passed; 1 when something it ran failed (a check case, a bench
@@ -32,7 +33,7 @@ struct Cli {
     command: Command,
 }
 
-// Room for `quantize`, `run MODEL`, `serve`: one variant and one function
+// Room for `run MODEL`, `serve`: one variant and one function
 // each.
 #[derive(Subcommand)]
 enum Command {
@@ -54,6 +55,21 @@ enum Command {
     Gguf {
         /// The file.
         file: std::path::PathBuf,
+    },
+    /// Rewrite a GGUF file's f32/f16/bf16 weight matrices in a quantized
+    /// format with GGML's reference quantizers (norms, biases and quantized
+    /// tensors are copied; the output projection gets Q6_K unless --pure).
+    Quantize {
+        /// The GGUF file to read.
+        input: std::path::PathBuf,
+        /// The GGUF file to write.
+        output: std::path::PathBuf,
+        /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, or
+        /// the mixes Q4_K_M, Q5_K_M (Q4_K_S, Q5_K_S: Q4_K, Q5_K).
+        r#type: String,
+        /// Every weight matrix in TYPE, the output projection included.
+        #[arg(long)]
+        pure: bool,
     },
 }
 
@@ -194,6 +210,57 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::Quantize {
+            input,
+            output,
+            r#type,
+            pure,
+        } => run_quantize(&input, &output, &r#type, pure),
+    }
+}
+
+/// `ferrocm quantize`: the plan, a progress bar over the input's bytes,
+/// then the sizes before and after.
+fn run_quantize(
+    input: &std::path::Path,
+    output: &std::path::Path,
+    ty: &str,
+    pure: bool,
+) -> ExitCode {
+    use ferrocm_ops::quant::gguf::Gguf;
+    use ferrocm_ops::quant::requantize::{QuantMix, quantize_gguf};
+    let mix = match ty.parse::<QuantMix>() {
+        Ok(QuantMix::Uniform(f)) if pure => QuantMix::Pure(f),
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("ferrocm quantize: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = Gguf::open(input).and_then(|g| {
+        let total: u64 = g.tensors().iter().map(|t| t.bytes).sum();
+        let bar = indicatif::ProgressBar::new(total).with_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {binary_bytes}/{binary_total_bytes} {elapsed} (eta {eta})",
+            )
+            .expect("a valid template"),
+        );
+        let w = quantize_gguf(&g, mix, |done, _| bar.set_position(done))?;
+        bar.finish_and_clear();
+        w.write(output)?;
+        let out = Gguf::open(output)?;
+        let bytes: u64 = out.tensors().iter().map(|t| t.bytes).sum();
+        Ok(ferrocm_cli::gguf::quantize_summary(&g, &out, total, bytes))
+    });
+    match result {
+        Ok(summary) => {
+            outln!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ferrocm quantize: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 

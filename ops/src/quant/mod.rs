@@ -1,12 +1,13 @@
 //! Quantized weights: GGML's block formats ([`QuantFormat`]), the
 //! block-quantized tensor ([`QTensor`]) and its ops: quantize,
 //! dequantize, and the linear layer ([`QTensor::forward`], [`Weight`]);
-//! and GGUF files ([`gguf`]).
+//! and GGUF files ([`gguf`]) and their quantization ([`requantize`]).
 
 pub mod format;
 pub mod gguf;
 pub mod matvec;
 pub mod qtensor;
+pub mod requantize;
 
 pub use format::QuantFormat;
 pub use matvec::Weight;

@@ -161,7 +161,9 @@ impl QTensor {
     /// with `quantize_row_*_ref` for finite input), on the host (rayon),
     /// the blocks then placed on `x`'s device; the last dim must be a whole
     /// number of blocks. Formats with a quantizer: Q4_0, Q4_1, Q5_0, Q5_1,
-    /// Q8_0, Q8_1.
+    /// Q8_0, Q8_1, and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K with GGML's
+    /// non-imatrix reference algorithms (bit-exact with GGML's C compiled
+    /// without floating-point contraction).
     ///
     /// ```
     /// use ferrocm_ops::{Device, QTensor, QuantFormat, Tensor};
@@ -192,23 +194,7 @@ impl QTensor {
             .into_iter()
             .map(|v| v.to_kernel().to_f32())
             .collect();
-        use ferrocm_kernels::quant::blocks::*;
-        let bytes = match format {
-            QuantFormat::Q4_0 => quantize_blocks::<BlockQ4_0>(&values),
-            QuantFormat::Q4_1 => quantize_blocks::<BlockQ4_1>(&values),
-            QuantFormat::Q5_0 => quantize_blocks::<BlockQ5_0>(&values),
-            QuantFormat::Q5_1 => quantize_blocks::<BlockQ5_1>(&values),
-            QuantFormat::Q8_0 => quantize_blocks::<BlockQ8_0>(&values),
-            QuantFormat::Q8_1 => quantize_blocks::<BlockQ8_1>(&values),
-            other => {
-                return Err(Error::BadParameter {
-                    op,
-                    what: format!(
-                        "no quantizer for {other} yet (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 have one)"
-                    ),
-                });
-            }
-        };
+        let bytes = quantize_values(op, &values, format)?;
         Self::from_bytes(&bytes, format, x.shape(), x.device())
     }
 
@@ -405,6 +391,38 @@ impl<B: DequantKernels + Sync, T: WithDType> Op for Dequantize<'_, B, T> {
 }
 
 /// `values` (a whole number of blocks) quantized block by block, as bytes.
+/// `values` (a whole number of `format` blocks) quantized with GGML's
+/// reference quantizer of `format`, rayon across blocks.
+pub(crate) fn quantize_values(
+    op: &'static str,
+    values: &[f32],
+    format: QuantFormat,
+) -> Result<Vec<u8>> {
+    use ferrocm_kernels::quant::blocks::*;
+    Ok(match format {
+        QuantFormat::Q4_0 => quantize_blocks::<BlockQ4_0>(values),
+        QuantFormat::Q4_1 => quantize_blocks::<BlockQ4_1>(values),
+        QuantFormat::Q5_0 => quantize_blocks::<BlockQ5_0>(values),
+        QuantFormat::Q5_1 => quantize_blocks::<BlockQ5_1>(values),
+        QuantFormat::Q8_0 => quantize_blocks::<BlockQ8_0>(values),
+        QuantFormat::Q8_1 => quantize_blocks::<BlockQ8_1>(values),
+        QuantFormat::Q2K => quantize_blocks::<BlockQ2K>(values),
+        QuantFormat::Q3K => quantize_blocks::<BlockQ3K>(values),
+        QuantFormat::Q4K => quantize_blocks::<BlockQ4K>(values),
+        QuantFormat::Q5K => quantize_blocks::<BlockQ5K>(values),
+        QuantFormat::Q6K => quantize_blocks::<BlockQ6K>(values),
+        QuantFormat::Q8K => quantize_blocks::<BlockQ8K>(values),
+        other => {
+            return Err(Error::BadParameter {
+                op,
+                what: format!(
+                    "no quantizer for {other} yet (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 and Q2_K..Q6_K, Q8_K have one)"
+                ),
+            });
+        }
+    })
+}
+
 fn quantize_blocks<B: ferrocm_kernels::quant::blocks::QuantizeBlock + bytemuck::Pod + Send>(
     values: &[f32],
 ) -> Vec<u8> {
