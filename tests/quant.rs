@@ -375,6 +375,102 @@ fn dequantize_matches_the_definition_on_every_device() {
     }
 }
 
+/// Quantized embedding: rows of a 7-row table at ids of shape [2, 3] (with
+/// repeats, the first and last row), u8, u32 and i64 ids, every format on
+/// every device, against the f64 reference of each row's blocks; f16/bf16
+/// rounded once from those values; bad ids, empty ids, a 3-D table and a
+/// float dtype refused or handled as the dense embedding does.
+#[test]
+fn embedding_matches_the_definition_on_every_device() {
+    use ferrocm::ops::quant::Weight;
+    let (rows, per_row) = (7usize, 2usize);
+    let picks = [6usize, 0, 3, 3, 1, 6];
+    for f in QuantFormat::ALL {
+        let bytes = blocks(f, rows * per_row, 100 + f.ggml_type() as u64);
+        let cols = per_row * f.block_elems();
+        let row_refs: Vec<Vec<Ref>> = bytes
+            .chunks_exact(per_row * f.block_bytes())
+            .map(|r| {
+                r.chunks_exact(f.block_bytes())
+                    .flat_map(|b| reference(f, b))
+                    .collect()
+            })
+            .collect();
+        for dev in devices() {
+            let w = QTensor::from_bytes(&bytes, f, &[rows, cols], &dev).unwrap();
+            let ids32: Vec<u32> = picks.iter().map(|&p| p as u32).collect();
+            let ids64: Vec<i64> = picks.iter().map(|&p| p as i64).collect();
+            let ids8: Vec<u8> = picks.iter().map(|&p| p as u8).collect();
+            let e32 = w
+                .embedding::<f32, u32>(&ferrocm::Tensor::from_slice(&ids32, &[2, 3], &dev).unwrap())
+                .unwrap();
+            assert_eq!(e32.shape(), &[2, 3, cols]);
+            let got = e32.to_vec().unwrap();
+            for (k, &p) in picks.iter().enumerate() {
+                for (j, &r) in row_refs[p].iter().enumerate() {
+                    let g = got[k * cols + j];
+                    assert!(
+                        close(g, r),
+                        "{f} on {dev}: id {p} at {k}, element {j}: {g:e} vs {:e}",
+                        r.v
+                    );
+                }
+            }
+            let e64 = w
+                .embedding::<f32, i64>(&ferrocm::Tensor::from_slice(&ids64, &[6], &dev).unwrap())
+                .unwrap();
+            let e8 = Weight::<bf16>::Quantized(w.clone())
+                .embedding(&ferrocm::Tensor::from_slice(&ids8, &[6], &dev).unwrap())
+                .unwrap();
+            let same_nan =
+                |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+            let (v64, v8) = (e64.to_vec().unwrap(), e8.to_vec().unwrap());
+            for (i, &g) in got.iter().enumerate() {
+                assert!(same_nan(v64[i], g), "{f} on {dev}: i64 ids, element {i}");
+                let b = bf16::from_f32(g);
+                assert!(
+                    v8[i].to_bits() == b.to_bits() || (g.is_nan() && v8[i].is_nan()),
+                    "{f} on {dev}: bf16, element {i}"
+                );
+            }
+        }
+    }
+    for dev in devices() {
+        let f = QuantFormat::Q4_0;
+        let w = QTensor::from_bytes(&blocks(f, 4, 1), f, &[4, 32], &dev).unwrap();
+        // An id past the table, or negative: the dense embedding's error.
+        for bad in [4i64, -1] {
+            let ids = ferrocm::Tensor::from_slice(&[0i64, bad], &[2], &dev).unwrap();
+            let e = w
+                .embedding::<f32, i64>(&ids)
+                .and_then(|e| Ok(e.to_vec()?))
+                .unwrap_err();
+            assert!(
+                e.to_string().contains(&format!(
+                    "id {bad} at position 1 is out of range for a dim of size 4"
+                )),
+                "{dev}: {e}"
+            );
+        }
+        let none = ferrocm::Tensor::<u32>::zeros(&[0, 5], &dev).unwrap();
+        assert_eq!(w.embedding::<f16, u32>(&none).unwrap().shape(), &[0, 5, 32]);
+        let ids = ferrocm::Tensor::from_slice(&[1u32], &[1], &dev).unwrap();
+        assert!(w.embedding::<u32, u32>(&ids).is_err());
+        let w3 = QTensor::from_bytes(&blocks(f, 4, 1), f, &[2, 2, 32], &dev).unwrap();
+        assert!(
+            w3.embedding::<f32, u32>(&ids)
+                .unwrap_err()
+                .to_string()
+                .contains("[2, 2, 32]")
+        );
+        if dev != ferrocm::Device::Cpu {
+            let cpu_ids =
+                ferrocm::Tensor::from_slice(&[1u32], &[1], &ferrocm::Device::Cpu).unwrap();
+            assert!(w.embedding::<f32, u32>(&cpu_ids).is_err());
+        }
+    }
+}
+
 #[test]
 fn dequantize_through_dyn_tensor_and_unsupported_dtypes() {
     let bytes = blocks(QuantFormat::Q4K, 2, 1);

@@ -537,7 +537,8 @@ pub(crate) fn finite_blocks(format: QuantFormat, blocks: usize, seed: u64) -> Ve
 }
 
 impl Runner<'_> {
-    /// Every quantized format: dequantize to f32, f16 and bf16, and the
+    /// Every quantized format: dequantize to f32, f16 and bf16, the
+    /// embedding lookup (7 ids with repeats) to f32, and the
     /// linear layer with 1, 3 and 8 rows of f32 and bf16 activations (the
     /// matrix-vector kernels taking 1, 4 with one repeated, and 8 rows of x
     /// per pass), on `[37, 512]` weights.
@@ -557,6 +558,11 @@ impl Runner<'_> {
             let w2 = w.clone();
             self.case(format!("dequantize[{format}]"), DType::BF16, move |dev| {
                 w2(dev)?.dequantize::<bf16>()
+            });
+            let w2 = w.clone();
+            self.case(format!("qembedding[{format}]"), DType::F32, move |dev| {
+                let ids = [36u32, 0, 5, 5, 17, 36, 2];
+                w2(dev)?.embedding::<f32, u32>(&Tensor::from_slice(&ids, &[7], dev)?)
             });
             for m in [1usize, 3, 8] {
                 let w2 = w.clone();

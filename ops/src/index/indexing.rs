@@ -169,7 +169,8 @@ impl<T: WithDType> Tensor<T> {
             )?)?;
         let sel = IndexSelect {
             op,
-            src: &src,
+            src: src.buf(),
+            src_offset: src.layout.offset(),
             ids: &ids,
             outer: shape[..dim].iter().product(),
             size: shape[dim],
@@ -183,10 +184,50 @@ impl<T: WithDType> Tensor<T> {
     }
 }
 
+/// Rows `ids` (contiguous, any shape, on `src`'s device) of a buffer of
+/// `rows` rows of `inner` elements from element `offset`: a buffer of
+/// `ids.elem_count()` rows (quantized `embedding`: rows of block bytes).
+/// An id outside `0..rows` is an error as for [`Tensor::index_select`].
+pub(crate) fn select_buffer_rows<T: WithDType, I: IdType>(
+    op: &'static str,
+    src: &DeviceBuffer<T>,
+    offset: usize,
+    rows: usize,
+    inner: usize,
+    ids: &Tensor<I>,
+) -> Result<DeviceBuffer<T>> {
+    let dev = src.device();
+    if ids.device() != dev {
+        return Err(Error::DeviceMismatch {
+            op,
+            lhs: dev.to_string(),
+            rhs: ids.device().to_string(),
+        });
+    }
+    let n = ids.elem_count();
+    let out = dev.alloc::<T>(crate::core::layout::checked_count(
+        op,
+        &[n, inner],
+        size_of::<T>(),
+    )?)?;
+    let sel = IndexSelect {
+        op,
+        src,
+        src_offset: offset,
+        ids,
+        outer: 1,
+        size: rows,
+        inner,
+        out,
+    };
+    engine::run(dev, sel)
+}
+
 /// `out[o, i, :] = src[o, ids[i], :]` over a contiguous `[outer, size, inner]` source.
 struct IndexSelect<'a, T: WithDType, I: IdType> {
     op: &'static str,
-    src: &'a Tensor<T>,
+    src: &'a DeviceBuffer<T>,
+    src_offset: usize,
     ids: &'a Tensor<I>,
     outer: usize,
     size: usize,
@@ -207,7 +248,7 @@ impl<T: WithDType, I: IdType> Op for IndexSelect<'_, T, I> {
         if inner == 0 || n == 0 {
             return Ok(self.out);
         }
-        let src = &crate::engine::cpu::host(self.src.buf())[self.src.layout.offset()..];
+        let src = &crate::engine::cpu::host(self.src)[self.src_offset..];
         // Rows of `inner`, grouped so each task moves at least ~16K elements.
         let per_task = (1 << 14) / inner + 1;
         crate::engine::cpu::host_mut(&mut self.out)
@@ -231,11 +272,11 @@ impl<T: WithDType, I: IdType> Op for IndexSelect<'_, T, I> {
         }
         let bytes = size_of::<T>();
         let row_bytes = self.inner * bytes;
-        let at = self.src.layout.offset() * bytes;
+        let at = self.src_offset * bytes;
         // 16-byte words when rows, the source's start and its buffer allow.
         if row_bytes.is_multiple_of(16)
             && at.is_multiple_of(16)
-            && self.src.buf().as_raw().len_bytes().is_multiple_of(16)
+            && self.src.as_raw().len_bytes().is_multiple_of(16)
         {
             self.launch::<W128>(dev, I::Kernel::SELECT_W128, n, row_bytes / 16, at / 16)?;
         } else {
@@ -275,7 +316,7 @@ impl<T: WithDType, I: IdType> IndexSelect<'_, T, I> {
             LaunchConfig::rows(rows.div_ceil(per_group), BLOCK, 0).starting_early(),
             (
                 Out::new(words::<W, T>(&self.out)),
-                In::range(words::<W, T>(self.src.buf()), at, src_words),
+                In::range(words::<W, T>(self.src), at, src_words),
                 self.ids.input(),
                 self.outer as u64,
                 n as u64,

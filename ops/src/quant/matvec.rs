@@ -311,6 +311,19 @@ impl<T: WithDType> Weight<T> {
         }
     }
 
+    /// Rows at `ids` of a `[vocab, hidden]` table, dense or quantized:
+    /// [`Tensor::embedding`] or [`QTensor::embedding`] (shape `ids.shape()
+    /// + [hidden]`).
+    ///
+    /// # Errors
+    /// Those of the lookup taken.
+    pub fn embedding<I: crate::IdType>(&self, ids: &Tensor<I>) -> Result<Tensor<T>> {
+        match self {
+            Weight::Dense(w) => w.embedding(ids),
+            Weight::Quantized(w) => w.embedding::<T, I>(ids),
+        }
+    }
+
     /// The weight's shape `[out, in]`.
     pub fn shape(&self) -> &[usize] {
         match self {

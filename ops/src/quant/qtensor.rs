@@ -314,6 +314,76 @@ impl QTensor {
         Ok(Tensor::from_parts(buf, &self.shape))
     }
 
+    /// Rows of a 2-D quantized table (`[vocab, hidden]`, a GGUF's
+    /// `token_embd.weight`) at `ids` of any shape, dequantized to `T`
+    /// (f32, f16 or bf16): shape `ids.shape() + [hidden]`, each value as
+    /// [`QTensor::dequantize`] gives it. Only the chosen rows' blocks are
+    /// read: they are gathered as bytes (the `index_select` kernels), then
+    /// dequantized.
+    ///
+    /// ```
+    /// # use ferrocm_ops::WaveSize;
+    /// use ferrocm_ops::{Device, QTensor, QuantFormat, Tensor};
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// let table: Vec<f32> = (0..4 * 32).map(|i| (i / 32) as f32).collect(); // row r holds r
+    /// let t = Tensor::from_slice(&table, &[4, 32], &dev)?;
+    /// let q = QTensor::quantize(&t, QuantFormat::Q8_0)?;
+    /// let ids = Tensor::from_slice(&[3u32, 0, 2], &[3], &dev)?;
+    /// let e = q.embedding::<f32, u32>(&ids)?;
+    /// assert_eq!(e.shape(), &[3, 32]);
+    /// assert_eq!(e.to_vec()?[..2], [3.0, 3.0]);
+    /// // An id past the table is an error naming it (from the next wait on a kernel device).
+    /// let bad = Tensor::from_slice(&[4u32], &[1], &dev)?;
+    /// assert!(q.embedding::<f32, u32>(&bad).and_then(|e| Ok(e.to_vec()?)).is_err());
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadParameter`] naming the shape when the table is not 2-D;
+    /// [`Error::UnsupportedDType`] for a `T` other than f32, f16, bf16;
+    /// [`Error::DeviceMismatch`]; an id outside `0..vocab` as for
+    /// [`Tensor::index_select`]; [`Error::Host`] when allocation or a
+    /// launch fails.
+    pub fn embedding<T: WithDType, I: crate::index::indexing::IdType>(
+        &self,
+        ids: &Tensor<I>,
+    ) -> Result<Tensor<T>> {
+        let op = "QTensor::embedding";
+        if self.shape.len() != 2 {
+            return Err(Error::BadParameter {
+                op,
+                what: format!(
+                    "the table must be 2-D (vocab, hidden), got shape {:?}",
+                    self.shape
+                ),
+            });
+        }
+        if !matches!(T::DTYPE, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: T::DTYPE,
+            });
+        }
+        let (rows, cols) = (self.rows(), self.cols());
+        let row_bytes = self.format.bytes_for(cols).expect("checked at creation");
+        let flat = ids.contiguous()?;
+        let bytes = self
+            .storage
+            .raw()
+            .typed::<u8>()
+            .expect("bytes always divide");
+        let picked =
+            crate::index::indexing::select_buffer_rows(op, bytes, 0, rows, row_bytes, &flat)?;
+        let picked = QTensor {
+            storage: Arc::new(Storage::blocks(picked.into_raw(), self.format)),
+            format: self.format,
+            shape: vec![flat.elem_count(), cols],
+        };
+        let mut shape = ids.shape().to_vec();
+        shape.push(cols);
+        picked.dequantize::<T>()?.reshape(&shape)
+    }
+
     /// [`QTensor::dequantize`] to a run-time `dtype`.
     ///
     /// # Errors
