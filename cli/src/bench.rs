@@ -790,11 +790,16 @@ fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<
     Ok(rows)
 }
 
+/// Bytes of weight copies the rotated quantized rows cycle through: past
+/// an H100's 50 MiB L2 and MI300's 256 MiB Infinity Cache.
+const ROTATED_BYTES: usize = 512 << 20;
+
 /// Quantized weights, every format, on a `[n, k]` weight (4096 x 14336 at
 /// the default config, llama.cpp's test-backend-ops shape: m = 4096 output
 /// rows, k = 14336): the linear layer with 1 and 8 rows of f32 activations
 /// (bytes: the weight's), and dequantize to bf16 (bytes: the weight's and
-/// the output's).
+/// the output's); on GPUs also 1 row against weights rotated past the
+/// caches and the batched product with 512 rows of bf16 (TFLOP/s).
 fn quant_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
     use ferrocm_ops::{QTensor, QuantFormat};
     let n = cfg.cols;
@@ -831,6 +836,42 @@ fn quant_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
                 |(w, x)| w.forward(x).map(drop),
             )?;
             row.flops = Some((2 * m * n * k) as u64);
+            rows.push(row);
+        }
+        if dev.is_gpu() {
+            // The weights as a model's layers meet them: copies past every
+            // GPU cache (L2, MI300's 256 MiB Infinity Cache), a different
+            // one each call.
+            let copies = (ROTATED_BYTES / wbytes as usize).max(2);
+            let ws = (0..copies)
+                .map(|_| QTensor::from_bytes(&bytes, format, &[n, k], dev))
+                .collect::<ferrocm_ops::Result<Vec<_>>>()?;
+            let x = Tensor::<f32>::rand(&[1, k], -1.0, 1.0, 3, dev)?;
+            let mut row = timed.row(
+                &format!("qlinear {format} x1 f32, {copies} weights rotated (weight bytes)"),
+                vec![n, k],
+                wbytes,
+                &(ws, x, std::cell::Cell::new(0usize)),
+                None,
+                |(ws, x, next)| {
+                    let i = next.get();
+                    next.set((i + 1) % ws.len());
+                    ws[i].forward(x).map(drop)
+                },
+            )?;
+            row.flops = Some((2 * n * k) as u64);
+            rows.push(row);
+            // The batched product (prefill): 512 rows of bf16 activations.
+            let x = Tensor::<bf16>::rand(&[512, k], -1.0, 1.0, 3, dev)?;
+            let mut row = timed.row(
+                &format!("qlinear {format} x512 bf16 (weight bytes)"),
+                vec![n, k],
+                wbytes,
+                &(w.clone(), x),
+                None,
+                |(w, x)| w.forward(x).map(drop),
+            )?;
+            row.flops = Some((2 * 512 * n * k) as u64);
             rows.push(row);
         }
         let out_bytes = (n * k * 2) as u64;
