@@ -241,6 +241,7 @@ fn main() {
     }
     llm_cases(n, reps, &filter, memcpy);
     attention_cases(reps, &filter, memcpy);
+    quant_cases(reps, &filter, memcpy);
     // Issue 10's Cpu targets: GEMM 1024^3 and 4096^3 f32 (and f16) at least
     // candle's speed; matvec 4096 x 4096 at 50% of memcpy in weight bytes
     // (VS_CANDLE_MATMUL_BIG=0 leaves out the 4096^3 GEMM).
@@ -412,6 +413,48 @@ fn attention_cases(reps: usize, filter: &str, memcpy: f64) {
         let gbs = (2 * h_kv * cache * d * e) as f64 / td / 1e6;
         println!("{:<26} {cd:>10.2} {td:>10.2} {:>6.2}x {gbs:>9.1} {:>7.0}%", format!("decode 4096 keys {dt}"), cd / td, 100.0 * gbs / memcpy);
         println!("{:<26} {cp:>10.2} {tp:>10.2} {:>6.2}x {:>9} {:>8}", format!("prefill 512 causal {dt}"), cp / tp, "-", "-");
+    }
+}
+
+/// Issue 33's Cpu targets: the quantized matrix-vector product on a
+/// 4096 x 14336 weight (llama.cpp's test-backend-ops shape) with 1 and 8
+/// rows of f32 activations, on the same blocks on both sides (candle's
+/// quantizer makes them, ferrocm reads its bytes). Bytes: the weight's.
+/// candle's CPU dot products use AVX only when built with it
+/// (`#[cfg(target_feature = "avx")]`): run this with `RUSTFLAGS="-C
+/// target-cpu=native"` to give candle its SIMD paths (ferrocm picks AVX2
+/// at run time either way).
+fn quant_cases(reps: usize, filter: &str, memcpy: f64) {
+    use candle_core::Module;
+    use candle_core::quantized::{GgmlDType, QMatMul, QTensor as CQTensor};
+    use ferrocm::ops::{QTensor, QuantFormat};
+    if !"quant".contains(filter) && !filter.contains("quant") {
+        return;
+    }
+    let (dev, cdev) = (Device::Cpu, CDevice::Cpu);
+    let (n, k) = (4096usize, 14336usize);
+    println!("\n{:<26} {:>10} {:>10} {:>7} {:>9} {:>8}", "quant (4096x14336)", "candle ms", "ferrocm ms", "ratio", "GB/s", "% memcpy");
+    let w = Tensor::<f32>::randn(&[n, k], 0.0, 0.02, 30, &dev).unwrap();
+    let cw = CTensor::from_vec(w.to_vec().unwrap(), (n, k), &cdev).unwrap();
+    for (cf, f) in [
+        (GgmlDType::Q4_0, QuantFormat::Q4_0),
+        (GgmlDType::Q8_0, QuantFormat::Q8_0),
+        (GgmlDType::Q4K, QuantFormat::Q4K),
+        (GgmlDType::Q5K, QuantFormat::Q5K),
+        (GgmlDType::Q6K, QuantFormat::Q6K),
+    ] {
+        let cq = CQTensor::quantize(&cw, cf).unwrap();
+        let bytes = cq.data().unwrap().to_vec();
+        let fq = QTensor::from_bytes(&bytes, f, &[n, k], &dev).unwrap();
+        let cmm = QMatMul::from_qtensor(cq).unwrap();
+        for m in [1usize, 8] {
+            let x = Tensor::<f32>::randn(&[m, k], 0.0, 1.0, 31, &dev).unwrap();
+            let cx = CTensor::from_vec(x.to_vec().unwrap(), (m, k), &cdev).unwrap();
+            let tc = median_ms(reps, &|| drop(cmm.forward(&cx).unwrap()));
+            let tf = median_ms(reps, &|| drop(fq.forward(&x).unwrap()));
+            let gbs = bytes.len() as f64 / tf / 1e6;
+            println!("{:<26} {tc:>10.2} {tf:>10.2} {:>6.2}x {gbs:>9.1} {:>7.0}%", format!("qmatmul {f} x{m}"), tc / tf, 100.0 * gbs / memcpy);
+        }
     }
 }
 
