@@ -13,6 +13,8 @@ use crate::{DType, Device, Error, Result, Tensor, WithDType};
 use ferrocm_host::{DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::quant::blocks::QuantBlock;
+#[cfg(target_arch = "x86_64")]
+use ferrocm_kernels::quant::blocks::{BlockQ8K, QuantizeBlock};
 pub use ferrocm_kernels::quant::matvec::QMATVEC_MAX_M;
 use ferrocm_kernels::quant::matvec::{
     QMATVEC_BLOCK, QMATVEC_LDS_BYTES, QMATVEC_ROW_LANES, QMatvecKernels, QuantizeXKernel,
@@ -155,6 +157,20 @@ impl<B: QuantBlock> crate::engine::cpu::Task for CpuRows<'_, B> {
     }
 }
 
+impl<B, T: WithDType> QMatvec<'_, B, T> {
+    /// `y[c, r] = sums[r, c]` rounded to `T`.
+    fn finish(mut self, sums: &[f32]) -> DeviceBuffer<T> {
+        let (n, m) = (self.n, self.m);
+        let y = crate::engine::cpu::host_mut(&mut self.out);
+        for (r, s) in sums.chunks_exact(m.max(1)).enumerate().take(n) {
+            for (c, &v) in s.iter().enumerate() {
+                y[c * n + r] = T::from_kernel(T::Kernel::from_f32(v));
+            }
+        }
+        self.out
+    }
+}
+
 /// The Cpu rows on x86-64 with AVX2: the same integer dot products as
 /// [`unit_half_dot`] (`vpmaddubsw` on |code| and x signed like the code,
 /// exact: no pair of products reaches i16's limit, as x codes stay in
@@ -164,6 +180,10 @@ impl<B: QuantBlock> crate::engine::cpu::Task for CpuRows<'_, B> {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::QuantBlock;
+    use ferrocm_kernels::elem::{F16, f16_bits_to_f32};
+    use ferrocm_kernels::quant::blocks::{
+        BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K, k4_scale_min,
+    };
     use std::arch::x86_64::*;
 
     /// `sums[r, c] += w_r · x_c` for every weight row `r` of `w` and every
@@ -263,6 +283,168 @@ mod x86 {
             }
         }
     }
+
+    /// Whether `B` takes [`superblock_rows`]: Q4_K, Q5_K, Q6_K.
+    pub(super) fn superblock_format<B: QuantBlock>() -> bool {
+        matches!(B::GGML_TYPE, 12..=14)
+    }
+
+    /// `sums[r, c] += w_r · x_c` for the Q4_K, Q5_K or Q6_K rows `w` and
+    /// x as Q8_K blocks (`m` rows of `k / 256`): per super-block, the codes'
+    /// products summed in i32 with the integer sub-block scales (and the
+    /// minimums against x's group sums), then one f32 multiply-add per
+    /// scale of the super-block, as GGML's CPU dot products go.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `B` is one of the three formats.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn superblock_rows<B: QuantBlock + bytemuck::Pod>(
+        sums: &mut [f32],
+        w: &[B],
+        x: &[BlockQ8K],
+        k: usize,
+        m: usize,
+    ) {
+        let per_row = k / QK_K;
+        for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
+            for (c, s) in s.iter_mut().enumerate() {
+                let xs = &x[c * per_row..][..per_row];
+                let mut acc = 0.0f32;
+                match B::GGML_TYPE {
+                    12 => {
+                        let row: &[BlockQ4K] = bytemuck::cast_slice(row);
+                        for (b, xb) in row.iter().zip(xs) {
+                            acc += dot_q45k(b.d, b.dmin, &b.scales, &b.qs, None, xb);
+                        }
+                    }
+                    13 => {
+                        let row: &[BlockQ5K] = bytemuck::cast_slice(row);
+                        for (b, xb) in row.iter().zip(xs) {
+                            acc += dot_q45k(b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh), xb);
+                        }
+                    }
+                    _ => {
+                        let row: &[BlockQ6K] = bytemuck::cast_slice(row);
+                        for (b, xb) in row.iter().zip(xs) {
+                            acc += dot_q6k(b, xb);
+                        }
+                    }
+                }
+                *s += acc;
+            }
+        }
+    }
+
+    /// The sum of the eight i32 lanes.
+    #[target_feature(enable = "avx2")]
+    fn hsum_i32(v: __m256i) -> i32 {
+        let h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0b01_00_11_10));
+        let h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0b10_11_00_01));
+        _mm_cvtsi128_si32(h)
+    }
+
+    /// One Q4_K (or, with `qh`, Q5_K) super-block times a Q8_K block:
+    /// `d dx Σ_j sc_j Σ q x - dmin dx Σ_j m_j (x's sums of sub-block j)`.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_q45k(
+        d: F16,
+        dmin: F16,
+        scales: &[u8; 12],
+        qs: &[u8; 128],
+        qh: Option<&[u8; 32]>,
+        x: &BlockQ8K,
+    ) -> f32 {
+        let mut sc = [0i16; 8];
+        let mut summ = 0i32;
+        for (j, sc) in sc.iter_mut().enumerate() {
+            let (s, mn) = k4_scale_min(j, scales);
+            *sc = s as i16;
+            summ += mn as i32 * (x.bsums[2 * j] as i32 + x.bsums[2 * j + 1] as i32);
+        }
+        let low4 = _mm256_set1_epi8(0x0F);
+        // SAFETY: 32-byte unaligned loads inside qs (128 bytes), qh (32)
+        // and x.qs (256).
+        let high = qh.map(|h| unsafe { _mm256_loadu_si256(h.as_ptr().cast()) });
+        let mut acc = _mm256_setzero_si256();
+        for c in 0..4 {
+            let (q, xl, xh) = unsafe {
+                (
+                    _mm256_loadu_si256(qs.as_ptr().add(32 * c).cast()),
+                    _mm256_loadu_si256(x.qs.as_ptr().add(64 * c).cast()),
+                    _mm256_loadu_si256(x.qs.as_ptr().add(64 * c + 32).cast()),
+                )
+            };
+            let mut lo = _mm256_and_si256(q, low4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            if let Some(h) = high {
+                // The fifth bit of sub-block s is bit s of qh[l]: 16 where set.
+                let sixteen = _mm256_set1_epi8(16);
+                let b0 = _mm256_set1_epi8(1 << (2 * c));
+                let b1 = _mm256_set1_epi8((1 << (2 * c + 1)) as i8);
+                let set0 = _mm256_cmpeq_epi8(_mm256_and_si256(h, b0), b0);
+                let set1 = _mm256_cmpeq_epi8(_mm256_and_si256(h, b1), b1);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(set0, sixteen));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(set1, sixteen));
+            }
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sc[2 * c]));
+            let ph = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(hi, xh),
+                _mm256_set1_epi16(sc[2 * c + 1]),
+            );
+            acc = _mm256_add_epi32(acc, _mm256_add_epi32(pl, ph));
+        }
+        let (d, dmin) = (f16_bits_to_f32(d.0) * x.d, f16_bits_to_f32(dmin.0) * x.d);
+        d * hsum_i32(acc) as f32 - dmin * summ as f32
+    }
+
+    /// One Q6_K super-block times a Q8_K block: `d dx Σ_g sc_g (Σ q x - 32
+    /// (x's sum of group g))`.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_q6k(w: &BlockQ6K, x: &BlockQ8K) -> f32 {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let three = _mm256_set1_epi8(3);
+        let mut acc = _mm256_setzero_si256();
+        for h in 0..2 {
+            // SAFETY: 32-byte unaligned loads inside ql (128), qh (64), x.qs (256).
+            let (l0, l1, hb) = unsafe {
+                (
+                    _mm256_loadu_si256(w.ql.as_ptr().add(64 * h).cast()),
+                    _mm256_loadu_si256(w.ql.as_ptr().add(64 * h + 32).cast()),
+                    _mm256_loadu_si256(w.qh.as_ptr().add(32 * h).cast()),
+                )
+            };
+            // Quarter k of the half: ql low/high nibbles, qh bit pair k.
+            let quarters = [
+                (_mm256_and_si256(l0, low4), hb),
+                (_mm256_and_si256(l1, low4), _mm256_srli_epi16(hb, 2)),
+                (
+                    _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                    _mm256_srli_epi16(hb, 4),
+                ),
+                (
+                    _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                    _mm256_srli_epi16(hb, 6),
+                ),
+            ];
+            for (k, (lo, hi)) in quarters.into_iter().enumerate() {
+                let q = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hi, three), 4));
+                // SAFETY: inside x.qs.
+                let xv = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(128 * h + 32 * k).cast()) };
+                let g = 8 * h + 2 * k;
+                let scale = _mm256_set_m128i(
+                    _mm_set1_epi16(w.scales[g + 1] as i16),
+                    _mm_set1_epi16(w.scales[g] as i16),
+                );
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), scale));
+            }
+        }
+        let mut bias = 0i32;
+        for g in 0..16 {
+            bias += w.scales[g] as i32 * x.bsums[g] as i32;
+        }
+        f16_bits_to_f32(w.d.0) * x.d * (hsum_i32(acc) - 32 * bias) as f32
+    }
 }
 
 impl<B, T> Op for QMatvec<'_, B, T>
@@ -277,26 +459,50 @@ where
 {
     type Output = DeviceBuffer<T>;
 
-    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+    fn cpu(self) -> Result<DeviceBuffer<T>> {
         let (n, k, m) = (self.n, self.k, self.m);
         let w = crate::engine::cpu::host(self.w);
+        let x = &crate::engine::cpu::host(self.x.buf())[self.x.layout.offset()..][..m * k];
+        let per_row = k / B::ELEMS;
+        // Sums per weight row (row-major [n, m]), then transposed into y.
+        let mut sums = vec![0.0f32; n * m];
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2 = false;
+        #[cfg(target_arch = "x86_64")]
+        if avx2 && x86::superblock_format::<B>() && per_row > 0 && m > 0 {
+            // Q4_K, Q5_K, Q6_K: x as Q8_K (GGML's activation format for
+            // them), integer sums over whole super-blocks.
+            let xq: Vec<BlockQ8K> = x
+                .as_chunks::<256>()
+                .0
+                .iter()
+                .map(|c| {
+                    let v = c.map(|v| v.to_kernel().to_f32());
+                    let mut b = BlockQ8K::quantize(&v);
+                    // GGML's quantizer passes NaN by; the sum must not.
+                    if v.iter().any(|v| !v.is_finite()) {
+                        b.d = f32::NAN;
+                    }
+                    b
+                })
+                .collect();
+            sums.par_chunks_mut(m * ROWS_PER_TASK)
+                .zip(w.par_chunks(per_row * ROWS_PER_TASK))
+                // SAFETY: the CPU has AVX2 and FMA (checked above).
+                .for_each(|(sums, w)| unsafe { x86::superblock_rows(sums, w, &xq, k, m) });
+            return Ok(self.finish(&sums));
+        }
         // x in 8-bit form, as the kernels take it (the same function).
-        let (codes, meta): (Vec<[u32; 4]>, Vec<u64>) = crate::engine::cpu::host(self.x.buf())
-            [self.x.layout.offset()..][..m * k]
+        let (codes, meta): (Vec<[u32; 4]>, Vec<u64>) = x
             .as_chunks::<16>()
             .0
             .iter()
             .map(|g| quantize_x_group(g.map(|v| v.to_kernel().to_f32())))
             .unzip();
-        let per_row = k / B::ELEMS;
-        // Sums per weight row (row-major [n, m]), then transposed into y.
-        let mut sums = vec![0.0f32; n * m];
         if per_row > 0 && m > 0 {
-            #[cfg(target_arch = "x86_64")]
-            let avx2 = std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma");
-            #[cfg(not(target_arch = "x86_64"))]
-            let avx2 = false;
             sums.par_chunks_mut(m * ROWS_PER_TASK)
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 .for_each(|(sums, w)| {
@@ -318,13 +524,7 @@ where
                     }
                 });
         }
-        let y = crate::engine::cpu::host_mut(&mut self.out);
-        for (r, s) in sums.chunks_exact(m.max(1)).enumerate().take(n) {
-            for (c, &v) in s.iter().enumerate() {
-                y[c * n + r] = T::from_kernel(T::Kernel::from_f32(v));
-            }
-        }
-        Ok(self.out)
+        Ok(self.finish(&sums))
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
