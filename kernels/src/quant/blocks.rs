@@ -57,7 +57,15 @@ const MXFP4_PACKED: [u64; 2] = pack16(MXFP4_VALUES);
 #[amdgpu_device]
 #[inline(always)]
 fn lookup16(p: [u64; 2], idx: u8) -> i8 {
+    #[cfg(ferrocm_device)]
     let w = if idx & 8 != 0 { p[1] } else { p[0] };
+    // On the host a bit-select: x86 compiled the choice as a branch, taken
+    // at random by 4-bit codes (IQ4 dequantize ran at 3.6 GB/s).
+    #[cfg(not(ferrocm_device))]
+    let w = {
+        let high = 0u64.wrapping_sub(((idx >> 3) & 1) as u64);
+        (p[1] & high) | (p[0] & !high)
+    };
     (w >> (8 * (idx & 7) as u32)) as u8 as i8
 }
 
