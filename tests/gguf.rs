@@ -1,6 +1,7 @@
-//! GGUF: a file written by llama.cpp's own Python writer (gguf-py; see
-//! tests/fixtures/gguf/make_fixture.py) read back value for value and
-//! tensor for tensor; round trips through ferrocm's writer; and corrupt
+//! GGUF: files written by llama.cpp's own writers (gguf-py, see
+//! tests/fixtures/gguf/make_fixture.py; gguf.cpp, see
+//! make_llama_cpp_fixture.cpp) read back value for value and tensor for
+//! tensor; round trips through ferrocm's writer; and corrupt
 //! files (every truncation of a valid one, bad magic, versions, counts,
 //! types, offsets, alignment, duplicates, non-UTF-8) refused with a typed
 //! error naming the byte offset, never a panic.
@@ -15,7 +16,10 @@ use ferrocm::{Device, Tensor};
 /// relative to the working directory (a test binary run from a copy of the
 /// repository's root).
 fn fixture() -> std::path::PathBuf {
-    let rel = "tests/fixtures/gguf/tiny.gguf";
+    fixture_at("tests/fixtures/gguf/tiny.gguf")
+}
+
+fn fixture_at(rel: &str) -> std::path::PathBuf {
     let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
     if built.exists() { built } else { rel.into() }
 }
@@ -491,4 +495,88 @@ fn quantize_gguf_follows_llama_quantize_rules() {
         assert!(e.contains(&format!("{bad:?}")), "{e}");
     }
     assert!(quantize_plan(&g, QuantMix::Pure(Iq4Xs)).is_err());
+}
+
+/// A file written by llama.cpp's C++ writer (gguf.cpp) with tensors from
+/// GGML's reference quantizers: every metadata value, the tensor table
+/// (GGUF's dims reversed), the dense values, and the quantized tensors
+/// byte for byte equal to ferrocm's quantizers on the same f32 values,
+/// loaded on every device.
+#[test]
+fn reads_a_file_written_by_llama_cpp() {
+    let g = Gguf::open(fixture_at("tests/fixtures/gguf/llama_cpp.gguf")).unwrap();
+    assert_eq!((g.version(), g.alignment()), (3, 32));
+    let v = |k: &str| g.get(k).unwrap_or_else(|| panic!("no {k}")).clone();
+    assert_eq!(v("general.architecture"), GgufValue::String("llama".into()));
+    assert_eq!(v("t.u8"), GgufValue::U8(250));
+    assert_eq!(v("t.i8"), GgufValue::I8(-7));
+    assert_eq!(v("t.u16"), GgufValue::U16(65000));
+    assert_eq!(v("t.i16"), GgufValue::I16(-32000));
+    assert_eq!(v("t.u32"), GgufValue::U32(4_000_000_001));
+    assert_eq!(v("t.i32"), GgufValue::I32(-2_000_000_001));
+    assert_eq!(v("t.f32"), GgufValue::F32(0.15625));
+    assert_eq!(v("t.u64"), GgufValue::U64(18_000_000_000_000_000_000));
+    assert_eq!(v("t.i64"), GgufValue::I64(-9_000_000_000_000_000_000));
+    assert_eq!(v("t.f64"), GgufValue::F64(std::f64::consts::E));
+    assert_eq!(v("t.bool"), GgufValue::Bool(false));
+    assert_eq!(v("t.str"), GgufValue::String("ünïcødé ✓".into()));
+    let items = |k: &str| v(k).as_array().unwrap().to_vec();
+    assert_eq!(
+        items("t.arr_i32"),
+        [1, -2, 3, -4, i32::MAX].map(GgufValue::I32).to_vec()
+    );
+    assert_eq!(
+        items("t.arr_f32"),
+        [0.5, -1.25, 1e30].map(GgufValue::F32).to_vec()
+    );
+    assert_eq!(
+        items("t.arr_str"),
+        ["<s>", "</s>", ""]
+            .map(|s| GgufValue::String(s.into()))
+            .to_vec()
+    );
+    let table: Vec<(&str, GgmlType, &[usize])> = g
+        .tensors()
+        .iter()
+        .map(|t| (t.name.as_str(), t.ggml_type, t.shape.as_slice()))
+        .collect();
+    use QuantFormat::*;
+    assert_eq!(
+        table,
+        [
+            ("norm.weight", GgmlType::Dense(DType::F32), &[32usize][..]),
+            ("f16.weight", GgmlType::Dense(DType::F16), &[3, 64]),
+            ("src", GgmlType::Dense(DType::F32), &[2, 256]),
+            ("blk.0.q4k.weight", GgmlType::Quant(Q4K), &[2, 256]),
+            ("blk.0.q6k.weight", GgmlType::Quant(Q6K), &[2, 256]),
+            ("blk.0.q8_0.weight", GgmlType::Quant(Q8_0), &[2, 256]),
+        ]
+    );
+    // The generator's values: norm 1 + i/64, f16 (i - 96)/8 (exact in f16).
+    for dev in devices() {
+        let norm: Tensor<f32> = g.tensor("norm.weight", &dev).unwrap().try_into().unwrap();
+        let want: Vec<f32> = (0..32).map(|i| 1.0 + i as f32 / 64.0).collect();
+        assert_eq!(norm.to_vec().unwrap(), want);
+        let h: Tensor<half::f16> = g.tensor("f16.weight", &dev).unwrap().try_into().unwrap();
+        let want: Vec<f32> = (0..192).map(|i| (i as f32 - 96.0) / 8.0).collect();
+        let got: Vec<f32> = h.to_vec().unwrap().iter().map(|v| v.to_f32()).collect();
+        assert_eq!(got, want);
+        let src: Tensor<f32> = g.tensor("src", &dev).unwrap().try_into().unwrap();
+        for (name, f) in [
+            ("blk.0.q4k.weight", Q4K),
+            ("blk.0.q6k.weight", Q6K),
+            ("blk.0.q8_0.weight", Q8_0),
+        ] {
+            let q = g.qtensor(name, &dev).unwrap();
+            assert_eq!(
+                (q.format(), q.shape(), q.device()),
+                (f, &[2usize, 256][..], &dev)
+            );
+            let ours = QTensor::quantize(&src, f).unwrap().to_bytes().unwrap();
+            assert!(
+                q.to_bytes().unwrap() == ours,
+                "{name} on {dev}: GGML's blocks differ from ferrocm's"
+            );
+        }
+    }
 }
