@@ -385,6 +385,8 @@ fn quantize_gguf_follows_llama_quantize_rules() {
         // A row of 96: no K-quant block fits, Q5_0's 32 do.
         add(&mut w, &(p.clone() + "ffn_gate.weight"), &[4, 96], false);
     }
+    // A 2-D router stays as it is (llama-quantize keeps it).
+    add(&mut w, "blk.0.ffn_gate_inp.weight", &[8, hidden], false);
     add(&mut w, "output_norm.weight", &[hidden], false);
     add(&mut w, "output.weight", &[vocab, hidden], true);
     let g = Gguf::from_bytes(w.to_bytes().unwrap()).unwrap();
@@ -403,7 +405,7 @@ fn quantize_gguf_follows_llama_quantize_rules() {
         let more_bits = m
             && (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight"))
             && more.contains(&layer.unwrap());
-        if name.contains("norm") {
+        if name.contains("norm") || name.contains("ffn_gate_inp") {
             GgmlType::Dense(DType::F32)
         } else if output || more_bits {
             ty(Q6K)

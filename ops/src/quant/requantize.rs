@@ -2,7 +2,8 @@
 //! `llama-quantize` does without an importance matrix: `ferrocm quantize`.
 //!
 //! Which tensors: 2-D (or more) tensors named `*weight` held in f32, f16 or
-//! bf16, except position and token-type embeddings; norms, biases and
+//! bf16, except those llama-quantize keeps (the experts' router, position
+//! and token-type embeddings, a few architectures' small tensors); norms, biases and
 //! anything already quantized are copied unchanged. Which format: the type
 //! asked for, except that the output projection (or the token embedding
 //! when a model ties them) gets Q6_K unless Q8_0 was asked for (as
@@ -127,6 +128,22 @@ pub struct TensorPlan {
     pub bytes: u64,
 }
 
+/// Parts of the names of weights llama-quantize keeps as they are: norms,
+/// the experts' router (`ffn_gate_inp`), position and token-type
+/// embeddings, and small tensors of some architectures (Mamba's conv1d,
+/// Gemma 3n's altup/laurel and per-layer projection, LFM2's short conv).
+const KEEP: [&str; 9] = [
+    "norm",
+    "ffn_gate_inp",
+    "pos_embd",
+    "token_types",
+    "ssm_conv1d",
+    "shortconv.conv",
+    "altup",
+    "laurel",
+    "per_layer_model_proj",
+];
+
 /// llama.cpp's choice of layers that get more bits in the `_M` mixes: the
 /// first and last eighth, and every third in between.
 fn more_bits(layer: usize, layers: usize) -> bool {
@@ -179,9 +196,7 @@ pub fn quantize_plan(g: &Gguf, mix: QuantMix) -> Result<Vec<TensorPlan>> {
         let quantize = dense
             && t.shape.len() >= 2
             && t.name.ends_with("weight")
-            && !t.name.contains("norm")
-            && !t.name.contains("pos_embd")
-            && !t.name.contains("token_types");
+            && !KEEP.iter().any(|part| t.name.contains(part));
         let to = if !quantize {
             t.ggml_type
         } else {
