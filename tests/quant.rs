@@ -798,8 +798,8 @@ fn finite_blocks(f: QuantFormat, count: usize, seed: u64) -> Vec<u8> {
 /// 33 (the matrix product on the dequantized weight); f32 for every format,
 /// f16 and bf16 for three. Bound: recursive summation's `k u Σ|w x|` plus the one
 /// rounding to the output type; with 1 to 8 rows x is first
-/// rounded to 8 bits per group of 16 (per 256 for the K-quants on the
-/// Cpu; half a step, `amax / 254`, per element), and each weight is `scale * code + offset`, whose two products
+/// rounded to 8 bits per group of 16 (half a step, `amax / 254`, per
+/// element), and each weight is `scale * code + offset`, whose two products
 /// may cancel up to the size of the largest weight of its 32-element unit.
 #[test]
 fn forward_matches_f64_sums() {
@@ -844,23 +844,13 @@ fn forward_matches_f64_sums() {
                         _ => 2f64.powi(-8),
                     };
                     let eight_bit = m <= 8;
-                    // The Cpu rounds x for Q4_K, Q5_K and Q6_K per 256 (as
-                    // Q8_K, GGML's activation format for them) where it runs
-                    // its AVX2 super-block path; elsewhere per group of 16.
-                    let x_group = if dev == ferrocm::Device::Cpu
-                        && matches!(f, QuantFormat::Q4K | QuantFormat::Q5K | QuantFormat::Q6K)
-                    {
-                        256
-                    } else {
-                        16
-                    };
                     let u = 2f64.powi(-24);
                     for c in 0..m {
                         for r in 0..n {
                             let mut q8 = 0.0;
                             if eight_bit {
                                 for j in 0..k {
-                                    let g = &xv[c * k + j / x_group * x_group..][..x_group];
+                                    let g = &xv[c * k + j / 16 * 16..][..16];
                                     let amax = g.iter().fold(0.0f64, |a, v| a.max(v.abs()));
                                     let unit_max = w[r * k + j / 32 * 32..][..32]
                                         .iter()
