@@ -271,11 +271,7 @@ mod x86 {
                 }
             }
             for j in 0..C {
-                let v = acc[j];
-                let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-                s[c0 + j] += _mm_cvtss_f32(h) + off[j];
+                s[c0 + j] += hsum_f32(acc[j]) + off[j];
             }
         }
     }
@@ -378,7 +374,7 @@ mod x86 {
         }
         let low4 = _mm256_set1_epi8(0x0F);
         // SAFETY: 32-byte unaligned loads inside qs (128 bytes), qh (32)
-        // and x.qs (256).
+        // and x.codes (256).
         let high = qh.map(|h| unsafe { _mm256_loadu_si256(h.as_ptr().cast()) });
         let mut acc = _mm256_setzero_ps();
         for c in 0..4 {
