@@ -51,7 +51,8 @@ fn block_values(x: &[f32]) -> [f32; QK_K] {
     v
 }
 
-/// The value of largest magnitude (the first on ties) and that magnitude.
+/// The value of largest magnitude (the first on ties) and that magnitude:
+/// of a group's inputs, or of a super-block's signed group scales.
 fn signed_max(x: &[f32]) -> (f32, f32) {
     let (mut max, mut amax) = (0.0f32, 0.0f32);
     for &v in x {
@@ -384,14 +385,10 @@ impl QuantizeBlock for BlockQ3K {
         let x = &block_values(x);
         let mut l = [0i8; QK_K];
         let mut scales = [0.0f32; 16];
-        let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
         for j in 0..16 {
             scales[j] = make_q3_quants(4, group(x, j), &mut l[16 * j..16 * j + 16]);
-            if scales[j].abs() > amax {
-                amax = scales[j].abs();
-                max_scale = scales[j];
-            }
         }
+        let (max_scale, _) = signed_max(&scales);
         let mut packed = [0u8; 12];
         let mut d = f16(0.0);
         if max_scale != 0.0 {
@@ -481,14 +478,10 @@ impl QuantizeBlock for BlockQ6K {
         let x = &block_values(x);
         let mut l = [0i8; QK_K];
         let mut scales = [0.0f32; 16];
-        let (mut max_scale, mut max_abs) = (0.0f32, 0.0f32);
         for j in 0..16 {
             scales[j] = make_qx_quants(32, group(x, j), &mut l[16 * j..16 * j + 16]);
-            if scales[j].abs() > max_abs {
-                max_abs = scales[j].abs();
-                max_scale = scales[j];
-            }
         }
+        let (max_scale, max_abs) = signed_max(&scales);
         if max_abs < GROUP_MAX_EPS {
             return Self {
                 ql: [0; 128],
