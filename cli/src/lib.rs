@@ -14,3 +14,4 @@ pub mod bench;
 pub mod check;
 pub mod gguf;
 pub mod kernels_report;
+pub mod run;

@@ -10,6 +10,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ferrocm_cli::{bench, check};
 use ferrocm_host::{Device, WaveSize};
+use ferrocm_ops::DType;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -71,6 +72,62 @@ enum Command {
         #[arg(long)]
         pure: bool,
     },
+    /// Generate from a Llama-family GGUF model (llama, qwen2, qwen3): the
+    /// tokens as they come, then prefill and decode tokens/s.
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// A GGUF file, or synthetic:7b:FORMAT / synthetic:tiny:FORMAT for
+    /// random weights made in memory (Llama-7B shapes or a tiny model; FORMAT
+    /// q4_0, q4_k, q8_0, ..., f16, bf16, f32).
+    model: String,
+    /// The prompt as text (needs the GGUF's tokenizer, which `run` does not
+    /// have yet: use --prompt-ids or --random-prompt).
+    #[arg(long, conflicts_with_all = ["prompt_ids", "random_prompt"])]
+    prompt: Option<String>,
+    /// The prompt as token ids, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "ID,ID,...")]
+    prompt_ids: Vec<u32>,
+    /// A prompt of N random token ids (seeded by --seed): for timing.
+    #[arg(long, value_name = "N", conflicts_with = "prompt_ids")]
+    random_prompt: Option<usize>,
+    /// Tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Device: cpu, emulator:32, emulator:64, rocm[:N], cuda[:N]. Default:
+    /// the first GPU that answers, else the Cpu.
+    #[arg(long, value_name = "D", value_parser = parse_device)]
+    device: Option<Device>,
+    /// The activations' and cache's dtype: f32, f16, bf16. Default: bf16 on
+    /// a GPU, f32 elsewhere.
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Positions to prepare (default: the model's context, at most 4096).
+    #[arg(long, value_name = "N")]
+    ctx: Option<usize>,
+    /// 0 takes the most likely token every time.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// Keep the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Keep the most likely tokens summing to P.
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Keep tokens at least M times as likely as the best.
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Divide recent tokens' logits by this (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// The sampler's seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// One JSON object at the end instead of the streamed ids and summary.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Where `check` and `bench` run.
@@ -216,6 +273,111 @@ fn main() -> ExitCode {
             r#type,
             pure,
         } => run_quantize(&input, &output, &r#type, pure),
+        Command::Run(a) => run_model(a),
+    }
+}
+
+/// `ferrocm run`.
+fn run_model(a: RunArgs) -> ExitCode {
+    use ferrocm_cli::run::{RunRequest, run};
+    if a.prompt.is_some() {
+        eprintln!(
+            "ferrocm run: text prompts need the GGUF's tokenizer, which is not built yet; \
+             pass --prompt-ids or --random-prompt"
+        );
+        return ExitCode::from(2);
+    }
+    let device = a.device.unwrap_or_else(|| match Device::best_or_err() {
+        Ok(d) if d.is_gpu() => d,
+        _ => Device::Cpu,
+    });
+    let dtype = match a.dtype.as_deref() {
+        None if device.is_gpu() => DType::BF16,
+        None => DType::F32,
+        Some("f32") => DType::F32,
+        Some("f16") => DType::F16,
+        Some("bf16") => DType::BF16,
+        Some(other) => {
+            eprintln!("ferrocm run: --dtype {other}: f32, f16 or bf16");
+            return ExitCode::from(2);
+        }
+    };
+    let prompt = match a.random_prompt {
+        // Ids below 256: in every vocabulary (the synthetic tiny one has 384).
+        Some(n) => {
+            let mut x = a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x % 256) as u32
+                })
+                .collect()
+        }
+        None => a.prompt_ids,
+    };
+    if prompt.is_empty() {
+        eprintln!("ferrocm run: no prompt (--prompt-ids or --random-prompt)");
+        return ExitCode::from(2);
+    }
+    let req = RunRequest {
+        model: a.model,
+        prompt,
+        max_tokens: a.max_tokens,
+        context: a.ctx,
+        dtype,
+        sampling: ferrocm_models::SamplingOptions {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            min_p: a.min_p,
+            repeat_penalty: a.repeat_penalty,
+            repeat_last_n: 64,
+            seed: a.seed,
+        },
+        stream: !a.json,
+    };
+    let bar = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template(
+            "loading {bar:40} {binary_bytes}/{binary_total_bytes}",
+        )
+        .expect("a valid template"),
+    );
+    let result = run(&req, &device, |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    match result {
+        Ok(r) if a.json => {
+            outln!("{}", r.to_json());
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            outln!(
+                "{}: loaded in {:.2} s ({:.1} MiB of weights, {:.1} MiB of cache)",
+                r.device,
+                r.load_s,
+                r.weight_bytes as f64 / 1048576.0,
+                r.cache_bytes as f64 / 1048576.0
+            );
+            outln!(
+                "prefill {} tokens: {:.1} tokens/s; decode {} tokens: {:.1} tokens/s ({:.0} GB/s of weights, {:.0} launches a token); peak device memory {:.1} MiB",
+                r.prompt_tokens,
+                r.prefill_tps,
+                r.decode_tokens,
+                r.decode_tps,
+                r.weight_gbps,
+                r.launches_per_token,
+                r.peak_bytes as f64 / 1048576.0
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ferrocm run: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 

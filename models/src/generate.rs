@@ -1,0 +1,181 @@
+//! Generation: the prompt in one batched forward (prefill), then one token
+//! at a time (decode), each step's ops queued back to back on the device
+//! and only the chosen token read back.
+
+use crate::error::{Error, Result};
+use crate::llama::{KvCache, Llama, Logits};
+use crate::sampling::{Sampler, SamplingOptions};
+use ferrocm_ops::WithDType;
+use std::time::{Duration, Instant};
+
+/// Where the time of a generation went.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenerationStats {
+    /// Prompt tokens run.
+    pub prompt_tokens: usize,
+    /// From the prompt's forward to its first token chosen.
+    pub prefill: Duration,
+    /// Tokens generated after the first (each a decode step).
+    pub decode_tokens: usize,
+    /// Their time.
+    pub decode: Duration,
+}
+
+impl GenerationStats {
+    /// Prompt tokens per second.
+    pub fn prefill_tokens_per_second(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prefill.as_secs_f64().max(1e-12)
+    }
+
+    /// Decoded tokens per second.
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        self.decode_tokens as f64 / self.decode.as_secs_f64().max(1e-12)
+    }
+}
+
+/// One sequence being generated: the model, its KV cache, the sampler and
+/// the tokens so far. Successive [`Generation::generate`] calls continue
+/// the same sequence (a chat's turns).
+///
+/// ```
+/// use ferrocm_models::{synthetic::SyntheticModel, Arch, Generation, Llama, SamplingOptions};
+/// use ferrocm_ops::{quant::gguf::Gguf, Device};
+/// let file = Gguf::from_bytes(SyntheticModel::new(Arch::Llama).to_gguf()?.to_bytes()?)?;
+/// let model = Llama::<f32>::load(&file, &Device::Cpu, &Default::default())?;
+/// let mut g = Generation::new(&model, SamplingOptions::default())?;
+/// let mut streamed = Vec::new();
+/// let out = g.generate(&[5, 6, 7], 3, |t| { streamed.push(t); true })?;
+/// assert_eq!(out, streamed);
+/// assert_eq!(g.tokens().len(), 6); // prompt and output
+/// # Ok::<(), ferrocm_models::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Generation<'m, T: WithDType> {
+    model: &'m Llama<T>,
+    cache: KvCache<T>,
+    sampler: Sampler,
+    tokens: Vec<u32>,
+    stop: Vec<u32>,
+    stats: GenerationStats,
+}
+
+impl<'m, T: WithDType> Generation<'m, T> {
+    /// A new sequence with a cache of the model's whole context.
+    ///
+    /// # Errors
+    /// As [`Llama::new_cache`] and [`Sampler::new`].
+    pub fn new(model: &'m Llama<T>, sampling: SamplingOptions) -> Result<Self> {
+        Self::with_capacity(model, sampling, model.context())
+    }
+
+    /// A new sequence with a cache of `capacity` positions.
+    ///
+    /// # Errors
+    /// As [`Llama::new_cache`] and [`Sampler::new`].
+    pub fn with_capacity(
+        model: &'m Llama<T>,
+        sampling: SamplingOptions,
+        capacity: usize,
+    ) -> Result<Self> {
+        Ok(Self {
+            model,
+            sampler: Sampler::new(sampling)?,
+            cache: model.new_cache(capacity)?,
+            tokens: Vec::new(),
+            stop: Vec::new(),
+            stats: GenerationStats::default(),
+        })
+    }
+
+    /// Ends generation at any of `ids` (end-of-sequence, end-of-turn); the
+    /// stop token is not returned.
+    pub fn stop_at(&mut self, ids: &[u32]) -> &mut Self {
+        self.stop = ids.to_vec();
+        self
+    }
+
+    /// Every token of the sequence so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The last call's timings.
+    pub fn stats(&self) -> &GenerationStats {
+        &self.stats
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &KvCache<T> {
+        &self.cache
+    }
+
+    /// Starts over (the cache's memory is kept).
+    pub fn reset(&mut self) {
+        self.cache.clear();
+        self.tokens.clear();
+    }
+
+    /// Appends `prompt` to the sequence and generates up to `max_tokens`
+    /// tokens after it, calling `on_token` with each as soon as it is
+    /// chosen; it stops early at a stop token or when `on_token` returns
+    /// false. Returns the generated tokens.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for an empty prompt on an empty sequence;
+    /// [`Error::ContextOverflow`] when the sequence, the prompt and
+    /// `max_tokens` do not fit in the cache (checked before anything runs);
+    /// [`Error::BadToken`]; [`Error::Op`].
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        mut on_token: impl FnMut(u32) -> bool,
+    ) -> Result<Vec<u32>> {
+        if prompt.is_empty() && self.tokens.is_empty() {
+            return Err(Error::BadRequest {
+                op: "Generation::generate",
+                what: "an empty prompt starts nothing".into(),
+            });
+        }
+        // The last generated token has not been run yet: it leads the input.
+        let mut input: Vec<u32> = self.tokens[self.cache.len()..].to_vec();
+        input.extend_from_slice(prompt);
+        // The last generated token is never run, so one fewer position.
+        let needed = self.cache.len() + input.len() + max_tokens.saturating_sub(1);
+        if needed > self.cache.capacity() {
+            return Err(Error::ContextOverflow {
+                needed,
+                context: self.cache.capacity(),
+            });
+        }
+        self.tokens.extend_from_slice(prompt);
+        self.stats = GenerationStats {
+            prompt_tokens: input.len(),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        if max_tokens == 0 || input.is_empty() {
+            return Ok(out);
+        }
+        let start = Instant::now();
+        let logits = self.model.forward(&input, &mut self.cache, Logits::Last)?;
+        let mut next = self.sampler.sample(&logits, &self.tokens)?;
+        self.stats.prefill = start.elapsed();
+        let start = Instant::now();
+        loop {
+            if self.stop.contains(&next) {
+                break;
+            }
+            self.tokens.push(next);
+            out.push(next);
+            if !on_token(next) || out.len() == max_tokens {
+                break;
+            }
+            let logits = self.model.forward(&[next], &mut self.cache, Logits::Last)?;
+            next = self.sampler.sample(&logits, &self.tokens)?;
+            self.stats.decode_tokens += 1;
+        }
+        self.stats.decode = start.elapsed();
+        Ok(out)
+    }
+}

@@ -1,0 +1,553 @@
+//! The Llama-family decoder (`llama`, `qwen2`, `qwen3`): loading from GGUF,
+//! the KV cache, and the forward pass, every step an op of `ferrocm-ops`.
+//!
+//! One block, as llama.cpp's `llm_build_llama` and Hugging Face's
+//! `LlamaDecoderLayer` compute it:
+//!
+//! ```text
+//! h = rms_norm(x) · attn_norm
+//! q, k, v = h·Wqᵀ (+ bq), h·Wkᵀ (+ bk), h·Wvᵀ (+ bv)      biases: qwen2
+//! q, k = rms_norm per head (· q_norm, k_norm)             qwen3
+//! q, k = rope(q, pos), rope(k, pos); cache[pos..] = k, v
+//! x = x + attention(q, cache k, cache v, causal) · Woᵀ
+//! h = rms_norm(x) · ffn_norm
+//! x = x + (silu(h·Wgᵀ) * h·Wuᵀ) · Wdᵀ
+//! ```
+//!
+//! and the logits `rms_norm(x) · output_norm · Woutᵀ` (`Wout` the embedding
+//! table when the file has no `output.weight`). Each residual add is fused
+//! with the next norm ([`Tensor::add_rms_norm`]).
+
+use crate::config::{Arch, Config, RopeScaling};
+use crate::error::{Error, Result};
+use ferrocm_ops::quant::Weight;
+use ferrocm_ops::quant::gguf::{GgmlType, Gguf};
+use ferrocm_ops::{AttentionOptions, Device, Tensor, WithDType};
+
+/// How a model is loaded.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Positions to prepare the rotary tables (and so caches) for; `None`
+    /// takes the model's context, at most [`DEFAULT_CONTEXT`] (as llama.cpp's
+    /// tools default to 4096).
+    pub context: Option<usize>,
+}
+
+/// The context a model runs with when [`LoadOptions::context`] is `None`
+/// and the model's own is longer.
+pub const DEFAULT_CONTEXT: usize = 4096;
+
+/// Which positions' logits [`Llama::forward`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// The last position's (generation).
+    Last,
+    /// Every position's (scoring, tests).
+    All,
+}
+
+/// One transformer block's weights.
+#[derive(Debug)]
+struct Block<T: WithDType> {
+    attn_norm: Tensor<T>,
+    wq: Weight<T>,
+    wk: Weight<T>,
+    wv: Weight<T>,
+    wo: Weight<T>,
+    /// q, k, v biases (qwen2).
+    bias: Option<[Tensor<T>; 3]>,
+    /// q and k per-head norms (qwen3).
+    qk_norm: Option<[Tensor<T>; 2]>,
+    ffn_norm: Tensor<T>,
+    gate: Weight<T>,
+    up: Weight<T>,
+    down: Weight<T>,
+}
+
+/// A Llama-family model on a device, activations and cache in `T` (f32,
+/// f16 or bf16); weights as the file stores them (quantized formats stay
+/// quantized, dense ones are converted to `T`).
+///
+/// ```
+/// use ferrocm_models::{synthetic::SyntheticModel, Arch, Llama, Logits};
+/// use ferrocm_ops::{quant::gguf::Gguf, Device};
+/// let file = Gguf::from_bytes(SyntheticModel::new(Arch::Qwen2).to_gguf()?.to_bytes()?)?;
+/// let model = Llama::<f32>::load(&file, &Device::Cpu, &Default::default())?;
+/// let mut cache = model.new_cache(32)?;
+/// let logits = model.forward(&[3, 1, 4], &mut cache, Logits::All)?;
+/// assert_eq!(logits.shape(), &[3, model.config().vocab]);
+/// assert_eq!(cache.len(), 3);
+/// # Ok::<(), ferrocm_models::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Llama<T: WithDType> {
+    config: Config,
+    device: Device,
+    context: usize,
+    embed: Weight<T>,
+    blocks: Vec<Block<T>>,
+    norm: Tensor<T>,
+    output: Weight<T>,
+    /// `output` is `embed`.
+    tied: bool,
+    /// Rotary tables `[context, rope_dims / 2]`.
+    cos: Tensor<T>,
+    sin: Tensor<T>,
+}
+
+/// The keys and values of every block for one sequence, preallocated on
+/// the model's device: `[1, kv_heads, capacity, head_dim]` per block,
+/// written in place as tokens arrive.
+#[derive(Debug)]
+pub struct KvCache<T: WithDType> {
+    k: Vec<Tensor<T>>,
+    v: Vec<Tensor<T>>,
+    len: usize,
+    capacity: usize,
+}
+
+impl<T: WithDType> KvCache<T> {
+    /// Positions filled.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is filled.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions it holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Forgets every position (the memory stays allocated).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Keeps the first `len` positions (fewer than filled): a rewind.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] when `len` is past the positions filled.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(Error::BadRequest {
+                op: "KvCache::truncate",
+                what: format!("{len} positions asked, {} filled", self.len),
+            });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Bytes on the device.
+    pub fn bytes(&self) -> usize {
+        self.k
+            .iter()
+            .chain(&self.v)
+            .map(|t| t.elem_count() * size_of::<T>())
+            .sum()
+    }
+}
+
+/// Tensor `name`'s info, checked to exist.
+fn info<'g>(g: &'g Gguf, name: &str) -> Result<&'g ferrocm_ops::quant::gguf::GgufTensorInfo> {
+    g.tensor_info(name)
+        .ok_or_else(|| Error::MissingTensor { name: name.into() })
+}
+
+fn check_shape(name: &str, found: &[usize], expected: &[usize]) -> Result<()> {
+    if found != expected {
+        return Err(Error::TensorShape {
+            name: name.into(),
+            found: found.to_vec(),
+            expected: expected.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// A dense tensor of the file as `T`.
+fn dense<T: WithDType>(g: &Gguf, name: &str, shape: &[usize], dev: &Device) -> Result<Tensor<T>> {
+    let t = info(g, name)?;
+    check_shape(name, &t.shape, shape)?;
+    if !matches!(t.ggml_type, GgmlType::Dense(_)) {
+        return Err(Error::Unsupported {
+            what: format!("tensor {name:?} in {}", t.ggml_type),
+            why: "norms and biases must be f32, f16 or bf16".into(),
+        });
+    }
+    Ok(g.tensor(name, dev)?.to_dtype(T::DTYPE)?.typed::<T>()?)
+}
+
+/// A weight `[out, in]` of the file: quantized as stored, or dense as `T`.
+fn weight<T: WithDType>(
+    g: &Gguf,
+    name: &str,
+    shape: [usize; 2],
+    dev: &Device,
+) -> Result<Weight<T>> {
+    let t = info(g, name)?;
+    check_shape(name, &t.shape, &shape)?;
+    Ok(match t.ggml_type {
+        GgmlType::Quant(_) => Weight::Quantized(g.qtensor(name, dev)?),
+        _ => Weight::Dense(dense(g, name, &shape, dev)?),
+    })
+}
+
+impl<T: WithDType> Llama<T> {
+    /// The model in `gguf`, its weights uploaded to `device`.
+    ///
+    /// # Errors
+    /// Those of [`Config::from_gguf`]; [`Error::MissingTensor`] and
+    /// [`Error::TensorShape`] for a tensor absent or of a shape the
+    /// metadata does not imply; [`Error::Unsupported`] for a dtype `T` other
+    /// than f32, f16, bf16 or a norm stored quantized; [`Error::Op`] when an
+    /// upload fails (device memory: what was uploaded is freed).
+    pub fn load(gguf: &Gguf, device: &Device, opts: &LoadOptions) -> Result<Self> {
+        Self::load_with_progress(gguf, device, opts, |_, _| {})
+    }
+
+    /// [`Llama::load`], calling `progress(done, total)` in weight bytes
+    /// after each tensor (a progress bar's feed).
+    ///
+    /// # Errors
+    /// As [`Llama::load`].
+    pub fn load_with_progress(
+        g: &Gguf,
+        dev: &Device,
+        opts: &LoadOptions,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<Self> {
+        if !T::DTYPE.is_float() {
+            return Err(Error::Unsupported {
+                what: format!("activations in {:?}", T::DTYPE),
+                why: "a model computes in f32, f16 or bf16".into(),
+            });
+        }
+        let c = Config::from_gguf(g)?;
+        let context = opts.context.unwrap_or(c.context.min(DEFAULT_CONTEXT));
+        if context == 0 {
+            return Err(Error::BadRequest {
+                op: "Llama::load",
+                what: "a context of 0 positions".into(),
+            });
+        }
+        let total: u64 = g.tensors().iter().map(|t| t.bytes).sum();
+        let mut done = 0u64;
+        let mut tick = |name: &str| {
+            done += g.tensor_info(name).map_or(0, |t| t.bytes);
+            progress(done, total);
+        };
+        let (h, d) = (c.hidden, c.head_dim);
+        let (q_out, kv_out) = (c.heads * d, c.kv_heads * d);
+        let embed = weight(g, "token_embd.weight", [c.vocab, h], dev)?;
+        tick("token_embd.weight");
+        let mut blocks = Vec::with_capacity(c.layers);
+        for l in 0..c.layers {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            let mut w = |s: &str, shape: [usize; 2]| -> Result<Weight<T>> {
+                let name = n(s);
+                let r = weight(g, &name, shape, dev)?;
+                tick(&name);
+                Ok(r)
+            };
+            let (wq, wk, wv) = (
+                w("attn_q.weight", [q_out, h])?,
+                w("attn_k.weight", [kv_out, h])?,
+                w("attn_v.weight", [kv_out, h])?,
+            );
+            let wo = w("attn_output.weight", [h, q_out])?;
+            let (gate, up) = (
+                w("ffn_gate.weight", [c.ffn, h])?,
+                w("ffn_up.weight", [c.ffn, h])?,
+            );
+            let down = w("ffn_down.weight", [h, c.ffn])?;
+            let vec = |s: &str, len: usize| dense::<T>(g, &n(s), &[len], dev);
+            let bias = match c.arch == Arch::Qwen2 || g.tensor_info(&n("attn_q.bias")).is_some() {
+                true => Some([
+                    vec("attn_q.bias", q_out)?,
+                    vec("attn_k.bias", kv_out)?,
+                    vec("attn_v.bias", kv_out)?,
+                ]),
+                false => None,
+            };
+            let qk_norm = match c.arch {
+                Arch::Qwen3 => Some([vec("attn_q_norm.weight", d)?, vec("attn_k_norm.weight", d)?]),
+                _ => None,
+            };
+            blocks.push(Block {
+                attn_norm: vec("attn_norm.weight", h)?,
+                ffn_norm: vec("ffn_norm.weight", h)?,
+                wq,
+                wk,
+                wv,
+                wo,
+                bias,
+                qk_norm,
+                gate,
+                up,
+                down,
+            });
+        }
+        let norm = dense(g, "output_norm.weight", &[h], dev)?;
+        let tied = g.tensor_info("output.weight").is_none();
+        let output = match tied {
+            false => {
+                let w = weight(g, "output.weight", [c.vocab, h], dev)?;
+                tick("output.weight");
+                w
+            }
+            true => embed.clone(), // the same storage
+        };
+        let (cos, sin) = rope_tables(g, &c, context, dev)?;
+        progress(total, total);
+        Ok(Llama {
+            config: c,
+            device: dev.clone(),
+            context,
+            embed,
+            blocks,
+            norm,
+            output,
+            tied,
+            cos,
+            sin,
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Positions this model was loaded to run (the most a cache holds).
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Bytes of weights on the device.
+    pub fn weight_bytes(&self) -> usize {
+        fn w<T: WithDType>(w: &Weight<T>) -> usize {
+            match w {
+                Weight::Dense(t) => t.elem_count() * size_of::<T>(),
+                Weight::Quantized(q) => q.len_bytes(),
+            }
+        }
+        let v = |t: &Tensor<T>| t.elem_count() * size_of::<T>();
+        let blocks: usize = self
+            .blocks
+            .iter()
+            .map(|b| {
+                [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down]
+                    .map(w)
+                    .iter()
+                    .sum::<usize>()
+                    + v(&b.attn_norm)
+                    + v(&b.ffn_norm)
+                    + b.bias.as_ref().map_or(0, |b| b.iter().map(v).sum())
+                    + b.qk_norm.as_ref().map_or(0, |b| b.iter().map(v).sum())
+            })
+            .sum();
+        let output = if self.tied { 0 } else { w(&self.output) };
+        blocks + w(&self.embed) + v(&self.norm) + output
+    }
+
+    /// Whether the output projection is the embedding table (the file has
+    /// no `output.weight`).
+    pub fn tied_embeddings(&self) -> bool {
+        self.tied
+    }
+
+    /// An empty cache for up to `capacity` positions, on the model's device.
+    ///
+    /// # Errors
+    /// [`Error::ContextOverflow`] past [`Llama::context`];
+    /// [`Error::Op`] when the device is out of memory.
+    pub fn new_cache(&self, capacity: usize) -> Result<KvCache<T>> {
+        if capacity > self.context {
+            return Err(Error::ContextOverflow {
+                needed: capacity,
+                context: self.context,
+            });
+        }
+        let c = &self.config;
+        let shape = [1, c.kv_heads, capacity, c.head_dim];
+        let mut k = Vec::with_capacity(c.layers);
+        let mut v = Vec::with_capacity(c.layers);
+        for _ in 0..c.layers {
+            k.push(Tensor::zeros(&shape, &self.device)?);
+            v.push(Tensor::zeros(&shape, &self.device)?);
+        }
+        Ok(KvCache {
+            k,
+            v,
+            len: 0,
+            capacity,
+        })
+    }
+
+    /// Runs `tokens` at the cache's next positions, appends their keys and
+    /// values to it, and returns logits `[1 or tokens.len(), vocab]`.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for no tokens; [`Error::BadToken`] for an id
+    /// past the vocabulary; [`Error::ContextOverflow`] when the cache has
+    /// no room for them (the cache is then unchanged); [`Error::Op`] when
+    /// an op fails.
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache<T>,
+        logits: Logits,
+    ) -> Result<Tensor<T>> {
+        let c = &self.config;
+        let t = tokens.len();
+        if t == 0 {
+            return Err(Error::BadRequest {
+                op: "Llama::forward",
+                what: "no tokens".into(),
+            });
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.vocab) {
+            return Err(Error::BadToken { id, vocab: c.vocab });
+        }
+        let pos = cache.len;
+        if pos + t > cache.capacity {
+            return Err(Error::ContextOverflow {
+                needed: pos + t,
+                context: cache.capacity,
+            });
+        }
+        if cache.k.len() != c.layers {
+            return Err(Error::BadRequest {
+                op: "Llama::forward",
+                what: format!(
+                    "a cache of {} blocks for a model of {}",
+                    cache.k.len(),
+                    c.layers
+                ),
+            });
+        }
+        let ids = Tensor::from_slice(tokens, &[t], &self.device)?;
+        let mut x = self.embed.embedding(&ids)?;
+        let mut h = x.rms_norm(&self.blocks[0].attn_norm, c.rms_eps)?;
+        for (l, b) in self.blocks.iter().enumerate() {
+            let attn = self.attention(b, &h, cache, l, pos)?;
+            let (sum, normed) = attn.add_rms_norm(&x, &b.ffn_norm, c.rms_eps)?;
+            let act = b.gate.forward(&normed)?.swiglu(&b.up.forward(&normed)?)?;
+            let ffn = b.down.forward(&act)?;
+            let next = self.blocks.get(l + 1).map_or(&self.norm, |n| &n.attn_norm);
+            (x, h) = ffn.add_rms_norm(&sum, next, c.rms_eps)?;
+        }
+        cache.len = pos + t;
+        let h = match logits {
+            Logits::Last if t > 1 => h.narrow(0, t - 1, 1)?,
+            _ => h,
+        };
+        Ok(self.output.forward(&h)?)
+    }
+
+    /// The attention sublayer of block `l` for `h` `[t, hidden]` at
+    /// positions `pos..pos + t`: `[t, hidden]` before the residual add.
+    fn attention(
+        &self,
+        b: &Block<T>,
+        h: &Tensor<T>,
+        cache: &mut KvCache<T>,
+        l: usize,
+        pos: usize,
+    ) -> Result<Tensor<T>> {
+        let c = &self.config;
+        let (t, d) = (h.shape()[0], c.head_dim);
+        let mut q = b.wq.forward(h)?;
+        let mut k = b.wk.forward(h)?;
+        let mut v = b.wv.forward(h)?;
+        if let Some([bq, bk, bv]) = &b.bias {
+            q = q.add(bq)?;
+            k = k.add(bk)?;
+            v = v.add(bv)?;
+        }
+        // (t, heads, d) as the projection leaves them.
+        let mut q = q.reshape(&[1, t, c.heads, d])?;
+        let mut k = k.reshape(&[1, t, c.kv_heads, d])?;
+        let v = v.reshape(&[1, t, c.kv_heads, d])?;
+        if let Some([qn, kn]) = &b.qk_norm {
+            q = q.rms_norm(qn, c.rms_eps)?;
+            k = k.rms_norm(kn, c.rms_eps)?;
+        }
+        // (heads, t, d) for the cache and the attention.
+        let (q, k) = if c.arch.rope_interleaved() {
+            let (q, k) = (q.transpose(1, 2)?, k.transpose(1, 2)?);
+            (
+                q.rope_i(&self.cos, &self.sin, pos)?,
+                k.rope_i(&self.cos, &self.sin, pos)?,
+            )
+        } else {
+            let q = q.rope_thd(&self.cos, &self.sin, pos)?.transpose(1, 2)?;
+            let k = k.rope_thd(&self.cos, &self.sin, pos)?.transpose(1, 2)?;
+            (q, k)
+        };
+        cache.k[l].slice_set(&k, 2, pos)?;
+        cache.v[l].slice_set(&v.transpose(1, 2)?, 2, pos)?;
+        let keys = cache.k[l].narrow(2, 0, pos + t)?;
+        let values = cache.v[l].narrow(2, 0, pos + t)?;
+        let o = q.attention(&keys, &values, &AttentionOptions::new().causal())?;
+        let o = o
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape(&[t, c.heads * d])?;
+        Ok(b.wo.forward(&o)?)
+    }
+}
+
+/// The rotary tables `[context, rope_dims / 2]`: position `p`, pair `i`
+/// turns by `p / linear · base^(-2i / rope_dims) / factor[i]` (llama.cpp's
+/// `rope_yarn` without YaRN; `factor` from `rope_freqs.weight`, Llama 3's
+/// long-context scaling, else 1).
+fn rope_tables<T: WithDType>(
+    g: &Gguf,
+    c: &Config,
+    context: usize,
+    dev: &Device,
+) -> Result<(Tensor<T>, Tensor<T>)> {
+    let half = c.rope_dims / 2;
+    let factors = match g.tensor_info("rope_freqs.weight") {
+        Some(_) => {
+            let f = dense::<f32>(g, "rope_freqs.weight", &[half], &Device::Cpu)?.to_vec()?;
+            if let Some(bad) = f.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                return Err(Error::Unsupported {
+                    what: format!("a rope frequency factor of {bad}"),
+                    why: "factors must be positive and finite".into(),
+                });
+            }
+            f.into_iter().map(f64::from).collect()
+        }
+        None => vec![1.0; half],
+    };
+    let scale = match c.rope_scaling {
+        RopeScaling::None => 1.0,
+        RopeScaling::Linear(f) => 1.0 / f as f64,
+    };
+    let mut cos = Vec::with_capacity(context * half);
+    let mut sin = Vec::with_capacity(context * half);
+    for p in 0..context {
+        for (i, f) in factors.iter().enumerate() {
+            let theta = (c.rope_base as f64).powf(-2.0 * i as f64 / c.rope_dims as f64);
+            let a = p as f64 * scale * theta / f;
+            cos.push(T::from_f64(a.cos()));
+            sin.push(T::from_f64(a.sin()));
+        }
+    }
+    Ok((
+        Tensor::from_vec(cos, &[context, half], dev)?,
+        Tensor::from_vec(sin, &[context, half], dev)?,
+    ))
+}

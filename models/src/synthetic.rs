@@ -1,0 +1,219 @@
+//! Random-weight models written as GGUF files: what the tests, the benches
+//! and a user without a download load, through the same reader and loader
+//! as a published model.
+
+use crate::config::Arch;
+use crate::error::Result;
+use ferrocm_ops::quant::gguf::{GgufValue, GgufWriter};
+use ferrocm_ops::{DType, Device, DynTensor, QTensor, QuantFormat, Tensor};
+
+/// The shapes and formats of a random-weight model. `new` gives a tiny one
+/// (2 blocks, hidden 256, 4 heads of 64, 2 KV heads, a vocabulary of 384)
+/// that loads and runs in milliseconds on the Cpu; [`SyntheticModel::llama_7b`]
+/// Llama 2 7B's shapes with Llama 3's grouped-query heads.
+#[derive(Clone, Debug)]
+pub struct SyntheticModel {
+    /// The architecture (qwen2 gets q/k/v biases, qwen3 q/k norms).
+    pub arch: Arch,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Blocks.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Dims per head.
+    pub head_dim: usize,
+    /// Feed-forward inner size.
+    pub ffn: usize,
+    /// Context length written to the metadata.
+    pub context: usize,
+    /// The weight matrices' format (embedding and output included); `None`
+    /// stores them dense in `dense`.
+    pub format: Option<QuantFormat>,
+    /// The dense weights' dtype (f32, f16 or bf16).
+    pub dense: DType,
+    /// No `output.weight`: the embedding table is the output projection.
+    pub tied: bool,
+    /// Seed of the weights.
+    pub seed: u64,
+    /// Every block's tensors are copies of block 0's bytes (each block
+    /// still its own tensor, read from its own memory): a large model for
+    /// timing made in the time of one block.
+    pub repeat_blocks: bool,
+}
+
+impl SyntheticModel {
+    /// The tiny default for `arch`, f32 weights, output untied.
+    ///
+    /// ```
+    /// use ferrocm_models::{synthetic::SyntheticModel, Arch};
+    /// let m = SyntheticModel::new(Arch::Llama);
+    /// assert_eq!((m.hidden, m.heads * m.head_dim), (256, 256));
+    /// ```
+    pub fn new(arch: Arch) -> Self {
+        Self {
+            arch,
+            vocab: 384,
+            hidden: 256,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            ffn: 512,
+            context: 512,
+            format: None,
+            dense: DType::F32,
+            tied: false,
+            seed: 1,
+            repeat_blocks: false,
+        }
+    }
+
+    /// Llama-7B shapes as llama.cpp's benchmarks take them: hidden 4096, 32
+    /// blocks, 32 heads, 8 KV heads, ffn 14336, vocabulary 32000.
+    pub fn llama_7b(format: Option<QuantFormat>) -> Self {
+        Self {
+            vocab: 32_000,
+            hidden: 4096,
+            layers: 32,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            ffn: 14_336,
+            context: 4096,
+            format,
+            dense: DType::BF16,
+            repeat_blocks: true,
+            ..Self::new(Arch::Llama)
+        }
+    }
+
+    /// The model as a GGUF file: metadata as llama.cpp's converter writes
+    /// it, weights drawn from N(0, 1/in) (so activations stay near 1),
+    /// norms from 1 ± 0.2, biases from ± 0.2.
+    ///
+    /// # Errors
+    /// [`Error::Op`](crate::Error::Op) when the format cannot hold a row
+    /// (rows not a multiple of its block) or quantizing fails.
+    pub fn to_gguf(&self) -> Result<GgufWriter> {
+        let mut w = GgufWriter::new();
+        let arch = self.arch.name();
+        let k = |s: &str| format!("{arch}.{s}");
+        let u = |v: usize| GgufValue::U32(v as u32);
+        w.metadata("general.architecture", GgufValue::String(arch.into()))
+            .metadata(
+                "general.name",
+                GgufValue::String(format!("synthetic {arch}")),
+            )
+            .metadata(&k("context_length"), u(self.context))
+            .metadata(&k("embedding_length"), u(self.hidden))
+            .metadata(&k("block_count"), u(self.layers))
+            .metadata(&k("feed_forward_length"), u(self.ffn))
+            .metadata(&k("attention.head_count"), u(self.heads))
+            .metadata(&k("attention.head_count_kv"), u(self.kv_heads))
+            .metadata(&k("attention.key_length"), u(self.head_dim))
+            .metadata(&k("attention.value_length"), u(self.head_dim))
+            .metadata(&k("attention.layer_norm_rms_epsilon"), GgufValue::F32(1e-5))
+            .metadata(&k("rope.freq_base"), GgufValue::F32(10_000.0));
+        let mut rng = Normal(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let (h, q, kv) = (
+            self.hidden,
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+        );
+        let mut matrix =
+            |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, std: f64| -> Result<()> {
+                let v: Vec<f32> = (0..rows * cols)
+                    .map(|_| (rng.next() * std) as f32)
+                    .collect();
+                let t = Tensor::from_vec(v, &[rows, cols], &Device::Cpu)?;
+                match self.format {
+                    Some(f) => w.qtensor(name, &QTensor::quantize(&t, f)?)?,
+                    None => w.tensor(name, &DynTensor::from(t).to_dtype(self.dense)?)?,
+                };
+                Ok(())
+            };
+        matrix(&mut w, "token_embd.weight", self.vocab, h, 1.0)?;
+        let mut uniform = Normal(self.seed.wrapping_add(17) | 1);
+        let mut vector = |w: &mut GgufWriter, name: &str, len: usize, base: f32| -> Result<()> {
+            let v: Vec<f32> = (0..len)
+                .map(|_| base + 0.2 * uniform.uniform() as f32)
+                .collect();
+            w.tensor(name, &Tensor::from_vec(v, &[len], &Device::Cpu)?.into())?;
+            Ok(())
+        };
+        let inv = |n: usize| 1.0 / (n as f64).sqrt();
+        let blocks = if self.repeat_blocks {
+            self.layers.min(1)
+        } else {
+            self.layers
+        };
+        for l in 0..blocks {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            vector(&mut w, &n("attn_norm.weight"), h, 1.0)?;
+            matrix(&mut w, &n("attn_q.weight"), q, h, inv(h))?;
+            matrix(&mut w, &n("attn_k.weight"), kv, h, inv(h))?;
+            matrix(&mut w, &n("attn_v.weight"), kv, h, inv(h))?;
+            if self.arch == Arch::Qwen2 {
+                vector(&mut w, &n("attn_q.bias"), q, 0.0)?;
+                vector(&mut w, &n("attn_k.bias"), kv, 0.0)?;
+                vector(&mut w, &n("attn_v.bias"), kv, 0.0)?;
+            }
+            if self.arch == Arch::Qwen3 {
+                vector(&mut w, &n("attn_q_norm.weight"), self.head_dim, 1.0)?;
+                vector(&mut w, &n("attn_k_norm.weight"), self.head_dim, 1.0)?;
+            }
+            matrix(&mut w, &n("attn_output.weight"), h, q, inv(q))?;
+            vector(&mut w, &n("ffn_norm.weight"), h, 1.0)?;
+            matrix(&mut w, &n("ffn_gate.weight"), self.ffn, h, inv(h))?;
+            matrix(&mut w, &n("ffn_up.weight"), self.ffn, h, inv(h))?;
+            matrix(&mut w, &n("ffn_down.weight"), h, self.ffn, inv(self.ffn))?;
+        }
+        if blocks < self.layers {
+            let first = w.to_bytes()?;
+            let first = ferrocm_ops::quant::gguf::Gguf::from_bytes(first)?;
+            for t in first
+                .tensors()
+                .iter()
+                .filter(|t| t.name.starts_with("blk.0."))
+            {
+                let data = first.tensor_bytes(&t.name)?;
+                for l in 1..self.layers {
+                    let name = t.name.replacen("blk.0.", &format!("blk.{l}."), 1);
+                    w.raw(&name, &t.shape, t.ggml_type, data.to_vec())?;
+                }
+            }
+        }
+        vector(&mut w, "output_norm.weight", h, 1.0)?;
+        if !self.tied {
+            matrix(&mut w, "output.weight", self.vocab, h, inv(h))?;
+        }
+        Ok(w)
+    }
+}
+
+/// A small deterministic generator (xorshift64*, Box-Muller): the same
+/// weights for a seed on every machine and crate version.
+struct Normal(u64);
+
+impl Normal {
+    /// Uniform in [-1, 1).
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let r = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        (r >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+
+    /// Standard normal.
+    fn next(&mut self) -> f64 {
+        let u1 = (self.uniform() + 1.0) / 2.0;
+        let u2 = (self.uniform() + 1.0) / 2.0;
+        (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}
