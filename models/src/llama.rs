@@ -27,9 +27,9 @@ use ferrocm_ops::{AttentionOptions, Device, Tensor, WithDType};
 /// How a model is loaded.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
-    /// Positions to prepare the rotary tables (and so caches) for; `None`
-    /// takes the model's context, at most [`DEFAULT_CONTEXT`] (as llama.cpp's
-    /// tools default to 4096).
+    /// Positions to prepare the rotary tables (and so caches) for, at most
+    /// the model's context; `None` takes the model's context, at most
+    /// [`DEFAULT_CONTEXT`] (as llama.cpp's tools default to 4096).
     pub context: Option<usize>,
 }
 
@@ -203,7 +203,8 @@ impl<T: WithDType> Llama<T> {
     /// # Errors
     /// Those of [`Config::from_gguf`]; [`Error::MissingTensor`] and
     /// [`Error::TensorShape`] for a tensor absent or of a shape the
-    /// metadata does not imply; [`Error::Unsupported`] for a dtype `T` other
+    /// metadata does not imply; [`Error::ContextOverflow`] for a context
+    /// past the model's; [`Error::Unsupported`] for a dtype `T` other
     /// than f32, f16, bf16 or a norm stored quantized; [`Error::Op`] when an
     /// upload fails (device memory: what was uploaded is freed).
     pub fn load(gguf: &Gguf, device: &Device, opts: &LoadOptions) -> Result<Self> {
@@ -229,6 +230,12 @@ impl<T: WithDType> Llama<T> {
         }
         let c = Config::from_gguf(g)?;
         let context = opts.context.unwrap_or(c.context.min(DEFAULT_CONTEXT));
+        if context > c.context {
+            return Err(Error::ContextOverflow {
+                needed: context,
+                context: c.context,
+            });
+        }
         if context == 0 {
             return Err(Error::BadRequest {
                 op: "Llama::load",

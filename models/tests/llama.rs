@@ -296,6 +296,15 @@ fn bad_requests_are_typed_errors() {
             context: 32
         })
     ));
+    // A context past the model's own (512) is refused at load.
+    let long = Llama::<f32>::load(&g, &Device::Cpu, &LoadOptions { context: Some(513) });
+    assert!(matches!(
+        long,
+        Err(Error::ContextOverflow {
+            needed: 513,
+            context: 512
+        })
+    ));
     let mut cache = model.new_cache(8).unwrap();
     assert!(matches!(
         model.forward(&[], &mut cache, Logits::Last),
