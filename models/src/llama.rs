@@ -16,13 +16,16 @@
 //!
 //! and the logits `rms_norm(x) · output_norm · Woutᵀ` (`Wout` the embedding
 //! table when the file has no `output.weight`). Each residual add is fused
-//! with the next norm ([`Tensor::add_rms_norm`]).
+//! with the next norm ([`Tensor::add_rms_norm`]). `Wq`, `Wk`, `Wv` (and
+//! `Wg`, `Wu`) are stacked into one matrix at load when the file stores them
+//! in one type, so decode rounds x once and launches one product for them
+//! (the Q4_K_M mix keeps `Wv` apart where it gives it Q6_K).
 
 use crate::config::{Arch, Config, RopeScaling};
 use crate::error::{Error, Result};
 use ferrocm_ops::quant::Weight;
 use ferrocm_ops::quant::gguf::{GgmlType, Gguf};
-use ferrocm_ops::{AttentionOptions, Device, Tensor, WithDType};
+use ferrocm_ops::{Activation, AttentionOptions, Device, QTensor, Tensor, WithDType};
 
 /// How a model is loaded.
 #[derive(Clone, Debug, Default)]
@@ -50,18 +53,70 @@ pub enum Logits {
 #[derive(Debug)]
 struct Block<T: WithDType> {
     attn_norm: Tensor<T>,
-    wq: Weight<T>,
-    wk: Weight<T>,
-    wv: Weight<T>,
+    /// q, k and v.
+    qkv: Stacked<T>,
     wo: Weight<T>,
-    /// q, k, v biases (qwen2).
-    bias: Option<[Tensor<T>; 3]>,
+    /// q, k, v biases back to back (qwen2).
+    qkv_bias: Option<Tensor<T>>,
     /// q and k per-head norms (qwen3).
     qk_norm: Option<[Tensor<T>; 2]>,
     ffn_norm: Tensor<T>,
-    gate: Weight<T>,
-    up: Weight<T>,
+    /// gate and up.
+    gate_up: Stacked<T>,
     down: Weight<T>,
+}
+
+/// Projections of one input (q, k, v; gate, up): one matrix of their rows
+/// back to back when the file stores them alike (in decode one rounding of
+/// x and one product instead of one each), else each its own.
+#[derive(Debug)]
+enum Stacked<T: WithDType> {
+    One(Weight<T>, Vec<usize>),
+    Parts(Vec<Weight<T>>),
+}
+
+impl<T: WithDType> Stacked<T> {
+    /// `x · Wᵢᵀ (+ bias's rows of part i)` for each part: views into one
+    /// product's output when stacked.
+    fn forward(&self, x: &Tensor<T>, bias: Option<&Tensor<T>>) -> Result<Vec<Tensor<T>>> {
+        let last = x.rank() - 1;
+        match self {
+            Stacked::One(w, rows) => {
+                let mut y = w.forward(x)?;
+                if let Some(b) = bias {
+                    y = y.add(b)?;
+                }
+                let mut at = 0;
+                rows.iter()
+                    .map(|&r| {
+                        at += r;
+                        Ok(y.narrow(last, at - r, r)?)
+                    })
+                    .collect()
+            }
+            Stacked::Parts(ws) => {
+                let mut at = 0;
+                ws.iter()
+                    .map(|w| {
+                        let y = w.forward(x)?;
+                        let r = w.shape()[0];
+                        at += r;
+                        Ok(match bias {
+                            Some(b) => y.add(&b.narrow(0, at - r, r)?)?,
+                            None => y,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    fn weights(&self) -> Vec<&Weight<T>> {
+        match self {
+            Stacked::One(w, _) => vec![w],
+            Stacked::Parts(ws) => ws.iter().collect(),
+        }
+    }
 }
 
 /// A Llama-family model on a device, activations and cache in `T` (f32,
@@ -197,6 +252,62 @@ fn weight<T: WithDType>(
     })
 }
 
+/// Weights `names` (`rows[i]` x `cols` each), stacked into one matrix when
+/// the file stores them in one type.
+fn stacked<T: WithDType, const N: usize>(
+    g: &Gguf,
+    names: &[String; N],
+    rows: [usize; N],
+    cols: usize,
+    dev: &Device,
+    tick: &mut impl FnMut(&str),
+) -> Result<Stacked<T>> {
+    let mut types = Vec::with_capacity(N);
+    for (name, &r) in names.iter().zip(&rows) {
+        let t = info(g, name)?;
+        check_shape(name, &t.shape, &[r, cols])?;
+        types.push(t.ggml_type);
+    }
+    let total: usize = rows.iter().sum();
+    let one = match types[0] {
+        _ if types.iter().any(|t| *t != types[0]) => None,
+        GgmlType::Quant(f) => {
+            // Rows are whole blocks, so the stack is the files' bytes back to back.
+            let mut bytes = Vec::new();
+            for name in names {
+                bytes.extend_from_slice(g.tensor_bytes(name)?);
+            }
+            Some(Weight::Quantized(QTensor::from_bytes(
+                &bytes,
+                f,
+                &[total, cols],
+                dev,
+            )?))
+        }
+        GgmlType::Dense(_) => {
+            let mut all = Tensor::zeros(&[total, cols], dev)?;
+            let mut at = 0;
+            for (name, &r) in names.iter().zip(&rows) {
+                all.slice_set(&dense::<T>(g, name, &[r, cols], dev)?, 0, at)?;
+                at += r;
+            }
+            Some(Weight::Dense(all))
+        }
+        GgmlType::Other(_) => None,
+    };
+    names.iter().for_each(|n| tick(n));
+    Ok(match one {
+        Some(w) => Stacked::One(w, rows.to_vec()),
+        None => Stacked::Parts(
+            names
+                .iter()
+                .zip(rows)
+                .map(|(n, r)| weight(g, n, [r, cols], dev))
+                .collect::<Result<_>>()?,
+        ),
+    })
+}
+
 impl<T: WithDType> Llama<T> {
     /// The model in `gguf`, its weights uploaded to `device`.
     ///
@@ -255,30 +366,24 @@ impl<T: WithDType> Llama<T> {
         let mut blocks = Vec::with_capacity(c.layers);
         for l in 0..c.layers {
             let n = |s: &str| format!("blk.{l}.{s}");
-            let mut w = |s: &str, shape: [usize; 2]| -> Result<Weight<T>> {
-                let name = n(s);
-                let r = weight(g, &name, shape, dev)?;
-                tick(&name);
-                Ok(r)
-            };
-            let (wq, wk, wv) = (
-                w("attn_q.weight", [q_out, h])?,
-                w("attn_k.weight", [kv_out, h])?,
-                w("attn_v.weight", [kv_out, h])?,
-            );
-            let wo = w("attn_output.weight", [h, q_out])?;
-            let (gate, up) = (
-                w("ffn_gate.weight", [c.ffn, h])?,
-                w("ffn_up.weight", [c.ffn, h])?,
-            );
-            let down = w("ffn_down.weight", [h, c.ffn])?;
+            let qkv = ["attn_q.weight", "attn_k.weight", "attn_v.weight"].map(n);
+            let qkv = stacked(g, &qkv, [q_out, kv_out, kv_out], h, dev, &mut tick)?;
+            let wo = weight(g, &n("attn_output.weight"), [h, q_out], dev)?;
+            tick(&n("attn_output.weight"));
+            let gate_up = ["ffn_gate.weight", "ffn_up.weight"].map(n);
+            let gate_up = stacked(g, &gate_up, [c.ffn, c.ffn], h, dev, &mut tick)?;
+            let down = weight(g, &n("ffn_down.weight"), [h, c.ffn], dev)?;
+            tick(&n("ffn_down.weight"));
             let vec = |s: &str, len: usize| dense::<T>(g, &n(s), &[len], dev);
-            let bias = match c.arch == Arch::Qwen2 || g.tensor_info(&n("attn_q.bias")).is_some() {
-                true => Some([
-                    vec("attn_q.bias", q_out)?,
-                    vec("attn_k.bias", kv_out)?,
-                    vec("attn_v.bias", kv_out)?,
-                ]),
+            let qkv_bias = match c.arch == Arch::Qwen2 || g.tensor_info(&n("attn_q.bias")).is_some()
+            {
+                true => {
+                    let mut all = Tensor::zeros(&[q_out + 2 * kv_out], dev)?;
+                    all.slice_set(&vec("attn_q.bias", q_out)?, 0, 0)?;
+                    all.slice_set(&vec("attn_k.bias", kv_out)?, 0, q_out)?;
+                    all.slice_set(&vec("attn_v.bias", kv_out)?, 0, q_out + kv_out)?;
+                    Some(all)
+                }
                 false => None,
             };
             let qk_norm = match c.arch {
@@ -288,14 +393,11 @@ impl<T: WithDType> Llama<T> {
             blocks.push(Block {
                 attn_norm: vec("attn_norm.weight", h)?,
                 ffn_norm: vec("ffn_norm.weight", h)?,
-                wq,
-                wk,
-                wv,
+                qkv,
                 wo,
-                bias,
+                qkv_bias,
                 qk_norm,
-                gate,
-                up,
+                gate_up,
                 down,
             });
         }
@@ -353,13 +455,14 @@ impl<T: WithDType> Llama<T> {
             .blocks
             .iter()
             .map(|b| {
-                [&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down]
+                [b.qkv.weights(), b.gate_up.weights(), vec![&b.wo, &b.down]]
+                    .concat()
+                    .into_iter()
                     .map(w)
-                    .iter()
                     .sum::<usize>()
                     + v(&b.attn_norm)
                     + v(&b.ffn_norm)
-                    + b.bias.as_ref().map_or(0, |b| b.iter().map(v).sum())
+                    + b.qkv_bias.as_ref().map_or(0, v)
                     + b.qk_norm.as_ref().map_or(0, |b| b.iter().map(v).sum())
             })
             .sum();
@@ -449,7 +552,11 @@ impl<T: WithDType> Llama<T> {
         for (l, b) in self.blocks.iter().enumerate() {
             let attn = self.attention(b, &h, cache, l, pos)?;
             let (sum, normed) = attn.add_rms_norm(&x, &b.ffn_norm, c.rms_eps)?;
-            let act = b.gate.forward(&normed)?.swiglu(&b.up.forward(&normed)?)?;
+            let act = match &b.gate_up {
+                // One [t, 2 ffn] product: the gate and up halves read in place.
+                Stacked::One(w, _) => w.forward(&normed)?.glu_halves(Activation::Silu)?,
+                Stacked::Parts(ws) => ws[0].forward(&normed)?.swiglu(&ws[1].forward(&normed)?)?,
+            };
             let ffn = b.down.forward(&act)?;
             let next = self.blocks.get(l + 1).map_or(&self.norm, |n| &n.attn_norm);
             (x, h) = ffn.add_rms_norm(&sum, next, c.rms_eps)?;
@@ -474,14 +581,11 @@ impl<T: WithDType> Llama<T> {
     ) -> Result<Tensor<T>> {
         let c = &self.config;
         let (t, d) = (h.shape()[0], c.head_dim);
-        let mut q = b.wq.forward(h)?;
-        let mut k = b.wk.forward(h)?;
-        let mut v = b.wv.forward(h)?;
-        if let Some([bq, bk, bv]) = &b.bias {
-            q = q.add(bq)?;
-            k = k.add(bk)?;
-            v = v.add(bv)?;
-        }
+        let [q, k, v]: [Tensor<T>; 3] = b
+            .qkv
+            .forward(h, b.qkv_bias.as_ref())?
+            .try_into()
+            .expect("three parts");
         // (t, heads, d) as the projection leaves them.
         let mut q = q.reshape(&[1, t, c.heads, d])?;
         let mut k = k.reshape(&[1, t, c.kv_heads, d])?;
