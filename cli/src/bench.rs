@@ -84,17 +84,22 @@ pub enum BenchFamily {
     /// Quantized weights: the linear layer at 1 and 8 rows and dequantize,
     /// every format.
     Quant,
+    /// A Llama model of random weights: prefill 512 tokens, then decode
+    /// (Llama-7B shapes on a GPU, one block of them on the Cpu, a tiny model
+    /// in the emulator). Only with `--only model`: it takes minutes.
+    Model,
 }
 
 impl BenchFamily {
     /// Every family's name, as [`BenchFamily::parse`] takes it.
-    pub const NAMES: [&str; 6] = [
+    pub const NAMES: [&str; 7] = [
         "elementwise",
         "indexing",
         "layer",
         "matmul",
         "attention",
         "quant",
+        "model",
     ];
 
     /// The family named `name` (one of [`BenchFamily::NAMES`]).
@@ -106,6 +111,7 @@ impl BenchFamily {
             Self::Matmul,
             Self::Attention,
             Self::Quant,
+            Self::Model,
         ];
         Self::NAMES.iter().position(|&n| n == name).map(|i| all[i])
     }
@@ -223,33 +229,32 @@ fn ops() -> Vec<(&'static str, f64, OpFn)> {
 /// [`ferrocm_ops::Error`].
 pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     let elems = (cfg.rows * cfg.cols) as u64;
-    // Copy bandwidth: a device-to-device copy of one f32 input.
-    let src = dev.alloc_zeroed::<f32>(elems as usize)?;
-    let mut dst = dev.alloc::<f32>(elems as usize)?;
+    let model_only = cfg.only == Some(BenchFamily::Model);
+    // Copy bandwidth: a device-to-device copy of one f32 input (256 MiB for
+    // the model rows, whose weights are far past any cache).
+    let copy_elems = if model_only { 1 << 26 } else { elems };
+    let src = dev.alloc_zeroed::<f32>(copy_elems as usize)?;
+    let mut dst = dev.alloc::<f32>(copy_elems as usize)?;
     let copy_ms = time_op(dev, cfg.reps, || Ok(dst.copy_from(&src)?))?;
     drop((src, dst));
-    let copy_gbps = (2 * elems * 4) as f64 / (copy_ms * 1e-3) / 1e9;
+    let copy_gbps = (2 * copy_elems * 4) as f64 / (copy_ms * 1e-3) / 1e9;
 
-    let inputs = Inputs::new(cfg.rows, cfg.cols, dev)?;
-    let cpu_inputs = if cfg.compare_cpu && dev.runs_kernels() {
-        Some(Inputs::new(cfg.rows, cfg.cols, &Device::Cpu)?)
-    } else {
-        None
-    };
     let wants = |f: BenchFamily| cfg.only.is_none_or(|o| o == f);
     let mut rows = Vec::new();
-    for (name, bytes_per_elem, op) in ops()
-        .into_iter()
-        .filter(|_| wants(BenchFamily::Elementwise))
-    {
-        let bytes = (bytes_per_elem * elems as f64) as u64;
-        let shape = vec![cfg.rows, cfg.cols];
-        let timed = Timed {
-            dev,
-            reps: cfg.reps,
-            copy_gbps,
+    if wants(BenchFamily::Elementwise) {
+        let inputs = Inputs::new(cfg.rows, cfg.cols, dev)?;
+        let cpu_inputs = if cfg.compare_cpu && dev.runs_kernels() {
+            Some(Inputs::new(cfg.rows, cfg.cols, &Device::Cpu)?)
+        } else {
+            None
         };
-        rows.push(timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), op)?);
+        rows.extend(elementwise_rows(
+            dev,
+            cfg,
+            copy_gbps,
+            &inputs,
+            cpu_inputs.as_ref(),
+        )?);
     }
     if wants(BenchFamily::Indexing) {
         rows.extend(llm_rows(dev, cfg, copy_gbps)?);
@@ -266,11 +271,37 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     if wants(BenchFamily::Quant) {
         rows.extend(quant_rows(dev, cfg, copy_gbps)?);
     }
+    if model_only {
+        rows.extend(model_rows(dev, copy_gbps));
+    }
     Ok(BenchReport {
         device: dev.to_string(),
         copy_gbps,
         rows,
     })
+}
+
+/// The elementwise rows over `inputs` (`rows x cols`).
+fn elementwise_rows(
+    dev: &Device,
+    cfg: BenchConfig,
+    copy_gbps: f64,
+    inputs: &Inputs,
+    cpu_inputs: Option<&Inputs>,
+) -> Result<Vec<BenchRow>> {
+    let elems = (cfg.rows * cfg.cols) as u64;
+    let mut rows = Vec::new();
+    for (name, bytes_per_elem, op) in ops() {
+        let bytes = (bytes_per_elem * elems as f64) as u64;
+        let shape = vec![cfg.rows, cfg.cols];
+        let timed = Timed {
+            dev,
+            reps: cfg.reps,
+            copy_gbps,
+        };
+        rows.push(timed.row(name, shape, bytes, inputs, cpu_inputs, op)?);
+    }
+    Ok(rows)
 }
 
 /// Times rows on one device against its copy bandwidth.
@@ -886,4 +917,140 @@ fn quant_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
         )?);
     }
     Ok(rows)
+}
+
+/// Rows of [`BenchFamily::Model`]: per weight format, the prompt's forward
+/// (512 tokens; TFLOP/s over the blocks' 2 · weights · tokens and the
+/// output's 2 · weights for the last token) and
+/// a decode step (the weights read once a token: GB/s and % of copy are the
+/// share of the weight-bandwidth limit; tokens/s = 1000 / ms). A GPU runs
+/// Llama-7B shapes (bf16 activations), the Cpu one block of them (f32), the
+/// emulator the tiny model; greedy decoding of 128 tokens (32 on the Cpu,
+/// 8 in the emulator).
+fn model_rows(dev: &Device, copy_gbps: f64) -> Vec<BenchRow> {
+    use ferrocm_models::synthetic::SyntheticModel;
+    use ferrocm_ops::QuantFormat;
+    let mut rows = Vec::new();
+    let formats = [
+        ("q4_0", Some(QuantFormat::Q4_0)),
+        ("q4_k", Some(QuantFormat::Q4K)),
+        ("q8_0", Some(QuantFormat::Q8_0)),
+        ("bf16", None),
+    ];
+    for (name, format) in formats {
+        let (label, spec, prompt, decode) = if dev.is_gpu() {
+            ("llama-7b", SyntheticModel::llama_7b(format), 512, 128)
+        } else if dev.runs_kernels() {
+            let tiny = ferrocm_models::synthetic::SyntheticModel::new(ferrocm_models::Arch::Llama);
+            let dense = ferrocm_ops::DType::BF16;
+            (
+                "tiny",
+                SyntheticModel {
+                    format,
+                    dense,
+                    ..tiny
+                },
+                64,
+                8,
+            )
+        } else {
+            let one = SyntheticModel {
+                layers: 1,
+                ..SyntheticModel::llama_7b(format)
+            };
+            ("llama-7b 1 block", one, 512, 32)
+        };
+        let hidden = spec.hidden;
+        let measured = if dev.is_gpu() {
+            time_model::<ferrocm_ops::bf16>(&spec, dev, prompt, decode)
+        } else {
+            time_model::<f32>(&spec, dev, prompt, decode)
+        };
+        let row = |op: String, ms: f64, bytes: u64, flops: Option<u64>, error: Option<String>| {
+            let gbps = bytes as f64 / (ms * 1e-3) / 1e9;
+            BenchRow {
+                op,
+                shape: vec![prompt, hidden],
+                bytes,
+                ms,
+                gbps,
+                pct_of_copy: 100.0 * gbps / copy_gbps,
+                cpu_ms: None,
+                error,
+                flops,
+            }
+        };
+        match measured {
+            Ok(m) => {
+                // Every position through the blocks, the last one through the output.
+                let flops = 2 * (m.block_weights * prompt as u64 + m.output_weights);
+                rows.push(row(
+                    format!("{label} {name} prefill {prompt}"),
+                    m.prefill_ms,
+                    m.read_bytes,
+                    Some(flops),
+                    None,
+                ));
+                rows.push(row(
+                    format!("{label} {name} decode (per token)"),
+                    m.decode_ms,
+                    m.read_bytes,
+                    None,
+                    None,
+                ));
+            }
+            Err(e) => rows.push(row(format!("{label} {name}"), f64::NAN, 0, None, Some(e))),
+        }
+    }
+    rows
+}
+
+/// One model's prefill and decode times.
+struct ModelTimes {
+    prefill_ms: f64,
+    decode_ms: f64,
+    /// Weight bytes a decode step reads ([`ferrocm_models::Llama::decode_read_bytes`]).
+    read_bytes: u64,
+    /// Weights of the blocks' matrix products.
+    block_weights: u64,
+    /// Weights of the output projection.
+    output_weights: u64,
+}
+
+fn time_model<T: ferrocm_ops::WithDType>(
+    spec: &ferrocm_models::synthetic::SyntheticModel,
+    dev: &Device,
+    prompt: usize,
+    decode: usize,
+) -> std::result::Result<ModelTimes, String> {
+    use ferrocm_models::{Generation, Llama, LoadOptions, SamplingOptions};
+    let err = |e: ferrocm_models::Error| e.to_string();
+    let bytes = spec
+        .to_gguf()
+        .and_then(|w| Ok(w.to_bytes()?))
+        .map_err(err)?;
+    let g = ferrocm_ops::quant::gguf::Gguf::from_bytes(bytes).map_err(|e| e.to_string())?;
+    let opts = LoadOptions {
+        context: Some(prompt + decode),
+    };
+    let model = Llama::<T>::load(&g, dev, &opts).map_err(err)?;
+    drop(g);
+    let c = model.config();
+    let ids: Vec<u32> = (0..prompt as u32)
+        .map(|i| (i * 7919 + 13) % c.vocab as u32)
+        .collect();
+    let mut generation = Generation::new(&model, SamplingOptions::greedy()).map_err(err)?;
+    // A first run of the same shapes warms the device (module loads, the
+    // allocator's blocks, the BLAS's plans); the second is timed.
+    generation.generate(&ids, 2, |_| true).map_err(err)?;
+    generation.reset();
+    generation.generate(&ids, decode, |_| true).map_err(err)?;
+    let s = generation.stats();
+    Ok(ModelTimes {
+        prefill_ms: s.prefill.as_secs_f64() * 1e3,
+        decode_ms: s.decode.as_secs_f64() * 1e3 / s.decode_tokens.max(1) as f64,
+        read_bytes: model.decode_read_bytes() as u64,
+        block_weights: (c.decode_weight_elems() - c.vocab * c.hidden) as u64,
+        output_weights: (c.vocab * c.hidden) as u64,
+    })
 }

@@ -203,6 +203,10 @@ enum Family {
     Attention,
     /// Quantized weights: the linear layer at 1 and 8 rows, dequantize.
     Quant,
+    /// A random-weight Llama (7B shapes on a GPU, one block of them on the
+    /// Cpu, tiny in the emulator): prefill 512 tokens, decode. Only when
+    /// named: it takes minutes.
+    Model,
 }
 
 impl From<Family> for bench::BenchFamily {
@@ -214,6 +218,7 @@ impl From<Family> for bench::BenchFamily {
             Family::Matmul => bench::BenchFamily::Matmul,
             Family::Attention => bench::BenchFamily::Attention,
             Family::Quant => bench::BenchFamily::Quant,
+            Family::Model => bench::BenchFamily::Model,
         }
     }
 }

@@ -165,8 +165,7 @@ fn run_typed<T: WithDType>(
     let stats = device.memory_stats();
     let launches = stats.launches - first_launches.unwrap_or(stats.launches);
     let weight_bytes = model.weight_bytes();
-    // Each decode step reads every matrix once; the embedding table only a row.
-    let read = weight_bytes as f64 - weight_bytes as f64 * embed_share(&model);
+    let read = model.decode_read_bytes() as f64;
     Ok(RunReport {
         device: device.to_string(),
         load_s,
@@ -181,15 +180,4 @@ fn run_typed<T: WithDType>(
         launches_per_token: launches as f64 / s.decode_tokens.max(1) as f64,
         tokens,
     })
-}
-
-/// The embedding table's share of the weights when untied (read a row per
-/// token), else 0.
-fn embed_share<T: WithDType>(m: &Llama<T>) -> f64 {
-    let c = m.config();
-    if m.tied_embeddings() {
-        return 0.0;
-    }
-    let all = c.decode_weight_elems() + c.vocab * c.hidden;
-    (c.vocab * c.hidden) as f64 / all as f64
 }

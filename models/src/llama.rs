@@ -470,6 +470,18 @@ impl<T: WithDType> Llama<T> {
         blocks + w(&self.embed) + v(&self.norm) + output
     }
 
+    /// Weight bytes one decode step reads: every weight once, but of an
+    /// untied embedding table only a row (the numerator of the
+    /// weight-bandwidth limit).
+    pub fn decode_read_bytes(&self) -> usize {
+        let embed = match &self.embed {
+            Weight::Dense(t) => t.elem_count() * size_of::<T>(),
+            Weight::Quantized(q) => q.len_bytes(),
+        };
+        let row = embed / self.config.vocab;
+        self.weight_bytes() - if self.tied { 0 } else { embed - row }
+    }
+
     /// Whether the output projection is the embedding table (the file has
     /// no `output.weight`).
     pub fn tied_embeddings(&self) -> bool {
