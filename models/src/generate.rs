@@ -148,17 +148,20 @@ impl<'m, T: WithDType> Generation<'m, T> {
                 context: self.cache.capacity(),
             });
         }
-        self.tokens.extend_from_slice(prompt);
         self.stats = GenerationStats {
             prompt_tokens: input.len(),
             ..Default::default()
         };
         let mut out = Vec::new();
         if max_tokens == 0 || input.is_empty() {
+            self.tokens.extend_from_slice(prompt);
             return Ok(out);
         }
         let start = Instant::now();
+        // The sequence takes the prompt only once it has run: a refused
+        // prompt (an id past the vocabulary) leaves the sequence as it was.
         let logits = self.model.forward(&input, &mut self.cache, Logits::Last)?;
+        self.tokens.extend_from_slice(prompt);
         let mut next = self.sampler.sample(&logits, &self.tokens)?;
         self.stats.prefill = start.elapsed();
         let start = Instant::now();

@@ -378,6 +378,17 @@ fn bad_requests_are_typed_errors() {
     // Exactly full: 3 prompt tokens and 6 generated use 8 positions (the last is never run).
     assert_eq!(g.generate(&[1, 2, 3], 6, |_| true).unwrap().len(), 6);
     assert_eq!(g.cache().len(), 8);
+    // A prompt with an id past the vocabulary is refused and leaves the
+    // sequence as it was: the next request runs as on a fresh one.
+    g.reset();
+    let fresh = g.generate(&[1, 2], 3, |_| true).unwrap();
+    g.reset();
+    assert!(matches!(
+        g.generate(&[1, 384], 3, |_| true),
+        Err(Error::BadToken { id: 384, .. })
+    ));
+    assert!(g.tokens().is_empty() && g.cache().is_empty());
+    assert_eq!(g.generate(&[1, 2], 3, |_| true).unwrap(), fresh);
     let bad = SamplingOptions {
         top_p: 0.0,
         ..Default::default()
