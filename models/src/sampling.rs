@@ -4,8 +4,9 @@
 //!
 //! What crosses to the host: greedy reads one `u32`; with top-k the `k`
 //! best logits and their ids come back (found on the device); without
-//! top-k the whole row is read. The penalty is applied on the device to the
-//! recent tokens' logits only (gather, scale, scatter).
+//! top-k the whole row is read. The penalty touches the recent tokens'
+//! logits only: gathered on the device, read back (at most
+//! `repeat_last_n` values), scaled on the host and scattered back.
 
 use crate::error::{Error, Result};
 use ferrocm_ops::{Tensor, WithDType};
