@@ -73,29 +73,23 @@ enum Command {
         pure: bool,
     },
     /// Generate from a Llama-family GGUF model (llama, qwen2, qwen3): the
-    /// tokens as they come, then prefill and decode tokens/s.
+    /// text as it comes, then prefill and decode tokens/s.
     Run(RunArgs),
+    /// An interactive chat through the model's chat template: a message a
+    /// line on stdin (`/exit` or end of input ends it), replies streamed.
+    Chat(ChatArgs),
+    /// A text's token ids through a GGUF's tokenizer, with each token's piece.
+    Tokenize(TokenizeArgs),
 }
 
+/// The model and where it runs (`run`, `chat`).
 #[derive(Args)]
-struct RunArgs {
+struct ModelArgs {
     /// A GGUF file, or synthetic:7b:FORMAT / synthetic:tiny:FORMAT for
-    /// random weights made in memory (Llama-7B shapes or a tiny model; FORMAT
-    /// q4_0, q4_k, q8_0, ..., f16, bf16, f32).
+    /// random weights made in memory (Llama-7B shapes or a tiny model, with
+    /// a small SentencePiece vocabulary and a ChatML template; FORMAT q4_0,
+    /// q4_k, q8_0, ..., f16, bf16, f32).
     model: String,
-    /// The prompt as text (needs the GGUF's tokenizer, which `run` does not
-    /// have yet: use --prompt-ids or --random-prompt).
-    #[arg(long, conflicts_with_all = ["prompt_ids", "random_prompt"])]
-    prompt: Option<String>,
-    /// The prompt as token ids, comma-separated.
-    #[arg(long, value_delimiter = ',', value_name = "ID,ID,...")]
-    prompt_ids: Vec<u32>,
-    /// A prompt of N random token ids (seeded by --seed): for timing.
-    #[arg(long, value_name = "N", conflicts_with = "prompt_ids")]
-    random_prompt: Option<usize>,
-    /// Tokens to generate.
-    #[arg(long, default_value_t = 128)]
-    max_tokens: usize,
     /// Device: cpu, emulator:32, emulator:64, rocm[:N], cuda[:N]. Default:
     /// the first GPU that answers, else the Cpu.
     #[arg(long, value_name = "D", value_parser = parse_device)]
@@ -107,6 +101,14 @@ struct RunArgs {
     /// Positions to prepare (default: the model's context, at most 4096).
     #[arg(long, value_name = "N")]
     ctx: Option<usize>,
+    /// Tokens to generate (per reply in a chat).
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+}
+
+/// How tokens are chosen (llama.cpp's defaults).
+#[derive(Args)]
+struct SamplingArgs {
     /// 0 takes the most likely token every time.
     #[arg(long, default_value_t = 0.8)]
     temperature: f32,
@@ -125,9 +127,77 @@ struct RunArgs {
     /// The sampler's seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// One JSON object at the end instead of the streamed ids and summary.
+}
+
+impl SamplingArgs {
+    fn options(&self) -> ferrocm_models::SamplingOptions {
+        ferrocm_models::SamplingOptions {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: 64,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt as text, through the file's tokenizer (BOS as the file
+    /// asks; special tokens such as <|eot_id|> written in it are parsed).
+    #[arg(short, long, conflicts_with_all = ["prompt_ids", "random_prompt"])]
+    prompt: Option<String>,
+    /// The prompt as token ids, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "ID,ID,...")]
+    prompt_ids: Vec<u32>,
+    /// A prompt of N random token ids (seeded by --seed) for timing: implies
+    /// --ignore-eos.
+    #[arg(long, value_name = "N", conflicts_with = "prompt_ids")]
+    random_prompt: Option<usize>,
+    /// Stop when the generated text contains this (repeatable; not printed).
+    #[arg(long, value_name = "TEXT")]
+    stop: Vec<String>,
+    /// Generate past end-of-sequence and end-of-turn tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// One JSON object at the end instead of the streamed text and summary.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// A system message to start with.
+    #[arg(long, value_name = "TEXT")]
+    system: Option<String>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+}
+
+#[derive(Args)]
+struct TokenizeArgs {
+    /// A GGUF file (or a synthetic name).
+    model: String,
+    /// The text.
+    #[arg(short, long)]
+    prompt: String,
+    /// Leave out BOS/EOS even where the file asks for them.
+    #[arg(long)]
+    no_bos: bool,
+    /// Take control tokens written in the text as plain text.
+    #[arg(long)]
+    no_parse_special: bool,
+    /// Only the ids, as one JSON array (llama-tokenize --ids prints the same).
+    #[arg(long)]
+    ids: bool,
 }
 
 /// Where `check` and `bench` run.
@@ -279,76 +349,85 @@ fn main() -> ExitCode {
             pure,
         } => run_quantize(&input, &output, &r#type, pure),
         Command::Run(a) => run_model(a),
+        Command::Chat(a) => run_chat(a),
+        Command::Tokenize(a) => run_tokenize(a),
     }
 }
 
-/// `ferrocm run`.
-fn run_model(a: RunArgs) -> ExitCode {
-    use ferrocm_cli::run::{RunRequest, run};
-    if a.prompt.is_some() {
-        eprintln!(
-            "ferrocm run: text prompts need the GGUF's tokenizer, which is not built yet; \
-             pass --prompt-ids or --random-prompt"
-        );
-        return ExitCode::from(2);
-    }
-    let device = a.device.unwrap_or_else(|| match Device::best_or_err() {
-        Ok(d) if d.is_gpu() => d,
-        _ => Device::Cpu,
-    });
-    let dtype = match a.dtype.as_deref() {
+/// The device and activation dtype `run` and `chat` use.
+fn device_and_dtype(m: &ModelArgs, command: &str) -> Result<(Device, DType), ExitCode> {
+    let device = m
+        .device
+        .clone()
+        .unwrap_or_else(|| match Device::best_or_err() {
+            Ok(d) if d.is_gpu() => d,
+            _ => Device::Cpu,
+        });
+    let dtype = match m.dtype.as_deref() {
         None if device.is_gpu() => DType::BF16,
         None => DType::F32,
         Some("f32") => DType::F32,
         Some("f16") => DType::F16,
         Some("bf16") => DType::BF16,
         Some(other) => {
-            eprintln!("ferrocm run: --dtype {other}: f32, f16 or bf16");
-            return ExitCode::from(2);
+            eprintln!("ferrocm {command}: --dtype {other}: f32, f16 or bf16");
+            return Err(ExitCode::from(2));
         }
     };
-    let prompt = match a.random_prompt {
-        // Ids below 256: in every vocabulary (the synthetic tiny one has 384).
-        Some(n) => {
-            let mut x = a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            (0..n)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    (x % 256) as u32
-                })
-                .collect()
-        }
-        None => a.prompt_ids,
-    };
-    if prompt.is_empty() {
-        eprintln!("ferrocm run: no prompt (--prompt-ids or --random-prompt)");
-        return ExitCode::from(2);
-    }
-    let req = RunRequest {
-        model: a.model,
-        prompt,
-        max_tokens: a.max_tokens,
-        context: a.ctx,
-        dtype,
-        sampling: ferrocm_models::SamplingOptions {
-            temperature: a.temperature,
-            top_k: a.top_k,
-            top_p: a.top_p,
-            min_p: a.min_p,
-            repeat_penalty: a.repeat_penalty,
-            repeat_last_n: 64,
-            seed: a.seed,
-        },
-        stream: !a.json,
-    };
-    let bar = indicatif::ProgressBar::new(0).with_style(
+    Ok((device, dtype))
+}
+
+/// The load progress bar (bytes of weights uploaded).
+fn load_bar() -> indicatif::ProgressBar {
+    indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template(
             "loading {bar:40} {binary_bytes}/{binary_total_bytes}",
         )
         .expect("a valid template"),
-    );
+    )
+}
+
+/// `ferrocm run`.
+fn run_model(a: RunArgs) -> ExitCode {
+    use ferrocm_cli::run::{Prompt, RunRequest, run};
+    let (device, dtype) = match device_and_dtype(&a.model, "run") {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let prompt = match (a.prompt, a.random_prompt) {
+        (Some(text), _) => Prompt::Text(text),
+        // Ids below 256: in every vocabulary (the synthetic tiny one has 384).
+        (None, Some(n)) => {
+            let mut x = a.sampling.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            Prompt::Ids(
+                (0..n)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        (x % 256) as u32
+                    })
+                    .collect(),
+            )
+        }
+        (None, None) => Prompt::Ids(a.prompt_ids),
+    };
+    if matches!(&prompt, Prompt::Ids(ids) if ids.is_empty()) {
+        eprintln!("ferrocm run: no prompt (--prompt, --prompt-ids or --random-prompt)");
+        return ExitCode::from(2);
+    }
+    let req = RunRequest {
+        model: a.model.model,
+        prompt,
+        max_tokens: a.model.max_tokens,
+        context: a.model.ctx,
+        dtype,
+        sampling: a.sampling.options(),
+        stream: !a.json,
+        stop: a.stop,
+        ignore_eos: a.ignore_eos || a.random_prompt.is_some(),
+    };
+    let bar = load_bar();
     let result = run(&req, &device, |done, total| {
         bar.set_length(total);
         bar.set_position(done);
@@ -360,17 +439,18 @@ fn run_model(a: RunArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(r) => {
-            outln!(
+            eprintln!(
                 "{}: loaded in {:.2} s ({:.1} MiB of weights, {:.1} MiB of cache)",
                 r.device,
                 r.load_s,
                 r.weight_bytes as f64 / 1048576.0,
                 r.cache_bytes as f64 / 1048576.0
             );
-            outln!(
-                "prefill {} tokens: {:.1} tokens/s; decode {} tokens: {:.1} tokens/s ({:.0} GB/s of weights, {:.0} launches a token); peak device memory {:.1} MiB",
+            eprintln!(
+                "prefill {} tokens: {:.1} tokens/s (first token {:.3} s); decode {} tokens: {:.1} tokens/s ({:.0} GB/s of weights, {:.0} launches a token); peak device memory {:.1} MiB",
                 r.prompt_tokens,
                 r.prefill_tps,
+                r.first_token_s,
                 r.decode_tokens,
                 r.decode_tps,
                 r.weight_gbps,
@@ -381,6 +461,69 @@ fn run_model(a: RunArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("ferrocm run: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `ferrocm chat`.
+fn run_chat(a: ChatArgs) -> ExitCode {
+    use ferrocm_cli::run::{ChatRequest, chat};
+    use std::io::IsTerminal;
+    let (device, dtype) = match device_and_dtype(&a.model, "chat") {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let req = ChatRequest {
+        model: a.model.model,
+        max_tokens: a.model.max_tokens,
+        context: a.model.ctx,
+        dtype,
+        sampling: a.sampling.options(),
+        system: a.system,
+    };
+    let interactive = std::io::stdin().is_terminal();
+    let bar = load_bar();
+    let result = chat(
+        &req,
+        &device,
+        std::io::stdin().lock(),
+        std::io::stdout(),
+        interactive,
+        |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+    );
+    bar.finish_and_clear();
+    match result {
+        Ok((turns, tps)) => {
+            eprintln!("{turns} replies on {device}; decode {tps:.1} tokens/s");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ferrocm chat: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `ferrocm tokenize`.
+fn run_tokenize(a: TokenizeArgs) -> ExitCode {
+    match ferrocm_cli::run::tokenize(&a.model, &a.prompt, !a.no_bos, !a.no_parse_special) {
+        Ok(tokens) if a.ids => {
+            let ids: Vec<u32> = tokens.iter().map(|(id, _)| *id).collect();
+            outln!("{ids:?}");
+            ExitCode::SUCCESS
+        }
+        Ok(tokens) => {
+            for (id, piece) in tokens {
+                outln!("{id:6} -> {piece:?}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ferrocm tokenize: {e}");
             ExitCode::from(1)
         }
     }

@@ -1,7 +1,10 @@
 //! `ferrocm run` as a user calls it: exit codes, messages that name what is
 //! wrong, and the JSON summary.
 
-use std::process::Command;
+use ferrocm_models::{Arch, synthetic::SyntheticModel};
+use ferrocm_ops::quant::gguf::{Gguf, GgufWriter};
+use std::io::Write;
+use std::process::{Command, Stdio};
 
 fn ferrocm(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_ferrocm"))
@@ -28,6 +31,7 @@ fn runs_a_synthetic_model_and_reports_json() {
         "5",
         "--temperature",
         "0",
+        "--ignore-eos",
         "--json",
     ];
     let (code, out, err) = ferrocm(&args);
@@ -77,16 +81,57 @@ fn bad_requests_fail_with_a_message() {
     ]);
     assert_eq!(code, 1);
     assert!(err.contains("/nonexistent/m.gguf"), "{err}");
+    // A file without a tokenizer takes ids only.
+    let dir = std::env::temp_dir().join(format!("ferrocm-run-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("no-tokenizer.gguf");
+    let with = Gguf::from_bytes(
+        SyntheticModel::new(Arch::Llama)
+            .to_gguf()
+            .unwrap()
+            .to_bytes()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut without = GgufWriter::new();
+    for (k, v) in with.metadata() {
+        if !k.starts_with("tokenizer.") {
+            without.metadata(k, v.clone());
+        }
+    }
+    for t in with.tensors() {
+        without
+            .raw(
+                &t.name,
+                &t.shape,
+                t.ggml_type,
+                with.tensor_bytes(&t.name).unwrap().to_vec(),
+            )
+            .unwrap();
+    }
+    without.write(&path).unwrap();
+    let path = path.to_str().unwrap();
+    let (code, _, err) = ferrocm(&["run", path, "--prompt", "hello", "--device", "cpu"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no tokenizer") && err.contains("--prompt-ids"),
+        "{err}"
+    );
     let (code, _, err) = ferrocm(&[
         "run",
-        "synthetic:tiny:q4_0",
-        "--prompt",
-        "hello",
+        path,
+        "--prompt-ids",
+        "1,2",
+        "--max-tokens",
+        "2",
         "--device",
         "cpu",
     ]);
-    assert_eq!(code, 2);
-    assert!(err.contains("tokenizer"), "{err}");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = ferrocm(&["chat", path, "--device", "cpu"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no tokenizer"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
     let (code, _, err) = ferrocm(&[
         "run",
         "synthetic:tiny:q4_0",
@@ -121,4 +166,114 @@ fn bad_requests_fail_with_a_message() {
     assert!(err.contains("huge"), "{err}");
     let (code, _, _) = ferrocm(&["run", "synthetic:tiny:q4_0", "--device", "cpu"]);
     assert_eq!(code, 2, "no prompt");
+}
+
+#[test]
+fn text_prompts_go_through_the_files_tokenizer() {
+    let (code, out, err) = ferrocm(&[
+        "tokenize",
+        "synthetic:tiny:f32",
+        "-p",
+        "Once upon a time",
+        "--ids",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let ids: Vec<u64> = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(ids[0], 1, "BOS first");
+    let (code, out, err) = ferrocm(&[
+        "run",
+        "synthetic:tiny:q8_0",
+        "--device",
+        "cpu",
+        "-p",
+        "Once upon a time",
+        "--max-tokens",
+        "12",
+        "--temperature",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["prompt_tokens"].as_u64().unwrap() as usize, ids.len());
+    let text = r["text"].as_str().expect("the text of the tokens");
+    assert!(r["tokens"].as_array().unwrap().len() <= 12);
+    // Streamed text is the summary's text.
+    let (code, streamed, err) = ferrocm(&[
+        "run",
+        "synthetic:tiny:q8_0",
+        "--device",
+        "cpu",
+        "-p",
+        "Once upon a time",
+        "--max-tokens",
+        "12",
+        "--temperature",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(streamed.trim_end_matches('\n'), text);
+    assert!(
+        err.contains("tokens/s"),
+        "the summary goes to stderr: {err}"
+    );
+    // A stop string ends the text before it.
+    if let Some(stop) = text.chars().nth(3).filter(|c| !c.is_whitespace()) {
+        let (code, out, err) = ferrocm(&[
+            "run",
+            "synthetic:tiny:q8_0",
+            "--device",
+            "cpu",
+            "-p",
+            "Once upon a time",
+            "--max-tokens",
+            "12",
+            "--temperature",
+            "0",
+            "--stop",
+            &stop.to_string(),
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let cut = r["text"].as_str().unwrap();
+        assert!(
+            text.starts_with(cut) && !cut.contains(stop),
+            "{text:?} {cut:?}"
+        );
+    }
+}
+
+#[test]
+fn chat_reads_a_message_a_line() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrocm"))
+        .args([
+            "chat",
+            "synthetic:tiny:q4_0",
+            "--device",
+            "cpu",
+            "--max-tokens",
+            "6",
+            "--temperature",
+            "0",
+            "--system",
+            "Be brief.",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Hello\n\nHow are you?\n/exit\nnever read\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("2 replies"), "{err}");
+    // One line per reply (a reply may itself hold newlines, not fewer).
+    assert!(String::from_utf8_lossy(&out.stdout).lines().count() >= 2);
 }

@@ -72,6 +72,20 @@ pub enum Error {
         /// What is wrong, with the values as given.
         what: String,
     },
+    /// The tokenizer failed on a text or a token.
+    #[error("{op}: {what}")]
+    Tokenizer {
+        /// The call.
+        op: &'static str,
+        /// What failed.
+        what: String,
+    },
+    /// A chat template that does not parse, or raised an error.
+    #[error("chat template: {what}")]
+    ChatTemplate {
+        /// The template engine's message.
+        what: String,
+    },
     /// An op failed (device memory, a launch, shapes).
     #[error(transparent)]
     Op(#[from] ferrocm_ops::Error),

@@ -19,15 +19,19 @@
 //! # Ok::<(), ferrocm_models::Error>(())
 //! ```
 
+pub mod chat;
 pub mod config;
 pub mod error;
 pub mod generate;
 pub mod llama;
 pub mod sampling;
 pub mod synthetic;
+pub mod tokenizer;
 
+pub use chat::{Chat, StopStrings};
 pub use config::{Arch, Config};
 pub use error::{Error, Result};
 pub use generate::{Generation, GenerationStats};
 pub use llama::{KvCache, Llama, LoadOptions, Logits};
 pub use sampling::{Sampler, SamplingOptions};
+pub use tokenizer::{ChatMessage, Tokenizer};

@@ -119,6 +119,7 @@ impl SyntheticModel {
             .metadata(&k("attention.value_length"), u(self.head_dim))
             .metadata(&k("attention.layer_norm_rms_epsilon"), GgufValue::F32(1e-5))
             .metadata(&k("rope.freq_base"), GgufValue::F32(10_000.0));
+        synthetic_vocabulary(&mut w, self.vocab);
         let mut rng = Normal(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let (h, q, kv) = (
             self.hidden,
@@ -194,6 +195,105 @@ impl SyntheticModel {
         }
         Ok(w)
     }
+}
+
+/// Common English words: the synthetic vocabulary's pieces (with every
+/// prefix, so each is reachable by merges).
+const WORDS: &[&str] = &[
+    "the", "of", "and", "to", "in", "is", "that", "it", "was", "for", "on", "are", "as", "with",
+    "he", "she", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word",
+    "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an",
+    "each", "which", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many",
+    "then", "them", "these", "so", "some", "her", "would", "make", "like", "him", "into", "time",
+    "has", "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people",
+    "my", "than", "first", "water", "been", "call", "who", "oil", "its", "now", "find", "long",
+    "down", "day", "did", "get", "come", "made", "may", "part", "once", "upon", "hello", "world",
+    "model", "token", "story", "little", "girl", "boy", "cat", "dog",
+];
+
+/// A SentencePiece ("llama") vocabulary of exactly `size` tokens: `<unk>`,
+/// `<s>`, `</s>`, the chat markers `<|im_start|>`/`<|im_end|>`, the 256
+/// byte tokens, printable ASCII, then `▁`-led words and their prefixes
+/// (scores falling with the id, as a trained vocabulary's), padded with
+/// numbered pieces; and a ChatML template. Random weights make the text
+/// meaningless, but a prompt tokenizes, generates and streams as a real
+/// model's does.
+fn synthetic_vocabulary(w: &mut GgufWriter, size: usize) {
+    // (text, type): 1 normal, 2 unknown, 3 control, 6 byte.
+    let mut tokens: Vec<(String, i32)> = vec![
+        ("<unk>".into(), 2),
+        ("<s>".into(), 3),
+        ("</s>".into(), 3),
+        ("<|im_start|>".into(), 3),
+        ("<|im_end|>".into(), 3),
+    ];
+    tokens.extend((0..=255u8).map(|b| (format!("<0x{b:02X}>"), 6)));
+    tokens.push(("▁".into(), 1));
+    tokens.extend(
+        (b' '..=b'~')
+            .filter(|&c| c != b' ')
+            .map(|c| ((c as char).to_string(), 1)),
+    );
+    let mut seen: std::collections::HashSet<String> =
+        tokens.iter().map(|(t, _)| t.clone()).collect();
+    for word in WORDS {
+        for end in 1..=word.len() {
+            let piece = format!("▁{}", &word[..end]);
+            if seen.insert(piece.clone()) {
+                tokens.push((piece, 1));
+            }
+        }
+    }
+    let mut n = 0;
+    while tokens.len() < size {
+        tokens.push((format!("▁piece{n}"), 1));
+        n += 1;
+    }
+    tokens.truncate(size);
+    let strings = tokens
+        .iter()
+        .map(|(t, _)| GgufValue::String(t.clone()))
+        .collect();
+    let scores = (0..tokens.len())
+        .map(|i| GgufValue::F32(-(i as f32)))
+        .collect();
+    let types = tokens.iter().map(|(_, t)| GgufValue::I32(*t)).collect();
+    let id = |v: u32| GgufValue::U32(v.min(size.saturating_sub(1) as u32));
+    w.metadata("tokenizer.ggml.model", GgufValue::String("llama".into()))
+        .metadata(
+            "tokenizer.ggml.tokens",
+            GgufValue::Array {
+                item_type: 8,
+                items: strings,
+            },
+        )
+        .metadata(
+            "tokenizer.ggml.scores",
+            GgufValue::Array {
+                item_type: 6,
+                items: scores,
+            },
+        )
+        .metadata(
+            "tokenizer.ggml.token_type",
+            GgufValue::Array {
+                item_type: 5,
+                items: types,
+            },
+        )
+        .metadata("tokenizer.ggml.bos_token_id", id(1))
+        .metadata("tokenizer.ggml.eos_token_id", id(2))
+        .metadata("tokenizer.ggml.unknown_token_id", id(0))
+        .metadata("tokenizer.ggml.add_bos_token", GgufValue::Bool(true))
+        .metadata(
+            "tokenizer.chat_template",
+            GgufValue::String(
+                "{% for message in messages %}<|im_start|>{{ message['role'] }}\n\
+                 {{ message['content'] }}<|im_end|>\n{% endfor %}\
+                 {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+                    .into(),
+            ),
+        );
 }
 
 /// A small deterministic generator (xorshift64*, Box-Muller): the same
