@@ -91,9 +91,241 @@ pub fn specialise_for_sm90(ptx: &str) -> Option<String> {
     (version && target).then_some(out)
 }
 
+/// A PTX module's top-level items, found once, so the module of one kernel
+/// ([`PtxIndex::kernel_module`]) is quick to cut out: the CUDA device
+/// compiles each kernel the first time it launches instead of the whole
+/// module when it opens (the driver's JIT of all of ferrocm's kernels takes
+/// tens of seconds on a machine whose compute cache is cold; a model uses a
+/// few dozen of them).
+#[derive(Debug)]
+pub struct PtxIndex {
+    items: Vec<Item>,
+}
+
+#[derive(Debug)]
+struct Item {
+    kind: ItemKind,
+    /// The function's name (empty for other items).
+    name: String,
+    /// Byte range in the text.
+    range: std::ops::Range<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ItemKind {
+    /// A kernel's definition.
+    Entry,
+    /// A device function's prototype or definition.
+    Func,
+    /// Anything else at the top level: the header, variables, comments.
+    Other,
+}
+
+/// The code of a PTX line without its `//` comment.
+fn code_of(line: &str) -> &str {
+    line.find("//").map_or(line, |c| &line[..c])
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.')
+}
+
+/// The name a `.entry`/`.func` line declares (after a `.func`'s return
+/// parameter list).
+fn declared_name(code: &str) -> Option<String> {
+    let rest = if let Some(at) = code.find(".entry") {
+        &code[at + ".entry".len()..]
+    } else {
+        let at = code.find(".func")?;
+        let rest = code[at + ".func".len()..].trim_start();
+        match rest.strip_prefix('(') {
+            Some(r) => &r[r.find(')')? + 1..],
+            None => rest,
+        }
+    };
+    let rest = rest.trim_start();
+    let end = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+    (end > 0).then(|| rest[..end].to_owned())
+}
+
+impl PtxIndex {
+    /// The items of `ptx`; `None` when a function's braces do not close.
+    pub fn parse(ptx: &str) -> Option<Self> {
+        let mut items = Vec::new();
+        let mut lines = ptx.split_inclusive('\n').peekable();
+        let mut at = 0;
+        while let Some(line) = lines.next() {
+            let start = at;
+            at += line.len();
+            let code = code_of(line).trim_start();
+            let words: Vec<&str> = code.split_whitespace().take(3).collect();
+            let kind = if words.contains(&".entry") {
+                ItemKind::Entry
+            } else if words.contains(&".func") {
+                ItemKind::Func
+            } else {
+                items.push(Item {
+                    kind: ItemKind::Other,
+                    name: String::new(),
+                    range: start..at,
+                });
+                continue;
+            };
+            let name = declared_name(code)?;
+            // To the end of the body (braces balanced) or of a prototype (`;`
+            // outside parentheses before any brace).
+            let (mut depth, mut parens, mut opened) = (0i64, 0i64, false);
+            let mut current = line;
+            loop {
+                let mut done = false;
+                for c in code_of(current).chars() {
+                    match c {
+                        '{' => {
+                            depth += 1;
+                            opened = true;
+                        }
+                        '}' => depth -= 1,
+                        '(' => parens += 1,
+                        ')' => parens -= 1,
+                        ';' if !opened && depth == 0 && parens == 0 => done = true,
+                        _ => {}
+                    }
+                }
+                if done || (opened && depth == 0) {
+                    break;
+                }
+                current = lines.next()?;
+                at += current.len();
+            }
+            items.push(Item {
+                kind,
+                name,
+                range: start..at,
+            });
+        }
+        Some(Self { items })
+    }
+
+    /// The kernels (`.entry` names) in the module.
+    pub fn entries(&self) -> impl Iterator<Item = &str> {
+        self.items
+            .iter()
+            .filter(|i| i.kind == ItemKind::Entry)
+            .map(|i| i.name.as_str())
+    }
+
+    /// A module of `ptx` (the text this index was made from) holding only
+    /// kernel `entry`: the header and module variables, the device
+    /// functions it calls (directly or not), and the kernel. `None` when
+    /// the module has no such kernel.
+    pub fn kernel_module(&self, ptx: &str, entry: &str) -> Option<String> {
+        let kernel = self
+            .items
+            .iter()
+            .find(|i| i.kind == ItemKind::Entry && i.name == entry)?;
+        // The device functions reachable from the kernel's body.
+        let mut wanted: Vec<&str> = Vec::new();
+        let mut bodies = vec![&ptx[kernel.range.clone()]];
+        while let Some(body) = bodies.pop() {
+            for f in self.items.iter().filter(|i| i.kind == ItemKind::Func) {
+                if !wanted.contains(&f.name.as_str()) && mentions(body, &f.name) {
+                    wanted.push(&f.name);
+                    bodies.extend(
+                        self.items
+                            .iter()
+                            .filter(|g| g.kind == ItemKind::Func && g.name == f.name)
+                            .map(|g| &ptx[g.range.clone()]),
+                    );
+                }
+            }
+        }
+        let mut out = String::new();
+        for item in &self.items {
+            let keep = match item.kind {
+                ItemKind::Other => true,
+                ItemKind::Func => wanted.contains(&item.name.as_str()),
+                ItemKind::Entry => std::ptr::eq(item, kernel),
+            };
+            if keep {
+                out.push_str(&ptx[item.range.clone()]);
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Whether `text` names `name` as a whole identifier.
+fn mentions(text: &str, name: &str) -> bool {
+    text.match_indices(name).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + name.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const TWO_KERNELS: &str = "\
+.version 7.0\n.target sm_80\n.address_size 64\n\n\t// .globl\ta\n\
+.func helper\n(\n\t.param .b64 helper_param_0\n)\n;\n\
+.func  (.param .b32 func_retval0) unused\n(\n)\n;\n\
+.extern .shared .align 16 .b8 smem_a[];\n\
+.global .align 4 .b8 table[3] = {1, 2, 3};\n\
+.visible .entry a(\n\t.param .u64 a_param_0\n)\n{\n\t{ // inner scope\n\t.reg .b64 r;\n\t}\n\
+\tcall.uni helper, (r);\n\tret;\n} // -- End function\n\
+.visible .entry b()\n{\n\tret;\n}\n\
+.func helper(\n\t.param .b64 helper_param_0\n)\n{\n\tret;\n}\n\
+.func  (.param .b32 func_retval0) unused()\n{\n\tret;\n}\n";
+
+    #[test]
+    fn a_kernel_module_keeps_the_header_variables_and_what_it_calls() {
+        let index = PtxIndex::parse(TWO_KERNELS).unwrap();
+        assert_eq!(index.entries().collect::<Vec<_>>(), ["a", "b"]);
+        let a = index.kernel_module(TWO_KERNELS, "a").unwrap();
+        assert!(a.starts_with(".version 7.0\n.target sm_80\n.address_size 64\n"));
+        assert!(a.contains(".visible .entry a(") && !a.contains(".entry b"));
+        assert_eq!(
+            a.matches(".func helper").count(),
+            2,
+            "prototype and body:\n{a}"
+        );
+        assert!(!a.contains("unused"), "{a}");
+        assert!(a.contains("smem_a") && a.contains("table[3] = {1, 2, 3};"));
+        assert_eq!(a.matches('{').count(), a.matches('}').count());
+        let b = index.kernel_module(TWO_KERNELS, "b").unwrap();
+        assert!(
+            b.contains(".visible .entry b()") && !b.contains("helper") && !b.contains("entry a")
+        );
+        assert!(index.kernel_module(TWO_KERNELS, "c").is_none());
+        // A body that never closes is not cut.
+        assert!(PtxIndex::parse(".visible .entry a()\n{\n\tret;\n").is_none());
+    }
+
+    /// Every kernel of ferrocm's module cut out alone: one `.entry`, its
+    /// parameters as in the whole module, balanced braces.
+    #[test]
+    fn every_kernel_of_the_module_cuts_out_alone() {
+        let ptx = module();
+        let index = PtxIndex::parse(ptx).expect("the module parses");
+        let whole = entries(ptx);
+        assert_eq!(index.entries().count(), whole.len());
+        for e in &whole {
+            let m = index.kernel_module(ptx, &e.name).unwrap();
+            let alone = entries(&m);
+            assert_eq!(alone.len(), 1, "{}", e.name);
+            assert_eq!(alone[0].name, e.name);
+            assert_eq!(alone[0].param_bytes, e.param_bytes, "{}", e.name);
+            assert!(
+                m.len() < ptx.len() / 8,
+                "{}: {} of {} bytes",
+                e.name,
+                m.len(),
+                ptx.len()
+            );
+        }
+    }
 
     fn module() -> &'static str {
         ferrocm_kernels::PTX_MODULE

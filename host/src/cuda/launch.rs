@@ -1,8 +1,9 @@
-//! Kernels on a CUDA GPU: PTX modules loaded once each (ferrocm's at open,
-//! a kernel crate's at the first launch of one of its kernels), kernels
-//! looked up once with their parameters checked against the PTX, and the
-//! launch itself (a programmatic dependent launch where the kernel starts
-//! early and the module was loaded for sm_90).
+//! Kernels on a CUDA GPU: PTX modules prepared once each (ferrocm's at
+//! open, a kernel crate's at the first launch of one of its kernels), each
+//! kernel compiled by the driver at its first lookup from a module cut to it
+//! (or the whole module with `FERROCM_CUDA_MODULES=whole`), its parameters
+//! checked against the PTX, and the launch itself (a programmatic dependent
+//! launch where the kernel starts early and was compiled for sm_90).
 
 use super::CudaDevice;
 use super::driver::{Handle, describe};
@@ -16,14 +17,27 @@ use ferrocm_kernels::host::KernelInfo;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
-/// One loaded PTX module.
+/// One PTX module of a GPU: by default each kernel is compiled the first
+/// time it is looked up, from a module cut to that kernel (the JIT of all of
+/// ferrocm's kernels takes tens of seconds on a cold machine; a model needs a
+/// few dozen). `FERROCM_CUDA_MODULES=whole` compiles the whole module at
+/// once instead, as earlier versions did.
 pub(super) struct LoadedModule {
-    pub(super) module: Handle<sys::CUmodule>,
+    /// The module as built.
+    plain: &'static str,
+    /// Its sm_90 form when the GPU is one and early starts are wanted.
+    sm90: Option<String>,
+    /// The items of `plain` and of `sm90` (same items, different text).
+    index: Option<(crate::ptx::PtxIndex, Option<crate::ptx::PtxIndex>)>,
+    /// The whole module, compiled once (whole mode, or a module that would
+    /// not cut), and whether it is the sm_90 form.
+    whole: std::sync::OnceLock<std::result::Result<(Handle<sys::CUmodule>, bool), String>>,
+    /// Per-kernel modules compiled so far (unloaded with the device).
+    parts: std::sync::Mutex<Vec<Handle<sys::CUmodule>>>,
     /// Kernel parameter sizes per entry, read from the PTX.
     pub(super) entries: Vec<PtxEntry>,
-    /// Whether it was loaded for sm_90 (`griddepcontrol`), so a launch with
-    /// [`LaunchConfig::early_start`] may overlap the previous one.
-    pub(super) early_start: bool,
+    /// The module's name.
+    name: &'static str,
     /// What `ferrocm info` says of it.
     pub(super) description: String,
 }
@@ -48,11 +62,12 @@ pub struct KernelResources {
     pub max_threads: u32,
 }
 
-/// Loads `module`'s PTX for a GPU of compute capability `cc` (`major * 10 +
-/// minor`): on sm_90 and newer the module with its sm_90 instructions made
-/// real (early-start launches), else (or when that form does not load) the
-/// module as built, so a driver that refuses it costs only the overlap.
-/// `FERROCM_EARLY_START=0` keeps the module as built.
+/// Prepares `module`'s PTX for a GPU of compute capability `cc` (`major *
+/// 10 + minor`): on sm_90 and newer its kernels are compiled with their
+/// sm_90 instructions made real (early-start launches), else (or when that
+/// form does not load) as built, so a driver that refuses it costs only the
+/// overlap. `FERROCM_EARLY_START=0` keeps the module as built. Nothing is
+/// compiled here unless `FERROCM_CUDA_MODULES=whole`.
 pub(super) fn load(module: &KernelModule, cc: u32, label: &str) -> Result<LoadedModule> {
     let ptx = module.ptx.ok_or_else(|| Error::NoCodeObject {
         device: label.into(),
@@ -71,41 +86,127 @@ pub(super) fn load(module: &KernelModule, cc: u32, label: &str) -> Result<Loaded
         });
     }
     let wanted = std::env::var("FERROCM_EARLY_START").map_or(true, |v| v.trim() != "0");
-    let mut sm90_refused = None;
     let sm90 = (wanted && cc >= 90)
         .then(|| crate::ptx::specialise_for_sm90(ptx.text))
-        .flatten()
-        .and_then(|text| match load_ptx(&text) {
-            Ok(m) => Some(m),
-            Err(why) => {
-                sm90_refused = Some(why);
-                None
-            }
-        });
-    let early_start = sm90.is_some();
-    let loaded = match sm90 {
-        Some(m) => m,
-        None => load_ptx(ptx.text).map_err(|message| Error::Cuda {
-            call: format!("cuModuleLoadDataEx (PTX JIT of {})", module.name),
-            device: label.into(),
-            message,
-        })?,
+        .flatten();
+    let whole_mode = std::env::var("FERROCM_CUDA_MODULES").is_ok_and(|v| v.trim() == "whole");
+    let index = (!whole_mode)
+        .then(|| {
+            let plain = crate::ptx::PtxIndex::parse(ptx.text)?;
+            let special = match &sm90 {
+                Some(text) => Some(crate::ptx::PtxIndex::parse(text)?),
+                None => None,
+            };
+            Some((plain, special))
+        })
+        .flatten();
+    let loaded = LoadedModule {
+        plain: ptx.text,
+        sm90,
+        index,
+        whole: std::sync::OnceLock::new(),
+        parts: std::sync::Mutex::new(Vec::new()),
+        entries: crate::ptx::entries(ptx.text),
+        name: module.name,
+        description: String::new(),
     };
-    let description = match (early_start, &sm90_refused) {
-        (true, _) => format!("ptx {}, loaded as sm_90 (early-start launches)", ptx.target),
-        (false, Some(why)) => format!(
-            "ptx {} (its sm_90 form did not load, so launches do not overlap: {})",
+    let description = if loaded.index.is_some() {
+        format!(
+            "ptx {}, each kernel compiled at its first launch{}",
             ptx.target,
-            why.lines().next().unwrap_or("")
-        ),
-        (false, None) => format!("ptx {}", ptx.target),
+            if loaded.sm90.is_some() {
+                " as sm_90 (early-start launches)"
+            } else {
+                ""
+            }
+        )
+    } else {
+        // Compiled now, as one module: its errors surface at open.
+        match loaded.whole_module() {
+            Ok((_, true)) => format!("ptx {}, loaded as sm_90 (early-start launches)", ptx.target),
+            Ok((_, false)) if loaded.sm90.is_some() => format!(
+                "ptx {} (its sm_90 form did not load, so launches do not overlap)",
+                ptx.target
+            ),
+            Ok(_) => format!("ptx {}", ptx.target),
+            Err(message) => {
+                return Err(Error::Cuda {
+                    call: format!("cuModuleLoadDataEx (PTX JIT of {})", module.name),
+                    device: label.into(),
+                    message,
+                });
+            }
+        }
     };
     Ok(LoadedModule {
-        module: Handle(loaded),
-        entries: crate::ptx::entries(ptx.text),
-        early_start,
         description,
+        ..loaded
     })
+}
+
+impl LoadedModule {
+    /// The whole module compiled (once): its sm_90 form when there is one
+    /// and the driver takes it, else as built.
+    fn whole_module(&self) -> std::result::Result<(sys::CUmodule, bool), String> {
+        let r = self.whole.get_or_init(|| {
+            if let Some(m) = self.sm90.as_deref().and_then(|t| load_ptx(t).ok()) {
+                return Ok((Handle(m), true));
+            }
+            load_ptx(self.plain).map(|m| (Handle(m), false))
+        });
+        match r {
+            Ok((m, early)) => Ok((m.0, *early)),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    /// The compiled module holding `kernel` and whether it starts early: a
+    /// module of that kernel alone (sm_90 form first), or the whole one.
+    fn module_for(&self, kernel: &str) -> std::result::Result<(sys::CUmodule, bool), String> {
+        let Some((plain, special)) = &self.index else {
+            return self.whole_module();
+        };
+        let mut refused = None;
+        if let (Some(text), Some(index)) = (&self.sm90, special)
+            && let Some(cut) = index.kernel_module(text, kernel)
+        {
+            match load_ptx(&cut) {
+                Ok(m) => return Ok((self.keep(m), true)),
+                Err(why) => refused = Some(why),
+            }
+        }
+        match plain.kernel_module(self.plain, kernel) {
+            Some(cut) => load_ptx(&cut)
+                .map(|m| (self.keep(m), false))
+                .map_err(|e| match refused {
+                    Some(why) => format!("{e} (its sm_90 form: {why})"),
+                    None => e,
+                }),
+            None => Err(format!("`{kernel}` is not in the PTX of {}", self.name)),
+        }
+    }
+
+    fn keep(&self, m: sys::CUmodule) -> sys::CUmodule {
+        self.parts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Handle(m));
+        m
+    }
+
+    /// Unloads every compiled module (the context must be current).
+    pub(super) fn unload(&self) {
+        let parts = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|e| e.into_inner()));
+        for m in parts.into_iter().chain(
+            self.whole
+                .get()
+                .and_then(|r| r.as_ref().ok())
+                .map(|(m, _)| Handle(m.0)),
+        ) {
+            // SAFETY: loaded by cuModuleLoadDataEx, unloaded once.
+            let _ = unsafe { cu::module::unload(m.0) };
+        }
+    }
 }
 
 /// Loads PTX text, with the driver's JIT error log on failure.
@@ -187,9 +288,17 @@ impl CudaDevice {
             kernel: kernel.name.into(),
         })?;
         self.current()?;
+        let (compiled, early_start) =
+            module
+                .module_for(kernel.name)
+                .map_err(|message| Error::Cuda {
+                    call: format!("cuModuleLoadDataEx (PTX JIT of `{}`)", kernel.name),
+                    device: self.label.clone(),
+                    message,
+                })?;
         // SAFETY: our module.
         let f = self.check(
-            unsafe { cu::module::get_function(module.module.0, name) },
+            unsafe { cu::module::get_function(compiled, name) },
             &format!("cuModuleGetFunction({})", kernel.name),
         )?;
         // SAFETY: a function of our module.
@@ -205,7 +314,7 @@ impl CudaDevice {
         )?;
         let function = Function {
             f: Handle(f),
-            early_start: module.early_start,
+            early_start,
         };
         self.functions
             .lock()

@@ -9,9 +9,10 @@
 //! (or [`Error::OutOfMemory`]) naming the call and the device.
 //!
 //! One device = the primary context of its ordinal, one non-blocking stream
-//! on which every copy and launch is queued in order, and the PTX modules
-//! loaded once each (the driver compiles each for the GPU it finds; its JIT
-//! cache keeps the result for the next process).
+//! on which every copy and launch is queued in order, and the PTX modules,
+//! each kernel compiled by the driver at its first launch from a module cut
+//! to it, so a process pays for the kernels it uses (the driver's JIT cache
+//! keeps each for the next process).
 //!
 //! Files: [`driver`] (loading, discovery, errors), this one (the device and
 //! its [`GpuBackend`] implementation), `memory` (allocations and copies),
@@ -90,13 +91,16 @@ pub struct CudaDevice {
 
 impl CudaDevice {
     /// Opens CUDA GPU `ordinal`: retains its primary context, creates a
-    /// stream and loads ferrocm's PTX module.
+    /// stream and prepares ferrocm's PTX module (its kernels compile at
+    /// their first launch).
     ///
     /// # Errors
     /// [`Error::NoGpu`] when the driver is missing or has fewer GPUs;
     /// [`Error::NoCodeObject`] when this build embeds no PTX
     /// (`FERROCM_PTX=off`) or only PTX for a newer GPU; [`Error::Cuda`] when
-    /// a driver call fails (including the PTX compile, with the driver's log).
+    /// a driver call fails (with `FERROCM_CUDA_MODULES=whole`, including the
+    /// PTX compile, with the driver's log; otherwise a kernel's compile
+    /// error comes at its first launch).
     pub fn new(ordinal: usize) -> Result<CudaDevice> {
         driver::init().map_err(|reason| Error::NoGpu { reason })?;
         let count = cu::device::get_count().unwrap_or(0).max(0) as usize;
@@ -353,7 +357,7 @@ impl Drop for CudaDevice {
                 .unwrap_or_else(|e| e.into_inner())
                 .drain()
             {
-                let _ = cu::module::unload(m.module.0);
+                m.unload();
             }
             let _ = cu::stream::destroy(self.stream.0);
             let _ = cu::primary_ctx::release(self.dev);
