@@ -440,9 +440,10 @@ fn run_model(a: RunArgs) -> ExitCode {
         }
         Ok(r) => {
             eprintln!(
-                "{}: loaded in {:.2} s ({:.1} MiB of weights, {:.1} MiB of cache)",
+                "{}: loaded in {:.2} s, warm-up {:.2} s ({:.1} MiB of weights, {:.1} MiB of cache)",
                 r.device,
                 r.load_s,
+                r.warmup_s,
                 r.weight_bytes as f64 / 1048576.0,
                 r.cache_bytes as f64 / 1048576.0
             );

@@ -51,6 +51,9 @@ pub struct RunReport {
     pub device: String,
     /// Seconds to read the file (or make the synthetic one) and upload it.
     pub load_s: f64,
+    /// Seconds of the warm-up run (a GPU compiling or loading the kernels
+    /// the prompt and decode use; none on the Cpu and the emulator).
+    pub warmup_s: f64,
     /// Prompt tokens and their tokens/s (first token chosen included).
     pub prompt_tokens: usize,
     /// Prompt tokens per second.
@@ -83,6 +86,7 @@ impl RunReport {
         serde_json::json!({
             "device": self.device,
             "load_s": self.load_s,
+            "warmup_s": self.warmup_s,
             "prompt_tokens": self.prompt_tokens,
             "prefill_tokens_per_s": self.prefill_tps,
             "first_token_s": self.first_token_s,
@@ -205,6 +209,15 @@ fn run_typed<T: WithDType>(
     if let (Some(t), false) = (&tokenizer, req.ignore_eos) {
         generation.stop_at(t.end_of_generation());
     }
+    // A GPU compiles (or loads) each kernel at its first launch: do that
+    // for the prompt's shapes and a decode step before the clock starts.
+    let warmup = std::time::Instant::now();
+    if device.is_gpu() && req.max_tokens > 1 {
+        generation
+            .warm_up(prompt.len())
+            .map_err(|e| e.to_string())?;
+    }
+    let warmup_s = warmup.elapsed().as_secs_f64();
     // Text is shown for a text prompt; ids otherwise (a tokenizer may still
     // give the summary's text).
     let show_text = matches!(req.prompt, Prompt::Text(_));
@@ -266,6 +279,7 @@ fn run_typed<T: WithDType>(
     Ok(RunReport {
         device: device.to_string(),
         load_s,
+        warmup_s,
         prompt_tokens: s.prompt_tokens,
         prefill_tps: s.prefill_tokens_per_second(),
         first_token_s,

@@ -146,6 +146,15 @@ impl<'m, T: WithDType> Chat<'m, T> {
         self
     }
 
+    /// [`Generation::warm_up`] for prompts of `prompt_len` tokens, before
+    /// the first message.
+    ///
+    /// # Errors
+    /// As [`Generation::warm_up`] (a chat already started is a bad request).
+    pub fn warm_up(&mut self, prompt_len: usize) -> Result<()> {
+        self.generation.warm_up(prompt_len)
+    }
+
     /// The messages so far.
     pub fn messages(&self) -> &[ChatMessage] {
         &self.messages

@@ -109,6 +109,39 @@ impl<'m, T: WithDType> Generation<'m, T> {
         &self.cache
     }
 
+    /// Runs a prompt of `prompt_len` tokens and one decode step through the
+    /// cache and forgets them, so that a GPU that compiles or loads each
+    /// kernel at its first launch (CUDA) does it here rather than inside
+    /// the first token's or the decode steps' time, as llama.cpp's warm-up
+    /// run does. The sequence must be empty; it is empty after.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] on a sequence already started;
+    /// [`Error::ContextOverflow`] when `prompt_len + 1` positions do not fit;
+    /// [`Error::Op`].
+    pub fn warm_up(&mut self, prompt_len: usize) -> Result<()> {
+        if !self.tokens.is_empty() {
+            return Err(Error::BadRequest {
+                op: "Generation::warm_up",
+                what: format!("the sequence already holds {} tokens", self.tokens.len()),
+            });
+        }
+        let needed = prompt_len.max(1) + 1;
+        if needed > self.cache.capacity() {
+            return Err(Error::ContextOverflow {
+                needed,
+                context: self.cache.capacity(),
+            });
+        }
+        let result = self
+            .model
+            .forward(&vec![0; prompt_len.max(1)], &mut self.cache, Logits::Last)
+            .and_then(|_| self.model.forward(&[0], &mut self.cache, Logits::Last))
+            .and_then(|logits| Ok(logits.to_vec()?));
+        self.cache.clear();
+        result.map(|_| ())
+    }
+
     /// Starts over (the cache's memory is kept).
     pub fn reset(&mut self) {
         self.cache.clear();

@@ -424,6 +424,20 @@ fn generation_continues_and_stops() {
         stopped.generate(&PROMPT, 12, |_| true).unwrap(),
         all[..first]
     );
+    // A warm-up leaves nothing behind: the same tokens after it.
+    let mut warmed = Generation::with_capacity(&model, SamplingOptions::greedy(), 64).unwrap();
+    warmed.warm_up(PROMPT.len()).unwrap();
+    assert!(warmed.tokens().is_empty() && warmed.cache().is_empty());
+    assert_eq!(warmed.generate(&PROMPT, 12, |_| true).unwrap(), all);
+    assert!(matches!(warmed.warm_up(4), Err(Error::BadRequest { .. })));
+    let mut small = Generation::with_capacity(&model, SamplingOptions::greedy(), 8).unwrap();
+    assert!(matches!(
+        small.warm_up(8),
+        Err(Error::ContextOverflow {
+            needed: 9,
+            context: 8
+        })
+    ));
     let mut n = 0;
     let mut cut = Generation::with_capacity(&model, SamplingOptions::greedy(), 64).unwrap();
     assert_eq!(
