@@ -80,6 +80,14 @@ enum Command {
     Chat(ChatArgs),
     /// A text's token ids through a GGUF's tokenizer, with each token's piece.
     Tokenize(TokenizeArgs),
+    /// Write a random-weight model as a GGUF file (the one `run
+    /// synthetic:SIZE:FORMAT` makes in memory), for llama.cpp or ferrocm.
+    Synthesize {
+        /// tiny:FORMAT or 7b:FORMAT (FORMAT q4_0, q4_k, q8_0, ..., f16, bf16, f32).
+        spec: String,
+        /// The GGUF file to write.
+        output: std::path::PathBuf,
+    },
 }
 
 /// The model and where it runs (`run`, `chat`).
@@ -351,6 +359,18 @@ fn main() -> ExitCode {
         Command::Run(a) => run_model(a),
         Command::Chat(a) => run_chat(a),
         Command::Tokenize(a) => run_tokenize(a),
+        Command::Synthesize { spec, output } => {
+            let spec = spec.strip_prefix("synthetic:").unwrap_or(&spec);
+            match ferrocm_cli::run::synthetic_writer(spec)
+                .and_then(|w| w.write(&output).map_err(|e| e.to_string()))
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("ferrocm synthesize: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use ferrocm_models::synthetic::SyntheticModel;
 use ferrocm_models::{
     Chat, Generation, Llama, LoadOptions, SamplingOptions, StopStrings, Tokenizer,
 };
-use ferrocm_ops::quant::gguf::Gguf;
+use ferrocm_ops::quant::gguf::{Gguf, GgufWriter};
 use ferrocm_ops::{DType, Device, QuantFormat, WithDType, bf16, f16};
 use std::io::Write;
 
@@ -106,6 +106,19 @@ impl RunReport {
 
 /// The GGUF a `synthetic:SIZE:FORMAT` name makes.
 fn synthetic_file(spec: &str) -> Result<Gguf, String> {
+    let bytes = synthetic_writer(spec)?
+        .to_bytes()
+        .map_err(|e| e.to_string())?;
+    Gguf::from_bytes(bytes).map_err(|e| e.to_string())
+}
+
+/// The GGUF writer of a `SIZE:FORMAT` synthetic model (see
+/// [`RunRequest::model`]): `ferrocm synthesize` writes it to a file that
+/// llama.cpp loads too.
+///
+/// # Errors
+/// An unknown size or format, or a format that cannot hold the shapes.
+pub fn synthetic_writer(spec: &str) -> Result<GgufWriter, String> {
     let mut parts = spec.split(':');
     let (size, format) = (parts.next().unwrap_or(""), parts.next().unwrap_or("f16"));
     let (format, dense) = match format.to_ascii_lowercase().as_str() {
@@ -129,11 +142,7 @@ fn synthetic_file(spec: &str) -> Result<Gguf, String> {
         },
         other => return Err(format!("synthetic model size {other:?} (7b or tiny)")),
     };
-    let bytes = m
-        .to_gguf()
-        .and_then(|w| Ok(w.to_bytes()?))
-        .map_err(|e| e.to_string())?;
-    Gguf::from_bytes(bytes).map_err(|e| e.to_string())
+    m.to_gguf().map_err(|e| e.to_string())
 }
 
 /// A GGUF path or a `synthetic:SIZE:FORMAT` name, opened.
@@ -211,13 +220,14 @@ fn run_typed<T: WithDType>(
     }
     // A GPU compiles (or loads) each kernel at its first launch: do that
     // for the prompt's shapes and a decode step before the clock starts.
-    let warmup = std::time::Instant::now();
+    let mut warmup_s = 0.0;
     if device.is_gpu() && req.max_tokens > 1 {
+        let warmup = std::time::Instant::now();
         generation
             .warm_up(prompt.len())
             .map_err(|e| e.to_string())?;
+        warmup_s = warmup.elapsed().as_secs_f64();
     }
-    let warmup_s = warmup.elapsed().as_secs_f64();
     // Text is shown for a text prompt; ids otherwise (a tokenizer may still
     // give the summary's text).
     let show_text = matches!(req.prompt, Prompt::Text(_));

@@ -46,10 +46,9 @@ fn runs_a_synthetic_model_and_reports_json() {
         r["weight_bytes"].as_u64().unwrap() > 0 && r["decode_tokens_per_s"].as_f64().unwrap() > 0.0
     );
     // Greedy is deterministic; a seed makes sampling so too.
-    assert_eq!(
-        ferrocm(&args).1.split("\"tokens\"").nth(1),
-        out.split("\"tokens\"").nth(1)
-    );
+    let again: serde_json::Value = serde_json::from_str(ferrocm(&args).1.trim()).unwrap();
+    assert_eq!(again["tokens"], r["tokens"]);
+    assert_eq!(r["warmup_s"], 0.0, "no warm-up on the Cpu");
     let sampled = [
         "run",
         "synthetic:tiny:f16",
@@ -276,4 +275,55 @@ fn chat_reads_a_message_a_line() {
     assert!(err.contains("2 replies"), "{err}");
     // One line per reply (a reply may itself hold newlines, not fewer).
     assert!(String::from_utf8_lossy(&out.stdout).lines().count() >= 2);
+}
+
+#[test]
+fn synthesize_writes_a_file_run_loads() {
+    let dir = std::env::temp_dir().join(format!("ferrocm-synth-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tiny.gguf");
+    let path = path.to_str().unwrap();
+    let (code, _, err) = ferrocm(&["synthesize", "tiny:q4_0", path]);
+    assert_eq!(code, 0, "{err}");
+    let g = Gguf::open(path).unwrap();
+    assert_eq!(
+        g.get("tokenizer.ggml.model").and_then(|v| v.as_str()),
+        Some("llama")
+    );
+    let from_file = [
+        "run",
+        path,
+        "--device",
+        "cpu",
+        "-p",
+        "Hi",
+        "--max-tokens",
+        "4",
+        "--temperature",
+        "0",
+        "--json",
+    ];
+    let in_memory = [
+        "run",
+        "synthetic:tiny:q4_0",
+        "--device",
+        "cpu",
+        "-p",
+        "Hi",
+        "--max-tokens",
+        "4",
+        "--temperature",
+        "0",
+        "--json",
+    ];
+    let tokens = |args: &[&str]| {
+        let (code, out, err) = ferrocm(args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()["tokens"].clone()
+    };
+    assert_eq!(tokens(&from_file), tokens(&in_memory));
+    let (code, _, err) = ferrocm(&["synthesize", "tiny:q9_9", path]);
+    assert_eq!(code, 1);
+    assert!(err.contains("q9_9"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
