@@ -12,8 +12,10 @@
 //!   ranked by the joined token's score) with byte fallback.
 //! - `"gpt2"`: byte-level BPE with the file's merges, the text first split
 //!   by the regular expressions of `tokenizer.ggml.pre` (`default`,
-//!   `llama3`/`llama-bpe` and its aliases, `qwen2`); Llama 3's splitting
-//!   also takes a whole word that is a token before any merge.
+//!   `llama3`/`llama-bpe`, `qwen2`, `gpt-2`, `smaug-bpe`, `smollm` and
+//!   `starcoder`, `tekken`, `deepseek-coder`, with llama.cpp's aliases);
+//!   Llama 3's and Tekken's also take a whole word that is a token before
+//!   any merge.
 //! - Control, unknown and user-defined tokens written in the text are
 //!   matched as themselves before anything else (control and unknown ones
 //!   only when special tokens are parsed); `add_bos_token`/`add_eos_token`
@@ -53,7 +55,8 @@ mod token_type {
     pub const BYTE: i32 = 6;
 }
 
-/// The text splitting before a byte-level BPE (`tokenizer.ggml.pre`).
+/// The text splitting before a byte-level BPE (`tokenizer.ggml.pre`), as
+/// llama.cpp defines each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PreTokenizer {
@@ -63,9 +66,29 @@ pub enum PreTokenizer {
     /// Llama 3 (`llama3`, `llama-bpe`, `llama-v3`, `falcon3`, `pixtral`):
     /// digits in groups of up to three; a word in the vocabulary is one token.
     Llama3,
+    /// Smaug (`smaug-bpe`): Llama 3's split, merges always applied.
+    Smaug,
     /// Qwen 2 (`qwen2`, `deepseek-r1-qwen`): digits one at a time.
     Qwen2,
+    /// GPT-2's own split (`gpt-2`, `phi-2`, `mpt`, `olmo`, `jais`).
+    Gpt2,
+    /// GPT-2's split after digits apart (`smollm`, `starcoder`, `refact`,
+    /// `command-r`, `codeshell`, `exaone`, `minerva`).
+    StarCoder,
+    /// Mistral's Tekken (`tekken`: Mistral NeMo): case runs kept apart; a
+    /// word in the vocabulary is one token; BOS by default.
+    Tekken,
+    /// DeepSeek Coder (`deepseek-coder`).
+    DeepSeekCoder,
 }
+
+/// GPT-2's pattern.
+const GPT2_SPLIT: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+/// Llama 3's pattern (llama.cpp spells the case-insensitive contractions out).
+const LLAMA3_SPLIT: &str = concat!(
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])",
+    r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
 
 impl PreTokenizer {
     /// The pre-tokenizer a `tokenizer.ggml.pre` name means, if supported.
@@ -73,36 +96,56 @@ impl PreTokenizer {
         Some(match name {
             "default" => Self::Default,
             "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => Self::Llama3,
+            "smaug-bpe" => Self::Smaug,
             "qwen2" | "deepseek-r1-qwen" => Self::Qwen2,
+            "gpt-2" | "phi-2" | "mpt" | "olmo" | "jais" => Self::Gpt2,
+            "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
+            | "minerva" => Self::StarCoder,
+            "tekken" => Self::Tekken,
+            "deepseek-coder" => Self::DeepSeekCoder,
             _ => return None,
         })
+    }
+
+    /// Whether a word that is a token is taken whole before any merge.
+    fn ignores_merges(self) -> bool {
+        matches!(self, Self::Llama3 | Self::Tekken)
+    }
+
+    /// Whether BOS is added when the file does not say.
+    fn adds_bos(self) -> bool {
+        matches!(self, Self::Llama3 | Self::Tekken)
     }
 
     /// The regular expressions applied one after another (each splits the
     /// pieces the previous left), as llama.cpp's `llm_tokenizer_bpe` has them.
     fn regexes(self) -> &'static [&'static str] {
-        // llama.cpp's spelling of `(?i:'s|'t|'re|'ve|'m|'ll|'d)`.
         match self {
             Self::Default => &[
                 r"[\p{P}\$\+<=>\^~\|]+",
-                r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+                GPT2_SPLIT,
                 r"\p{N}+",
                 r"[0-9][0-9][0-9]",
             ],
-            Self::Llama3 => {
-                const R: &str = concat!(
-                    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])",
-                    r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-                );
-                &[R]
-            }
-            Self::Qwen2 => {
-                const R: &str = concat!(
-                    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])",
-                    r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-                );
-                &[R]
-            }
+            Self::Llama3 | Self::Smaug => &[LLAMA3_SPLIT],
+            Self::Qwen2 => &[concat!(
+                "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])",
+                r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+            )],
+            Self::Gpt2 => &[GPT2_SPLIT],
+            Self::StarCoder => &[r"\p{N}", GPT2_SPLIT],
+            Self::Tekken => &[concat!(
+                r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+",
+                r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*",
+                r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+            )],
+            Self::DeepSeekCoder => &[
+                r"[\r\n]",
+                r"\s?\p{L}+",
+                r"\s?\p{P}+",
+                "[\u{4E00}-\u{9FA5}\u{0800}-\u{4E00}\u{AC00}-\u{D7FF}]+",
+                r"\p{N}",
+            ],
         }
     }
 }
@@ -314,7 +357,10 @@ impl Tokenizer {
                     None => PreTokenizer::Default,
                     Some(name) => PreTokenizer::from_name(name).ok_or_else(|| Error::Unsupported {
                         what: format!("pre-tokenizer {name:?}"),
-                        why: "supported: default, llama3 (llama-bpe, llama-v3, falcon3, pixtral), qwen2 (deepseek-r1-qwen)".into(),
+                        why: "supported: default, llama3 (llama-bpe, llama-v3, falcon3, pixtral), smaug-bpe, \
+                              qwen2 (deepseek-r1-qwen), gpt-2 (phi-2, mpt, olmo, jais), smollm (starcoder, \
+                              refact, command-r, codeshell, exaone, minerva), tekken, deepseek-coder"
+                            .into(),
                     })?,
                 };
                 (
@@ -393,10 +439,8 @@ impl Tokenizer {
         let bos = token_id(g, "tokenizer.ggml.bos_token_id", n)?;
         let eos = token_id(g, "tokenizer.ggml.eos_token_id", n)?;
         let default_bos = match kind {
-            TokenizerKind::SentencePiece | TokenizerKind::ByteLevelBpe(PreTokenizer::Llama3) => {
-                true
-            }
-            TokenizerKind::ByteLevelBpe(_) => false,
+            TokenizerKind::SentencePiece => true,
+            TokenizerKind::ByteLevelBpe(pre) => pre.adds_bos(),
         };
         let add_bos = flag(g, "tokenizer.ggml.add_bos_token")?.unwrap_or(default_bos);
         let add_eos = flag(g, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
@@ -848,7 +892,7 @@ fn byte_level_bpe(g: &Gguf, tokens: &[String], pre: PreTokenizer) -> Result<BPE>
     let vocab = vocab_map(tokens);
     BPE::builder()
         .vocab_and_merges(owned_vocab(vocab), merges)
-        .ignore_merges(pre == PreTokenizer::Llama3)
+        .ignore_merges(pre.ignores_merges())
         .build()
         .map_err(|e| bad(key, e.to_string(), "merges of tokens in the vocabulary"))
 }

@@ -1,5 +1,5 @@
 //! The GGUF tokenizer against llama.cpp's own: vocabularies of both kinds
-//! (SentencePiece "llama", byte-level "gpt2" under three pre-tokenizers)
+//! (SentencePiece "llama", byte-level "gpt2" under nine pre-tokenizers)
 //! and the ids `llama-tokenize` gives for each text, with and without
 //! special tokens parsed (tests/fixtures/tokenizer: how they were made is
 //! in make_fixtures.py). Decoding is checked against the input text itself,
@@ -23,8 +23,30 @@ fn load(name: &str) -> Tokenizer {
     Tokenizer::from_gguf(&Gguf::open(fixture(name)).unwrap()).unwrap()
 }
 
+/// The byte-level fixture naming pre-tokenizer `pre` (as the copy
+/// make_fixtures.py gave llama-tokenize), or none.
+fn bpe(pre: Option<&str>) -> Tokenizer {
+    match pre {
+        None => load("bpe.gguf"),
+        Some(pre) => Tokenizer::from_gguf(&edited(
+            "bpe.gguf",
+            "tokenizer.ggml.pre",
+            Some(GgufValue::String(pre.into())),
+        ))
+        .unwrap(),
+    }
+}
+
+fn tokenizer_of(c: &Case) -> Tokenizer {
+    match c.file.as_str() {
+        "bpe.gguf" => bpe(c.pre.as_deref()),
+        f => load(f),
+    }
+}
+
 struct Case {
     file: String,
+    pre: Option<String>,
     text: String,
     parse_special: bool,
     ids: Vec<u32>,
@@ -39,6 +61,7 @@ fn cases() -> Vec<Case> {
         .iter()
         .map(|c| Case {
             file: c["file"].as_str().unwrap().into(),
+            pre: c["pre"].as_str().map(str::to_owned),
             text: c["text"].as_str().unwrap().into(),
             parse_special: c["parse_special"].as_bool().unwrap(),
             ids: c["ids"]
@@ -54,15 +77,21 @@ fn cases() -> Vec<Case> {
 #[test]
 fn fixture_files_are_the_kinds_they_claim() {
     assert_eq!(load("spm.gguf").kind(), TokenizerKind::SentencePiece);
-    for (file, pre) in [
-        ("bpe-default.gguf", PreTokenizer::Default),
-        ("bpe-llama3.gguf", PreTokenizer::Llama3),
-        ("bpe-qwen2.gguf", PreTokenizer::Qwen2),
+    for (name, pre) in [
+        (None, PreTokenizer::Default),
+        (Some("default"), PreTokenizer::Default),
+        (Some("llama-bpe"), PreTokenizer::Llama3),
+        (Some("qwen2"), PreTokenizer::Qwen2),
+        (Some("gpt-2"), PreTokenizer::Gpt2),
+        (Some("smaug-bpe"), PreTokenizer::Smaug),
+        (Some("smollm"), PreTokenizer::StarCoder),
+        (Some("tekken"), PreTokenizer::Tekken),
+        (Some("deepseek-coder"), PreTokenizer::DeepSeekCoder),
     ] {
         assert_eq!(
-            load(file).kind(),
+            bpe(name).kind(),
             TokenizerKind::ByteLevelBpe(pre),
-            "{file}"
+            "{name:?}"
         );
     }
 }
@@ -70,18 +99,18 @@ fn fixture_files_are_the_kinds_they_claim() {
 #[test]
 fn encoding_matches_llama_cpp() {
     let cases = cases();
-    assert!(cases.len() > 500, "{} cases", cases.len());
-    let mut tokenizers: HashMap<String, Tokenizer> = HashMap::new();
+    assert!(cases.len() > 1300, "{} cases", cases.len());
+    let mut tokenizers: HashMap<(String, Option<String>), Tokenizer> = HashMap::new();
     let mut wrong = Vec::new();
     for c in &cases {
         let t = tokenizers
-            .entry(c.file.clone())
-            .or_insert_with(|| load(&c.file));
+            .entry((c.file.clone(), c.pre.clone()))
+            .or_insert_with(|| tokenizer_of(c));
         let ids = t.encode_with(&c.text, true, c.parse_special).unwrap();
         if ids != c.ids {
             wrong.push(format!(
-                "{} {:?} parse_special={}: llama.cpp {:?}, ours {:?}",
-                c.file, c.text, c.parse_special, c.ids, ids
+                "{} {:?} {:?} parse_special={}: llama.cpp {:?}, ours {:?}",
+                c.file, c.pre, c.text, c.parse_special, c.ids, ids
             ));
         }
     }
@@ -96,17 +125,21 @@ fn encoding_matches_llama_cpp() {
 
 #[test]
 fn decoding_gives_the_text_back() {
-    for file in [
-        "spm.gguf",
-        "bpe-default.gguf",
-        "bpe-llama3.gguf",
-        "bpe-qwen2.gguf",
+    let cases = cases();
+    for (file, pre) in [
+        ("spm.gguf", None),
+        ("bpe.gguf", None),
+        ("bpe.gguf", Some("tekken")),
+        ("bpe.gguf", Some("deepseek-coder")),
     ] {
-        let t = load(file);
+        let t = match file {
+            "bpe.gguf" => bpe(pre),
+            f => load(f),
+        };
         let spm = t.kind() == TokenizerKind::SentencePiece;
-        for c in cases()
+        for c in cases
             .iter()
-            .filter(|c| c.file == file && !c.parse_special)
+            .filter(|c| c.file == file && c.pre.as_deref() == pre && !c.parse_special)
         {
             if spm && c.text.contains("<tool>") {
                 // A user-defined token splits the text and, as in llama.cpp,
@@ -120,7 +153,7 @@ fn decoding_gives_the_text_back() {
             } else {
                 c.text.clone()
             };
-            assert_eq!(t.decode(&ids), expected, "{file} {:?}", c.text);
+            assert_eq!(t.decode(&ids), expected, "{file} {pre:?} {:?}", c.text);
             // Streamed one token at a time: the same text, never a broken character.
             let mut stream = t.stream();
             let mut streamed = String::new();
@@ -131,14 +164,14 @@ fn decoding_gives_the_text_back() {
                 }
             }
             assert_eq!(stream.finish(), None);
-            assert_eq!(streamed, expected, "{file} {:?} streamed", c.text);
+            assert_eq!(streamed, expected, "{file} {pre:?} {:?} streamed", c.text);
         }
     }
 }
 
 #[test]
 fn control_tokens_are_left_out_of_the_text() {
-    let t = load("bpe-llama3.gguf");
+    let t = bpe(Some("llama-bpe"));
     let ids = t.encode("<|begin_of_text|>Hi<|eot_id|>").unwrap();
     assert_eq!(ids[0], t.bos().unwrap());
     assert!(ids.iter().filter(|&&id| t.is_control(id)).count() >= 2);
@@ -158,8 +191,22 @@ fn special_metadata_as_the_files_give_it() {
     let im_end = spm.token_id("<|im_end|>").unwrap();
     assert!(spm.end_of_generation().contains(&im_end));
     assert!(spm.is_byte(spm.token_id("<0x0A>").unwrap()));
-    assert!(!load("bpe-qwen2.gguf").adds_bos());
-    assert!(load("bpe-llama3.gguf").adds_bos());
+    // BOS by default for Llama 3 and Tekken only (the file does not say).
+    for (pre, adds) in [
+        (Some("qwen2"), false),
+        (None, false),
+        (Some("smaug-bpe"), false),
+        (Some("llama-bpe"), true),
+        (Some("tekken"), true),
+    ] {
+        assert_eq!(bpe(pre).adds_bos(), adds, "{pre:?}");
+    }
+    let explicit = edited(
+        "bpe.gguf",
+        "tokenizer.ggml.add_bos_token",
+        Some(GgufValue::Bool(true)),
+    );
+    assert!(Tokenizer::from_gguf(&explicit).unwrap().adds_bos());
 }
 
 const LLAMA3: &str = "{% set loop_messages = messages %}{% for message in loop_messages %}\
@@ -274,10 +321,10 @@ fn the_synthetic_models_vocabulary_tokenizes_and_chats() {
     assert!(t.end_of_generation().contains(&t.eos().unwrap()));
 }
 
-/// The spm fixture's metadata with `key` replaced (or removed when `value`
-/// is None), as a new file.
-fn with_metadata(key: &str, value: Option<GgufValue>) -> Gguf {
-    let g = Gguf::open(fixture("spm.gguf")).unwrap();
+/// A fixture's metadata with `key` replaced (or removed when `value` is
+/// None), as a new file.
+fn edited(file: &str, key: &str, value: Option<GgufValue>) -> Gguf {
+    let g = Gguf::open(fixture(file)).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in g.metadata() {
         if k != key {
@@ -293,25 +340,28 @@ fn with_metadata(key: &str, value: Option<GgufValue>) -> Gguf {
 #[test]
 fn bad_tokenizer_metadata_is_a_typed_error() {
     let err = |g: Gguf| Tokenizer::from_gguf(&g).unwrap_err();
-    match err(with_metadata("tokenizer.ggml.model", None)) {
+    match err(edited("spm.gguf", "tokenizer.ggml.model", None)) {
         Error::MissingMetadata { key } => assert_eq!(key, "tokenizer.ggml.model"),
         e => panic!("{e:?}"),
     }
-    match err(with_metadata(
+    match err(edited(
+        "spm.gguf",
         "tokenizer.ggml.model",
         Some(GgufValue::String("bert".into())),
     )) {
         Error::Unsupported { what, .. } => assert!(what.contains("bert"), "{what}"),
         e => panic!("{e:?}"),
     }
-    match err(with_metadata(
+    match err(edited(
+        "spm.gguf",
         "tokenizer.ggml.model",
         Some(GgufValue::U32(1)),
     )) {
         Error::BadMetadata { key, .. } => assert_eq!(key, "tokenizer.ggml.model"),
         e => panic!("{e:?}"),
     }
-    match err(with_metadata(
+    match err(edited(
+        "spm.gguf",
         "tokenizer.ggml.scores",
         Some(GgufValue::Array {
             item_type: 6,
@@ -324,7 +374,8 @@ fn bad_tokenizer_metadata_is_a_typed_error() {
         }
         e => panic!("{e:?}"),
     }
-    match err(with_metadata(
+    match err(edited(
+        "spm.gguf",
         "tokenizer.ggml.bos_token_id",
         Some(GgufValue::U32(5000)),
     )) {
@@ -334,11 +385,12 @@ fn bad_tokenizer_metadata_is_a_typed_error() {
         }
         e => panic!("{e:?}"),
     }
-    match err(with_metadata("tokenizer.ggml.bos_token_id", None)) {
+    match err(edited("spm.gguf", "tokenizer.ggml.bos_token_id", None)) {
         Error::MissingMetadata { key } => assert!(key.contains("bos_token_id"), "{key}"),
         e => panic!("{e:?}"),
     }
-    match err(with_metadata(
+    match err(edited(
+        "spm.gguf",
         "tokenizer.ggml.tokens",
         Some(GgufValue::Array {
             item_type: 8,
@@ -350,15 +402,7 @@ fn bad_tokenizer_metadata_is_a_typed_error() {
     }
     // Byte-level files: a pre-tokenizer we do not have, merges of unknown tokens.
     let bpe = |key: &str, value: GgufValue| {
-        let g = Gguf::open(fixture("bpe-qwen2.gguf")).unwrap();
-        let mut w = GgufWriter::new();
-        for (k, v) in g.metadata() {
-            if k != key {
-                w.metadata(k, v.clone());
-            }
-        }
-        w.metadata(key, value);
-        Tokenizer::from_gguf(&Gguf::from_bytes(w.to_bytes().unwrap()).unwrap()).unwrap_err()
+        Tokenizer::from_gguf(&edited("bpe.gguf", key, Some(value))).unwrap_err()
     };
     match bpe("tokenizer.ggml.pre", GgufValue::String("gpt-9".into())) {
         Error::Unsupported { what, .. } => assert!(what.contains("gpt-9"), "{what}"),
