@@ -468,7 +468,7 @@ fn run_model(a: RunArgs) -> ExitCode {
                 r.cache_bytes as f64 / 1048576.0
             );
             eprintln!(
-                "prefill {} tokens: {:.1} tokens/s (first token {:.3} s); decode {} tokens: {:.1} tokens/s ({:.0} GB/s of weights, {:.0} launches a token); peak device memory {:.1} MiB",
+                "prefill {} tokens: {:.1} tokens/s (first token {:.3} s); decode {} tokens: {:.1} tokens/s ({:.0} GB/s of weights, {:.0} launches a token, {:.0}% of it queueing on the host); peak device memory {:.1} MiB",
                 r.prompt_tokens,
                 r.prefill_tps,
                 r.first_token_s,
@@ -476,6 +476,7 @@ fn run_model(a: RunArgs) -> ExitCode {
                 r.decode_tps,
                 r.weight_gbps,
                 r.launches_per_token,
+                100.0 * r.decode_queueing_share,
                 r.peak_bytes as f64 / 1048576.0
             );
             ExitCode::SUCCESS

@@ -64,6 +64,9 @@ pub struct RunReport {
     pub decode_tokens: usize,
     /// Decoded tokens per second.
     pub decode_tps: f64,
+    /// Share of the decode time the host spent queueing the forward passes
+    /// (near 1: bound by launches on the host).
+    pub decode_queueing_share: f64,
     /// Weight bytes on the device.
     pub weight_bytes: usize,
     /// KV cache bytes.
@@ -92,6 +95,7 @@ impl RunReport {
             "first_token_s": self.first_token_s,
             "decode_tokens": self.decode_tokens,
             "decode_tokens_per_s": self.decode_tps,
+            "decode_queueing_share": self.decode_queueing_share,
             "weight_bytes": self.weight_bytes,
             "cache_bytes": self.cache_bytes,
             "decode_weight_gb_per_s": self.weight_gbps,
@@ -295,6 +299,7 @@ fn run_typed<T: WithDType>(
         first_token_s,
         decode_tokens: s.decode_tokens,
         decode_tps: s.decode_tokens_per_second(),
+        decode_queueing_share: s.decode_queueing.as_secs_f64() / s.decode.as_secs_f64().max(1e-12),
         weight_bytes,
         cache_bytes: generation.cache().bytes(),
         weight_gbps: read * s.decode_tokens_per_second() / 1e9,

@@ -19,6 +19,10 @@ pub struct GenerationStats {
     pub decode_tokens: usize,
     /// Their time.
     pub decode: Duration,
+    /// Of that, the time the host spent queueing the decode steps' forward
+    /// passes (a GPU runs them asynchronously: when this is most of
+    /// `decode`, the steps are bound by the host's launches, not the GPU).
+    pub decode_queueing: Duration,
 }
 
 impl GenerationStats {
@@ -207,7 +211,9 @@ impl<'m, T: WithDType> Generation<'m, T> {
             if !on_token(next) || out.len() == max_tokens {
                 break;
             }
+            let queued = Instant::now();
             let logits = self.model.forward(&[next], &mut self.cache, Logits::Last)?;
+            self.stats.decode_queueing += queued.elapsed();
             next = self.sampler.sample(&logits, &self.tokens)?;
             self.stats.decode_tokens += 1;
         }
