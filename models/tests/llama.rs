@@ -449,3 +449,37 @@ fn generation_continues_and_stops() {
         all[..3]
     );
 }
+
+/// A rewound cache (`truncate`) runs a different continuation exactly as a
+/// cache that never saw the first one: the positions past the new length
+/// are overwritten, not read.
+#[test]
+fn a_truncated_cache_continues_as_a_fresh_one() {
+    let g = g_file();
+    let model = Llama::<f32>::load(&g, &Device::Cpu, &LoadOptions::default()).unwrap();
+    let mut cache = model.new_cache(32).unwrap();
+    model.forward(&PROMPT, &mut cache, Logits::Last).unwrap();
+    model.forward(&[7, 8, 9], &mut cache, Logits::Last).unwrap();
+    cache.truncate(PROMPT.len()).unwrap();
+    assert_eq!(cache.len(), PROMPT.len());
+    let rewound = model
+        .forward(&[11, 12], &mut cache, Logits::All)
+        .unwrap()
+        .to_vec()
+        .unwrap();
+    let mut fresh = model.new_cache(32).unwrap();
+    model.forward(&PROMPT, &mut fresh, Logits::Last).unwrap();
+    let want = model
+        .forward(&[11, 12], &mut fresh, Logits::All)
+        .unwrap()
+        .to_vec()
+        .unwrap();
+    assert_eq!(rewound, want);
+    assert!(matches!(
+        cache.truncate(cache.len() + 1),
+        Err(Error::BadRequest {
+            op: "KvCache::truncate",
+            ..
+        })
+    ));
+}
