@@ -173,74 +173,58 @@ fn text_prompts_go_through_the_files_tokenizer() {
         "tokenize",
         "synthetic:tiny:f32",
         "-p",
-        "Once upon a time",
+        "Once upon a time, the little cat",
         "--ids",
     ]);
     assert_eq!(code, 0, "{err}");
     let ids: Vec<u64> = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(ids[0], 1, "BOS first");
-    let (code, out, err) = ferrocm(&[
-        "run",
-        "synthetic:tiny:q8_0",
-        "--device",
-        "cpu",
-        "-p",
-        "Once upon a time",
-        "--max-tokens",
-        "12",
-        "--temperature",
-        "0",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    // The tiny model, greedy, 16 tokens from the text prompt, plus `extra`.
+    let tiny = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "synthetic:tiny:q4_0",
+            "--device",
+            "cpu",
+            "-p",
+            "Once upon a time, the little cat",
+            "--max-tokens",
+            "16",
+            "--temperature",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = ferrocm(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        (out, err)
+    };
+    let (out, _) = tiny(&["--json"]);
     let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["prompt_tokens"].as_u64().unwrap() as usize, ids.len());
     let text = r["text"].as_str().expect("the text of the tokens");
-    assert!(r["tokens"].as_array().unwrap().len() <= 12);
+    assert!(r["tokens"].as_array().unwrap().len() <= 16);
     // Streamed text is the summary's text.
-    let (code, streamed, err) = ferrocm(&[
-        "run",
-        "synthetic:tiny:q8_0",
-        "--device",
-        "cpu",
-        "-p",
-        "Once upon a time",
-        "--max-tokens",
-        "12",
-        "--temperature",
-        "0",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let (streamed, err) = tiny(&[]);
     assert_eq!(streamed.trim_end_matches('\n'), text);
     assert!(
         err.contains("tokens/s"),
         "the summary goes to stderr: {err}"
     );
-    // A stop string ends the text before it.
-    if let Some(stop) = text.chars().nth(3).filter(|c| !c.is_whitespace()) {
-        let (code, out, err) = ferrocm(&[
-            "run",
-            "synthetic:tiny:q8_0",
-            "--device",
-            "cpu",
-            "-p",
-            "Once upon a time",
-            "--max-tokens",
-            "12",
-            "--temperature",
-            "0",
-            "--stop",
-            &stop.to_string(),
-            "--json",
-        ]);
-        assert_eq!(code, 0, "{err}");
-        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-        let cut = r["text"].as_str().unwrap();
-        assert!(
-            text.starts_with(cut) && !cut.contains(stop),
-            "{text:?} {cut:?}"
-        );
-    }
+    // A stop string ends the text before it: the first character after the
+    // first that is not whitespace (the greedy text is the same every run).
+    let stop = text
+        .chars()
+        .skip(1)
+        .find(|c| !c.is_whitespace())
+        .expect("a generated text of more than one visible character")
+        .to_string();
+    let (out, _) = tiny(&["--stop", &stop, "--json"]);
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let cut = r["text"].as_str().unwrap();
+    assert!(
+        text.starts_with(cut) && !cut.contains(&stop) && cut.len() < text.len(),
+        "{text:?} {cut:?}"
+    );
 }
 
 #[test]

@@ -248,6 +248,25 @@ fn array<'g>(g: &'g Gguf, key: &str, len: Option<usize>) -> Result<Option<&'g [G
     Ok(Some(items))
 }
 
+/// A metadata array of one value per token (`n`), each converted by `item`
+/// (`None` for a value of the wrong type: `expected` names the right one).
+fn per_token<T>(
+    g: &Gguf,
+    key: &str,
+    n: usize,
+    expected: &str,
+    item: impl Fn(&GgufValue) -> Option<T>,
+) -> Result<Option<Vec<T>>> {
+    let Some(items) = array(g, key, Some(n))? else {
+        return Ok(None);
+    };
+    items
+        .iter()
+        .map(|v| item(v).ok_or_else(|| bad(key, format!("a {}", type_name(v)), expected)))
+        .collect::<Result<_>>()
+        .map(Some)
+}
+
 fn type_name(v: &GgufValue) -> &'static str {
     match v {
         GgufValue::String(_) => "string",
@@ -328,18 +347,10 @@ impl Tokenizer {
         if n == 0 || n > u32::MAX as usize {
             return Err(bad(key, format!("{n} tokens"), "1 to 2^32-1 tokens"));
         }
-        let key = "tokenizer.ggml.token_type";
-        let types: Vec<i32> = match array(g, key, Some(n))? {
-            Some(items) => items
-                .iter()
-                .map(|v| {
-                    v.as_i128()
-                        .map(|t| t as i32)
-                        .ok_or_else(|| bad(key, format!("a {}", type_name(v)), "integers"))
-                })
-                .collect::<Result<_>>()?,
-            None => vec![token_type::NORMAL; n],
-        };
+        let types = per_token(g, "tokenizer.ggml.token_type", n, "integers", |v| {
+            v.as_i128().map(|t| t as i32)
+        })?
+        .unwrap_or_else(|| vec![token_type::NORMAL; n]);
         let pre_name = match g.get("tokenizer.ggml.pre") {
             None => None,
             Some(v) => Some(
@@ -818,18 +829,10 @@ fn byte_level_byte(c: char) -> Option<u8> {
 /// tokens is a merge, ranked by the joined token's score (highest first),
 /// so merging lowest rank first is SentencePiece's highest-score-first.
 fn sentencepiece_bpe(g: &Gguf, tokens: &[String], types: &[i32]) -> Result<BPE> {
-    let key = "tokenizer.ggml.scores";
-    let scores: Vec<f32> = match array(g, key, Some(tokens.len()))? {
-        Some(items) => items
-            .iter()
-            .map(|v| {
-                v.as_f64()
-                    .map(|s| s as f32)
-                    .ok_or_else(|| bad(key, format!("a {}", type_name(v)), "floats"))
-            })
-            .collect::<Result<_>>()?,
-        None => vec![0.0; tokens.len()],
-    };
+    let scores = per_token(g, "tokenizer.ggml.scores", tokens.len(), "floats", |v| {
+        v.as_f64().map(|s| s as f32)
+    })?
+    .unwrap_or_else(|| vec![0.0; tokens.len()]);
     let vocab = vocab_map(tokens);
     let mut merges: Vec<(f32, u32, &str, &str)> = Vec::new();
     for (id, text) in tokens.iter().enumerate() {
