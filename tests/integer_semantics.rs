@@ -7,17 +7,10 @@
 
 mod common;
 
-use common::devices;
+use common::{devices, one_at_a_time};
 use ferrocm::host::Error as HostError;
 use ferrocm::ops::Error;
 use ferrocm::{Device, Tensor};
-
-/// A fault is device-wide (it surfaces at the next wait on its device, from
-/// whichever thread waits), so the tests of this file take turns.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The division-by-zero fault of `op`, at one of `indices`.
 fn assert_div_fault(e: Error, dev: &Device, indices: &[u64]) {

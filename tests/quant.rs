@@ -8,7 +8,7 @@
 //! `quant_fixture` below.
 
 mod common;
-use common::devices;
+use common::{devices, one_at_a_time};
 use ferrocm::ops::{DType, QTensor, QuantFormat};
 use ferrocm::{bf16, f16};
 use rand::{Rng, SeedableRng};
@@ -336,6 +336,7 @@ fn close(got: f32, r: Ref) -> bool {
 
 #[test]
 fn dequantize_matches_the_definition_on_every_device() {
+    let _turn = one_at_a_time();
     for f in QuantFormat::ALL {
         // 7 rows of 3 blocks: odd counts, 21 blocks reaching every scale kind.
         let (rows, per_row) = (7, 3);
@@ -382,6 +383,7 @@ fn dequantize_matches_the_definition_on_every_device() {
 /// float dtype refused or handled as the dense embedding does.
 #[test]
 fn embedding_matches_the_definition_on_every_device() {
+    let _turn = one_at_a_time();
     use ferrocm::ops::quant::Weight;
     let (rows, per_row) = (7usize, 2usize);
     let picks = [6usize, 0, 3, 3, 1, 6];
@@ -473,6 +475,7 @@ fn embedding_matches_the_definition_on_every_device() {
 
 #[test]
 fn dequantize_through_dyn_tensor_and_unsupported_dtypes() {
+    let _turn = one_at_a_time();
     let bytes = blocks(QuantFormat::Q4K, 2, 1);
     for dev in devices() {
         let d = ferrocm::ops::DynTensor::from_blocks(&bytes, QuantFormat::Q4K, &[2, 256], &dev)
@@ -492,6 +495,7 @@ fn dequantize_through_dyn_tensor_and_unsupported_dtypes() {
 
 #[test]
 fn formats_table() {
+    let _turn = one_at_a_time();
     // GGML's block sizes and type ids (ggml.h, ggml-common.h).
     let want = [
         ("q4_0", 2, 32, 18),
@@ -524,6 +528,7 @@ fn formats_table() {
 
 #[test]
 fn empty_and_multi_dim() {
+    let _turn = one_at_a_time();
     for dev in devices() {
         let w = QTensor::from_bytes(&[], QuantFormat::Q8_0, &[0, 64], &dev).unwrap();
         assert_eq!(w.dequantize::<f32>().unwrap().shape(), &[0, 64]);
@@ -540,6 +545,7 @@ fn empty_and_multi_dim() {
 /// made): equal to f32 rounding on every device.
 #[test]
 fn quant_fixture() {
+    let _turn = one_at_a_time();
     let data = std::fs::read(fixture("tests/fixtures/quant/gguf_py_dequant.bin")).unwrap();
     assert_eq!(&data[0..4], b"FQD1");
     let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
@@ -590,6 +596,7 @@ fn quant_fixture() {
 /// and from f16/bf16 through their f32 values.
 #[test]
 fn quantize_matches_ggml_reference() {
+    let _turn = one_at_a_time();
     let data = std::fs::read(fixture("tests/fixtures/quant/gguf_py_quantize.bin")).unwrap();
     assert_eq!(&data[0..4], b"FQQ1");
     let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
@@ -659,6 +666,7 @@ fn quantize_matches_ggml_reference() {
 
 #[test]
 fn quantize_round_trips_within_half_a_step_and_refuses_bad_input() {
+    let _turn = one_at_a_time();
     let values: Vec<f32> = (0..256)
         .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
         .collect();
@@ -730,6 +738,7 @@ fn quantize_round_trips_within_half_a_step_and_refuses_bad_input() {
 /// blocks, quantized from f32 on every device.
 #[test]
 fn kquantize_matches_ggml_c() {
+    let _turn = one_at_a_time();
     let data = std::fs::read(fixture("tests/fixtures/quant/ggml_kquants.bin")).unwrap();
     assert_eq!(&data[0..4], b"FQK1");
     let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
@@ -803,9 +812,26 @@ fn finite_blocks(f: QuantFormat, count: usize, seed: u64) -> Vec<u8> {
 /// may cancel up to the size of the largest weight of its 32-element unit.
 #[test]
 fn forward_matches_f64_sums() {
-    let (n, k) = (5usize, 1024usize);
+    let _turn = one_at_a_time();
+    check_forward(5, 1024, &[1, 3, 8, 33], true);
+}
+
+/// Rows long enough that each workitem of the matrix-vector kernels takes
+/// several rounds of units in flight and a remainder (wave 32 and 64),
+/// for 1, 2 and 4 rows of `x` per pass.
+#[test]
+fn forward_matches_f64_sums_on_long_rows() {
+    let _turn = one_at_a_time();
+    check_forward(3, 37 * 256, &[1, 2, 4], false);
+}
+
+/// `q.forward(x)` for `m` in `ms` against f64 sums of the definition's
+/// weights times `x`, within the bounds of `x`'s 8-bit rounding (decode) or
+/// the matrix product's.
+fn check_forward(n: usize, k: usize, ms: &[usize], all_dtypes: bool) {
+    let mmax = *ms.iter().max().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(77);
-    let xs: Vec<f32> = (0..33 * k)
+    let xs: Vec<f32> = (0..mmax * k)
         .map(|_| rng.random_range(-1.0f32..1.0))
         .collect();
     for f in QuantFormat::ALL {
@@ -815,16 +841,17 @@ fn forward_matches_f64_sums() {
             .flat_map(|b| reference(f, b))
             .map(|r| r.v)
             .collect();
-        let dtypes: &[DType] =
-            if matches!(f, QuantFormat::Q4K | QuantFormat::Q8_0 | QuantFormat::Mxfp4) {
-                &[DType::F32, DType::F16, DType::BF16]
-            } else {
-                &[DType::F32]
-            };
+        let dtypes: &[DType] = if all_dtypes
+            && matches!(f, QuantFormat::Q4K | QuantFormat::Q8_0 | QuantFormat::Mxfp4)
+        {
+            &[DType::F32, DType::F16, DType::BF16]
+        } else {
+            &[DType::F32]
+        };
         for dev in devices() {
             let q = QTensor::from_bytes(&bytes, f, &[n, k], &dev).unwrap();
             for &dt in dtypes {
-                for m in [1usize, 3, 8, 33] {
+                for &m in ms {
                     let x = ferrocm::Tensor::from_slice(&xs[..m * k], &[m, k], &dev)
                         .unwrap()
                         .to_dyn()
@@ -891,6 +918,7 @@ fn forward_matches_f64_sums() {
 
 #[test]
 fn forward_refuses_bad_input() {
+    let _turn = one_at_a_time();
     let dev = ferrocm::Device::Cpu;
     let q = QTensor::from_bytes(
         &finite_blocks(QuantFormat::Q4_0, 4, 3),
@@ -927,6 +955,7 @@ fn forward_refuses_bad_input() {
 /// the result is bit-identical to the aligned word loads.
 #[test]
 fn forward_with_x_off_a_word_boundary() {
+    let _turn = one_at_a_time();
     let (n, k) = (3usize, 256usize);
     let bytes = finite_blocks(QuantFormat::Q4K, n * k / 256, 5);
     let xs: Vec<f32> = (0..=k)
@@ -958,6 +987,7 @@ fn forward_with_x_off_a_word_boundary() {
 /// array (the loads the units use assume one).
 #[test]
 fn units_match_the_definition() {
+    let _turn = one_at_a_time();
     use ferrocm::kernels::quant::blocks::*;
     fn check<B: QuantBlock>(f: QuantFormat, bytes: &[u8]) {
         let count = bytes.len() / f.block_bytes();
@@ -1025,6 +1055,7 @@ fn units_match_the_definition() {
 /// hold them): never a finite number.
 #[test]
 fn forward_with_non_finite_x_is_not_finite() {
+    let _turn = one_at_a_time();
     let (n, k) = (3usize, 256usize);
     let f = QuantFormat::Q4K;
     let bytes = finite_blocks(f, n * k / f.block_elems(), 5);

@@ -26,3 +26,12 @@ pub fn devices() -> Vec<Device> {
     v.extend(gpus.iter().cloned());
     v
 }
+
+/// A device-side fault is device-wide (it surfaces at the next wait on its
+/// device, from whichever thread waits), so the tests of a file that
+/// provokes faults on purpose take turns: each holds this while it runs.
+#[allow(dead_code)]
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
