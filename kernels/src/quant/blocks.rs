@@ -94,6 +94,13 @@ pub trait QuantBlock: Copy + 'static {
     /// `self` lies in an array of blocks that starts on a 16-byte boundary
     /// (a device buffer), as the widest loads assume.
     unsafe fn unit8(&self, u: usize) -> Unit8;
+    /// Weight rows each workitem of the matrix-vector kernels takes with one
+    /// or two rows of `x` (with more it takes two, as their loads of `x`
+    /// then outnumber the weight's): 2 where sharing each load of `x`
+    /// between two rows was faster on the H100 (MXFP4: 4096 x 14336, one row
+    /// of x, 44 -> 51% of copy), 1 where it was slower (Q8_0 77 -> 73%,
+    /// Q4_K 66 -> 65%, Q6_K 62 -> 58%).
+    const MATVEC_ROWS: u32 = 1;
 }
 
 /// 32 elements of a block as signed 8-bit codes: the 16 codes of half `h`
@@ -1091,6 +1098,7 @@ impl QuantBlock for BlockIq4Xs {
 impl QuantBlock for BlockMxfp4 {
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 39;
+    const MATVEC_ROWS: u32 = 2;
     #[inline(always)]
     unsafe fn unit8(&self, u: usize) -> Unit8 {
         let _ = u;

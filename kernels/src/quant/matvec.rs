@@ -156,6 +156,15 @@ pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, gr
 /// (4096 rows of one wave each filled half an H100's workitem slots).
 pub const QMATVEC_ROW_LANES: u32 = 128;
 
+/// Weight rows each workitem of `qmatvec{c}` takes: two with 4 rows of `x`
+/// per pass (x's loads then outnumber the weight's; a second weight row
+/// shares them), else the format's [`QuantBlock::MATVEC_ROWS`].
+#[amdgpu_device]
+#[inline(always)]
+pub const fn qmatvec_rows<B: QuantBlock>(c: u32) -> u32 {
+    if c >= 4 { 2 } else { B::MATVEC_ROWS }
+}
+
 /// LDS bytes a quantized matrix-vector launch reserves: a partial sum per
 /// wave (of 32), weight row of a workitem (up to 2) and row of `x` in a
 /// pass (up to 4; sized for [`QMATVEC_MAX_M`], room to spare).
@@ -164,8 +173,8 @@ pub const QMATVEC_LDS_BYTES: u32 = (QMATVEC_BLOCK / 32) * 2 * QMATVEC_MAX_M * 4;
 /// The body every quantized matrix-vector kernel instantiates (see the
 /// module doc): `n` weight rows of `k` elements (a whole number of blocks),
 /// `m` rows of `x` in 8-bit form (`quantize_x_body`), `y` contiguous
-/// `[m, n]`. [`QMATVEC_ROW_LANES`] workitems share a weight row (two rows
-/// when `C` is 4, so that each row of `x` loaded serves both), each wave
+/// `[m, n]`. [`QMATVEC_ROW_LANES`] workitems share a weight row, or two
+/// ([`qmatvec_rows`]: each row of `x` loaded then serves both), each wave
 /// reducing its sums and the row's first workitem adding the waves' in LDS.
 /// `C` (1, 2 or 4) rows of `x` per pass; more take further passes that
 /// find the weight row in the cache.
@@ -184,9 +193,8 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
     // Launched with `early_start`: nothing global is touched before this.
     wait_prior_grids();
     release_dependent_grids();
-    // Weight rows per workitem: with many rows of x, x's loads outnumber
-    // the weight's; a second weight row shares them.
-    let rows: u32 = if C >= 4 { 2 } else { 1 };
+    // Weight rows per workitem (`qmatvec_rows`).
+    let rows: u32 = qmatvec_rows::<B>(C as u32);
     const { assert!(C == 1 || C == 2 || C == 4) };
     let wave = wave_size();
     let waves_per_row = QMATVEC_ROW_LANES / wave;

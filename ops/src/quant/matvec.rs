@@ -16,7 +16,7 @@ use ferrocm_kernels::quant::blocks::QuantBlock;
 pub use ferrocm_kernels::quant::matvec::QMATVEC_MAX_M;
 use ferrocm_kernels::quant::matvec::{
     QMATVEC_BLOCK, QMATVEC_LDS_BYTES, QMATVEC_ROW_LANES, QMatvecKernels, QuantizeXKernel,
-    quantize_x_group, unit_half_dot,
+    qmatvec_rows, quantize_x_group, unit_half_dot,
 };
 use rayon::prelude::*;
 
@@ -511,9 +511,8 @@ where
             2 => 1,
             _ => 2,
         };
-        // QMATVEC_ROW_LANES workitems per weight row, or per two with 4 rows
-        // of x per pass.
-        let rows_per_lane = if variant == 2 { 2 } else { 1 };
+        // QMATVEC_ROW_LANES workitems per weight row, or per two.
+        let rows_per_lane = qmatvec_rows::<B>([1, 2, 4][variant]) as u64;
         let mut cfg = LaunchConfig::linear(
             (n as u64).div_ceil(rows_per_lane) * QMATVEC_ROW_LANES as u64,
             QMATVEC_BLOCK,
