@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{devices, one_at_a_time};
+use common::devices;
 use ferrocm::host::Error as HostError;
 use ferrocm::{Device, Error, IdType, Tensor, WithDType, bf16, f16};
 use std::cmp::Ordering;
@@ -111,7 +111,6 @@ fn index_select_case<T: WithDType, I: IdType>(dev: &Device) {
 
 #[test]
 fn index_select_every_dtype_and_id_type() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         every_pair!(index_select_case, &dev);
@@ -120,7 +119,6 @@ fn index_select_every_dtype_and_id_type() {
 
 #[test]
 fn embedding_rows_of_every_width() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         // Hidden sizes of 1 and 3 elements, 16-byte rows (f32 x 4, bf16 x 8,
@@ -211,7 +209,6 @@ fn embedding_case<T: WithDType, I: IdType>(dev: &Device) {
 
 #[test]
 fn embedding_every_dtype_and_id_type() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         every_pair!(embedding_case, &dev);
@@ -234,7 +231,6 @@ fn assert_id_error(r: Result<Vec<f32>, Error>, op: &str, id: i64, position: u64,
 
 #[test]
 fn bad_ids_are_errors_naming_op_id_position_and_size() {
-    let _turn = one_at_a_time();
     let _turn = alone();
     for dev in devices() {
         let t = Tensor::from_slice(&values::<f32>(12, 1), &[4, 3], &dev).unwrap();
@@ -319,7 +315,6 @@ fn gather_case<T: WithDType, I: IdType>(dev: &Device) {
 
 #[test]
 fn gather_every_dtype_along_every_dim() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         every_pair!(gather_case, &dev);
@@ -328,7 +323,6 @@ fn gather_every_dtype_along_every_dim() {
 
 #[test]
 fn shape_errors_are_typed() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     let dev = Device::Cpu;
     let t = Tensor::<f32>::zeros(&[2, 3], &dev).unwrap();
@@ -386,7 +380,6 @@ fn shape_errors_are_typed() {
 
 #[test]
 fn slice_set_writes_in_place_and_copies_on_write() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         // A KV cache [b, h, max_t, d] and two appends.
@@ -512,7 +505,6 @@ fn check_sorted<T: WithDType>(dev: &Device, rows: usize, cols: usize, desc: bool
 
 #[test]
 fn sort_rows_of_every_length_class() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         for cols in [1usize, 2, 3, 1023, 1025, 4097] {
@@ -538,7 +530,6 @@ fn sort_rows_of_every_length_class() {
 
 #[test]
 fn sort_a_row_of_100000() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         check_sorted::<f32>(&dev, 1, 100_000, true);
@@ -551,7 +542,6 @@ fn sort_a_row_of_100000() {
 /// many minutes.
 #[test]
 fn sort_a_row_of_2_pow_24() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         if !matches!(dev, Device::Cpu) && !dev.is_gpu() {
@@ -577,7 +567,6 @@ fn sort_a_row_of_2_pow_24() {
 
 #[test]
 fn argsort_matches_sort_and_scalars_and_empties() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         let x = Tensor::from_slice(&[2u32, 1, 2, 0], &[2, 2], &dev).unwrap();
@@ -630,7 +619,6 @@ fn check_topk<T: WithDType>(dev: &Device, rows: usize, cols: usize, k: usize, la
 
 #[test]
 fn topk_is_the_first_k_of_the_sort() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         for (cols, k) in [
@@ -869,7 +857,6 @@ fn wrap<T: WithDType>(w: f64) -> f64 {
 
 #[test]
 fn scatter_scatter_add_and_index_add_every_dtype() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     for dev in devices() {
         every_pair!(scatter_case, &dev);
@@ -878,7 +865,6 @@ fn scatter_scatter_add_and_index_add_every_dtype() {
 
 #[test]
 fn scatter_add_is_deterministic_and_matches_the_cpu_bit_for_bit() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     // Floats that round differently in another order: many duplicates.
     let n = 5000;
@@ -910,7 +896,6 @@ fn scatter_add_is_deterministic_and_matches_the_cpu_bit_for_bit() {
 
 #[test]
 fn scatter_bad_ids_and_shapes() {
-    let _turn = one_at_a_time();
     let _turn = alone();
     for dev in devices() {
         let t = Tensor::<f32>::zeros(&[2, 3], &dev).unwrap();
@@ -983,7 +968,6 @@ fn scatter_ref(
 /// on every device against loops written here.
 #[test]
 fn random_indexing_cases_agree_with_the_references() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
@@ -1117,7 +1101,6 @@ fn random_indexing_cases_agree_with_the_references() {
 /// transposed views on every device against the references above.
 #[test]
 fn random_cases_agree_with_the_references() {
-    let _turn = one_at_a_time();
     let _turn = shared();
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);

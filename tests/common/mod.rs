@@ -29,7 +29,9 @@ pub fn devices() -> Vec<Device> {
 
 /// A device-side fault is device-wide (it surfaces at the next wait on its
 /// device, from whichever thread waits), so the tests of a file that
-/// provokes faults on purpose take turns: each holds this while it runs.
+/// provokes faults on purpose take turns: each holds this while it runs
+/// (`indexing.rs` keeps its own read/write turns: only its fault test runs
+/// alone there).
 #[allow(dead_code)]
 pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
