@@ -1079,3 +1079,365 @@ fn forward_with_non_finite_x_is_not_finite() {
         }
     }
 }
+
+/// Values that break a rounding: ±0, subnormals, ties, huge magnitudes,
+/// a lone large value among small ones, NaN and ±inf (each in its own
+/// group), then plain random values.
+fn hard_values(len: usize, seed: u64) -> Vec<f32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let special = [
+        0.0, -0.0, 1e-40, -3e-39, 0.5, -0.5, 1.5, 2.5, 3e38, -3e38, 65504.0, 1e-3, 127.0, -127.0,
+        1.0, -1.0,
+    ];
+    let mut v: Vec<f32> = (0..len).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+    for (i, s) in special.iter().enumerate().take(len) {
+        v[i] = *s;
+    }
+    if len >= 64 {
+        v[35] = f32::NAN;
+        v[50] = f32::INFINITY;
+        v[63] = f32::NEG_INFINITY;
+    }
+    v
+}
+
+/// The 8-bit form against its definition, computed here in f64: per group
+/// of 16, `d = amax / 127` (the f32 division), each code within half a step
+/// of `v / d` (a tie may round either way after the f32 reciprocal), a group
+/// with NaN or ±inf gets `d` = NaN and an all-zero group codes 0. Every
+/// device, f32, f16 and bf16 (the values rounded to the dtype first).
+#[test]
+fn q8_activations_match_the_definition() {
+    use ferrocm::ops::quant::Q8Activations;
+    let _turn = one_at_a_time();
+    for (rows, k) in [(1usize, 16usize), (3, 64), (2, 4096), (1, 592)] {
+        let xs = hard_values(rows * k, 11);
+        for dev in devices() {
+            for dt in [DType::F32, DType::F16, DType::BF16] {
+                let x = ferrocm::Tensor::from_slice(&xs, &[rows, k], &dev)
+                    .unwrap()
+                    .to_dyn()
+                    .to_dtype(dt)
+                    .unwrap();
+                let xv = x.to_f64_vec().unwrap();
+                let q = match dt {
+                    DType::F32 => Q8Activations::quantize(&x.typed::<f32>().unwrap()),
+                    DType::F16 => Q8Activations::quantize(&x.typed::<f16>().unwrap()),
+                    _ => Q8Activations::quantize(&x.typed::<bf16>().unwrap()),
+                }
+                .unwrap();
+                assert_eq!(q.shape(), &[rows, k]);
+                let (codes, scales) = q.to_host().unwrap();
+                assert_eq!((codes.len(), scales.len()), (rows * k, rows * k / 16));
+                for (g, vals) in xv.chunks(16).enumerate() {
+                    let what = format!("{dev} {dt:?} group {g} of {rows}x{k}");
+                    if vals.iter().any(|v| !v.is_finite()) {
+                        assert!(scales[g].is_nan(), "{what}");
+                        continue;
+                    }
+                    let amax = vals.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+                    let d = (amax as f32 / 127.0) as f64;
+                    assert_eq!(scales[g] as f64, d, "{what}");
+                    for (j, &v) in vals.iter().enumerate() {
+                        let c = codes[g * 16 + j] as f64;
+                        if d == 0.0 {
+                            assert_eq!(c, 0.0, "{what}");
+                        } else {
+                            assert!(
+                                (c - v / d).abs() <= 0.5 + 1e-5,
+                                "{what}: {v} -> {c} at d {d}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `rms_norm_q8` and `add_rms_norm_q8` store bit for bit what rounding the
+/// unfused norm's output gives (their sum too), on every device and dtype:
+/// rows of one wave (cols <= 1024) and of a workgroup, several rows, a
+/// residual or none, operands off a 16-byte word (which take the unfused
+/// path); and the codes times the scale stay within half a step of the
+/// norm computed here in f64.
+#[test]
+fn norm_q8_equals_the_norm_rounded() {
+    use ferrocm::ops::quant::Q8Activations;
+    let _turn = one_at_a_time();
+    fn bits(q: &Q8Activations) -> (Vec<i8>, Vec<u32>) {
+        let (c, s) = q.to_host().unwrap();
+        (c, s.iter().map(|v| v.to_bits()).collect())
+    }
+    for (rows, k) in [(1usize, 4096usize), (3, 1024), (5, 48), (2, 1040)] {
+        let xs = hard_values(rows * k + 1, 3);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let rs: Vec<f32> = (0..rows * k)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let ws: Vec<f32> = (0..k).map(|_| rng.random_range(0.5f32..1.5)).collect();
+        for dev in devices() {
+            for dt in [DType::F32, DType::F16, DType::BF16] {
+                let t = |v: &[f32], shape: &[usize]| {
+                    ferrocm::Tensor::from_slice(v, shape, &dev)
+                        .unwrap()
+                        .to_dyn()
+                        .to_dtype(dt)
+                        .unwrap()
+                };
+                // Aligned, and one element on (offset 1, contiguous).
+                let whole = t(&xs, &[rows * k + 1]);
+                let shifted = whole
+                    .narrow(0, 1, rows * k)
+                    .unwrap()
+                    .reshape(&[rows, k])
+                    .unwrap();
+                let aligned = t(&xs[..rows * k], &[rows, k]);
+                let (r, w) = (t(&rs, &[rows, k]), t(&ws, &[k]));
+                for x in [aligned, shifted] {
+                    macro_rules! go {
+                        ($ty:ty) => {{
+                            let (x, r, w) = (
+                                x.typed::<$ty>().unwrap(),
+                                r.typed::<$ty>().unwrap(),
+                                w.typed::<$ty>().unwrap(),
+                            );
+                            let what =
+                                format!("{dev} {dt:?} {rows}x{k} offset {}", x.layout().offset());
+                            let q = x.rms_norm_q8(&w, 1e-5).unwrap();
+                            let y = x.rms_norm(&w, 1e-5).unwrap();
+                            assert_eq!(
+                                bits(&q),
+                                bits(&Q8Activations::quantize(&y).unwrap()),
+                                "{what}"
+                            );
+                            let (sum_q, q2) = x.add_rms_norm_q8(&r, &w, 1e-5).unwrap();
+                            let (sum, y2) = x.add_rms_norm(&r, &w, 1e-5).unwrap();
+                            let tbits = |t: ferrocm::Tensor<$ty>| -> Vec<u64> {
+                                t.to_dyn()
+                                    .to_f64_vec()
+                                    .unwrap()
+                                    .iter()
+                                    .map(|v| v.to_bits())
+                                    .collect()
+                            };
+                            assert_eq!(tbits(sum_q), tbits(sum), "{what}");
+                            assert_eq!(
+                                bits(&q2),
+                                bits(&Q8Activations::quantize(&y2).unwrap()),
+                                "{what}"
+                            );
+                            (q, x.to_dyn().to_f64_vec().unwrap())
+                        }};
+                    }
+                    let (q, xv) = match dt {
+                        DType::F32 => go!(f32),
+                        DType::F16 => go!(f16),
+                        _ => go!(bf16),
+                    };
+                    // Against the norm in f64 (finite rows only).
+                    let (codes, scales) = q.to_host().unwrap();
+                    let wv = w.to_f64_vec().unwrap();
+                    let unit = match dt {
+                        DType::F32 => 2f64.powi(-23),
+                        DType::F16 => 2f64.powi(-10),
+                        _ => 2f64.powi(-7),
+                    };
+                    for (row, xr) in xv.chunks(k).enumerate() {
+                        if xr.iter().any(|v| !v.is_finite()) {
+                            continue;
+                        }
+                        let ms = xr.iter().map(|v| v * v).sum::<f64>() / k as f64;
+                        let scale = 1.0 / (ms + 1e-5).sqrt();
+                        for j in 0..k {
+                            let y = xr[j] * scale * wv[j];
+                            let d = scales[(row * k + j) / 16] as f64;
+                            let got = codes[row * k + j] as f64 * d;
+                            let tol = d * (0.5 + 1e-4) + y.abs() * (unit + 1e-5);
+                            assert!(
+                                (got - y).abs() <= tol,
+                                "{dev} {dt:?} row {row} col {j}: {got} vs {y}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `glu_halves_q8` stores bit for bit what rounding `glu_halves` gives, for
+/// every activation, device and dtype, one row and several, halves off a
+/// 16-byte word too; and its bad inputs are typed errors naming it.
+#[test]
+fn glu_q8_equals_the_gated_unit_rounded() {
+    use ferrocm::Activation;
+    use ferrocm::ops::quant::Q8Activations;
+    let _turn = one_at_a_time();
+    for (rows, d) in [(1usize, 4096usize), (3, 48), (2, 16)] {
+        let xs = hard_values(rows * 2 * d + 8, 5);
+        for dev in devices() {
+            for dt in [DType::F32, DType::F16, DType::BF16] {
+                let whole = ferrocm::Tensor::from_slice(&xs, &[xs.len()], &dev)
+                    .unwrap()
+                    .to_dyn()
+                    .to_dtype(dt)
+                    .unwrap();
+                for off in [0usize, 8, 3] {
+                    let x = whole
+                        .narrow(0, off, rows * 2 * d)
+                        .unwrap()
+                        .reshape(&[rows, 2 * d])
+                        .unwrap();
+                    for act in [
+                        Activation::Silu,
+                        Activation::Gelu,
+                        Activation::GeluErf,
+                        Activation::Relu,
+                    ] {
+                        macro_rules! go {
+                            ($ty:ty) => {{
+                                let x = x.typed::<$ty>().unwrap();
+                                let q = x.glu_halves_q8(act).unwrap();
+                                let r =
+                                    Q8Activations::quantize(&x.glu_halves(act).unwrap()).unwrap();
+                                (q, r)
+                            }};
+                        }
+                        let (q, r) = match dt {
+                            DType::F32 => go!(f32),
+                            DType::F16 => go!(f16),
+                            _ => go!(bf16),
+                        };
+                        assert_eq!(q.shape(), &[rows, d]);
+                        let (qc, qs) = q.to_host().unwrap();
+                        let (rc, rs) = r.to_host().unwrap();
+                        let what = format!("{dev} {dt:?} {rows}x{d} offset {off} {act:?}");
+                        assert_eq!(qc, rc, "{what}");
+                        assert_eq!(
+                            qs.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            rs.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            "{what}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let dev = ferrocm::Device::Cpu;
+    let err = |shape: &[usize]| {
+        let n = shape.iter().product();
+        ferrocm::Tensor::from_slice(&vec![0.0f32; n], shape, &dev)
+            .unwrap()
+            .glu_halves_q8(Activation::Silu)
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(
+        err(&[1, 33]).starts_with("glu_halves_q8: "),
+        "{}",
+        err(&[1, 33])
+    );
+    assert!(
+        err(&[1, 40]).contains("multiple of 16"),
+        "{}",
+        err(&[1, 40])
+    );
+    let ids = ferrocm::Tensor::from_slice(&[0u32; 32], &[1, 32], &dev).unwrap();
+    assert!(ids.glu_halves_q8(Activation::Silu).is_err());
+}
+
+/// `forward_q8` on `x` made by `Q8Activations::quantize` is bit for bit
+/// `forward` on `x`, every device and format's first dtype, 1 to 8 rows;
+/// more rows, a wrong width, another device and a norm of a last dim that
+/// is not a multiple of 16 are typed errors.
+#[test]
+fn forward_q8_equals_forward_and_refuses_bad_input() {
+    use ferrocm::ops::quant::Q8Activations;
+    let _turn = one_at_a_time();
+    let (n, k) = (5usize, 512usize);
+    let xs = hard_values(9 * k, 21)
+        .into_iter()
+        .map(|v| {
+            if v.is_finite() {
+                v.clamp(-4.0, 4.0)
+            } else {
+                1.0
+            }
+        })
+        .collect::<Vec<_>>();
+    for f in [
+        QuantFormat::Q4_0,
+        QuantFormat::Q4K,
+        QuantFormat::Q6K,
+        QuantFormat::Mxfp4,
+    ] {
+        let bytes = finite_blocks(f, n * k / f.block_elems(), 8);
+        for dev in devices() {
+            let q = QTensor::from_bytes(&bytes, f, &[n, k], &dev).unwrap();
+            for m in [1usize, 2, 3, 8] {
+                let x = ferrocm::Tensor::from_slice(&xs[..m * k], &[m, k], &dev).unwrap();
+                let a = q
+                    .forward_q8::<f32>(&Q8Activations::quantize(&x).unwrap())
+                    .unwrap();
+                let b = q.forward(&x).unwrap();
+                assert_eq!(a.shape(), &[m, n]);
+                let bits = |t: ferrocm::Tensor<f32>| {
+                    t.to_vec()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(bits(a), bits(b), "{dev} {f:?} m {m}");
+            }
+            let nine = ferrocm::Tensor::from_slice(&xs[..9 * k], &[9, k], &dev).unwrap();
+            let e = q
+                .forward_q8::<f32>(&Q8Activations::quantize(&nine).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("QTensor::forward_q8: ") && e.contains("at most 8 rows"),
+                "{e}"
+            );
+        }
+    }
+    let dev = ferrocm::Device::Cpu;
+    let q = QTensor::from_bytes(
+        &finite_blocks(QuantFormat::Q8_0, 4, 3),
+        QuantFormat::Q8_0,
+        &[2, 64],
+        &dev,
+    )
+    .unwrap();
+    let narrow =
+        Q8Activations::quantize(&ferrocm::Tensor::<f32>::zeros(&[1, 32], &dev).unwrap()).unwrap();
+    assert_eq!(
+        q.forward_q8::<f32>(&narrow).unwrap_err().to_string(),
+        "QTensor::forward_q8: shape mismatch [1, 32] vs [2, 64]"
+    );
+    let emu = ferrocm::Device::emulator(ferrocm::WaveSize::Wave32);
+    let elsewhere =
+        Q8Activations::quantize(&ferrocm::Tensor::<f32>::zeros(&[1, 64], &emu).unwrap()).unwrap();
+    assert!(
+        q.forward_q8::<f32>(&elsewhere)
+            .unwrap_err()
+            .to_string()
+            .contains("devices")
+    );
+    let x = ferrocm::Tensor::<f32>::zeros(&[1, 24], &dev).unwrap();
+    let w = ferrocm::Tensor::<f32>::ones(&[24], &dev).unwrap();
+    let e = x.rms_norm_q8(&w, 1e-5).unwrap_err().to_string();
+    assert!(
+        e.starts_with("rms_norm_q8: ") && e.contains("multiple of 16"),
+        "{e}"
+    );
+    let e = x.add_rms_norm_q8(&x, &w, 1e-5).unwrap_err().to_string();
+    assert!(e.starts_with("add_rms_norm_q8: "), "{e}");
+    assert!(
+        Q8Activations::quantize(&x)
+            .unwrap_err()
+            .to_string()
+            .starts_with("Q8Activations::quantize: ")
+    );
+}

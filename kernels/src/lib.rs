@@ -182,6 +182,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         matmul::KERNELS,
         matmul::MMA_KERNELS,
         norm::KERNELS,
+        norm::Q8_KERNELS,
         glu::KERNELS,
         rope::KERNELS,
         attention::KERNELS,

@@ -19,12 +19,17 @@
 //! with the next norm ([`Tensor::add_rms_norm`]). `Wq`, `Wk`, `Wv` (and
 //! `Wg`, `Wu`) are stacked into one matrix at load when the file stores them
 //! in one type, so decode rounds x once and launches one product for them
-//! (the Q4_K_M mix keeps `Wv` apart where it gives it Q6_K).
+//! (the Q4_K_M mix keeps `Wv` apart where it gives it Q6_K). In decode,
+//! a norm or gated unit whose output feeds only quantized products stores it
+//! in their 8-bit form ([`Tensor::add_rms_norm_q8`],
+//! [`Tensor::glu_halves_q8`]): the same bits as rounding it in the
+//! product, without a pass of its own.
 
 use crate::config::{Arch, Config, RopeScaling};
 use crate::error::{Error, Result};
-use ferrocm_ops::quant::Weight;
 use ferrocm_ops::quant::gguf::{GgmlType, Gguf};
+use ferrocm_ops::quant::matvec::QMATVEC_MAX_M;
+use ferrocm_ops::quant::{Q8Activations, Weight};
 use ferrocm_ops::{Activation, AttentionOptions, Device, QTensor, Tensor, WithDType};
 
 /// How a model is loaded.
@@ -66,6 +71,43 @@ struct Block<T: WithDType> {
     down: Weight<T>,
 }
 
+/// A projection's input: dense, or in the 8-bit form of the quantized
+/// products when every weight it feeds is quantized and it has at most
+/// [`QMATVEC_MAX_M`] rows (decode).
+enum Input<T: WithDType> {
+    Dense(Tensor<T>),
+    Q8(Q8Activations),
+}
+
+impl<T: WithDType> Input<T> {
+    fn rank(&self) -> usize {
+        match self {
+            Input::Dense(x) => x.rank(),
+            Input::Q8(x) => x.shape().len(),
+        }
+    }
+}
+
+/// `x · Wᵀ` of either form of `x` (an 8-bit `x` goes only to quantized
+/// weights: see [`Input`]).
+fn project<T: WithDType>(w: &Weight<T>, x: &Input<T>) -> Result<Tensor<T>> {
+    Ok(match (w, x) {
+        (_, Input::Dense(x)) => w.forward(x)?,
+        (Weight::Quantized(w), Input::Q8(x)) => w.forward_q8(x)?,
+        (Weight::Dense(_), Input::Q8(_)) => {
+            return Err(Error::BadRequest {
+                op: "Llama::forward",
+                what: "an 8-bit input for a dense weight".into(),
+            });
+        }
+    })
+}
+
+/// Whether every weight of `ws` takes an 8-bit input.
+fn all_quantized<T: WithDType>(ws: &[&Weight<T>]) -> bool {
+    ws.iter().all(|w| matches!(w, Weight::Quantized(_)))
+}
+
 /// Projections of one input (q, k, v; gate, up): one matrix of their rows
 /// back to back when the file stores them alike (in decode one rounding of
 /// x and one product instead of one each), else each its own.
@@ -78,11 +120,11 @@ enum Stacked<T: WithDType> {
 impl<T: WithDType> Stacked<T> {
     /// `x · Wᵢᵀ (+ bias's rows of part i)` for each part: views into one
     /// product's output when stacked.
-    fn forward(&self, x: &Tensor<T>, bias: Option<&Tensor<T>>) -> Result<Vec<Tensor<T>>> {
+    fn forward(&self, x: &Input<T>, bias: Option<&Tensor<T>>) -> Result<Vec<Tensor<T>>> {
         let last = x.rank() - 1;
         match self {
             Stacked::One(w, rows) => {
-                let mut y = w.forward(x)?;
+                let mut y = project(w, x)?;
                 if let Some(b) = bias {
                     y = y.add(b)?;
                 }
@@ -98,7 +140,7 @@ impl<T: WithDType> Stacked<T> {
                 let mut at = 0;
                 ws.iter()
                     .map(|w| {
-                        let y = w.forward(x)?;
+                        let y = project(w, x)?;
                         let r = w.shape()[0];
                         at += r;
                         Ok(match bias {
@@ -560,25 +602,69 @@ impl<T: WithDType> Llama<T> {
         }
         let ids = Tensor::from_slice(tokens, &[t], &self.device)?;
         let mut x = self.embed.embedding(&ids)?;
-        let mut h = x.rms_norm(&self.blocks[0].attn_norm, c.rms_eps)?;
+        // Where a norm's output feeds only quantized products, it is stored
+        // in their 8-bit form (decode). The logits' input when only the
+        // last of several positions is wanted stays dense (it is narrowed).
+        let q8 = |ws: &[&Weight<T>]| t <= QMATVEC_MAX_M as usize && all_quantized(ws);
+        let output_q8 = q8(&[&self.output]) && (t == 1 || logits == Logits::All);
+        let (eps, first) = (c.rms_eps, &self.blocks[0]);
+        let mut h = match q8(&first.qkv.weights()) {
+            true => Input::Q8(x.rms_norm_q8(&first.attn_norm, eps)?),
+            false => Input::Dense(x.rms_norm(&first.attn_norm, eps)?),
+        };
         for (l, b) in self.blocks.iter().enumerate() {
             let attn = self.attention(b, &h, cache, l, pos)?;
-            let (sum, normed) = attn.add_rms_norm(&x, &b.ffn_norm, c.rms_eps)?;
+            let normed = match q8(&b.gate_up.weights()) {
+                true => {
+                    let (sum, normed) = attn.add_rms_norm_q8(&x, &b.ffn_norm, eps)?;
+                    x = sum;
+                    Input::Q8(normed)
+                }
+                false => {
+                    let (sum, normed) = attn.add_rms_norm(&x, &b.ffn_norm, eps)?;
+                    x = sum;
+                    Input::Dense(normed)
+                }
+            };
             let act = match &b.gate_up {
                 // One [t, 2 ffn] product: the gate and up halves read in place.
-                Stacked::One(w, _) => w.forward(&normed)?.glu_halves(Activation::Silu)?,
-                Stacked::Parts(ws) => ws[0].forward(&normed)?.swiglu(&ws[1].forward(&normed)?)?,
+                Stacked::One(w, _) => {
+                    let y = project(w, &normed)?;
+                    match q8(&[&b.down]) {
+                        true => Input::Q8(y.glu_halves_q8(Activation::Silu)?),
+                        false => Input::Dense(y.glu_halves(Activation::Silu)?),
+                    }
+                }
+                Stacked::Parts(ws) => {
+                    Input::Dense(project(&ws[0], &normed)?.swiglu(&project(&ws[1], &normed)?)?)
+                }
             };
-            let ffn = b.down.forward(&act)?;
-            let next = self.blocks.get(l + 1).map_or(&self.norm, |n| &n.attn_norm);
-            (x, h) = ffn.add_rms_norm(&sum, next, c.rms_eps)?;
+            let ffn = project(&b.down, &act)?;
+            let (next, next_q8) = match self.blocks.get(l + 1) {
+                Some(n) => (&n.attn_norm, q8(&n.qkv.weights())),
+                None => (&self.norm, output_q8),
+            };
+            h = match next_q8 {
+                true => {
+                    let (sum, normed) = ffn.add_rms_norm_q8(&x, next, eps)?;
+                    x = sum;
+                    Input::Q8(normed)
+                }
+                false => {
+                    let (sum, normed) = ffn.add_rms_norm(&x, next, eps)?;
+                    x = sum;
+                    Input::Dense(normed)
+                }
+            };
         }
         cache.len = pos + t;
-        let h = match logits {
-            Logits::Last if t > 1 => h.narrow(0, t - 1, 1)?,
-            _ => h,
+        let h = match h {
+            Input::Dense(h) if logits == Logits::Last && t > 1 => {
+                Input::Dense(h.narrow(0, t - 1, 1)?)
+            }
+            h => h,
         };
-        Ok(self.output.forward(&h)?)
+        project(&self.output, &h)
     }
 
     /// The attention sublayer of block `l` for `h` `[t, hidden]` at
@@ -586,13 +672,17 @@ impl<T: WithDType> Llama<T> {
     fn attention(
         &self,
         b: &Block<T>,
-        h: &Tensor<T>,
+        h: &Input<T>,
         cache: &mut KvCache<T>,
         l: usize,
         pos: usize,
     ) -> Result<Tensor<T>> {
         let c = &self.config;
-        let (t, d) = (h.shape()[0], c.head_dim);
+        let t = match h {
+            Input::Dense(h) => h.shape()[0],
+            Input::Q8(h) => h.shape()[0],
+        };
+        let d = c.head_dim;
         let [q, k, v]: [Tensor<T>; 3] = b
             .qkv
             .forward(h, b.qkv_bias.as_ref())?

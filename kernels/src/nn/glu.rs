@@ -9,12 +9,16 @@
 //! 0`, holds the output dims, then the gate's strides, then up's), plus
 //! `act`: a gate and an up that are two halves of one `[.., 2d]` tensor run
 //! in place as strided views.
+//!
+//! `glu_q8_{f32,f16,bf16}` store the result only in the 8-bit form the
+//! quantized products take (a decode step's down projection input).
 
 use crate::device::*;
 use crate::elem::W128;
 use crate::elem::*;
 use crate::elementwise::unary::activation;
 use crate::kernels;
+use crate::quant::matvec::store_x_lanes;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
 /// `act(gate) * up` in f32, rounded once: the scalar definition the kernels
@@ -100,6 +104,77 @@ pub fn glu_body<T: Elem>(
     );
 }
 
+/// The body of `glu_q8_*`: the gated unit of `rows × cols` (`cols` a
+/// multiple of 16; row `r` of the gate at `gate + r * gate_stride`, of up at
+/// `up + r * up_stride`, every row on a 16-byte word) rounded to `T` as
+/// [`glu_apply`] rounds it, then stored only in the 8-bit form the quantized
+/// products take ([`crate::quant::matvec::store_x_lanes`]: each group of 16
+/// spread over the lanes that computed it). A decode step's MLP feeds its
+/// down projection this way, without a pass of its own to round it.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn glu_q8_body<T: Elem>(
+    codes: *mut u32,
+    meta: *mut u64,
+    gate: *const T,
+    up: *const T,
+    rows: u64,
+    cols: u64,
+    gate_stride: u64,
+    up_stride: u64,
+    act: u32,
+) {
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
+    let per = per_word::<T>() as u64;
+    let (gw, uw) = (gate as *const W128, up as *const W128);
+    let per_row = cols / per;
+    let words = rows * per_row;
+    // Whole waves run every round together (the exchanges).
+    let (stride, mut i) = (global_size_x(), global_id_x());
+    let rounds = words.div_ceil(stride);
+    let mut round = 0;
+    while round < rounds {
+        let live = i < words;
+        let mut v = [0.0f32; 8];
+        if live {
+            let (r, c) = (i / per_row, i % per_row);
+            let (g, u) = unsafe {
+                (
+                    load(gw, (r * gate_stride / per + c) as usize),
+                    load(uw, (r * up_stride / per + c) as usize),
+                )
+            };
+            word_for_each::<T>(glu_word::<T>(g, u, act), |k, y| v[k as usize] = y.to_f32());
+        }
+        let e = (i * per) as usize;
+        if per == 8 {
+            store_x_lanes::<8>(codes, meta, e, v, live);
+        } else {
+            store_x_lanes::<4>(codes, meta, e, [v[0], v[1], v[2], v[3]], live);
+        }
+        i += stride;
+        round += 1;
+    }
+}
+
+/// The parameter types of `glu_q8_{T}`: `(codes, meta, gate, up, rows,
+/// cols, gate_stride, up_stride, act)`.
+#[cfg(not(ferrocm_device))]
+pub type GluQ8Args<T> = (
+    *mut u32,
+    *mut u64,
+    *const T,
+    *const T,
+    u64,
+    u64,
+    u64,
+    u64,
+    u32,
+);
+
 /// The parameter types of `glu_{T}`: those of the binary kernels without
 /// the fault channel, then the activation code.
 #[cfg(not(ferrocm_device))]
@@ -127,20 +202,24 @@ use crate::host::KernelRef;
 pub trait GluKernels: Sized + 'static {
     /// `glu_{T}`, if the type has one.
     const GLU: Option<KernelRef<GluArgs<Self>>>;
+    /// `glu_q8_{T}`, if the type has one.
+    const GLU_Q8: Option<KernelRef<GluQ8Args<Self>>>;
 }
 
 macro_rules! glu_kernels {
-    ($($name:ident: $t:ty),*; none: $($n:ty),*) => {
+    ($($name:ident, $q8:ident: $t:ty),*; none: $($n:ty),*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl GluKernels for $t {
                 const GLU: Option<KernelRef<GluArgs<Self>>> = Some(KernelRef::of::<$name>());
+                const GLU_Q8: Option<KernelRef<GluQ8Args<Self>>> = Some(KernelRef::of::<$q8>());
             }
         )*
         $(
             #[cfg(not(ferrocm_device))]
             impl GluKernels for $n {
                 const GLU: Option<KernelRef<GluArgs<Self>>> = None;
+                const GLU_Q8: Option<KernelRef<GluQ8Args<Self>>> = None;
             }
         )*
         kernels! {$(
@@ -148,8 +227,12 @@ macro_rules! glu_kernels {
                      l0: u64, l1: u64, a0: u64, a1: u64, b0: u64, b1: u64, act: u32) {
                 glu_body::<$t>(out, gate, up, n, Strides::new(ndim, layout, [l0, l1], [[a0, a1], [b0, b1]]), act)
             }
+            fn $q8(codes: *mut u32, meta: *mut u64, gate: *const $t, up: *const $t, rows: u64, cols: u64,
+                   gate_stride: u64, up_stride: u64, act: u32) {
+                glu_q8_body::<$t>(codes, meta, gate, up, rows, cols, gate_stride, up_stride, act)
+            }
         )*}
     };
 }
 
-glu_kernels!(glu_f32: f32, glu_f16: F16, glu_bf16: Bf16; none: u8, u32, i64);
+glu_kernels!(glu_f32, glu_q8_f32: f32, glu_f16, glu_q8_f16: F16, glu_bf16, glu_q8_bf16: Bf16; none: u8, u32, i64);

@@ -7,7 +7,11 @@
 //! - `add_rms_norm_{dtype}`, `add_layer_norm_{dtype}`: the same with
 //!   `h = x + residual` (rounded to the dtype, exactly as a separate `add`
 //!   would store it), writing `h` too: the residual stream and the next
-//!   layer's input in one pass, as llama.cpp and vLLM fuse them.
+//!   layer's input in one pass, as llama.cpp and vLLM fuse them;
+//! - `rms_norm_q8_{dtype}`, `add_rms_norm_q8_{dtype}`: the RMS norms with
+//!   the output stored only in the 8-bit form the quantized products take
+//!   (rounded to the dtype first, so the bits equal a norm then
+//!   `quantize_x`).
 //!
 //! The rows are `rows × cols`, contiguous. Rows of up to [`NORM_WAVE_COLS`]
 //! go one wave per row (several rows per workgroup: no barrier, no LDS);
@@ -29,6 +33,7 @@ use crate::device::*;
 use crate::elem::W128;
 use crate::elem::*;
 use crate::kernels;
+use crate::quant::matvec::store_x_lanes;
 use crate::reduce::reductions::{Sum, block_reduce};
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
@@ -113,14 +118,30 @@ pub const NORM_PER_WAVE: u32 = 1;
 #[amdgpu_device]
 pub const NORM_WORDS: u32 = 2;
 
+/// Where the `_q8` norms store their output: `x` in the 8-bit form the
+/// quantized products take (`codes`, `meta`; see
+/// [`crate::quant::matvec::quantize_x_group`]).
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct Q8Out {
+    /// Four codes per word.
+    pub codes: *mut u32,
+    /// A group's scale and scaled code sum.
+    pub meta: *mut u64,
+}
+
 /// The body of the norm kernels: `LAYER` picks the layer norm, `ADD` the
 /// fused residual add (`res` and `sum_out` are used only then; `b` may be
-/// null); `flags` holds [`NORM_PER_WAVE`] and [`NORM_WORDS`].
+/// null); `flags` holds [`NORM_PER_WAVE`] and [`NORM_WORDS`]. `Q8` (RMS
+/// norms) stores the output in `q8`'s 8-bit form instead of `out`; its
+/// rows must start on words and have a multiple of 16 elements (the op
+/// checks: it then reads and writes words whatever `flags` says).
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
+pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool, const Q8: bool>(
     out: *mut T,
+    q8: Q8Out,
     sum_out: *mut T,
     x: *const T,
     res: *const T,
@@ -135,7 +156,7 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
     wait_prior_grids();
     release_dependent_grids();
     let per_wave = flags & NORM_PER_WAVE != 0;
-    let words = flags & NORM_WORDS != 0 && size_of::<T>() <= 4;
+    let words = (Q8 || flags & NORM_WORDS != 0) && size_of::<T>() <= 4;
     let waves = num_waves() as u64;
     let (mut row, teams, me, size) = if per_wave {
         let team = workgroup_id_x() as u64 * waves + wave_id() as u64;
@@ -168,7 +189,7 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
     // rows ran slower held (96% -> 76%: two of the four slots used, the
     // registers of all four): they take the two-pass path.
     let per = per_word::<T>();
-    let held = words && !ADD && size_of::<T>() == 4 && cols / per <= 4 * size;
+    let held = !Q8 && words && !ADD && size_of::<T>() == 4 && cols / per <= 4 * size;
     while row < rows {
         let base = row as usize * cols as usize;
         if held {
@@ -208,6 +229,11 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
         // The second pass reads h back: x, or the sum this workitem stored
         // (the same elements as in the first pass).
         let src = if ADD { sum_out as *const T } else { x };
+        if Q8 {
+            norm_store_q8::<T>(q8, src, w, base, cols, scale, me, size);
+            row += teams;
+            continue;
+        }
         let y = |v: T, w: T, b: T| {
             let bias = if has_bias { b.to_f32() } else { -0.0 };
             T::from_f32(norm_apply(v.to_f32(), mean, scale, w.to_f32(), bias))
@@ -253,6 +279,48 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool>(
             }
         }
         row += teams;
+    }
+}
+
+/// The second pass of an RMS norm in 8-bit form: each workitem's words of
+/// `y = h * scale * w` rounded to `T` (as the norm stores them), each group
+/// of 16 quantized across the lanes holding it (`16 / per` neighbours, in
+/// rounds every lane of the team runs, for the exchanges).
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn norm_store_q8<T: Elem>(
+    q8: Q8Out,
+    src: *const T,
+    w: *const T,
+    base: usize,
+    cols: u32,
+    scale: f32,
+    me: u32,
+    size: u32,
+) {
+    let per = per_word::<T>() as usize;
+    let (src, ww) = (src as *const W128, w as *const W128);
+    let (wbase, nw) = (base / per, cols / per as u32);
+    let rounds = nw.div_ceil(size);
+    let mut round = 0;
+    while round < rounds {
+        let c = me + round * size;
+        let live = c < nw;
+        let mut v = [0.0f32; 8];
+        if live {
+            let (hv, wv) = unsafe { (load(src, wbase + c as usize), load(ww, c as usize)) };
+            word_for_each::<T>(norm_word::<T>(hv, wv, wv, 0.0, scale, false), |k, y| {
+                v[k as usize] = y.to_f32()
+            });
+        }
+        let e = (wbase + c as usize) * per;
+        if per == 8 {
+            store_x_lanes::<8>(q8.codes, q8.meta, e, v, live);
+        } else {
+            store_x_lanes::<4>(q8.codes, q8.meta, e, [v[0], v[1], v[2], v[3]], live);
+        }
+        round += 1;
     }
 }
 
@@ -460,6 +528,27 @@ pub type NormArgs<T> = (
     u32,
 );
 
+/// The parameter types of `rms_norm_q8_{T}`: `(codes, meta, x, weight,
+/// rows, cols, eps, flags)`.
+#[cfg(not(ferrocm_device))]
+pub type RmsNormQ8Args<T> = (*mut u32, *mut u64, *const T, *const T, u64, u32, f32, u32);
+
+/// The parameter types of `add_rms_norm_q8_{T}`: `(codes, meta, sum_out, x,
+/// residual, weight, rows, cols, eps, flags)`.
+#[cfg(not(ferrocm_device))]
+pub type AddRmsNormQ8Args<T> = (
+    *mut u32,
+    *mut u64,
+    *mut T,
+    *const T,
+    *const T,
+    *const T,
+    u64,
+    u32,
+    f32,
+    u32,
+);
+
 #[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
@@ -475,6 +564,10 @@ pub struct NormTable<T: 'static> {
     pub layer: KernelRef<NormArgs<T>>,
     /// `add_layer_norm_{T}`.
     pub add_layer: KernelRef<NormArgs<T>>,
+    /// `rms_norm_q8_{T}`: the output in 8-bit form.
+    pub rms_q8: KernelRef<RmsNormQ8Args<T>>,
+    /// `add_rms_norm_q8_{T}`: the output in 8-bit form.
+    pub add_rms_q8: KernelRef<AddRmsNormQ8Args<T>>,
 }
 
 /// The norm kernels of an element type: float types only.
@@ -491,7 +584,7 @@ macro_rules! norm_kernels {
             const NORM: Option<NormTable<Self>> = None;
         }
     )*};
-    ($($t:ty => $rms:ident, $add_rms:ident, $layer:ident, $add_layer:ident;)*) => {
+    ($($t:ty => $rms:ident, $add_rms:ident, $layer:ident, $add_layer:ident, $rms_q8:ident, $add_rms_q8:ident;)*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl NormKernels for $t {
@@ -500,24 +593,43 @@ macro_rules! norm_kernels {
                     add_rms: KernelRef::of::<$add_rms>(),
                     layer: KernelRef::of::<$layer>(),
                     add_layer: KernelRef::of::<$add_layer>(),
+                    rms_q8: KernelRef::of::<$rms_q8>(),
+                    add_rms_q8: KernelRef::of::<$add_rms_q8>(),
                 });
             }
         )*
         norm_kernels!(@k $($t => $rms false false, $add_rms false true, $layer true false, $add_layer true true;)*);
+        norm_kernels!(@q8 $($t => $rms_q8, $add_rms_q8;)*);
     };
     (@k $($t:ty => $($name:ident $layer:literal $add:literal),*;)*) => {
         kernels! {$($(
             fn $name(out: *mut $t, sum_out: *mut $t, x: *const $t, res: *const $t, w: *const $t,
                      b: *const $t, rows: u64, cols: u32, eps: f32, flags: u32) {
-                norm_body::<$t, $layer, $add>(out, sum_out, x, res, w, b, rows, cols, eps, flags)
+                let q8 = Q8Out { codes: core::ptr::null_mut(), meta: core::ptr::null_mut() };
+                norm_body::<$t, $layer, $add, false>(out, q8, sum_out, x, res, w, b, rows, cols, eps, flags)
             }
         )*)*}
+    };
+    (@q8 $($t:ty => $rms:ident, $add_rms:ident;)*) => {
+        kernels! { table Q8_KERNELS; $(
+            fn $rms(codes: *mut u32, meta: *mut u64, x: *const $t, w: *const $t, rows: u64, cols: u32, eps: f32, flags: u32) {
+                let (out, sum_out, res, b) = (core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null(), core::ptr::null());
+                let q8 = Q8Out { codes, meta };
+                norm_body::<$t, false, false, true>(out, q8, sum_out, x, res, w, b, rows, cols, eps, flags)
+            }
+            fn $add_rms(codes: *mut u32, meta: *mut u64, sum_out: *mut $t, x: *const $t, res: *const $t, w: *const $t,
+                        rows: u64, cols: u32, eps: f32, flags: u32) {
+                let (out, b) = (core::ptr::null_mut(), core::ptr::null());
+                let q8 = Q8Out { codes, meta };
+                norm_body::<$t, false, true, true>(out, q8, sum_out, x, res, w, b, rows, cols, eps, flags)
+            }
+        )*}
     };
 }
 
 norm_kernels! {
-    f32 => rms_norm_f32, add_rms_norm_f32, layer_norm_f32, add_layer_norm_f32;
-    F16 => rms_norm_f16, add_rms_norm_f16, layer_norm_f16, add_layer_norm_f16;
-    Bf16 => rms_norm_bf16, add_rms_norm_bf16, layer_norm_bf16, add_layer_norm_bf16;
+    f32 => rms_norm_f32, add_rms_norm_f32, layer_norm_f32, add_layer_norm_f32, rms_norm_q8_f32, add_rms_norm_q8_f32;
+    F16 => rms_norm_f16, add_rms_norm_f16, layer_norm_f16, add_layer_norm_f16, rms_norm_q8_f16, add_rms_norm_q8_f16;
+    Bf16 => rms_norm_bf16, add_rms_norm_bf16, layer_norm_bf16, add_layer_norm_bf16, rms_norm_q8_bf16, add_rms_norm_q8_bf16;
 }
 norm_kernels!(none: u8, u32, i64);

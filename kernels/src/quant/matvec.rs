@@ -48,22 +48,123 @@ pub fn quantize_x_group(v: [f32; 16]) -> ([u32; 4], u64) {
     let mut amax = 0.0f32;
     let mut finite = true;
     crate::unroll16!(l => {
-        let a = f32::from_bits(v[l].to_bits() & 0x7fff_ffff);
-        amax = if a > amax { a } else { amax };
-        finite &= a <= f32::MAX;
+        (amax, finite) = x_amax(amax, finite, v[l]);
     });
-    let d = amax / 127.0;
-    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let (d, inv) = x_scale(amax);
     let mut words = [0u32; 4];
     let mut sum = 0i32;
     crate::unroll16!(l => {
-        let q = math::round(v[l] * inv) as i32;
+        let q = x_code(v[l], inv);
         sum += q;
         words[l / 4] |= ((q as u8) as u32) << (8 * (l % 4));
     });
+    (words, x_meta(d, finite, sum))
+}
+
+/// The running `(amax, finite)` of a group of `x` after value `v`: NaN
+/// never raises `amax` but clears `finite`, as ±inf does.
+#[amdgpu_device]
+#[inline(always)]
+fn x_amax(amax: f32, finite: bool, v: f32) -> (f32, bool) {
+    let a = f32::from_bits(v.to_bits() & 0x7fff_ffff);
+    (if a > amax { a } else { amax }, finite & (a <= f32::MAX))
+}
+
+/// A group's scale `d = amax / 127` and the factor that takes a value to
+/// its code (0 for an all-zero group).
+#[amdgpu_device]
+#[inline(always)]
+fn x_scale(amax: f32) -> (f32, f32) {
+    let d = amax / 127.0;
+    (d, if d > 0.0 { 1.0 / d } else { 0.0 })
+}
+
+/// The 8-bit code of `v` (`round(v / d)`, in -127..=127 for finite groups).
+#[amdgpu_device]
+#[inline(always)]
+fn x_code(v: f32, inv: f32) -> i32 {
+    math::round(v * inv) as i32
+}
+
+/// A group's `meta` word: `d` (NaN for a group that held NaN or ±inf) and
+/// `d * sum(codes)`, f32 bits.
+#[amdgpu_device]
+#[inline(always)]
+fn x_meta(d: f32, finite: bool, sum: i32) -> u64 {
     let d = if finite { d } else { f32::NAN };
     let s = d * sum as f32;
-    (words, d.to_bits() as u64 | (s.to_bits() as u64) << 32)
+    d.to_bits() as u64 | (s.to_bits() as u64) << 32
+}
+
+/// [`quantize_x_group`] of a group held by `16 / L` neighbouring lanes
+/// (`L` = 4 or 8 consecutive values each, the group's first at a lane
+/// that is a multiple of `16 / L`), the maximum and the code sum exchanged
+/// across them: this lane's codes (`L / 4` words; the rest 0) and the
+/// group's `meta`, bit for bit what [`quantize_x_group`] gives. Every lane
+/// of the wave calls it together. The kernels that produce `x` (norms,
+/// gated units) store it in 8-bit form this way, without a pass of their
+/// own.
+#[amdgpu_device]
+#[inline(always)]
+pub fn quantize_x_lanes<const L: usize>(v: [f32; L]) -> ([u32; 2], u64) {
+    const { assert!(L == 4 || L == 8) };
+    // Exchanges across 16 / L lanes: log2 of it.
+    let hops = if L == 4 { 2 } else { 1 };
+    let mut amax = 0.0f32;
+    let mut finite = true;
+    crate::unroll8!(l < L => {
+        (amax, finite) = x_amax(amax, finite, v[l]);
+    });
+    let mut bad = (!finite) as u32;
+    crate::unroll4!(j < 2 => {
+        if j < hops {
+            let other = wave_shfl_xor_f32(amax, 1 << j);
+            amax = if other > amax { other } else { amax };
+            bad |= wave_shfl_xor(bad, 1 << j);
+        }
+    });
+    let (d, inv) = x_scale(amax);
+    let mut words = [0u32; 2];
+    let mut sum = 0i32;
+    crate::unroll8!(l < L => {
+        let q = x_code(v[l], inv);
+        sum += q;
+        words[l / 4] |= ((q as u8) as u32) << (8 * (l % 4));
+    });
+    crate::unroll4!(j < 2 => {
+        if j < hops {
+            sum += wave_shfl_xor(sum as u32, 1 << j) as i32;
+        }
+    });
+    (words, x_meta(d, bad == 0, sum))
+}
+
+/// Stores this lane's part of `x` in 8-bit form ([`quantize_x_lanes`]):
+/// `L` values starting at element `e` (a multiple of `L`) of `x`'s codes
+/// and, from the group's first lane, its `meta`. Every lane of the wave
+/// calls it together; only `live` lanes store.
+#[amdgpu_device]
+#[inline(always)]
+pub fn store_x_lanes<const L: usize>(
+    codes: *mut u32,
+    meta: *mut u64,
+    e: usize,
+    v: [f32; L],
+    live: bool,
+) {
+    let (words, m) = quantize_x_lanes::<L>(v);
+    if live {
+        unsafe {
+            crate::unroll4!(j < 2 => {
+                if j < L / 4 {
+                    store(codes, e / 4 + j, words[j]);
+                }
+            });
+            if e.is_multiple_of(16) {
+                store(meta, e / 16, m);
+            }
+        }
+    }
 }
 
 /// Half `h` of a unit times a group of `x` in 8-bit form, added to `acc`:
@@ -106,45 +207,7 @@ pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, gr
                 v[l] = unsafe { load(x, 4 * i as usize + l) }.to_f32();
             });
         }
-        let mut amax = 0.0f32;
-        let mut finite = true;
-        crate::unroll4!(l < 4 => {
-            let a = f32::from_bits(v[l].to_bits() & 0x7fff_ffff);
-            amax = if a > amax { a } else { amax };
-            finite &= a <= f32::MAX;
-        });
-        let mut bad = (!finite) as u32;
-        crate::unroll4!(j < 2 => {
-            let other = wave_shfl_xor_f32(amax, 1 << j);
-            amax = if other > amax { other } else { amax };
-            bad |= wave_shfl_xor(bad, 1 << j);
-        });
-        let d = amax / 127.0;
-        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut word = 0u32;
-        let mut sum = 0i32;
-        crate::unroll4!(l < 4 => {
-            let q = math::round(v[l] * inv) as i32;
-            sum += q;
-            word |= ((q as u8) as u32) << (8 * l);
-        });
-        crate::unroll4!(j < 2 => {
-            sum += wave_shfl_xor(sum as u32, 1 << j) as i32;
-        });
-        if live {
-            let d = if bad == 0 { d } else { f32::NAN };
-            let s = d * sum as f32;
-            unsafe {
-                store(codes, i as usize, word);
-                if i.is_multiple_of(4) {
-                    store(
-                        meta,
-                        (i / 4) as usize,
-                        d.to_bits() as u64 | (s.to_bits() as u64) << 32,
-                    );
-                }
-            }
-        }
+        store_x_lanes::<4>(codes, meta, 4 * i as usize, v, live);
         i += stride;
         round += 1;
     }

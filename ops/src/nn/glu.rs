@@ -7,8 +7,11 @@ use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
 use crate::elementwise::binary::{ZipArgs, ZipFn};
+use crate::engine::{self, Op};
 use crate::matmul::Activation;
-use ferrocm_host::{Device, LaunchConfig};
+use crate::quant::Q8Activations;
+use crate::quant::activations::check_shape;
+use ferrocm_host::{Device, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::per_word;
 use ferrocm_kernels::glu::{GluKernels, glu_apply};
 use ferrocm_kernels::unary::{ACT_GELU, ACT_GELU_ERF, ACT_RELU, ACT_SILU};
@@ -128,6 +131,61 @@ impl<T: WithDType> Tensor<T> {
         self.narrow(dim, 0, d)?.glu(&self.narrow(dim, d, d)?, act)
     }
 
+    /// [`Tensor::glu_halves`] stored only in the 8-bit form the quantized
+    /// products take: bit for bit `Q8Activations::quantize(&self.glu_halves(act)?)`,
+    /// in one pass on a GPU (each group of 16 rounded where it is computed),
+    /// for a model whose next step is [`QTensor::forward_q8`] (a decode
+    /// step's down projection). Half the last dim must be a multiple of 16.
+    ///
+    /// ```
+    /// # use ferrocm_ops::WaveSize;
+    /// use ferrocm_ops::quant::Q8Activations;
+    /// use ferrocm_ops::{Activation, Device, Tensor};
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// let v: Vec<f32> = (0..64).map(|i| (i as f32 - 20.0) / 8.0).collect();
+    /// let x = Tensor::from_slice(&v, &[1, 64], &dev)?;
+    /// let q = x.glu_halves_q8(Activation::Silu)?;
+    /// assert_eq!(q.shape(), &[1, 32]);
+    /// assert_eq!(q.to_host()?, Q8Activations::quantize(&x.glu_halves(Activation::Silu)?)?.to_host()?);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// [`QTensor::forward_q8`]: crate::QTensor::forward_q8
+    ///
+    /// # Errors
+    /// As [`Tensor::glu_halves`], and [`Error::BadParameter`] when half the
+    /// last dim is not a multiple of 16.
+    pub fn glu_halves_q8(&self, act: Activation) -> Result<Q8Activations> {
+        let op = "glu_halves_q8";
+        if !T::DTYPE.is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: T::DTYPE,
+            });
+        }
+        let mut shape = self.shape().to_vec();
+        let d = match shape.last_mut() {
+            Some(n) if *n % 2 == 0 => {
+                *n /= 2;
+                *n
+            }
+            _ => {
+                return Err(Error::BadParameter {
+                    op,
+                    what: format!(
+                        "the last dim must be even (gate and up halves), shape {:?}",
+                        self.shape()
+                    ),
+                });
+            }
+        };
+        check_shape::<T>(op, &shape)?;
+        let x = self.contiguous()?;
+        let dev = x.device();
+        let q8 = Q8Activations::alloc(dev, &shape)?;
+        engine::run(dev, GluQ8 { x: &x, d, act, q8 })
+    }
+
     fn gated<const ACT: u32>(&self, up: &Self, name: &'static str) -> Result<Self> {
         if !T::DTYPE.is_float() {
             return Err(Error::UnsupportedDType {
@@ -173,5 +231,72 @@ impl crate::DynTensor {
     /// As [`Tensor::glu_halves`].
     pub fn glu_halves(&self, act: Activation) -> Result<Self> {
         crate::core::dyn_tensor::with_dtype!(self, "glu_halves", |t| Ok(t.glu_halves(act)?.into()))
+    }
+}
+
+/// The gated unit of the halves of a contiguous `[rows, 2d]` tensor in 8-bit
+/// form: `glu_q8_{dtype}` on kernel devices when the rows start on 16-byte
+/// words, else (and on the Cpu) `glu_halves` then its rounding (the same
+/// bits).
+struct GluQ8<'a, T: WithDType> {
+    x: &'a Tensor<T>,
+    d: usize,
+    act: Activation,
+    q8: Q8Activations,
+}
+
+impl<T: WithDType> GluQ8<'_, T> {
+    fn composed(self) -> Result<Q8Activations> {
+        Q8Activations::quantize(&self.x.glu_halves(self.act)?)
+    }
+}
+
+impl<T: WithDType> Op for GluQ8<'_, T> {
+    type Output = Q8Activations;
+
+    fn cpu(self) -> Result<Q8Activations> {
+        self.composed()
+    }
+
+    fn kernels(self, dev: &Device) -> Result<Q8Activations> {
+        let kernel = T::Kernel::GLU_Q8.ok_or(Error::UnsupportedDType {
+            op: "glu_halves_q8",
+            dtype: T::DTYPE,
+        })?;
+        let (n, d) = (self.x.elem_count(), self.d);
+        let off = self.x.layout().offset();
+        let per = per_word::<T::Kernel>() as usize;
+        if n == 0 {
+            return Ok(self.q8);
+        }
+        if !off.is_multiple_of(per) {
+            return self.composed();
+        }
+        let rows = n / (2 * d);
+        let act = match self.act {
+            Activation::Relu => ACT_RELU,
+            Activation::Gelu => ACT_GELU,
+            Activation::GeluErf => ACT_GELU_ERF,
+            Activation::Silu => ACT_SILU,
+        };
+        let buf = self.x.buf().view_as::<T::Kernel>().expect("same size");
+        // A word per workitem.
+        let cfg = LaunchConfig::linear((n / 2 / per) as u64, 256).starting_early();
+        dev.launch_typed(
+            kernel,
+            cfg,
+            (
+                Out::new(&self.q8.codes),
+                Out::new(&self.q8.meta),
+                In::range(buf, off, n - d),
+                In::range(buf, off + d, n - d),
+                rows as u64,
+                d as u64,
+                2 * d as u64,
+                2 * d as u64,
+                act,
+            ),
+        )?;
+        Ok(self.q8)
     }
 }

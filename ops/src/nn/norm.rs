@@ -14,6 +14,8 @@ use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
 use crate::engine::{self, Op};
+use crate::quant::Q8Activations;
+use crate::quant::activations::check_shape;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::{Elem, per_word};
 use ferrocm_kernels::norm::{
@@ -313,20 +315,15 @@ impl<T: WithDType> Tensor<T> {
         Ok((sum.expect("fused norms return the sum"), y))
     }
 
-    fn norm(
+    /// The checks every norm makes, then its operands made contiguous.
+    fn norm_operands(
         &self,
-        kind: Kind,
+        op: &'static str,
         residual: Option<&Self>,
         weight: &Self,
         bias: Option<&Self>,
         eps: f32,
-    ) -> Result<(Self, Option<Self>)> {
-        let op = match (kind, residual.is_some()) {
-            (Kind::Rms, false) => "rms_norm",
-            (Kind::Rms, true) => "add_rms_norm",
-            (Kind::Layer, false) => "layer_norm",
-            (Kind::Layer, true) => "add_layer_norm",
-        };
+    ) -> Result<Operands<T>> {
         if !T::DTYPE.is_float() {
             return Err(Error::UnsupportedDType {
                 op,
@@ -382,28 +379,241 @@ impl<T: WithDType> Tensor<T> {
         let residual = residual.map(|r| r.contiguous()).transpose()?;
         let weight = weight.contiguous()?;
         let bias = bias.map(|b| b.contiguous()).transpose()?;
-        let n = x.elem_count();
-        let dev = x.device();
-        let norm = Norm {
-            kind,
-            x: &x,
-            residual: residual.as_ref(),
-            weight: &weight,
-            bias: bias.as_ref(),
-            eps,
-            rows: n.checked_div(cols).unwrap_or(0),
+        let rows = x.elem_count().checked_div(cols).unwrap_or(0);
+        Ok(Operands {
+            x,
+            residual,
+            weight,
+            bias,
+            rows,
             cols,
-            out: dev.alloc::<T>(n)?,
-            sum: match residual {
-                Some(_) => Some(dev.alloc::<T>(n)?),
-                None => None,
-            },
+        })
+    }
+
+    fn norm(
+        &self,
+        kind: Kind,
+        residual: Option<&Self>,
+        weight: &Self,
+        bias: Option<&Self>,
+        eps: f32,
+    ) -> Result<(Self, Option<Self>)> {
+        let op = match (kind, residual.is_some()) {
+            (Kind::Rms, false) => "rms_norm",
+            (Kind::Rms, true) => "add_rms_norm",
+            (Kind::Layer, false) => "layer_norm",
+            (Kind::Layer, true) => "add_layer_norm",
         };
-        let (out, sum) = engine::run(dev, norm)?;
+        let ops = self.norm_operands(op, residual, weight, bias, eps)?;
+        let x = &ops.x;
+        let (out, sum) = engine::run(x.device(), ops.op(kind, eps)?)?;
         Ok((
             Tensor::from_parts(out, x.shape()),
             sum.map(|s| Tensor::from_parts(s, x.shape())),
         ))
+    }
+
+    /// RMSNorm ([`Tensor::rms_norm`]) stored only in the 8-bit form the
+    /// quantized products take: bit for bit
+    /// `Q8Activations::quantize(&self.rms_norm(weight, eps)?)`, in one pass
+    /// on a GPU (the norm's second pass rounds each group of 16 as it
+    /// writes it), for a model whose next step is [`QTensor::forward_q8`].
+    /// The last dim must be a multiple of 16.
+    ///
+    /// ```
+    /// # use ferrocm_ops::WaveSize;
+    /// use ferrocm_ops::quant::Q8Activations;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// let x = Tensor::from_slice(&(0..32).map(|v| v as f32 - 7.0).collect::<Vec<_>>(), &[1, 32], &dev)?;
+    /// let w = Tensor::from_slice(&[0.5f32; 32], &[32], &dev)?;
+    /// let q = x.rms_norm_q8(&w, 1e-6)?;
+    /// let r = Q8Activations::quantize(&x.rms_norm(&w, 1e-6)?)?;
+    /// assert_eq!(q.to_host()?, r.to_host()?);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// [`QTensor::forward_q8`]: crate::QTensor::forward_q8
+    ///
+    /// # Errors
+    /// As [`Tensor::rms_norm`], and [`Error::BadParameter`] for a last dim
+    /// that is not a multiple of 16.
+    pub fn rms_norm_q8(&self, weight: &Self, eps: f32) -> Result<Q8Activations> {
+        Ok(self.norm_q8(None, weight, eps)?.1)
+    }
+
+    /// `x + residual` and its RMSNorm in 8-bit form, in one pass: `(sum,
+    /// normed)` as [`Tensor::add_rms_norm`] returns them, the norm as
+    /// [`Tensor::rms_norm_q8`] stores it (bit for bit
+    /// `Q8Activations::quantize` of `add_rms_norm`'s `normed`).
+    ///
+    /// ```
+    /// use ferrocm_ops::quant::Q8Activations;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32; 16], &[1, 16], &Device::Cpu)?;
+    /// let w = Tensor::from_slice(&[2.0f32; 16], &[16], &Device::Cpu)?;
+    /// let (sum, q) = x.add_rms_norm_q8(&x, &w, 0.0)?;
+    /// assert_eq!(sum.to_vec()?, vec![2.0; 16]);
+    /// assert_eq!(q.to_host()?, (vec![127; 16], vec![2.0 / 127.0]));
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::add_rms_norm`] and [`Tensor::rms_norm_q8`].
+    pub fn add_rms_norm_q8(
+        &self,
+        residual: &Self,
+        weight: &Self,
+        eps: f32,
+    ) -> Result<(Self, Q8Activations)> {
+        let (sum, q) = self.norm_q8(Some(residual), weight, eps)?;
+        Ok((sum.expect("fused norms return the sum"), q))
+    }
+
+    fn norm_q8(
+        &self,
+        residual: Option<&Self>,
+        weight: &Self,
+        eps: f32,
+    ) -> Result<(Option<Self>, Q8Activations)> {
+        let op = match residual {
+            Some(_) => "add_rms_norm_q8",
+            None => "rms_norm_q8",
+        };
+        let ops = self.norm_operands(op, residual, weight, None, eps)?;
+        check_shape::<T>(op, self.shape())?;
+        let x = &ops.x;
+        let dev = x.device();
+        let norm = NormQ8 {
+            norm: ops.op(Kind::Rms, eps)?,
+            q8: Q8Activations::alloc(dev, x.shape())?,
+        };
+        let (q8, sum) = engine::run(dev, norm)?;
+        Ok((sum.map(|s| Tensor::from_parts(s, x.shape())), q8))
+    }
+}
+
+/// A norm's operands, checked and contiguous.
+struct Operands<T: WithDType> {
+    x: Tensor<T>,
+    residual: Option<Tensor<T>>,
+    weight: Tensor<T>,
+    bias: Option<Tensor<T>>,
+    rows: usize,
+    cols: usize,
+}
+
+impl<T: WithDType> Operands<T> {
+    /// The norm op over these operands, its outputs allocated.
+    fn op(&self, kind: Kind, eps: f32) -> Result<Norm<'_, T>> {
+        let (n, dev) = (self.x.elem_count(), self.x.device());
+        Ok(Norm {
+            kind,
+            x: &self.x,
+            residual: self.residual.as_ref(),
+            weight: &self.weight,
+            bias: self.bias.as_ref(),
+            eps,
+            rows: self.rows,
+            cols: self.cols,
+            out: dev.alloc::<T>(n)?,
+            sum: match self.residual {
+                Some(_) => Some(dev.alloc::<T>(n)?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// An RMS norm (fused with the residual add or not) stored in 8-bit form:
+/// on the Cpu, and where an operand does not start on a 16-byte word, the
+/// norm and then its rounding (the same bits); on kernel devices otherwise
+/// `rms_norm_q8_{dtype}` / `add_rms_norm_q8_{dtype}` in one launch.
+struct NormQ8<'a, T: WithDType> {
+    norm: Norm<'a, T>,
+    q8: Q8Activations,
+}
+
+impl<T: WithDType> NormQ8<'_, T> {
+    /// The norm, then its rounding to 8 bits.
+    fn composed(
+        self,
+        run: impl FnOnce(Norm<'_, T>) -> Result<(DeviceBuffer<T>, Option<DeviceBuffer<T>>)>,
+    ) -> Result<(Q8Activations, Option<DeviceBuffer<T>>)> {
+        let shape = self.q8.shape().to_vec();
+        let (out, sum) = run(self.norm)?;
+        let q8 = Q8Activations::quantize(&Tensor::from_parts(out, &shape))?;
+        Ok((q8, sum))
+    }
+}
+
+impl<T: WithDType> Op for NormQ8<'_, T> {
+    type Output = (Q8Activations, Option<DeviceBuffer<T>>);
+
+    fn cpu(self) -> Result<Self::Output> {
+        self.composed(|n| n.cpu())
+    }
+
+    fn kernels(self, dev: &Device) -> Result<Self::Output> {
+        let table = T::Kernel::NORM.ok_or(Error::UnsupportedDType {
+            op: self.norm.name(),
+            dtype: T::DTYPE,
+        })?;
+        let n = &self.norm;
+        if n.rows == 0 || n.cols == 0 {
+            return Ok((self.q8, self.norm.sum));
+        }
+        let per = per_word::<T::Kernel>() as usize;
+        let operands = [Some(n.x), n.residual, Some(n.weight)];
+        if !operands
+            .iter()
+            .flatten()
+            .all(|t| t.layout().offset().is_multiple_of(per))
+        {
+            return self.composed(|n| n.kernels(dev));
+        }
+        let per_wave = n.cols <= NORM_WAVE_COLS as usize;
+        let flags = if per_wave { NORM_PER_WAVE } else { 0 } | NORM_WORDS;
+        let teams = match per_wave {
+            true => (n.rows as u64).div_ceil((NORM_BLOCK / dev.wave_size().unwrap_or(32)) as u64),
+            false => n.rows as u64,
+        };
+        let cfg = LaunchConfig::rows(teams, NORM_BLOCK, NORM_LDS_BYTES).starting_early();
+        let (codes, meta) = (Out::new(&self.q8.codes), Out::new(&self.q8.meta));
+        let (rows, cols) = (n.rows as u64, n.cols as u32);
+        match (n.residual, &n.sum) {
+            (Some(r), Some(sum)) => dev.launch_typed(
+                table.add_rms_q8,
+                cfg,
+                (
+                    codes,
+                    meta,
+                    Out::new(sum.view_as::<T::Kernel>().expect("same size")),
+                    n.x.input(),
+                    r.input(),
+                    n.weight.input(),
+                    rows,
+                    cols,
+                    n.eps,
+                    flags,
+                ),
+            )?,
+            _ => dev.launch_typed(
+                table.rms_q8,
+                cfg,
+                (
+                    codes,
+                    meta,
+                    n.x.input(),
+                    n.weight.input(),
+                    rows,
+                    cols,
+                    n.eps,
+                    flags,
+                ),
+            )?,
+        }
+        Ok((self.q8, self.norm.sum))
     }
 }
 

@@ -7,16 +7,16 @@
 //! weight to `x`'s dtype and run the dense matrix product.
 
 use crate::engine::{self, Op};
-use crate::quant::QTensor;
 use crate::quant::format::with_block;
+use crate::quant::{Q8Activations, QTensor};
 use crate::{DType, Device, Error, Result, Tensor, WithDType};
 use ferrocm_host::{DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::quant::blocks::QuantBlock;
 pub use ferrocm_kernels::quant::matvec::QMATVEC_MAX_M;
 use ferrocm_kernels::quant::matvec::{
-    QMATVEC_BLOCK, QMATVEC_LDS_BYTES, QMATVEC_ROW_LANES, QMatvecKernels, QuantizeXKernel,
-    qmatvec_rows, quantize_x_group, unit_half_dot,
+    QMATVEC_BLOCK, QMATVEC_LDS_BYTES, QMATVEC_ROW_LANES, QMatvecKernels, qmatvec_rows,
+    unit_half_dot,
 };
 use rayon::prelude::*;
 
@@ -85,28 +85,89 @@ impl QTensor {
             });
         }
         let m = x.elem_count() / k.max(1);
-        let mut out_shape = x.shape().to_vec();
-        *out_shape.last_mut().expect("x has a last dim") = n;
         if m > QMATVEC_MAX_M as usize || n > u32::MAX as usize || k > u32::MAX as usize {
             // The matrix product: the weight dequantized to x's dtype.
             let w = self.dequantize::<T>()?;
             return x.linear(&w, None, None);
         }
-        let x = x.contiguous()?;
+        self.forward_q8(&Q8Activations::quantize(x)?)
+    }
+
+    /// [`QTensor::forward`] of up to [`QMATVEC_MAX_M`] rows of `x` already
+    /// in 8-bit form (made by an op that produced `x`, e.g.
+    /// [`Tensor::add_rms_norm_q8`], or by [`Q8Activations::quantize`]): `[..,
+    /// out]` in `T` (f32, f16 or bf16), bit for bit what `forward` gives for
+    /// the `x` they were made from.
+    ///
+    /// ```
+    /// # use ferrocm_ops::WaveSize;
+    /// use ferrocm_ops::quant::Q8Activations;
+    /// use ferrocm_ops::{Device, QTensor, QuantFormat, Tensor};
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// let w = QTensor::quantize(&Tensor::from_slice(&[0.5f32; 64], &[2, 32], &dev)?, QuantFormat::Q8_0)?;
+    /// let x = Tensor::from_slice(&[2.0f32; 32], &[1, 32], &dev)?;
+    /// let y = w.forward_q8::<f32>(&Q8Activations::quantize(&x)?)?;
+    /// assert_eq!(y.to_vec()?, w.forward(&x)?.to_vec()?);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when the weight is not 2-D or `x`'s last dim
+    /// is not its second; [`Error::BadParameter`] for more than
+    /// [`QMATVEC_MAX_M`] rows (a matrix product: [`QTensor::forward`] takes
+    /// those in their dense form); [`Error::DeviceMismatch`];
+    /// [`Error::UnsupportedDType`] for an integer `T`; [`Error::Host`].
+    pub fn forward_q8<T: WithDType>(&self, x: &Q8Activations) -> Result<Tensor<T>> {
+        let op = "QTensor::forward_q8";
+        if !matches!(T::DTYPE, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: T::DTYPE,
+            });
+        }
+        let (n, k) = match *self.shape() {
+            [n, k] if x.shape().last() == Some(&k) => (n, k),
+            _ => {
+                return Err(Error::ShapeMismatch {
+                    op,
+                    lhs: x.shape().to_vec(),
+                    rhs: self.shape().to_vec(),
+                });
+            }
+        };
+        if x.device() != self.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: x.device().to_string(),
+                rhs: self.device().to_string(),
+            });
+        }
+        let m = x.shape().iter().product::<usize>() / k.max(1);
+        if m > QMATVEC_MAX_M as usize || n > u32::MAX as usize || k > u32::MAX as usize {
+            return Err(Error::BadParameter {
+                op,
+                what: format!(
+                    "x in 8-bit form {:?} times a [{n}, {k}] weight: at most {QMATVEC_MAX_M} rows, n and k within u32",
+                    x.shape()
+                ),
+            });
+        }
+        let mut out_shape = x.shape().to_vec();
+        *out_shape.last_mut().expect("x has a last dim") = n;
         let dev = self.device();
         let out = dev.alloc::<T>(m * n)?;
         let buf = with_block!(self.format(), B => {
             let w = self.shared_storage().raw().typed::<B>().expect("a whole number of blocks (checked at creation)");
-            engine::run(dev, QMatvec { w, x: &x, n, k, m, out })?
+            engine::run(dev, QMatvec { w, x, n, k, m, out })?
         });
         Ok(Tensor::from_parts(buf, &out_shape))
     }
 }
 
-/// `y[m, n] = x[m, k] · W[n, k]ᵀ` with `m <= QMATVEC_MAX_M`, `x` contiguous.
+/// `y[m, n] = x[m, k] · W[n, k]ᵀ` with `m <= QMATVEC_MAX_M`, `x` in 8-bit form.
 struct QMatvec<'a, B, T: WithDType> {
     w: &'a DeviceBuffer<B>,
-    x: &'a Tensor<T>,
+    x: &'a Q8Activations,
     n: usize,
     k: usize,
     m: usize,
@@ -425,7 +486,6 @@ where
     fn cpu(self) -> Result<DeviceBuffer<T>> {
         let (n, k, m) = (self.n, self.k, self.m);
         let w = crate::engine::cpu::host(self.w);
-        let x = &crate::engine::cpu::host(self.x.buf())[self.x.layout.offset()..][..m * k];
         let per_row = k / B::ELEMS;
         // Sums per weight row (row-major [n, m]), then transposed into y.
         let mut sums = vec![0.0f32; n * m];
@@ -434,13 +494,9 @@ where
             && std::arch::is_x86_feature_detected!("fma");
         #[cfg(not(target_arch = "x86_64"))]
         let avx2 = false;
-        // x in 8-bit form, as the kernels take it (the same function).
-        let (codes, meta): (Vec<[u32; 4]>, Vec<u64>) = x
-            .as_chunks::<16>()
-            .0
-            .iter()
-            .map(|g| quantize_x_group(g.map(|v| v.to_kernel().to_f32())))
-            .unzip();
+        let codes = crate::engine::cpu::host(&self.x.codes).as_chunks::<4>().0;
+        let meta = crate::engine::cpu::host(&self.x.meta);
+        debug_assert_eq!(codes.len(), m * k / 16);
         #[cfg(target_arch = "x86_64")]
         if avx2 && x86::superblock_format::<B>() && per_row > 0 && m > 0 {
             // Q4_K, Q5_K: integer sums per sub-block with the integer
@@ -464,7 +520,7 @@ where
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 // SAFETY: the CPU has AVX2 and FMA (checked above).
                 .for_each(|(sums, w)| unsafe {
-                    x86::superblock_rows(sums, w, &codes, &dx, &sx, k, m)
+                    x86::superblock_rows(sums, w, codes, &dx, &sx, k, m)
                 });
             return Ok(self.finish(&sums));
         }
@@ -476,14 +532,14 @@ where
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: the CPU has AVX2 and FMA (checked above).
                         unsafe {
-                            x86::rows(sums, w, &codes, &meta, k, m)
+                            x86::rows(sums, w, codes, meta, k, m)
                         };
                     } else {
                         crate::engine::cpu::vectorized(CpuRows {
                             sums,
                             w,
-                            codes: &codes,
-                            meta: &meta,
+                            codes,
+                            meta,
                             k,
                             m,
                         })
@@ -498,13 +554,6 @@ where
         if n == 0 || m == 0 {
             return Ok(self.out);
         }
-        // x in 8-bit form: a 16-byte word of codes and a u64 (scale, sum)
-        // per group of 16.
-        let groups = self.m * self.k / 16;
-        let codes = dev.alloc::<u32>(4 * groups)?;
-        let meta = dev.alloc::<u64>(groups)?;
-        // Four workitems per group.
-        let xcfg = LaunchConfig::linear(4 * groups as u64, 256).starting_early();
         // Rows of x per pass: 1, 2, or 4 (more take passes of 4).
         let variant = match m {
             1 => 0,
@@ -519,19 +568,9 @@ where
         )
         .starting_early();
         cfg.lds_bytes = QMATVEC_LDS_BYTES;
-        let (offset, len) = (self.x.layout.offset(), self.m * self.k);
+        let (codes, meta) = (&self.x.codes, &self.x.meta);
         macro_rules! go {
             ($t:ty) => {{
-                let x = In::range(
-                    self.x.buf().view_as::<$t>().expect("same size"),
-                    offset,
-                    len,
-                );
-                dev.launch_typed(
-                    <$t as QuantizeXKernel>::QUANTIZE_X,
-                    xcfg,
-                    (Out::new(&codes), Out::new(&meta), x, groups as u64),
-                )?;
                 let out = self.out.view_as::<$t>().expect("same size");
                 let kernel = <B as QMatvecKernels<$t>>::ROWS[variant];
                 dev.launch_typed(
@@ -540,8 +579,8 @@ where
                     (
                         Out::new(out),
                         In::new(self.w),
-                        In::new(&codes),
-                        In::new(&meta),
+                        In::new(codes),
+                        In::new(meta),
                         n,
                         k,
                         m,
