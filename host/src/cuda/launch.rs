@@ -42,12 +42,18 @@ pub(super) struct LoadedModule {
     pub(super) description: String,
 }
 
-/// A looked-up kernel: its function and whether its module starts early.
+/// A looked-up kernel: its function, whether its module starts early, and
+/// the most threads per block its compile allows (what a launch checks).
 #[derive(Clone, Copy)]
 pub(super) struct Function {
     f: Handle<sys::CUfunction>,
     early_start: bool,
+    max_threads: u32,
 }
+
+/// Most parameters a kernel launch passes (ferrocm's kernels take at most
+/// 28): the argument slots live on the stack, not in a vector per launch.
+const MAX_PARAMS: usize = 32;
 
 /// What the driver's compile of one kernel uses on this GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,9 +318,20 @@ impl CudaDevice {
             },
             "cuFuncSetAttribute(max dynamic shared memory)",
         )?;
+        // SAFETY: a function of our module.
+        let max_threads = self.check(
+            unsafe {
+                cu::function::get_function_attribute(
+                    f,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                )
+            },
+            "cuFuncGetAttribute(max threads)",
+        )?;
         let function = Function {
             f: Handle(f),
             early_start,
+            max_threads: max_threads.max(0) as u32,
         };
         self.functions
             .lock()
@@ -379,7 +396,7 @@ impl CudaDevice {
         raw_args: &[u64],
     ) -> Result<()> {
         let function = self.function(kernel)?;
-        let max_threads = self.kernel_resources(kernel)?.max_threads;
+        let max_threads = function.max_threads;
         if cfg.block_size() > max_threads as u64 {
             return Err(Error::BadLaunchConfig {
                 kernel: kernel.name.into(),
@@ -391,14 +408,25 @@ impl CudaDevice {
                 ),
             });
         }
+        if raw_args.len() > MAX_PARAMS {
+            return Err(Error::ArgumentMismatch {
+                kernel: kernel.name.into(),
+                detail: format!(
+                    "takes {} parameters; a launch passes at most {MAX_PARAMS}",
+                    raw_args.len()
+                ),
+            });
+        }
         self.current()?;
-        let mut slots: Vec<u64> = raw_args.to_vec();
-        let mut params: Vec<*mut c_void> = slots
-            .iter_mut()
-            .map(|s| s as *mut u64 as *mut c_void)
-            .collect();
+        let mut slots = [0u64; MAX_PARAMS];
+        slots[..raw_args.len()].copy_from_slice(raw_args);
+        let mut all = [std::ptr::null_mut::<c_void>(); MAX_PARAMS];
+        for (p, s) in all.iter_mut().zip(slots.iter_mut()) {
+            *p = s as *mut u64 as *mut c_void;
+        }
+        let params = &mut all[..raw_args.len()];
         if cfg.early_start && function.early_start {
-            return self.launch_early(kernel, function.f.0, cfg, &mut params);
+            return self.launch_early(kernel, function.f.0, cfg, params);
         }
         // SAFETY: one pointer per parameter, each to 8 readable bytes; the
         // driver copies the values before returning.
@@ -409,10 +437,11 @@ impl CudaDevice {
                 (cfg.block[0], cfg.block[1], cfg.block[2]),
                 cfg.lds_bytes,
                 self.stream.0,
-                &mut params,
+                params,
             )
         };
-        self.check(r, &format!("cuLaunchKernel({})", kernel.name))
+        // The call's name is formatted only for an error.
+        r.map_err(|e| self.launch_error(kernel, "cuLaunchKernel", e))
     }
 
     /// Queues `kernel` as a programmatic dependent launch
@@ -448,6 +477,16 @@ impl CudaDevice {
         // every driver that runs sm_90 (CUDA 11.8 and newer).
         let r =
             unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) };
-        self.check(r.result(), &format!("cuLaunchKernelEx({})", kernel.name))
+        r.result()
+            .map_err(|e| self.launch_error(kernel, "cuLaunchKernelEx", e))
+    }
+
+    /// The error of a failed launch call, naming the kernel.
+    fn launch_error(&self, kernel: &KernelInfo, call: &str, e: cu::DriverError) -> Error {
+        Error::Cuda {
+            call: format!("{call}({})", kernel.name),
+            device: self.label.clone(),
+            message: describe(&e),
+        }
     }
 }

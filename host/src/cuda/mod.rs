@@ -204,8 +204,14 @@ impl CudaDevice {
     }
 
     /// Makes the device's context current on this thread (every call does:
-    /// ops may run on any thread).
+    /// ops may run on any thread), asking the driver first: reading the
+    /// thread's context is cheaper than setting it at every launch.
     fn current(&self) -> Result<()> {
+        if let Ok(Some(ctx)) = cu::ctx::get_current()
+            && ctx == self.ctx.0
+        {
+            return Ok(());
+        }
         // SAFETY: our retained context.
         self.check(
             unsafe { cu::ctx::set_current(self.ctx.0) },

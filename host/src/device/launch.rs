@@ -176,11 +176,23 @@ impl Device {
         self.pool().count_launch();
         match (self, self.gpu()) {
             (_, Some(gpu)) => {
-                let raw: Vec<u64> = args.iter().map(Arg::raw).collect();
+                // On the stack for the usual counts (a launch is a few
+                // microseconds of host time; a vector each was part of it).
+                let mut slots = [0u64; 32];
+                let heap: Vec<u64>;
+                let raw: &[u64] = if args.len() <= slots.len() {
+                    for (s, a) in slots.iter_mut().zip(args) {
+                        *s = a.raw();
+                    }
+                    &slots[..args.len()]
+                } else {
+                    heap = args.iter().map(Arg::raw).collect();
+                    &heap
+                };
                 // SAFETY: `check_launch` proved the arguments against the
                 // kernel's signature and every buffer's range inside a live
                 // buffer of this device, borrowed for the call.
-                unsafe { gpu.launch(kernel, &cfg, &raw) }
+                unsafe { gpu.launch(kernel, &cfg, raw) }
             }
             (Device::Emulator(c), None) => {
                 let emulated: Vec<EmulatedArg> = args.iter().map(Arg::emulated).collect();

@@ -268,6 +268,10 @@ impl RocmDevice {
                 null_mut(),
             )
         };
+        // The call's name is formatted only for an error.
+        if code == hb::hipError_t_hipSuccess {
+            return Ok(());
+        }
         self.check(code, &format!("hipModuleLaunchKernel({})", kernel.name))
     }
 }
