@@ -741,6 +741,266 @@ fn rope_matches_the_rotation_in_every_layout() {
     }
 }
 
+/// `rope_into_cache`: q rotated against the f64 reference (as `(b, t, hq,
+/// d)` rows, then read as `(b, hq, t, d)`), k rotated and v copied into
+/// their cache rows `pos..pos + t` against the same reference, every other
+/// cache row unchanged; and bit for bit the unfused ops (`rope_thd` /
+/// `rope_i` and `slice_set`). Decode (t = 1 at a position), prefill, a
+/// batch of 2, partial rotary, q/k/v read in place from one stacked
+/// projection, and a q that needs a copy (transposed view).
+fn rope_cache_case<T: Float>(dev: &Device, interleaved: bool, c: [usize; 7]) {
+    use ferrocm::ops::rope::RopeMode;
+    let [b, t, hq, hk, d, half, pos] = c;
+    let cap = pos + t + 2;
+    let mut rng = Rng(11 + (t * hq * d) as u64);
+    let width = (hq + 2 * hk) * d;
+    let proj = rng.vec::<T>(b * t * width, 4.0, 0.0);
+    let angles: Vec<f64> = (0..cap * half).map(|_| rng.next() * 10.0).collect();
+    let cos: Vec<T> = angles.iter().map(|a| T::of(a.cos())).collect();
+    let sin: Vec<T> = angles.iter().map(|a| T::of(a.sin())).collect();
+    let kc0 = rng.vec::<T>(b * hk * cap * d, 1.0, 0.0);
+    let vc0 = rng.vec::<T>(b * hk * cap * d, 1.0, 0.0);
+    let all = Tensor::from_slice(&proj, &[b, t, width], dev).unwrap();
+    let part = |at: usize, h: usize| all.narrow(2, at * d, h * d).unwrap().reshape(&[b, t, h, d]);
+    let (q, k, v) = (
+        part(0, hq).unwrap(),
+        part(hq, hk).unwrap(),
+        part(hq + hk, hk).unwrap(),
+    );
+    let (ct, st) = (
+        Tensor::from_slice(&cos, &[cap, half], dev).unwrap(),
+        Tensor::from_slice(&sin, &[cap, half], dev).unwrap(),
+    );
+    let mode = if interleaved {
+        RopeMode::Interleaved
+    } else {
+        RopeMode::Halves
+    };
+    let case = format!("rope_into_cache {} {c:?} {mode:?} on {dev}", T::DTYPE);
+    let mut kc = Tensor::from_slice(&kc0, &[b, hk, cap, d], dev).unwrap();
+    let mut vc = Tensor::from_slice(&vc0, &[b, hk, cap, d], dev).unwrap();
+    let qr = q
+        .rope_into_cache(&k, &v, &ct, &st, pos, mode, &mut kc, &mut vc)
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+    assert_eq!(qr.shape(), &[b, hq, t, d], "{case}");
+    // The f64 reference over (b, t, h, d) rows (interleaved: the same
+    // per-row rotation; only the pairs differ).
+    let reference = |x: &Tensor<T>, h: usize| {
+        let xv: Vec<T> = x.to_vec().unwrap();
+        if !interleaved {
+            return rope_reference(
+                RopeLayout::Thd,
+                &xv,
+                [b, t, h, d],
+                &cos,
+                &sin,
+                cap,
+                half,
+                false,
+                pos,
+            );
+        }
+        // Interleaved pairs over (b, t, h, d) rows (rope_reference takes
+        // the interleaved layout as (b, h, t, d)).
+        let mut want: Vec<f64> = xv.iter().map(|v| v.f64()).collect();
+        for bi in 0..b {
+            for ti in 0..t {
+                for hh in 0..h {
+                    let row = ((bi * t + ti) * h + hh) * d;
+                    for u in 0..half {
+                        let at = (pos + ti) * half + u;
+                        let (cs, sn) = (cos[at].f64(), sin[at].f64());
+                        let (x0, x1) = (xv[row + 2 * u].f64(), xv[row + 2 * u + 1].f64());
+                        want[row + 2 * u] = x0 * cs - x1 * sn;
+                        want[row + 2 * u + 1] = x0 * sn + x1 * cs;
+                    }
+                }
+            }
+        }
+        want
+    };
+    let bound = |w: f64| 3.0 * U32 * 2.0 * 4.0 + if T::MANT == 23 { 0.0 } else { T::ulp(w) };
+    // q: reference rows (b, t, hq, d) read as (b, hq, t, d).
+    let wq = reference(&q, hq);
+    let gq: Vec<T> = qr.to_vec().unwrap();
+    let mut wq_t = vec![0.0; wq.len()];
+    for bi in 0..b {
+        for ti in 0..t {
+            for hh in 0..hq {
+                for j in 0..d {
+                    wq_t[((bi * hq + hh) * t + ti) * d + j] = wq[((bi * t + ti) * hq + hh) * d + j];
+                }
+            }
+        }
+    }
+    check(&format!("{case} q"), &gq, &wq_t, |i| bound(wq_t[i]));
+    // The caches: rows pos..pos + t hold k rotated and v; the rest as before.
+    let wk = reference(&k, hk);
+    let vv: Vec<T> = v.to_vec().unwrap();
+    let (gk, gv): (Vec<T>, Vec<T>) = (kc.to_vec().unwrap(), vc.to_vec().unwrap());
+    let mut want_k: Vec<f64> = kc0.iter().map(|v| v.f64()).collect();
+    let mut want_v: Vec<f64> = vc0.iter().map(|v| v.f64()).collect();
+    for bi in 0..b {
+        for ti in 0..t {
+            for hh in 0..hk {
+                for j in 0..d {
+                    let at = ((bi * hk + hh) * cap + pos + ti) * d + j;
+                    let from = ((bi * t + ti) * hk + hh) * d + j;
+                    want_k[at] = wk[from];
+                    want_v[at] = vv[from].f64();
+                }
+            }
+        }
+    }
+    check(&format!("{case} k cache"), &gk, &want_k, |i| {
+        bound(want_k[i])
+    });
+    check(&format!("{case} v cache"), &gv, &want_v, |_| 0.0);
+    // Bit for bit the unfused ops.
+    let (q2, k2) = if interleaved {
+        (
+            q.transpose(1, 2).unwrap().rope_i(&ct, &st, pos).unwrap(),
+            k.transpose(1, 2).unwrap().rope_i(&ct, &st, pos).unwrap(),
+        )
+    } else {
+        (
+            q.rope_thd(&ct, &st, pos).unwrap().transpose(1, 2).unwrap(),
+            k.rope_thd(&ct, &st, pos).unwrap().transpose(1, 2).unwrap(),
+        )
+    };
+    let mut kc2 = Tensor::from_slice(&kc0, &[b, hk, cap, d], dev).unwrap();
+    let mut vc2 = Tensor::from_slice(&vc0, &[b, hk, cap, d], dev).unwrap();
+    kc2.slice_set(&k2, 2, pos).unwrap();
+    vc2.slice_set(&v.transpose(1, 2).unwrap(), 2, pos).unwrap();
+    let bits = |x: &Tensor<T>| -> Vec<u64> {
+        x.to_vec()
+            .unwrap()
+            .iter()
+            .map(|v: &T| v.f64().to_bits())
+            .collect()
+    };
+    assert_eq!(bits(&qr), bits(&q2), "{case}: q against rope + transpose");
+    assert_eq!(bits(&kc), bits(&kc2), "{case}: k cache against slice_set");
+    assert_eq!(bits(&vc), bits(&vc2), "{case}: v cache against slice_set");
+}
+
+#[test]
+fn rope_into_cache_matches_the_rotation_and_the_unfused_ops() {
+    for dev in common::devices() {
+        for interleaved in [false, true] {
+            // [b, t, hq, hk, d, r/2, pos]: decode at a position, prefill,
+            // a batch, partial rotary, heads of 64.
+            for c in [
+                [1, 1, 4, 2, 8, 4, 5],
+                [1, 3, 4, 4, 8, 2, 0],
+                [2, 2, 6, 2, 16, 8, 3],
+                [1, 1, 8, 2, 64, 32, 17],
+            ] {
+                rope_cache_case::<f32>(&dev, interleaved, c);
+                rope_cache_case::<f16>(&dev, interleaved, c);
+                rope_cache_case::<bf16>(&dev, interleaved, c);
+            }
+        }
+    }
+}
+
+#[test]
+fn rope_into_cache_copies_odd_views_and_refuses_bad_input() {
+    use ferrocm::ops::rope::RopeMode;
+    for dev in common::devices() {
+        let (b, t, h, d) = (1usize, 2usize, 2usize, 4usize);
+        let x: Vec<f32> = (0..b * t * h * d).map(|i| i as f32 * 0.25 - 1.0).collect();
+        let cos = Tensor::from_slice(&[0.6f32; 8], &[4, 2], &dev).unwrap();
+        let sin = Tensor::from_slice(&[0.8f32; 8], &[4, 2], &dev).unwrap();
+        // q as a transposed view: (b, h, t, d) data read as (b, t, h, d).
+        let qt = Tensor::from_slice(&x, &[b, h, t, d], &dev)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap();
+        let qc = qt.contiguous().unwrap();
+        let k = Tensor::from_slice(&x, &[b, t, h, d], &dev).unwrap();
+        let fresh = || Tensor::<f32>::zeros(&[b, h, 4, d], &dev).unwrap();
+        let (mut k1, mut v1, mut k2, mut v2) = (fresh(), fresh(), fresh(), fresh());
+        let a = qt
+            .rope_into_cache(&k, &k, &cos, &sin, 1, RopeMode::Halves, &mut k1, &mut v1)
+            .unwrap();
+        let c = qc
+            .rope_into_cache(&k, &k, &cos, &sin, 1, RopeMode::Halves, &mut k2, &mut v2)
+            .unwrap();
+        assert_eq!(a.to_vec().unwrap(), c.to_vec().unwrap(), "{dev}");
+        // A cache shared with another tensor is copied, not written under it.
+        let mut shared = fresh();
+        let keep = shared.clone();
+        qc.rope_into_cache(
+            &k,
+            &k,
+            &cos,
+            &sin,
+            0,
+            RopeMode::Halves,
+            &mut shared,
+            &mut v2,
+        )
+        .unwrap();
+        assert!(keep.to_vec().unwrap().iter().all(|&v| v == 0.0), "{dev}");
+        assert!(shared.to_vec().unwrap().iter().any(|&v| v != 0.0), "{dev}");
+        let err = |r: Result<Tensor<f32>, Error>| r.unwrap_err().to_string();
+        let e = err(qc.rope_into_cache(&k, &k, &cos, &sin, 3, RopeMode::Halves, &mut k1, &mut v1));
+        assert!(
+            e.starts_with("rope_into_cache: ") && e.contains("past"),
+            "{e}"
+        );
+        let short = Tensor::<f32>::zeros(&[b, t, 1, d], &dev).unwrap();
+        let e = err(qc.rope_into_cache(
+            &short,
+            &k,
+            &cos,
+            &sin,
+            0,
+            RopeMode::Halves,
+            &mut k1,
+            &mut v1,
+        ));
+        assert!(e.contains("k and v must be"), "{e}");
+        let mut strided = Tensor::<f32>::zeros(&[b, 4, h, d], &dev)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap();
+        let e = err(qc.rope_into_cache(
+            &k,
+            &k,
+            &cos,
+            &sin,
+            0,
+            RopeMode::Halves,
+            &mut strided,
+            &mut v1,
+        ));
+        assert!(e.contains("contiguous"), "{e}");
+        let wide = Tensor::from_slice(&[0.0f32; 12], &[4, 3], &dev).unwrap();
+        let e =
+            err(qc.rope_into_cache(&k, &k, &wide, &wide, 0, RopeMode::Halves, &mut k1, &mut v1));
+        assert!(e.contains("more than the head dim"), "{e}");
+    }
+    let ids = Tensor::<u32>::zeros(&[1, 1, 1, 2], &Device::Cpu).unwrap();
+    let mut c = Tensor::<u32>::zeros(&[1, 1, 2, 2], &Device::Cpu).unwrap();
+    let mut c2 = c.clone();
+    let tab = Tensor::<u32>::zeros(&[2, 1], &Device::Cpu).unwrap();
+    assert!(matches!(
+        ids.rope_into_cache(
+            &ids,
+            &ids,
+            &tab,
+            &tab,
+            0,
+            ferrocm::ops::rope::RopeMode::Halves,
+            &mut c,
+            &mut c2
+        ),
+        Err(Error::UnsupportedDType { .. })
+    ));
+}
+
 #[test]
 fn rope_takes_views_and_refuses_bad_tables() {
     for dev in common::devices() {

@@ -185,6 +185,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         norm::Q8_KERNELS,
         glu::KERNELS,
         rope::KERNELS,
+        rope::CACHE_KERNELS,
         attention::KERNELS,
         quant::dequant::KERNELS,
         quant::matvec::KERNELS,

@@ -8,7 +8,7 @@
 //! h = rms_norm(x) · attn_norm
 //! q, k, v = h·Wqᵀ (+ bq), h·Wkᵀ (+ bk), h·Wvᵀ (+ bv)      biases: qwen2
 //! q, k = rms_norm per head (· q_norm, k_norm)             qwen3
-//! q, k = rope(q, pos), rope(k, pos); cache[pos..] = k, v
+//! q, k = rope(q, pos), rope(k, pos); cache[pos..] = k, v      one op
 //! x = x + attention(q, cache k, cache v, causal) · Woᵀ
 //! h = rms_norm(x) · ffn_norm
 //! x = x + (silu(h·Wgᵀ) * h·Wuᵀ) · Wdᵀ
@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use ferrocm_ops::quant::gguf::{GgmlType, Gguf};
 use ferrocm_ops::quant::matvec::QMATVEC_MAX_M;
 use ferrocm_ops::quant::{Q8Activations, Weight};
+use ferrocm_ops::rope::RopeMode;
 use ferrocm_ops::{Activation, AttentionOptions, Device, QTensor, Tensor, WithDType};
 
 /// How a model is loaded.
@@ -696,20 +697,22 @@ impl<T: WithDType> Llama<T> {
             q = q.rms_norm(qn, c.rms_eps)?;
             k = k.rms_norm(kn, c.rms_eps)?;
         }
-        // (heads, t, d) for the cache and the attention.
-        let (q, k) = if c.arch.rope_interleaved() {
-            let (q, k) = (q.transpose(1, 2)?, k.transpose(1, 2)?);
-            (
-                q.rope_i(&self.cos, &self.sin, pos)?,
-                k.rope_i(&self.cos, &self.sin, pos)?,
-            )
-        } else {
-            let q = q.rope_thd(&self.cos, &self.sin, pos)?.transpose(1, 2)?;
-            let k = k.rope_thd(&self.cos, &self.sin, pos)?.transpose(1, 2)?;
-            (q, k)
+        // q rotated to (heads, t, d) for the attention; k rotated and v
+        // written into the cache at pos, in one op.
+        let mode = match c.arch.rope_interleaved() {
+            true => RopeMode::Interleaved,
+            false => RopeMode::Halves,
         };
-        cache.k[l].slice_set(&k, 2, pos)?;
-        cache.v[l].slice_set(&v.transpose(1, 2)?, 2, pos)?;
+        let q = q.rope_into_cache(
+            &k,
+            &v,
+            &self.cos,
+            &self.sin,
+            pos,
+            mode,
+            &mut cache.k[l],
+            &mut cache.v[l],
+        )?;
         let keys = cache.k[l].narrow(2, 0, pos + t)?;
         let values = cache.v[l].narrow(2, 0, pos + t)?;
         let o = q.attention(&keys, &values, &AttentionOptions::new().causal())?;

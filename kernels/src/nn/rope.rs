@@ -20,6 +20,12 @@
 //! One workitem per unit of a row: units `0..r/2` are the rotated pairs,
 //! the `d - r` after them copy one element each. Input and output are
 //! contiguous.
+//!
+//! `rope_cache_{dtype}` and `rope_i_cache_{dtype}` serve attention with a
+//! KV cache in one launch: q and k as a projection leaves them (`(b, t, h,
+//! d)`, tokens a stride apart), q rotated into `(b, hq, t, d)`, k rotated
+//! and v copied into rows `pos..pos + t` of caches `(b, hk, cap, d)`
+//! (halves or interleaved pairs; positions `pos + j` of the table).
 
 use crate::device::*;
 use crate::elem::W128;
@@ -343,6 +349,168 @@ pub type RopeArgs<T> = (
     u32,
 );
 
+/// The body of `rope_cache_*` / `rope_i_cache_*` (see the module doc):
+/// one workitem per rotated pair or copied element of q's and k's head
+/// rows (`d - r/2` units each), then per element of v's. `q_stride`,
+/// `k_stride`, `v_stride`: elements between tokens of the inputs (heads
+/// contiguous within a token, tokens of a batch after one another). The op
+/// checks that every index fits in 32 bits.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn rope_cache_body<T: Elem, const LAYOUT: u32>(
+    q_out: *mut T,
+    k_cache: *mut T,
+    v_cache: *mut T,
+    q: *const T,
+    k: *const T,
+    v: *const T,
+    cos: *const T,
+    sin: *const T,
+    shape: RopeCacheShape,
+) {
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
+    let s = shape;
+    let tokens = s.b * s.t;
+    // Three loops, one per input: each keeps its pointers uniform and
+    // few values live (one loop choosing among them per workitem spilled
+    // scalar registers on gfx942).
+    rope_head_rows::<T, LAYOUT>(q_out, q, cos, sin, &s, s.hq, s.q_stride, |tok, hh| {
+        let (bi, ti) = (tok / s.t, tok % s.t);
+        ((bi * s.hq + hh) * s.t + ti) as usize * s.d as usize
+    });
+    rope_head_rows::<T, LAYOUT>(k_cache, k, cos, sin, &s, s.hk, s.k_stride, |tok, hh| {
+        rope_cache_row(&s, tok, hh)
+    });
+    grid_stride((tokens * s.hk * s.d) as u64, |u| {
+        let u = u as u32;
+        let row = u / s.d;
+        let j = u - row * s.d;
+        let (tok, hh) = (row / s.hk, row % s.hk);
+        let from = tok as usize * s.v_stride as usize + (hh * s.d + j) as usize;
+        unsafe {
+            store(
+                v_cache,
+                rope_cache_row(&s, tok, hh) + j as usize,
+                load(v, from),
+            )
+        };
+    });
+}
+
+/// Where head `hh` of token `tok` (of `b * t`) starts in a cache `(b, hk,
+/// cap, d)`: its row `pos + ti`.
+#[amdgpu_device]
+#[inline(always)]
+fn rope_cache_row(s: &RopeCacheShape, tok: u32, hh: u32) -> usize {
+    let (bi, ti) = (tok / s.t, tok % s.t);
+    ((bi * s.hk + hh) as usize * s.cap as usize + (s.pos + ti) as usize) * s.d as usize
+}
+
+/// One input of `rope_cache_*`: each of its `b * t * heads` head rows
+/// (tokens `stride` apart, heads contiguous) rotated into `dst` at
+/// `to(token, head)`, a workitem per rotated pair or copied element.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn rope_head_rows<T: Elem, const LAYOUT: u32>(
+    dst: *mut T,
+    src: *const T,
+    cos: *const T,
+    sin: *const T,
+    s: &RopeCacheShape,
+    heads: u32,
+    stride: u32,
+    to: impl Fn(u32, u32) -> usize,
+) {
+    let half = s.r / 2;
+    let units = s.d - half;
+    grid_stride((s.b * s.t * heads * units) as u64, |u| {
+        let u = u as u32;
+        let row = u / units;
+        let unit = u - row * units;
+        let (tok, hh) = (row / heads, row % heads);
+        let from = tok as usize * stride as usize + (hh * s.d) as usize;
+        let to = to(tok, hh);
+        if unit < half {
+            let at = (s.pos + tok % s.t) as usize * half as usize + unit as usize;
+            let (c, sn) = unsafe { (load(cos, at).to_f32(), load(sin, at).to_f32()) };
+            let (i0, i1) = rope_pair_at::<LAYOUT>(unit, s.r);
+            let (i0, i1) = (i0 as usize, i1 as usize);
+            unsafe {
+                let (y0, y1) = rope_pair(
+                    load(src, from + i0).to_f32(),
+                    load(src, from + i1).to_f32(),
+                    c,
+                    sn,
+                );
+                store(dst, to + i0, T::from_f32(y0));
+                store(dst, to + i1, T::from_f32(y1));
+            }
+        } else {
+            let i = (s.r + unit - half) as usize;
+            unsafe { store(dst, to + i, load(src, from + i)) };
+        }
+    });
+}
+
+/// The sizes of a `rope_cache_*` launch (one struct so the body's
+/// parameter list stays short; the kernels take them as separate `u32`s).
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct RopeCacheShape {
+    /// Batch.
+    pub b: u32,
+    /// Tokens.
+    pub t: u32,
+    /// Query heads.
+    pub hq: u32,
+    /// Key/value heads.
+    pub hk: u32,
+    /// Head dims.
+    pub d: u32,
+    /// Rotary dims (twice the tables' columns).
+    pub r: u32,
+    /// Elements between tokens of q, k and v.
+    pub q_stride: u32,
+    /// See `q_stride`.
+    pub k_stride: u32,
+    /// See `q_stride`.
+    pub v_stride: u32,
+    /// Cache rows per head.
+    pub cap: u32,
+    /// The first cache row (and table row) written.
+    pub pos: u32,
+}
+
+/// The parameter types of `rope_cache_*`: `(q_out, k_cache, v_cache, q, k,
+/// v, cos, sin, b, t, hq, hk, d, r, q_stride, k_stride, v_stride, cap,
+/// pos)`.
+#[cfg(not(ferrocm_device))]
+pub type RopeCacheArgs<T> = (
+    *mut T,
+    *mut T,
+    *mut T,
+    *const T,
+    *const T,
+    *const T,
+    *const T,
+    *const T,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+);
+
 #[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
@@ -356,6 +524,10 @@ pub struct RopeTable<T: 'static> {
     pub interleaved: KernelRef<RopeArgs<T>>,
     /// `rope_thd_{T}` ([`ROPE_THD`]).
     pub thd: KernelRef<RopeArgs<T>>,
+    /// `rope_cache_{T}`: halves, into a KV cache.
+    pub halves_cache: KernelRef<RopeCacheArgs<T>>,
+    /// `rope_i_cache_{T}`: interleaved pairs, into a KV cache.
+    pub interleaved_cache: KernelRef<RopeCacheArgs<T>>,
 }
 
 /// The rope kernels of an element type: float types only.
@@ -372,7 +544,7 @@ macro_rules! rope_kernels {
             const ROPE: Option<RopeTable<Self>> = None;
         }
     )*};
-    ($($t:ty => $halves:ident, $inter:ident, $thd:ident;)*) => {
+    ($($t:ty => $halves:ident, $inter:ident, $thd:ident, $hc:ident, $ic:ident;)*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl RopeKernels for $t {
@@ -380,10 +552,23 @@ macro_rules! rope_kernels {
                     halves: KernelRef::of::<$halves>(),
                     interleaved: KernelRef::of::<$inter>(),
                     thd: KernelRef::of::<$thd>(),
+                    halves_cache: KernelRef::of::<$hc>(),
+                    interleaved_cache: KernelRef::of::<$ic>(),
                 });
             }
         )*
         rope_kernels!(@k $($t => $halves ROPE_HALVES, $inter ROPE_INTERLEAVED, $thd ROPE_THD;)*);
+        rope_kernels!(@cache $($t => $hc ROPE_HALVES, $ic ROPE_INTERLEAVED;)*);
+    };
+    (@cache $($t:ty => $($name:ident $layout:ident),*;)*) => {
+        kernels! { table CACHE_KERNELS; $($(
+            fn $name(q_out: *mut $t, k_cache: *mut $t, v_cache: *mut $t, q: *const $t, k: *const $t,
+                     v: *const $t, cos: *const $t, sin: *const $t, b: u32, t: u32, hq: u32, hk: u32,
+                     d: u32, r: u32, q_stride: u32, k_stride: u32, v_stride: u32, cap: u32, pos: u32) {
+                let shape = RopeCacheShape { b, t, hq, hk, d, r, q_stride, k_stride, v_stride, cap, pos };
+                rope_cache_body::<$t, $layout>(q_out, k_cache, v_cache, q, k, v, cos, sin, shape)
+            }
+        )*)*}
     };
     (@k $($t:ty => $($name:ident $layout:ident),*;)*) => {
         kernels! {$($(
@@ -396,8 +581,8 @@ macro_rules! rope_kernels {
 }
 
 rope_kernels! {
-    f32 => rope_f32, rope_i_f32, rope_thd_f32;
-    F16 => rope_f16, rope_i_f16, rope_thd_f16;
-    Bf16 => rope_bf16, rope_i_bf16, rope_thd_bf16;
+    f32 => rope_f32, rope_i_f32, rope_thd_f32, rope_cache_f32, rope_i_cache_f32;
+    F16 => rope_f16, rope_i_f16, rope_thd_f16, rope_cache_f16, rope_i_cache_f16;
+    Bf16 => rope_bf16, rope_i_bf16, rope_thd_bf16, rope_cache_bf16, rope_i_cache_bf16;
 }
 rope_kernels!(none: u8, u32, i64);

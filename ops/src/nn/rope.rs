@@ -10,9 +10,10 @@ use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
 use ferrocm_kernels::elem::{Elem, per_word};
 use ferrocm_kernels::rope::{
-    ROPE_HALVES, ROPE_INTERLEAVED, ROPE_THD, RopeKernels, rope_pair, rope_pair_at,
+    ROPE_HALVES, ROPE_INTERLEAVED, ROPE_THD, RopeCacheShape, RopeKernels, rope_pair, rope_pair_at,
 };
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// The sizes of one rope call.
 #[derive(Clone, Copy, Debug)]
@@ -340,4 +341,331 @@ impl crate::DynTensor {
             .rope_thd(&cos.typed()?, &sin.typed()?, offset)?
             .into()))
     }
+}
+
+/// Which pairs of a head's dims rotate together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    /// `(i, i + r/2)`: the halves of the rotary dims ([`Tensor::rope`]).
+    Halves,
+    /// `(2i, 2i + 1)`: interleaved pairs ([`Tensor::rope_i`]).
+    Interleaved,
+}
+
+/// The elements between tokens of `x` `(b, t, h, d)` when its heads are
+/// contiguous within a token and tokens follow one another at one stride
+/// (a projection's output, or a view into a stacked one), else None.
+fn token_stride<T: WithDType>(x: &Tensor<T>) -> Option<usize> {
+    let (shape, strides) = (x.shape(), x.layout().strides());
+    let [b, t, h, d] = *shape else { return None };
+    let [sb, st, sh, sd] = *strides else {
+        return None;
+    };
+    // A dim of size 1 may have any stride: the tokens' stride then comes
+    // from the batch (t = 1), or is the heads' extent (one token).
+    let s = match (t, b) {
+        (2.., _) => st,
+        (_, 2..) => sb,
+        _ => h * d,
+    };
+    let ok = (d <= 1 || sd == 1) && (h <= 1 || sh == d) && (b <= 1 || sb == t * s);
+    ok.then_some(s)
+}
+
+impl<T: WithDType> Tensor<T> {
+    /// Rotary embedding of attention's q and k with the key/value cache
+    /// written in the same pass: `self` is q `(b, t, hq, d)` and `k`, `v`
+    /// are `(b, t, hk, d)`, as a projection leaves them (any layout; tokens
+    /// of one stride are read in place); returns q rotated as `(b, hq, t,
+    /// d)`, and writes k rotated and v as they are into rows `pos..pos + t`
+    /// of `k_cache` and `v_cache` `(b, hk, cap, d)` (contiguous). Bit for
+    /// bit `q.rope_thd(..)` (or `rope_i` on the transposed view) transposed
+    /// to `(b, hq, t, d)`, and `slice_set` of the rotated k and of v at
+    /// `pos`: one launch on a GPU instead of four. `cos` and `sin` are
+    /// `(T, r/2)` tables as [`Tensor::rope`] takes them, position `pos + j`
+    /// on row `pos + j`.
+    ///
+    /// ```
+    /// use ferrocm_ops::rope::RopeMode;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let dev = Device::Cpu;
+    /// // One head of 2 dims; the table turns position 1 a quarter.
+    /// let (cos, sin) = (Tensor::from_slice(&[1.0f32, 0.0], &[2, 1], &dev)?, Tensor::from_slice(&[0.0f32, 1.0], &[2, 1], &dev)?);
+    /// let q = Tensor::from_slice(&[1.0f32, 0.0], &[1, 1, 1, 2], &dev)?;
+    /// let (k, v) = (q.clone(), Tensor::from_slice(&[5.0f32, 6.0], &[1, 1, 1, 2], &dev)?);
+    /// let mut kc = Tensor::<f32>::zeros(&[1, 1, 3, 2], &dev)?;
+    /// let mut vc = kc.clone();
+    /// let q = q.rope_into_cache(&k, &v, &cos, &sin, 1, RopeMode::Halves, &mut kc, &mut vc)?;
+    /// assert_eq!(q.to_vec()?, vec![0.0, 1.0]);
+    /// assert_eq!(kc.to_vec()?, vec![0.0, 0.0, 0.0, 1.0, 0.0, 0.0]);
+    /// assert_eq!(vc.to_vec()?, vec![0.0, 0.0, 5.0, 6.0, 0.0, 0.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for integers; [`Error::BadParameter`] for
+    /// shapes that do not match as above, tables not `(T, r/2)` or rotating
+    /// more than `d` dims, positions past the tables or the caches, caches
+    /// that are not contiguous, sizes whose indices pass u32;
+    /// [`Error::DeviceMismatch`]; [`Error::Host`] (memory, launch).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_into_cache(
+        &self,
+        k: &Self,
+        v: &Self,
+        cos: &Self,
+        sin: &Self,
+        pos: usize,
+        mode: RopeMode,
+        k_cache: &mut Self,
+        v_cache: &mut Self,
+    ) -> Result<Self> {
+        let op = "rope_into_cache";
+        if !T::DTYPE.is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: T::DTYPE,
+            });
+        }
+        for t in [k, v, cos, sin, &*k_cache, &*v_cache] {
+            self.same_device(op, t)?;
+        }
+        let bad = |what: String| Err(Error::BadParameter { op, what });
+        let &[b, t, hq, d] = self.shape() else {
+            return bad(format!("q must be (b, t, hq, d), got {:?}", self.shape()));
+        };
+        let hk = k.shape().get(2).copied().unwrap_or(0);
+        if k.shape() != [b, t, hk, d] || v.shape() != k.shape() {
+            return bad(format!(
+                "k and v must be (b, t, hk, d) with q's b, t and d; q {:?}, k {:?}, v {:?}",
+                self.shape(),
+                k.shape(),
+                v.shape()
+            ));
+        }
+        let cap = k_cache.shape().get(2).copied().unwrap_or(0);
+        if k_cache.shape() != [b, hk, cap, d] || v_cache.shape() != k_cache.shape() {
+            return bad(format!(
+                "the caches must be ({b}, {hk}, cap, {d}); k_cache {:?}, v_cache {:?}",
+                k_cache.shape(),
+                v_cache.shape()
+            ));
+        }
+        if !k_cache.is_contiguous() || !v_cache.is_contiguous() {
+            return bad("the caches must be contiguous".into());
+        }
+        let (t_table, cols) = match (cos.shape(), sin.shape()) {
+            (&[t_table, cols], s) if s == cos.shape() => (t_table, cols),
+            _ => {
+                return bad(format!(
+                    "cos and sin must both be (T, r/2), got {:?} and {:?}",
+                    cos.shape(),
+                    sin.shape()
+                ));
+            }
+        };
+        let r = cols.saturating_mul(2);
+        if r > d {
+            return bad(format!(
+                "the tables rotate {r} dims, more than the head dim {d}"
+            ));
+        }
+        if pos.checked_add(t).is_none_or(|end| end > t_table.min(cap)) {
+            return bad(format!(
+                "positions {pos}..{pos}+{t} are past the tables' {t_table} rows or the caches' {cap}"
+            ));
+        }
+        let (q, k, v) = (rows_of(self)?, rows_of(k)?, rows_of(v)?);
+        let units = |h: usize| b.checked_mul(t)?.checked_mul(h)?.checked_mul(d);
+        let total = units(hq)
+            .zip(units(hk))
+            .and_then(|(a, c)| a.checked_add(c.checked_mul(2)?));
+        let cache_elems = b
+            .checked_mul(hk)
+            .and_then(|n| n.checked_mul(cap)?.checked_mul(d));
+        let fits = |v: Option<usize>| v.is_some_and(|v| v <= u32::MAX as usize);
+        let strides = [q.1, k.1, v.1].map(|s| b.checked_mul(t).and_then(|n| n.checked_mul(s)));
+        if !fits(total) || !fits(cache_elems) || !strides.into_iter().all(fits) || !fits(units(hq))
+        {
+            return bad(format!(
+                "indices past u32: q {:?}, k {:?}, caches {:?}",
+                self.shape(),
+                k.0.shape(),
+                k_cache.shape()
+            ));
+        }
+        let (cos, sin) = (cos.contiguous()?, sin.contiguous()?);
+        for cache in [&mut *k_cache, &mut *v_cache] {
+            // Written in place: a storage shared with another tensor is
+            // copied first, as `slice_set` does.
+            if Arc::strong_count(&cache.storage) > 1 || Arc::weak_count(&cache.storage) > 0 {
+                *cache = cache.copy()?;
+            }
+        }
+        let dev = self.device().clone();
+        let out = dev.alloc::<T>(b * hq * t * d)?;
+        let s = RopeCacheShape {
+            b: b as u32,
+            t: t as u32,
+            hq: hq as u32,
+            hk: hk as u32,
+            d: d as u32,
+            r: r as u32,
+            q_stride: q.1 as u32,
+            k_stride: k.1 as u32,
+            v_stride: v.1 as u32,
+            cap: cap as u32,
+            pos: pos as u32,
+        };
+        let out = match dev {
+            Device::Cpu => rope_cache_cpu(
+                out,
+                [&q.0, &k.0, &v.0],
+                [&cos, &sin],
+                s,
+                mode,
+                [k_cache, v_cache],
+            ),
+            _ => {
+                let table = T::Kernel::ROPE.ok_or(Error::UnsupportedDType {
+                    op,
+                    dtype: T::DTYPE,
+                })?;
+                let kernel = match mode {
+                    RopeMode::Halves => table.halves_cache,
+                    RopeMode::Interleaved => table.interleaved_cache,
+                };
+                let per_row = (d - r / 2) * (hq + hk) + hk * d;
+                if b * t * per_row > 0 {
+                    let o = out.view_as::<T::Kernel>().expect("same size");
+                    dev.launch_typed(
+                        kernel,
+                        LaunchConfig::linear((b * t * per_row) as u64, BLOCK).starting_early(),
+                        (
+                            Out::new(o),
+                            Out::range(
+                                k_cache.kbuf(),
+                                k_cache.layout().offset(),
+                                k_cache.elem_count(),
+                            ),
+                            Out::range(
+                                v_cache.kbuf(),
+                                v_cache.layout().offset(),
+                                v_cache.elem_count(),
+                            ),
+                            q.0.input(),
+                            k.0.input(),
+                            v.0.input(),
+                            cos.input(),
+                            sin.input(),
+                            s.b,
+                            s.t,
+                            s.hq,
+                            s.hk,
+                            s.d,
+                            s.r,
+                            s.q_stride,
+                            s.k_stride,
+                            s.v_stride,
+                            s.cap,
+                            s.pos,
+                        ),
+                    )?;
+                }
+                out
+            }
+        };
+        Ok(Tensor::from_parts(out, &[b, hq, t, d]))
+    }
+}
+
+/// `x` `(b, t, h, d)` with tokens one stride apart (read in place), or a
+/// contiguous copy, and that stride.
+fn rows_of<T: WithDType>(x: &Tensor<T>) -> Result<(Tensor<T>, usize)> {
+    match token_stride(x) {
+        Some(s) => Ok((x.clone(), s)),
+        None => {
+            let c = x.contiguous()?;
+            let s = c.shape()[2] * c.shape()[3];
+            Ok((c, s))
+        }
+    }
+}
+
+/// A tensor's elements on the Cpu from its first (any layout: the caller
+/// indexes with its strides).
+fn host<T: WithDType>(x: &Tensor<T>) -> &[T] {
+    &crate::engine::cpu::host(x.buf())[x.layout().offset()..]
+}
+
+/// A contiguous cache's elements on the Cpu, to write in place (its
+/// storage is unique: `rope_into_cache` copied a shared one).
+fn cache_elems<T: WithDType>(c: &mut Tensor<T>) -> &mut [T] {
+    let (off, n) = (c.layout.offset(), c.elem_count());
+    let storage = Arc::get_mut(&mut c.storage).expect("unique: copied before");
+    let all = storage
+        .raw_mut()
+        .typed_mut::<T>()
+        .and_then(|buf| buf.as_mut_slice())
+        .expect("a Cpu storage of T's");
+    &mut all[off..off + n]
+}
+
+/// [`Tensor::rope_into_cache`] on the Cpu: the kernels' loops, the same
+/// scalar definitions.
+fn rope_cache_cpu<T: WithDType>(
+    mut out: DeviceBuffer<T>,
+    [q, k, v]: [&Tensor<T>; 3],
+    [cos, sin]: [&Tensor<T>; 2],
+    s: RopeCacheShape,
+    mode: RopeMode,
+    [k_cache, v_cache]: [&mut Tensor<T>; 2],
+) -> DeviceBuffer<T> {
+    let f = |v: T| v.to_kernel().to_f32();
+    let round = |v: f32| T::from_kernel(T::Kernel::from_f32(v));
+    let (b, t, d, r, cap, pos) = (
+        s.b as usize,
+        s.t as usize,
+        s.d as usize,
+        s.r as usize,
+        s.cap as usize,
+        s.pos as usize,
+    );
+    let half = r / 2;
+    let (cos, sin) = (elems(cos), elems(sin));
+    // One head row rotated from `src` into `dst`.
+    let rotate = |dst: &mut [T], src: &[T], ti: usize| {
+        let at = (pos + ti) * half;
+        for unit in 0..half {
+            let (i0, i1) = match mode {
+                RopeMode::Halves => rope_pair_at::<ROPE_HALVES>(unit as u32, r as u32),
+                RopeMode::Interleaved => rope_pair_at::<ROPE_INTERLEAVED>(unit as u32, r as u32),
+            };
+            let (i0, i1) = (i0 as usize, i1 as usize);
+            let (y0, y1) = rope_pair(f(src[i0]), f(src[i1]), f(cos[at + unit]), f(sin[at + unit]));
+            dst[i0] = round(y0);
+            dst[i1] = round(y1);
+        }
+        dst[r..d].copy_from_slice(&src[r..d]);
+    };
+    let (qs, ks, vs) = (host(q), host(k), host(v));
+    let o = crate::engine::cpu::host_mut(&mut out);
+    let (kc, vc) = (cache_elems(k_cache), cache_elems(v_cache));
+    for bi in 0..b {
+        for ti in 0..t {
+            let tok = bi * t + ti;
+            for hh in 0..s.hq as usize {
+                let src = &qs[tok * s.q_stride as usize + hh * d..][..d];
+                let to = ((bi * s.hq as usize + hh) * t + ti) * d;
+                rotate(&mut o[to..to + d], src, ti);
+            }
+            for hh in 0..s.hk as usize {
+                let row = ((bi * s.hk as usize + hh) * cap + pos + ti) * d;
+                let src = &ks[tok * s.k_stride as usize + hh * d..][..d];
+                rotate(&mut kc[row..row + d], src, ti);
+                vc[row..row + d].copy_from_slice(&vs[tok * s.v_stride as usize + hh * d..][..d]);
+            }
+        }
+    }
+    out
 }
