@@ -28,6 +28,6 @@ pub use ferrocm_host::{EmulatorConfig, Error as HostError, WaveSize};
 pub use ferrocm_kernels as kernels;
 pub use ferrocm_ops as ops;
 pub use ferrocm_ops::{
-    Activation, AttentionOptions, Binary, Cmp, DType, Device, Dim, Dims, DynTensor, Error, IdType,
-    Reduce, Result, Tensor, Unary, WithDType, bf16, f16,
+    Activation, AttentionOptions, Binary, Cmp, DType, Device, Dim, Dims, DynTensor, Error, Graph,
+    GraphStats, IdType, Reduce, Result, Tensor, Unary, WithDType, bf16, f16,
 };

@@ -136,3 +136,180 @@ fn time_measures_queued_work() {
         .unwrap();
     assert!(ms >= 0.0);
 }
+
+/// The GPUs that answer (each its own handle: its own stream), reported
+/// and skipped when none does.
+fn gpus() -> Vec<Device> {
+    let mut found = Vec::new();
+    for (name, dev) in [("cuda:0", Device::cuda(0)), ("rocm:0", Device::rocm(0))] {
+        match dev {
+            Ok(d) => found.push(d),
+            Err(e) => eprintln!("skipping {name}: {e}"),
+        }
+    }
+    found
+}
+
+/// exp(a) * b + 1 in f64, the work the graph tests record.
+fn expected(a: &[f32], b: &[f32]) -> Vec<f32> {
+    a.iter()
+        .zip(b)
+        .map(|(&a, &b)| ((a as f64).exp() * b as f64 + 1.0) as f32)
+        .collect()
+}
+
+fn recorded_work(a: &Tensor<f32>, b: &Tensor<f32>) -> ferrocm::Result<Tensor<f32>> {
+    let one = Tensor::<f32>::ones(a.shape(), a.device())?;
+    a.exp()?.mul(b)?.add(&one)
+}
+
+fn close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+            "{what}: element {i}: {g} vs {w}"
+        );
+    }
+}
+
+/// On the host devices a graph runs its work as queued: nothing recorded,
+/// nothing refused (a copy to the host inside is fine there).
+#[test]
+fn graphs_on_host_devices_run_the_work_as_queued() {
+    for dev in [Device::Cpu, Device::emulator(WaveSize::Wave64)] {
+        let mut g = ferrocm::Graph::new(&dev);
+        assert!(!g.records(), "{dev}");
+        let a = Tensor::from_slice(&[0.5f32, -1.0, 2.0], &[3], &dev).unwrap();
+        let b = Tensor::from_slice(&[2.0f32, 3.0, -1.0], &[3], &dev).unwrap();
+        let v = g.run(|| recorded_work(&a, &b)?.to_vec()).unwrap();
+        close(&v, &expected(&[0.5, -1.0, 2.0], &[2.0, 3.0, -1.0]), "host");
+        assert_eq!(g.stats(), ferrocm::GraphStats::default());
+    }
+}
+
+/// On a GPU: the recorded work gives the f64 formula's values; a second
+/// recording with other buffers updates the kept graph; other kernels
+/// instantiate a new one; the outputs match the work queued plainly.
+#[test]
+fn graphs_replay_recorded_work_on_gpus() {
+    for dev in gpus() {
+        let mut g = ferrocm::Graph::new(&dev);
+        assert!(g.records(), "{dev}");
+        let mut last = ferrocm::GraphStats::default();
+        for (round, n) in [(0, 1000usize), (1, 1000), (2, 4099), (3, 7)].into_iter() {
+            let av: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+                .collect();
+            let bv: Vec<f32> = (0..n)
+                .map(|i| ((i * 13 % 29) as f32 - 14.0) / 3.0 + round as f32)
+                .collect();
+            let a = Tensor::from_slice(&av, &[n], &dev).unwrap();
+            let b = Tensor::from_slice(&bv, &[n], &dev).unwrap();
+            let plain = recorded_work(&a, &b).unwrap().to_vec().unwrap();
+            let out = g.run(|| recorded_work(&a, &b)).unwrap();
+            assert_eq!(out.to_vec().unwrap(), plain, "{dev}, round {round}");
+            close(
+                &plain,
+                &expected(&av, &bv),
+                &format!("{dev}, round {round}"),
+            );
+            let s = g.stats();
+            assert_eq!(s.launched, last.launched + 1, "{dev}");
+            // Round 1 is round 0's work on other buffers: an update.
+            if round == 1 {
+                assert_eq!(s.updated, last.updated + 1, "{dev}");
+            }
+            last = s;
+        }
+        // Other kernels (a different op sequence) still give the right values.
+        let a = Tensor::from_slice(&[1.0f32, 4.0, 9.0], &[3], &dev).unwrap();
+        let out = g.run(|| a.sqrt()?.neg()).unwrap();
+        assert_eq!(out.to_vec().unwrap(), [-1.0, -2.0, -3.0], "{dev}");
+        assert_eq!(g.stats().launched, last.launched + 1, "{dev}");
+    }
+}
+
+/// A copy to the host or a wait inside a recording is a typed error;
+/// nothing of the recording ran, and the device works on after it.
+#[test]
+fn graphs_refuse_host_copies_and_waits_on_gpus() {
+    for dev in gpus() {
+        let mut g = ferrocm::Graph::new(&dev);
+        let mut buf = dev.upload(&[7u32; 64]).unwrap();
+        let threes = dev.upload(&[3u32; 64]).unwrap();
+        let e = g
+            .run(|| {
+                buf.copy_from(&threes)?; // recorded, then abandoned
+                buf.download()
+            })
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                HostError::NotRecordable {
+                    what: "a copy to the host",
+                    ..
+                }
+            ),
+            "{dev}: {e}"
+        );
+        assert!(e.to_string().contains("cannot be recorded"), "{e}");
+        assert_eq!(
+            buf.download().unwrap(),
+            vec![7u32; 64],
+            "{dev}: the fill ran"
+        );
+        let e = g.run(|| dev.synchronize()).unwrap_err();
+        assert!(
+            matches!(e, HostError::NotRecordable { what: "a wait", .. }),
+            "{dev}: {e}"
+        );
+        let e = g.run(|| dev.upload(&[1u8, 2]).map(drop)).unwrap_err();
+        assert!(matches!(e, HostError::NotRecordable { .. }), "{dev}: {e}");
+        // The device and the graph work on.
+        let a = Tensor::from_slice(&[0.0f32, 1.0], &[2], &dev).unwrap();
+        let out = g.run(|| a.exp()).unwrap();
+        close(
+            &out.to_vec().unwrap(),
+            &[1.0, std::f32::consts::E],
+            "after the errors",
+        );
+        assert_eq!(g.stats().launched, 1, "{dev}");
+    }
+}
+
+/// Work queued from another thread while one records waits for the launch
+/// and never lands in the graph: both threads get their own values.
+#[test]
+fn graphs_keep_other_threads_work_out_on_gpus() {
+    for dev in gpus() {
+        let n = 4096;
+        let av: Vec<f32> = (0..n).map(|i| (i % 13) as f32 / 7.0).collect();
+        let bv: Vec<f32> = (0..n).map(|i| (i % 5) as f32 - 2.0).collect();
+        let want = expected(&av, &bv);
+        std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                for k in 0..200 {
+                    let x = Tensor::from_slice(&[k as f32, 2.0], &[2], &dev).unwrap();
+                    let y = x.mul(&x).unwrap().to_vec().unwrap();
+                    assert_eq!(y, [(k * k) as f32, 4.0], "{dev}: the other thread");
+                }
+            });
+            let mut g = ferrocm::Graph::new(&dev);
+            for _ in 0..20 {
+                let a = Tensor::from_slice(&av, &[n], &dev).unwrap();
+                let b = Tensor::from_slice(&bv, &[n], &dev).unwrap();
+                let out = g
+                    .run(|| {
+                        let y = recorded_work(&a, &b)?;
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                        Ok::<_, ferrocm::Error>(y)
+                    })
+                    .unwrap();
+                close(&out.to_vec().unwrap(), &want, "the recording thread");
+            }
+            other.join().unwrap();
+        });
+    }
+}

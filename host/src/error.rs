@@ -215,6 +215,16 @@ pub enum Error {
         /// What is wrong, with the values.
         why: String,
     },
+    /// Work a [`Graph`](crate::Graph) cannot record (a copy from or to the
+    /// host, a wait) was asked for while the thread records; the recording
+    /// is abandoned and nothing of it runs.
+    #[error("{what} on {device} cannot be recorded into a graph")]
+    NotRecordable {
+        /// Device.
+        device: String,
+        /// What was asked (`a copy to the host`, `a wait`, ...).
+        what: &'static str,
+    },
     /// A HIP / rocBLAS / MIOpen call failed.
     #[error("{call} failed on {device}: {message}")]
     Rocm {

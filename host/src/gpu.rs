@@ -172,6 +172,48 @@ pub trait GpuBackend: Send + Sync + fmt::Debug + 'static {
     /// What `f` returns; the driver's error for the events.
     fn time(&self, f: &mut dyn FnMut() -> Result<()>) -> Result<f32>;
 
+    /// Whether this GPU records its stream's work as graphs
+    /// ([`crate::Graph`]); `false` leaves graphs running their work as
+    /// queued.
+    fn records_graphs(&self) -> bool {
+        false
+    }
+
+    /// Starts recording: work queued on the stream from now on is recorded
+    /// into a graph instead of run, until [`GpuBackend::end_recording`].
+    ///
+    /// # Errors
+    /// The driver's error.
+    fn begin_recording(&self) -> Result<()> {
+        Err(crate::error::Error::NotRecordable {
+            device: self.info().name.clone(),
+            what: "a recording",
+        })
+    }
+
+    /// Ends the recording. With `launch`, launches it on the stream: through
+    /// `exec` (the executable graph kept from the last recording, downcast
+    /// to this backend's type) updated with the recording's arguments when
+    /// it has the same work, else through a graph instantiated for it, which
+    /// replaces `exec`. Without, the recording is dropped.
+    ///
+    /// # Safety
+    /// Every buffer the recorded work names is live, or was freed during
+    /// the recording into a cache that reuses it only for work queued after
+    /// this call.
+    ///
+    /// # Errors
+    /// The driver's error (a recording that an unrecordable call
+    /// invalidated fails here); nothing was launched then.
+    unsafe fn end_recording(
+        &self,
+        exec: &mut Option<Box<dyn std::any::Any + Send>>,
+        launch: bool,
+    ) -> Result<crate::graph::GraphLaunch> {
+        let _ = (exec, launch);
+        Ok(crate::graph::GraphLaunch::Discarded)
+    }
+
     /// The device's BLAS (rocBLAS, cuBLAS) on its stream, created at first
     /// use; `None` when the library does not load here.
     fn blas(&self) -> Option<&dyn Blas>;

@@ -13,6 +13,7 @@
 //! [`error`]; [`memory`] (the caching allocator's pool, host blocks with red
 //! zones); [`launch`] (what a launch is); [`blas`] and [`dnn`] (the library
 //! hooks' call descriptions); [`gpu`] (the trait a GPU backend implements);
+//! [`graph`] (recording queued work and launching it as one graph);
 //! [`emulator`]; [`codeobject`] and [`ptx`] (reading the compiled kernels);
 //! `rocm` and `cuda` (the two backends, each a folder split by concern);
 //! [`device`] (`Device` and everything it owns: buffers, kernel arguments,
@@ -39,6 +40,7 @@ pub mod dnn;
 pub mod emulator;
 pub mod error;
 pub mod gpu;
+pub mod graph;
 pub mod launch;
 pub mod memory;
 pub mod ptx;
@@ -52,5 +54,6 @@ pub use device::{Device, devices, gpus};
 pub use emulator::{EmulatorConfig, WaveSize};
 pub use error::{Error, Result};
 pub use gpu::{GpuBackend, GpuInfo};
+pub use graph::{Graph, GraphLaunch, GraphStats};
 pub use launch::LaunchConfig;
 pub use memory::{MemoryStats, POISON, RED_ZONE};

@@ -24,6 +24,7 @@
 //! ```
 
 use crate::error::{Error, Result};
+use crate::graph::StreamTurns;
 use std::alloc::Layout;
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
@@ -84,6 +85,9 @@ pub struct Pool {
     launches: AtomicU64,
     /// Most bytes (in use + cached) the pool may hold; u64::MAX for no cap.
     limit: AtomicU64,
+    /// Whose turn it is to queue work on the device's stream, and whether
+    /// a graph is being recorded (see [`crate::graph`]).
+    pub(crate) turns: StreamTurns,
 }
 
 impl Default for Pool {
@@ -122,6 +126,7 @@ impl Pool {
             synchronizations: AtomicU64::new(0),
             launches: AtomicU64::new(0),
             limit: AtomicU64::new(u64::MAX),
+            turns: StreamTurns::new(),
         }
     }
 
@@ -146,7 +151,8 @@ impl Pool {
     }
 
     /// A cached block of `class`, or one from `fresh` (counted). A failed
-    /// fresh allocation empties the cache and is tried once more.
+    /// fresh allocation empties the cache and is tried once more (not while
+    /// a graph records: see [`Pool::empty`]).
     pub(crate) fn take<E>(
         &self,
         class: usize,
@@ -184,8 +190,13 @@ impl Pool {
         p.free.entry(class).or_default().push(block);
     }
 
-    /// Drops every cached block (gives the memory back to the system).
+    /// Drops every cached block (gives the memory back to the system),
+    /// except while a graph records: work recorded but not yet launched may
+    /// still write blocks freed during the recording.
     pub(crate) fn empty(&self) {
+        if self.turns.recording() {
+            return;
+        }
         let blocks = {
             let mut p = self.lock();
             p.cached = 0;

@@ -48,7 +48,7 @@ pub use dim::{Dim, Dims};
 pub use dtype::{DType, WithDType};
 pub use dyn_tensor::DynTensor;
 pub use error::{Error, Result};
-pub use ferrocm_host::{Device, EmulatorConfig, Error as HostError, WaveSize};
+pub use ferrocm_host::{Device, EmulatorConfig, Error as HostError, Graph, GraphStats, WaveSize};
 pub use half::{bf16, f16};
 pub use index::IdType;
 pub use layout::Layout;

@@ -16,11 +16,12 @@
 //!
 //! Files: [`driver`] (loading, discovery, errors), this one (the device and
 //! its [`GpuBackend`] implementation), `memory` (allocations and copies),
-//! `launch` (modules, kernels, launches), `blas` (cuBLAS). cuDNN, the DNN
+//! `launch` (modules, kernels, launches), `graph` (CUDA graphs), `blas` (cuBLAS). cuDNN, the DNN
 //! library's counterpart of MIOpen, comes with the convolution family.
 
 mod blas;
 mod driver;
+mod graph;
 mod launch;
 mod memory;
 
@@ -328,6 +329,23 @@ impl GpuBackend for CudaDevice {
             self.check(cu::event::synchronize(stop.0), "cuEventSynchronize")?;
             self.check(cu::event::elapsed(start.0, stop.0), "cuEventElapsedTime")
         }
+    }
+
+    fn records_graphs(&self) -> bool {
+        true
+    }
+
+    fn begin_recording(&self) -> Result<()> {
+        self.begin_recording_raw()
+    }
+
+    unsafe fn end_recording(
+        &self,
+        exec: &mut Option<Box<dyn std::any::Any + Send>>,
+        launch: bool,
+    ) -> Result<crate::graph::GraphLaunch> {
+        // SAFETY: the caller's proof (see the trait).
+        unsafe { self.end_recording_raw(exec, launch) }
     }
 
     fn blas(&self) -> Option<&dyn Blas> {

@@ -43,6 +43,7 @@ impl Device {
             (Block::Host(h), fill) => h.prepare(len_bytes, fill),
             (Block::Gpu(g), Some(byte)) => {
                 let gpu = self.gpu().expect("a GPU block comes from a GPU");
+                let _turn = self.turn();
                 // SAFETY: `len_bytes` fit the block's size class.
                 unsafe { gpu.memset(g.ptr(), byte, len_bytes)? };
             }
@@ -181,6 +182,8 @@ impl RawBuffer {
             dst.copy_from_slice(b);
             return Ok(());
         }
+        self.device.refuse_in_recording("a copy to the host")?;
+        let _turn = self.device.turn();
         match self.device.gpu() {
             // SAFETY: `dst` has the buffer's length, checked above.
             Some(gpu) => unsafe { gpu.copy_dtoh(self.device_ptr(), dst) },
@@ -206,6 +209,8 @@ impl RawBuffer {
             b.copy_from_slice(src);
             return Ok(());
         }
+        self.device.refuse_in_recording("a copy from the host")?;
+        let _turn = self.device.turn();
         match self.device.gpu() {
             // SAFETY: `src` has the buffer's length, checked above.
             Some(gpu) => unsafe { gpu.copy_htod(self.device_ptr(), src) },
@@ -324,7 +329,10 @@ impl Device {
     /// # Errors
     /// As [`Device::upload`].
     pub fn upload_async<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        // A recorded copy would read the host bytes when the graph runs.
+        self.refuse_in_recording("a copy from the host")?;
         let mut b = self.alloc_typed::<T>(data.len(), None)?;
+        let _turn = self.turn();
         let bytes: &[u8] = bytemuck::cast_slice(data);
         match self.gpu() {
             None => {
@@ -484,6 +492,7 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
             unsafe { std::ptr::copy_nonoverlapping(s.ptr(), d.ptr(), src.len_bytes()) };
             return Ok(());
         }
+        let _turn = self.device().turn();
         match self.device().gpu() {
             // SAFETY: both buffers are this device's and hold `len_bytes`.
             Some(gpu) => unsafe {

@@ -176,6 +176,7 @@ impl Device {
         self.pool().count_launch();
         match (self, self.gpu()) {
             (_, Some(gpu)) => {
+                let _turn = self.turn();
                 // On the stack for the usual counts (a launch is a few
                 // microseconds of host time; a vector each was part of it).
                 let mut slots = [0u64; 32];

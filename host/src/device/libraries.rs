@@ -59,6 +59,7 @@ impl Device {
         let Some(blas) = self.gpu().and_then(|gpu| gpu.blas()) else {
             return Ok(false);
         };
+        let _turn = self.turn();
         // SAFETY: `validate` proved every element the call touches inside
         // the three buffers, which are this device's and borrowed for it.
         unsafe { blas.gemm(g, ptrs) }.map(|()| true)

@@ -229,6 +229,8 @@ impl Device {
     pub fn synchronize(&self) -> Result<()> {
         self.pool().count_sync();
         if let Some(gpu) = self.gpu() {
+            self.refuse_in_recording("a wait")?;
+            let _turn = self.turn();
             gpu.synchronize()?;
         }
         self.check_faults()
@@ -304,6 +306,8 @@ impl Device {
                 Ok(t.elapsed().as_secs_f32() * 1e3)
             }
             Some(gpu) => {
+                self.refuse_in_recording("a timing")?;
+                let _turn = self.turn();
                 let mut f = Some(f);
                 gpu.time(&mut || f.take().map_or(Ok(()), |f| f()))
             }

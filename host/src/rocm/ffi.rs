@@ -146,6 +146,31 @@ entry_points! {
     }
 }
 
+entry_points! {
+    /// HIP graph entry points (`libamdhip64`): resolved apart from [`Hip`]
+    /// so that a runtime without them still runs everything but graphs.
+    pub(crate) struct HipGraphApi {
+        #[check(hb)] fn hipStreamBeginCapture(stream: hb::hipStream_t, mode: hb::hipStreamCaptureMode) -> hb::hipError_t;
+        #[check(hb)] fn hipStreamEndCapture(stream: hb::hipStream_t, graph: *mut hb::hipGraph_t) -> hb::hipError_t;
+        #[check(hb)]
+        fn hipGraphInstantiateWithFlags(
+            exec: *mut hb::hipGraphExec_t,
+            graph: hb::hipGraph_t,
+            flags: std::os::raw::c_ulonglong,
+        ) -> hb::hipError_t;
+        #[check(hb)]
+        fn hipGraphExecUpdate(
+            exec: hb::hipGraphExec_t,
+            graph: hb::hipGraph_t,
+            error_node: *mut hb::hipGraphNode_t,
+            result: *mut hb::hipGraphExecUpdateResult,
+        ) -> hb::hipError_t;
+        #[check(hb)] fn hipGraphLaunch(exec: hb::hipGraphExec_t, stream: hb::hipStream_t) -> hb::hipError_t;
+        #[check(hb)] fn hipGraphDestroy(graph: hb::hipGraph_t) -> hb::hipError_t;
+        #[check(hb)] fn hipGraphExecDestroy(exec: hb::hipGraphExec_t) -> hb::hipError_t;
+    }
+}
+
 /// `hipGetDevicePropertiesR0600`: the ROCm 6.0+ name of `hipGetDeviceProperties`
 /// (the header maps the plain name to it); its struct layout is the one frozen
 /// under that versioned symbol. ROCm 5 runtimes do not export it.
@@ -200,6 +225,8 @@ pub(crate) struct HipRuntime {
     pub(crate) api: Hip,
     /// `hipGetDevicePropertiesR0600`, if the runtime exports it (ROCm >= 6.0).
     pub(crate) get_device_properties: Option<GetDevicePropertiesR0600>,
+    /// The graph entry points, if the runtime exports them all.
+    pub(crate) graphs: Option<HipGraphApi>,
 }
 
 /// Candidate names for one library, in the order they are tried: under
@@ -274,10 +301,16 @@ pub(crate) fn hip() -> Result<&'static HipRuntime, &'static str> {
                 .ok()
                 .map(|s| *s)
         };
+        // The same library opened again (the loader counts references).
+        // SAFETY: as `open_first`.
+        let graphs = unsafe { Library::new(&found_as) }
+            .ok()
+            .and_then(|l| HipGraphApi::resolve(l, found_as.clone()).ok());
         let api = Hip::resolve(library, found_as)?;
         Ok(HipRuntime {
             api,
             get_device_properties,
+            graphs,
         })
     })
     .as_ref()

@@ -4,7 +4,7 @@
 //! Files: `ffi` (the entry points, resolved at run time), this one (the
 //! device and its [`GpuBackend`] implementation), `memory` (allocations,
 //! copies, pinned staging), `launch` (code objects, kernels, the kernarg
-//! packing, launches), `blas` (rocBLAS), `dnn` (MIOpen).
+//! packing, launches), `graph` (HIP graphs), `blas` (rocBLAS), `dnn` (MIOpen).
 //!
 //! # How ROCm is reached
 //! The HIP runtime (`libamdhip64`), rocBLAS and MIOpen are opened at run time
@@ -64,6 +64,7 @@
 mod blas;
 mod dnn;
 mod ffi;
+mod graph;
 mod launch;
 mod memory;
 #[cfg(test)]
@@ -235,6 +236,8 @@ pub struct RocmDevice {
     /// `rocm:N (name, arch)`, as `Device`'s Display: the device in error messages.
     label: String,
     hip: &'static ffi::Hip,
+    /// HIP's graph entry points, when the runtime has them.
+    graphs: Option<&'static ffi::HipGraphApi>,
     /// Looked-up kernels by the address of their (static) `KernelInfo`, with
     /// the argument kinds their layout was verified for.
     functions: Mutex<HashMap<usize, (launch::Function, &'static [ArgKind])>>,
@@ -360,6 +363,7 @@ impl RocmDevice {
             info,
             label,
             hip,
+            graphs: rt.graphs.as_ref(),
             functions: Mutex::new(HashMap::new()),
             pool: Pool::new(),
             staging: Mutex::new(Staging::default()),
@@ -527,6 +531,23 @@ impl GpuBackend for RocmDevice {
         let code = unsafe { (self.hip.hipEventElapsedTime)(&mut ms, start.raw, stop.raw) };
         self.check(code, "hipEventElapsedTime")?;
         Ok(ms)
+    }
+
+    fn records_graphs(&self) -> bool {
+        self.graphs.is_some()
+    }
+
+    fn begin_recording(&self) -> Result<()> {
+        self.begin_recording_raw()
+    }
+
+    unsafe fn end_recording(
+        &self,
+        exec: &mut Option<Box<dyn std::any::Any + Send>>,
+        launch: bool,
+    ) -> Result<crate::graph::GraphLaunch> {
+        // SAFETY: the caller's proof (see the trait).
+        unsafe { self.end_recording_raw(exec, launch) }
     }
 
     fn blas(&self) -> Option<&dyn Blas> {
