@@ -172,6 +172,10 @@ struct RunArgs {
     /// Generate past end-of-sequence and end-of-turn tokens.
     #[arg(long)]
     ignore_eos: bool,
+    /// Blocks recorded into each graph of a decode step on a GPU (CUDA or
+    /// HIP graphs; the same tokens): 0 queues every kernel one by one.
+    #[arg(long, value_name = "N", default_value_t = ferrocm_models::StepGraphs::DEFAULT_BLOCKS)]
+    graph_blocks: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// One JSON object at the end instead of the streamed text and summary.
@@ -446,6 +450,7 @@ fn run_model(a: RunArgs) -> ExitCode {
         stream: !a.json,
         stop: a.stop,
         ignore_eos: a.ignore_eos || a.random_prompt.is_some(),
+        graph_blocks: a.graph_blocks,
     };
     let bar = load_bar();
     let result = run(&req, &device, |done, total| {
@@ -468,7 +473,7 @@ fn run_model(a: RunArgs) -> ExitCode {
                 r.cache_bytes as f64 / 1048576.0
             );
             eprintln!(
-                "prefill {} tokens: {:.1} tokens/s (first token {:.3} s); decode {} tokens: {:.1} tokens/s ({:.0} GB/s of weights, {:.0} launches a token, {:.0}% of it queueing on the host); peak device memory {:.1} MiB",
+                "prefill {} tokens: {:.1} tokens/s (first token {:.3} s); decode {} tokens: {:.1} tokens/s ({:.0} GB/s of weights, {:.0} launches a token, {:.0}% of it queueing on the host, {} steps as graphs); peak device memory {:.1} MiB",
                 r.prompt_tokens,
                 r.prefill_tps,
                 r.first_token_s,
@@ -477,8 +482,12 @@ fn run_model(a: RunArgs) -> ExitCode {
                 r.weight_gbps,
                 r.launches_per_token,
                 100.0 * r.decode_queueing_share,
+                r.decode_graphs,
                 r.peak_bytes as f64 / 1048576.0
             );
+            if let Some(why) = &r.graphs_off {
+                eprintln!("decode steps ran without graphs: {why}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

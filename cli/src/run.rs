@@ -42,6 +42,9 @@ pub struct RunRequest {
     pub stop: Vec<String>,
     /// Keep going past end-of-sequence/end-of-turn tokens.
     pub ignore_eos: bool,
+    /// Blocks a graph of a decode step, where the device records graphs
+    /// ([`Generation::record_graphs`]; 0: none).
+    pub graph_blocks: usize,
 }
 
 /// What a run measured.
@@ -77,6 +80,10 @@ pub struct RunReport {
     pub peak_bytes: u64,
     /// Kernel and library launches per decode step (sampling's included).
     pub launches_per_token: f64,
+    /// Decode steps launched as one graph each.
+    pub decode_graphs: usize,
+    /// Why decode steps stopped being recorded as graphs, if they did.
+    pub graphs_off: Option<String>,
     /// The generated ids.
     pub tokens: Vec<u32>,
     /// Their text (when the file has a tokenizer), cut at a stop string.
@@ -101,6 +108,8 @@ impl RunReport {
             "decode_weight_gb_per_s": self.weight_gbps,
             "peak_bytes": self.peak_bytes,
             "launches_per_token": self.launches_per_token,
+            "decode_graphs": self.decode_graphs,
+            "graphs_off": self.graphs_off,
             "tokens": self.tokens,
             "text": self.text,
         })
@@ -222,6 +231,7 @@ fn run_typed<T: WithDType>(
     if let (Some(t), false) = (&tokenizer, req.ignore_eos) {
         generation.stop_at(t.end_of_generation());
     }
+    generation.record_graphs(req.graph_blocks);
     // A GPU compiles (or loads) each kernel at its first launch: do that
     // for the prompt's shapes and a decode step before the clock starts.
     let mut warmup_s = 0.0;
@@ -305,6 +315,8 @@ fn run_typed<T: WithDType>(
         weight_gbps: read * s.decode_tokens_per_second() / 1e9,
         peak_bytes: stats.peak_bytes_in_use,
         launches_per_token: launches as f64 / s.decode_tokens.max(1) as f64,
+        decode_graphs: s.decode_graphs,
+        graphs_off: s.graphs_off.clone(),
         tokens,
         text: tokenizer.as_ref().map(|_| text),
     })

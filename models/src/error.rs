@@ -93,3 +93,10 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<ferrocm_ops::HostError> for Error {
+    /// A device error (a graph's recording or launch) as an op's.
+    fn from(e: ferrocm_ops::HostError) -> Self {
+        Error::Op(e.into())
+    }
+}

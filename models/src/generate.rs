@@ -3,7 +3,7 @@
 //! and only the chosen token read back.
 
 use crate::error::{Error, Result};
-use crate::llama::{KvCache, Llama, Logits};
+use crate::llama::{KvCache, Llama, Logits, StepGraphs};
 use crate::sampling::{Sampler, SamplingOptions};
 use ferrocm_ops::WithDType;
 use std::time::{Duration, Instant};
@@ -23,6 +23,12 @@ pub struct GenerationStats {
     /// passes (a GPU runs them asynchronously: when this is most of
     /// `decode`, the steps are bound by the host's launches, not the GPU).
     pub decode_queueing: Duration,
+    /// Decode steps launched as one graph each (see
+    /// [`Generation::record_graphs`]).
+    pub decode_graphs: usize,
+    /// Why decode steps stopped being recorded as graphs, if they did (the
+    /// steps then run as queued).
+    pub graphs_off: Option<String>,
 }
 
 impl GenerationStats {
@@ -61,6 +67,8 @@ pub struct Generation<'m, T: WithDType> {
     tokens: Vec<u32>,
     stop: Vec<u32>,
     stats: GenerationStats,
+    /// The decode step's graphs, where the device records them.
+    graph: Option<StepGraphs>,
 }
 
 impl<'m, T: WithDType> Generation<'m, T> {
@@ -88,7 +96,51 @@ impl<'m, T: WithDType> Generation<'m, T> {
             tokens: Vec::new(),
             stop: Vec::new(),
             stats: GenerationStats::default(),
+            graph: Some(StepGraphs::new(model)).filter(StepGraphs::records),
         })
+    }
+
+    /// Whether decode steps are recorded and launched as graphs (CUDA or
+    /// HIP graphs, each of `blocks_per_graph` blocks: see
+    /// [`Llama::forward_graph`]; 0 records none), which spares the host a
+    /// driver call per kernel. On by default where the device records
+    /// graphs, [`StepGraphs::DEFAULT_BLOCKS`] a graph; the tokens are the
+    /// same either way. A step that cannot be recorded runs as queued, and
+    /// so do the rest ([`GenerationStats::graphs_off`] says why).
+    pub fn record_graphs(&mut self, blocks_per_graph: usize) -> &mut Self {
+        self.graph = match blocks_per_graph {
+            0 => None,
+            n => Some(StepGraphs::with_blocks_per_graph(self.model, n)).filter(StepGraphs::records),
+        };
+        self
+    }
+
+    /// Whether decode steps are recorded as graphs now.
+    pub fn records_graphs(&self) -> bool {
+        self.graph.is_some()
+    }
+
+    /// One decode step: the token's logits, through the graph while there
+    /// is one.
+    fn step(&mut self, token: u32) -> Result<ferrocm_ops::Tensor<T>> {
+        if let Some(graph) = self.graph.as_mut() {
+            match self
+                .model
+                .forward_graph(&[token], &mut self.cache, Logits::Last, graph)
+            {
+                Ok(logits) => {
+                    self.stats.decode_graphs += 1;
+                    return Ok(logits);
+                }
+                // The cache is unchanged; the step runs as queued (and
+                // fails there too if the fault was not the recording's).
+                Err(e) => {
+                    self.stats.graphs_off = Some(e.to_string());
+                    self.graph = None;
+                }
+            }
+        }
+        self.model.forward(&[token], &mut self.cache, Logits::Last)
     }
 
     /// Ends generation at any of `ids` (end-of-sequence, end-of-turn); the
@@ -137,10 +189,11 @@ impl<'m, T: WithDType> Generation<'m, T> {
                 context: self.cache.capacity(),
             });
         }
+        // The decode step as decode runs it (a graph is instantiated here).
         let result = self
             .model
             .forward(&vec![0; prompt_len.max(1)], &mut self.cache, Logits::Last)
-            .and_then(|_| self.model.forward(&[0], &mut self.cache, Logits::Last))
+            .and_then(|_| self.step(0))
             .and_then(|logits| Ok(logits.to_vec()?));
         self.cache.clear();
         result.map(|_| ())
@@ -187,6 +240,7 @@ impl<'m, T: WithDType> Generation<'m, T> {
         }
         self.stats = GenerationStats {
             prompt_tokens: input.len(),
+            graphs_off: self.stats.graphs_off.take(),
             ..Default::default()
         };
         let mut out = Vec::new();
@@ -212,7 +266,7 @@ impl<'m, T: WithDType> Generation<'m, T> {
                 break;
             }
             let queued = Instant::now();
-            let logits = self.model.forward(&[next], &mut self.cache, Logits::Last)?;
+            let logits = self.step(next)?;
             self.stats.decode_queueing += queued.elapsed();
             next = self.sampler.sample(&logits, &self.tokens)?;
             self.stats.decode_tokens += 1;

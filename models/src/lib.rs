@@ -32,6 +32,6 @@ pub use chat::{Chat, StopStrings};
 pub use config::{Arch, Config};
 pub use error::{Error, Result};
 pub use generate::{Generation, GenerationStats};
-pub use llama::{KvCache, Llama, LoadOptions, Logits};
+pub use llama::{KvCache, Llama, LoadOptions, Logits, StepGraphs};
 pub use sampling::{Sampler, SamplingOptions};
 pub use tokenizer::{ChatMessage, Tokenizer};

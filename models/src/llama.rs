@@ -31,7 +31,9 @@ use ferrocm_ops::quant::gguf::{GgmlType, Gguf};
 use ferrocm_ops::quant::matvec::QMATVEC_MAX_M;
 use ferrocm_ops::quant::{Q8Activations, Weight};
 use ferrocm_ops::rope::RopeMode;
-use ferrocm_ops::{Activation, AttentionOptions, Device, QTensor, Tensor, WithDType};
+use ferrocm_ops::{
+    Activation, AttentionOptions, Device, Graph, GraphStats, QTensor, Tensor, WithDType,
+};
 
 /// How a model is loaded.
 #[derive(Clone, Debug, Default)]
@@ -105,6 +107,13 @@ fn project<T: WithDType>(w: &Weight<T>, x: &Input<T>) -> Result<Tensor<T>> {
 }
 
 /// Whether every weight of `ws` takes an 8-bit input.
+/// Whether an input of `t` positions to the weights `ws` is stored in
+/// their 8-bit form: every one quantized, and few enough positions for the
+/// matrix-vector products.
+fn q8<T: WithDType>(t: usize, ws: &[&Weight<T>]) -> bool {
+    t <= QMATVEC_MAX_M as usize && all_quantized(ws)
+}
+
 fn all_quantized<T: WithDType>(ws: &[&Weight<T>]) -> bool {
     ws.iter().all(|w| matches!(w, Weight::Quantized(_)))
 }
@@ -251,6 +260,71 @@ impl<T: WithDType> KvCache<T> {
 }
 
 /// Tensor `name`'s info, checked to exist.
+/// The graphs a model's pass is recorded into, one per block
+/// ([`Llama::forward_graph`]); made once per sequence and kept, so that
+/// each step updates the graphs the last one instantiated.
+#[derive(Debug)]
+pub struct StepGraphs {
+    graphs: Vec<Graph>,
+    blocks_per_graph: usize,
+    blocks: usize,
+}
+
+impl StepGraphs {
+    /// Blocks a graph by default: on an H100 decoding a 7B model, graphs
+    /// of 1 or 2 blocks were 2% faster than no graphs, of 4 as fast, and of
+    /// 32 (the whole step: the GPU idles while the host records) 20%
+    /// slower (docs/h100-bench.md).
+    pub const DEFAULT_BLOCKS: usize = 2;
+
+    /// Graphs of [`StepGraphs::DEFAULT_BLOCKS`] blocks each for `model`,
+    /// on its device.
+    pub fn new<T: WithDType>(model: &Llama<T>) -> Self {
+        Self::with_blocks_per_graph(model, Self::DEFAULT_BLOCKS)
+    }
+
+    /// Graphs of `per` blocks each (at least 1) for `model`: fewer blocks
+    /// a graph start the GPU sooner, more pay fewer graph launches.
+    pub fn with_blocks_per_graph<T: WithDType>(model: &Llama<T>, per: usize) -> Self {
+        let (blocks, per) = (model.blocks.len(), per.max(1));
+        Self {
+            graphs: (0..blocks.div_ceil(per))
+                .map(|_| Graph::new(&model.device))
+                .collect(),
+            blocks_per_graph: per,
+            blocks,
+        }
+    }
+
+    /// How many graphs a pass is recorded into.
+    pub fn len(&self) -> usize {
+        self.graphs.len()
+    }
+
+    /// Whether there are none (never: a model has at least one block).
+    pub fn is_empty(&self) -> bool {
+        self.graphs.is_empty()
+    }
+
+    /// Whether the device records graphs (otherwise the pass runs as
+    /// queued).
+    pub fn records(&self) -> bool {
+        self.graphs.first().is_some_and(Graph::records)
+    }
+
+    /// The counts of every block's graph, summed.
+    pub fn stats(&self) -> GraphStats {
+        self.graphs.iter().fold(GraphStats::default(), |a, g| {
+            let s = g.stats();
+            GraphStats {
+                launched: a.launched + s.launched,
+                updated: a.updated + s.updated,
+                instantiated: a.instantiated + s.instantiated,
+            }
+        })
+    }
+}
+
 fn info<'g>(g: &'g Gguf, name: &str) -> Result<&'g ferrocm_ops::quant::gguf::GgufTensorInfo> {
     g.tensor_info(name)
         .ok_or_else(|| Error::MissingTensor { name: name.into() })
@@ -573,6 +647,66 @@ impl<T: WithDType> Llama<T> {
         cache: &mut KvCache<T>,
         logits: Logits,
     ) -> Result<Tensor<T>> {
+        let ids = self.token_ids(tokens, cache)?;
+        self.run(&ids, cache, logits, None)
+    }
+
+    /// [`Llama::forward`] with the pass's device work recorded and launched
+    /// as graphs (CUDA or HIP graphs), one per block: the GPU runs a block
+    /// while the host records the next, and each block's graph is kept and
+    /// updated from one call to the next (a decode step's kernels are the
+    /// same every time). The same logits and cache, bit for bit; where the
+    /// device does not record (the Cpu, the emulator), the plain pass.
+    ///
+    /// ```
+    /// use ferrocm_models::{synthetic::SyntheticModel, Arch, Llama, Logits, StepGraphs};
+    /// use ferrocm_ops::{quant::gguf::Gguf, Device};
+    /// let file = Gguf::from_bytes(SyntheticModel::new(Arch::Llama).to_gguf()?.to_bytes()?)?;
+    /// let model = Llama::<f32>::load(&file, &Device::Cpu, &Default::default())?;
+    /// let (mut a, mut b) = (model.new_cache(8)?, model.new_cache(8)?);
+    /// let mut graphs = StepGraphs::new(&model);
+    /// model.forward(&[1, 2], &mut a, Logits::Last)?;
+    /// model.forward(&[1, 2], &mut b, Logits::Last)?;
+    /// let plain = model.forward(&[3], &mut a, Logits::Last)?;
+    /// let recorded = model.forward_graph(&[3], &mut b, Logits::Last, &mut graphs)?;
+    /// assert_eq!(plain.to_vec()?, recorded.to_vec()?);
+    /// # Ok::<(), ferrocm_models::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Llama::forward`]; an op that cannot be recorded (a copy to the
+    /// host) is [`Error::Op`], and the cache is then unchanged. `graphs`
+    /// made for another model is [`Error::BadRequest`].
+    pub fn forward_graph(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache<T>,
+        logits: Logits,
+        graphs: &mut StepGraphs,
+    ) -> Result<Tensor<T>> {
+        if graphs.blocks != self.blocks.len() {
+            return Err(Error::BadRequest {
+                op: "Llama::forward_graph",
+                what: format!(
+                    "graphs for {} blocks, a model of {}",
+                    graphs.blocks,
+                    self.blocks.len()
+                ),
+            });
+        }
+        // The ids go up before the recording: a graph cannot hold a copy
+        // from the host.
+        let ids = self.token_ids(tokens, cache)?;
+        let pos = cache.len;
+        let out = self.run(&ids, cache, logits, Some(graphs));
+        if out.is_err() {
+            cache.len = pos;
+        }
+        out
+    }
+
+    /// The checked token ids of a pass, on the device.
+    fn token_ids(&self, tokens: &[u32], cache: &KvCache<T>) -> Result<Tensor<u32>> {
         let c = &self.config;
         let t = tokens.len();
         if t == 0 {
@@ -601,71 +735,126 @@ impl<T: WithDType> Llama<T> {
                 ),
             });
         }
-        let ids = Tensor::from_slice(tokens, &[t], &self.device)?;
-        let mut x = self.embed.embedding(&ids)?;
-        // Where a norm's output feeds only quantized products, it is stored
-        // in their 8-bit form (decode). The logits' input when only the
-        // last of several positions is wanted stays dense (it is narrowed).
-        let q8 = |ws: &[&Weight<T>]| t <= QMATVEC_MAX_M as usize && all_quantized(ws);
-        let output_q8 = q8(&[&self.output]) && (t == 1 || logits == Logits::All);
-        let (eps, first) = (c.rms_eps, &self.blocks[0]);
-        let mut h = match q8(&first.qkv.weights()) {
-            true => Input::Q8(x.rms_norm_q8(&first.attn_norm, eps)?),
-            false => Input::Dense(x.rms_norm(&first.attn_norm, eps)?),
-        };
-        for (l, b) in self.blocks.iter().enumerate() {
-            let attn = self.attention(b, &h, cache, l, pos)?;
-            let normed = match q8(&b.gate_up.weights()) {
-                true => {
-                    let (sum, normed) = attn.add_rms_norm_q8(&x, &b.ffn_norm, eps)?;
-                    x = sum;
-                    Input::Q8(normed)
-                }
-                false => {
-                    let (sum, normed) = attn.add_rms_norm(&x, &b.ffn_norm, eps)?;
-                    x = sum;
-                    Input::Dense(normed)
-                }
-            };
-            let act = match &b.gate_up {
-                // One [t, 2 ffn] product: the gate and up halves read in place.
-                Stacked::One(w, _) => {
-                    let y = project(w, &normed)?;
-                    match q8(&[&b.down]) {
-                        true => Input::Q8(y.glu_halves_q8(Activation::Silu)?),
-                        false => Input::Dense(y.glu_halves(Activation::Silu)?),
+        Ok(Tensor::from_slice(tokens, &[t], &self.device)?)
+    }
+
+    /// The pass of checked `ids` at the cache's next positions; with
+    /// `graphs`, each block's work recorded and launched as one graph (the
+    /// embedding with the first, the logits with the last), so that the
+    /// GPU runs a block while the host records the next.
+    fn run(
+        &self,
+        ids: &Tensor<u32>,
+        cache: &mut KvCache<T>,
+        logits: Logits,
+        mut graphs: Option<&mut StepGraphs>,
+    ) -> Result<Tensor<T>> {
+        let c = &self.config;
+        let t = ids.shape()[0];
+        let pos = cache.len;
+        // The residual stream and the next block's normed input, passed
+        // from block to block; the logits once the last block ran.
+        let (mut x, mut h, mut out) = (None, None, None);
+        let last = self.blocks.len() - 1;
+        let per = graphs.as_ref().map_or(last + 1, |g| g.blocks_per_graph);
+        for first in (0..=last).step_by(per) {
+            let mut chunk = || -> Result<()> {
+                for l in first..(first + per).min(last + 1) {
+                    if l == 0 {
+                        let x0 = self.embed.embedding(ids)?;
+                        let first = &self.blocks[0];
+                        h = Some(match q8(t, &first.qkv.weights()) {
+                            true => Input::Q8(x0.rms_norm_q8(&first.attn_norm, c.rms_eps)?),
+                            false => Input::Dense(x0.rms_norm(&first.attn_norm, c.rms_eps)?),
+                        });
+                        x = Some(x0);
                     }
+                    let (x_in, h_in) = (x.take().expect("set"), h.take().expect("set"));
+                    let (x_out, h_out) = self.block(l, x_in, &h_in, cache, pos, t, logits)?;
+                    if l < last {
+                        (x, h) = (Some(x_out), Some(h_out));
+                        continue;
+                    }
+                    // The logits' input when only the last of several
+                    // positions is wanted stays dense: it is narrowed.
+                    let h = match h_out {
+                        Input::Dense(h) if logits == Logits::Last && t > 1 => {
+                            Input::Dense(h.narrow(0, t - 1, 1)?)
+                        }
+                        h => h,
+                    };
+                    out = Some(project(&self.output, &h)?);
                 }
-                Stacked::Parts(ws) => {
-                    Input::Dense(project(&ws[0], &normed)?.swiglu(&project(&ws[1], &normed)?)?)
-                }
+                Ok(())
             };
-            let ffn = project(&b.down, &act)?;
-            let (next, next_q8) = match self.blocks.get(l + 1) {
-                Some(n) => (&n.attn_norm, q8(&n.qkv.weights())),
-                None => (&self.norm, output_q8),
-            };
-            h = match next_q8 {
-                true => {
-                    let (sum, normed) = ffn.add_rms_norm_q8(&x, next, eps)?;
-                    x = sum;
-                    Input::Q8(normed)
-                }
-                false => {
-                    let (sum, normed) = ffn.add_rms_norm(&x, next, eps)?;
-                    x = sum;
-                    Input::Dense(normed)
-                }
-            };
+            match graphs.as_deref_mut() {
+                Some(g) => g.graphs[first / per].run(chunk)?,
+                None => chunk()?,
+            }
         }
         cache.len = pos + t;
-        let h = match h {
-            Input::Dense(h) if logits == Logits::Last && t > 1 => {
-                Input::Dense(h.narrow(0, t - 1, 1)?)
+        Ok(out.expect("the last block sets it"))
+    }
+
+    /// Block `l` on the residual stream `x` and its normed input `h` at
+    /// positions `pos..pos + t`: the new residual stream, and its norm by
+    /// the next block's attention norm (the final norm after the last).
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        l: usize,
+        x: Tensor<T>,
+        h: &Input<T>,
+        cache: &mut KvCache<T>,
+        pos: usize,
+        t: usize,
+        logits: Logits,
+    ) -> Result<(Tensor<T>, Input<T>)> {
+        let (b, eps) = (&self.blocks[l], self.config.rms_eps);
+        let attn = self.attention(b, h, cache, l, pos)?;
+        // Where a norm's output feeds only quantized products, it is
+        // stored in their 8-bit form (decode).
+        let (x, normed) = match q8(t, &b.gate_up.weights()) {
+            true => {
+                let (sum, normed) = attn.add_rms_norm_q8(&x, &b.ffn_norm, eps)?;
+                (sum, Input::Q8(normed))
             }
-            h => h,
+            false => {
+                let (sum, normed) = attn.add_rms_norm(&x, &b.ffn_norm, eps)?;
+                (sum, Input::Dense(normed))
+            }
         };
-        project(&self.output, &h)
+        let act = match &b.gate_up {
+            // One [t, 2 ffn] product: the gate and up halves read in place.
+            Stacked::One(w, _) => {
+                let y = project(w, &normed)?;
+                match q8(t, &[&b.down]) {
+                    true => Input::Q8(y.glu_halves_q8(Activation::Silu)?),
+                    false => Input::Dense(y.glu_halves(Activation::Silu)?),
+                }
+            }
+            Stacked::Parts(ws) => {
+                Input::Dense(project(&ws[0], &normed)?.swiglu(&project(&ws[1], &normed)?)?)
+            }
+        };
+        let ffn = project(&b.down, &act)?;
+        let (next, next_q8) = match self.blocks.get(l + 1) {
+            Some(n) => (&n.attn_norm, q8(t, &n.qkv.weights())),
+            None => (
+                &self.norm,
+                q8(t, &[&self.output]) && (t == 1 || logits == Logits::All),
+            ),
+        };
+        Ok(match next_q8 {
+            true => {
+                let (sum, normed) = ffn.add_rms_norm_q8(&x, next, eps)?;
+                (sum, Input::Q8(normed))
+            }
+            false => {
+                let (sum, normed) = ffn.add_rms_norm(&x, next, eps)?;
+                (sum, Input::Dense(normed))
+            }
+        })
     }
 
     /// The attention sublayer of block `l` for `h` `[t, hidden]` at

@@ -6,7 +6,9 @@
 mod reference;
 
 use ferrocm_models::synthetic::SyntheticModel;
-use ferrocm_models::{Arch, Error, Generation, Llama, LoadOptions, Logits, SamplingOptions};
+use ferrocm_models::{
+    Arch, Error, Generation, Llama, LoadOptions, Logits, SamplingOptions, StepGraphs,
+};
 use ferrocm_ops::quant::gguf::Gguf;
 use ferrocm_ops::{DType, Device, QuantFormat, Tensor, WaveSize, WithDType};
 
@@ -244,6 +246,80 @@ fn devices_generate_the_cpus_tokens() {
                 label(&m)
             );
         }
+    }
+}
+
+/// Decode steps recorded and launched as graphs, one per block (a GPU's;
+/// the host devices run them as queued), give the plain steps' logits bit
+/// for bit at each position, the kept graphs updated from step to step; a
+/// generation with graphs gives the tokens of one without, every decode
+/// step recorded; graphs of another model are refused.
+#[test]
+fn decode_graphs_match_the_plain_steps() {
+    // Five blocks: graphs of 3 leave a shorter last one.
+    let m = SyntheticModel {
+        format: Some(QuantFormat::Q8_0),
+        layers: 5,
+        ..SyntheticModel::new(Arch::Qwen3)
+    };
+    let g = file(&m);
+    for dev in devices() {
+        let model = Llama::<f32>::load(&g, &dev, &LoadOptions::default()).unwrap();
+        for per in [1, 3, 64] {
+            let mut graph = StepGraphs::with_blocks_per_graph(&model, per);
+            assert_eq!(graph.len(), model.config().layers.div_ceil(per));
+            let mut plain = model.new_cache(32).unwrap();
+            let mut recorded = model.new_cache(32).unwrap();
+            model.forward(&PROMPT, &mut plain, Logits::Last).unwrap();
+            model.forward(&PROMPT, &mut recorded, Logits::Last).unwrap();
+            let bits = |t: Tensor<f32>| -> Vec<u32> {
+                t.to_vec().unwrap().iter().map(|v| v.to_bits()).collect()
+            };
+            for (step, &token) in [5u32, 250, 77].iter().enumerate() {
+                let want = bits(model.forward(&[token], &mut plain, Logits::Last).unwrap());
+                let got = model
+                    .forward_graph(&[token], &mut recorded, Logits::Last, &mut graph)
+                    .unwrap();
+                assert_eq!(bits(got), want, "{dev}: {per} blocks a graph, step {step}");
+                assert_eq!(recorded.len(), plain.len(), "{dev}");
+            }
+            let (s, n) = (graph.stats(), graph.len() as u64);
+            match graph.records() {
+                true => assert_eq!((s.launched, s.updated), (3 * n, 2 * n), "{dev}"),
+                false => assert_eq!(s.launched, 0, "{dev}"),
+            }
+        }
+        let mut recorded = model.new_cache(32).unwrap();
+        let other = file(&SyntheticModel {
+            layers: m.layers + 1,
+            ..m.clone()
+        });
+        let other = Llama::<f32>::load(&other, &dev, &LoadOptions::default()).unwrap();
+        let e = model
+            .forward_graph(
+                &[1],
+                &mut recorded,
+                Logits::Last,
+                &mut StepGraphs::new(&other),
+            )
+            .unwrap_err();
+        assert!(matches!(e, Error::BadRequest { .. }), "{e}");
+        let mut on = Generation::with_capacity(&model, SamplingOptions::greedy(), 64).unwrap();
+        let mut off = Generation::with_capacity(&model, SamplingOptions::greedy(), 64).unwrap();
+        on.record_graphs(3);
+        off.record_graphs(0);
+        assert_eq!(on.records_graphs(), dev.is_gpu(), "{dev}");
+        assert!(!off.records_graphs());
+        let want = off.generate(&PROMPT, 8, |_| true).unwrap();
+        assert_eq!(on.generate(&PROMPT, 8, |_| true).unwrap(), want, "{dev}");
+        let graphs = if dev.is_gpu() { 7 } else { 0 };
+        assert_eq!(
+            on.stats().decode_graphs,
+            graphs,
+            "{dev}: {:?}",
+            on.stats().graphs_off
+        );
+        assert_eq!(off.stats().decode_graphs, 0);
     }
 }
 
