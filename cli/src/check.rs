@@ -10,6 +10,8 @@
 //! the same cases over many layouts ([`InputLayout`]) on the emulator.
 
 use ferrocm_ops::Result;
+use ferrocm_ops::quant::Q8Activations;
+use ferrocm_ops::rope::RopeMode;
 use ferrocm_ops::{Activation, Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
 use ferrocm_ops::{DType, QTensor, QuantFormat, WithDType};
 
@@ -223,6 +225,63 @@ impl Runner<'_> {
         });
     }
 
+    /// A case whose output is in the 8-bit form ([`Q8Activations`]): the
+    /// values `code * scale` of the device against the Cpu's. The two
+    /// compute the rounded values in different orders, so a value next to
+    /// a rounding boundary may take the neighbouring code: it passes when
+    /// every value is within one code step (its group's scale), the scales
+    /// agree to the dtype's tolerance, and at most 1% of the codes differ.
+    fn case_q8(&mut self, op: String, dtype: DType, f: impl Fn(&Device) -> Result<Q8Activations>) {
+        let tol = tolerance(dtype);
+        let want = f(&Device::Cpu).and_then(|q| Ok((q.shape().to_vec(), q.to_host()?)));
+        let got = f(self.device).and_then(|q| Ok((q.shape().to_vec(), q.to_host()?)));
+        let (abs, rel, passed, error) = match (got, want) {
+            (Ok((gs, (gc, gd))), Ok((ws, (wc, wd)))) if gs == ws && gc.len() == wc.len() => {
+                let (mut abs, mut rel, mut ok, mut flips) = (0.0f64, 0.0f64, true, 0usize);
+                for (g, (&gd, &wd)) in gd.iter().zip(&wd).enumerate() {
+                    let (gd, wd) = (gd as f64, wd as f64);
+                    let r = (gd - wd).abs() / wd.abs().max(f64::MIN_POSITIVE);
+                    rel = rel.max(if gd == wd { 0.0 } else { r });
+                    ok &= gd == wd || r <= tol.rel;
+                    for i in g * 16..(g + 1) * 16 {
+                        let e = (gc[i] as f64 * gd - wc[i] as f64 * wd).abs();
+                        abs = abs.max(e);
+                        flips += usize::from(gc[i] != wc[i]);
+                        ok &= e <= 1.01 * gd.abs().max(wd.abs());
+                    }
+                }
+                ok &= flips * 100 <= wc.len();
+                (abs, rel, ok, None)
+            }
+            (Ok((gs, _)), Ok((ws, _))) => (
+                f64::INFINITY,
+                f64::INFINITY,
+                false,
+                Some(format!("shape {gs:?} vs Cpu {ws:?}")),
+            ),
+            (Err(e), _) => (f64::INFINITY, f64::INFINITY, false, Some(e.to_string())),
+            (_, Err(e)) => (
+                f64::INFINITY,
+                f64::INFINITY,
+                false,
+                Some(format!("Cpu: {e}")),
+            ),
+        };
+        self.results.push(CaseResult {
+            op,
+            dtype,
+            device: self.device.to_string(),
+            layout: format!(
+                "{:?} {}x{}",
+                self.inputs.layout, self.inputs.rows, self.inputs.cols
+            ),
+            max_abs_err: abs,
+            max_rel_err: rel,
+            passed,
+            error,
+        });
+    }
+
     fn dtype<T: WithDType>(&mut self) {
         let d = T::DTYPE;
         let inp = self.inputs;
@@ -330,12 +389,62 @@ impl Runner<'_> {
                     }
                 });
             }
-            // Attention over `cols` keys: GQA decode steps, `rows` causal
-            // queries with a window (aligned to the end), and the input as
-            // an additive mask with a softcap at head dim 256.
+            // The decode step's fused ops: norms and the gated unit stored
+            // in 8-bit form (on the first multiple of 16 columns: a narrowed
+            // view when cols is not one), and RoPE of q and k with the
+            // K/V cache writes (`rows` tokens at position 3 of a cache of
+            // `rows + 5`, head dim the even part of cols).
             let rnd = move |dev: &Device, shape: &[usize], seed| {
                 Tensor::<T>::rand(shape, -1.0, 1.0, seed, dev)
             };
+            let c16 = cols / 16 * 16;
+            let x16 = move |dev: &Device| x(dev)?.narrow(1, 0, c16);
+            let w16 = move |dev: &Device| Tensor::<T>::rand(&[c16], 0.5, 1.5, 21, dev);
+            if c16 > 0 {
+                self.case_q8("rms_norm_q8".into(), d, move |dev| {
+                    x16(dev)?.rms_norm_q8(&w16(dev)?, 1e-5)
+                });
+                self.case_q8("add_rms_norm_q8".into(), d, move |dev| {
+                    let r = y(dev)?.narrow(1, 0, c16)?;
+                    Ok(x16(dev)?.add_rms_norm_q8(&r, &w16(dev)?, 1e-5)?.1)
+                });
+                self.case("add_rms_norm_q8[sum]".into(), d, move |dev| {
+                    let r = y(dev)?.narrow(1, 0, c16)?;
+                    Ok(x16(dev)?.add_rms_norm_q8(&r, &w16(dev)?, 1e-5)?.0)
+                });
+            }
+            let c32 = cols / 32 * 32;
+            if c32 > 0 {
+                self.case_q8("glu_halves_q8".into(), d, move |dev| {
+                    x(dev)?.narrow(1, 0, c32)?.glu_halves_q8(Activation::Silu)
+                });
+            }
+            let hd = cols / 2 * 2;
+            if hd > 0 {
+                for (name, mode, part) in [
+                    ("rope_into_cache[q]", RopeMode::Halves, 0),
+                    ("rope_into_cache[k cache]", RopeMode::Halves, 1),
+                    ("rope_i_into_cache[v cache]", RopeMode::Interleaved, 2),
+                ] {
+                    self.case(name.into(), d, move |dev| {
+                        let cap = rows + 5;
+                        let (q, k, v) = (
+                            rnd(dev, &[1, rows, 4, hd], 51)?,
+                            rnd(dev, &[1, rows, 2, hd], 52)?,
+                            rnd(dev, &[1, rows, 2, hd], 53)?,
+                        );
+                        let (cos, sin) =
+                            (rnd(dev, &[cap, hd / 2], 54)?, rnd(dev, &[cap, hd / 2], 55)?);
+                        let mut kc = rnd(dev, &[1, 2, cap, hd], 56)?;
+                        let mut vc = rnd(dev, &[1, 2, cap, hd], 57)?;
+                        let q = q.rope_into_cache(&k, &v, &cos, &sin, 3, mode, &mut kc, &mut vc)?;
+                        Ok([q, kc, vc][part].clone())
+                    });
+                }
+            }
+            // Attention over `cols` keys: GQA decode steps, `rows` causal
+            // queries with a window (aligned to the end), and the input as
+            // an additive mask with a softcap at head dim 256.
             self.case("attention[decode,gqa]".into(), d, move |dev| {
                 let (q, k, v) = (
                     rnd(dev, &[1, 8, 1, 128], 31)?,
@@ -571,6 +680,16 @@ impl Runner<'_> {
                     DType::F32,
                     true,
                     move |dev| w2(dev)?.forward(&Tensor::<f32>::rand(&[m, k], -3.0, 3.0, 7, dev)?),
+                );
+                let w2 = w.clone();
+                self.case_scaled(
+                    format!("qlinear_q8[{format}, m={m}]"),
+                    DType::F32,
+                    true,
+                    move |dev| {
+                        let x = Tensor::<f32>::rand(&[m, k], -3.0, 3.0, 7, dev)?;
+                        w2(dev)?.forward_q8::<f32>(&Q8Activations::quantize(&x)?)
+                    },
                 );
                 let w2 = w.clone();
                 self.case_scaled(
