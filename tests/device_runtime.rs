@@ -267,6 +267,19 @@ fn graphs_refuse_host_copies_and_waits_on_gpus() {
         );
         let e = g.run(|| dev.upload(&[1u8, 2]).map(drop)).unwrap_err();
         assert!(matches!(e, HostError::NotRecordable { .. }), "{dev}: {e}");
+        // A panic inside a recording ends it; nothing of it runs.
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = g.run(|| -> Result<(), HostError> {
+                buf.copy_from(&threes)?;
+                panic!("inside a recording")
+            });
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(
+            buf.download().unwrap(),
+            vec![7u32; 64],
+            "{dev}: the copy ran"
+        );
         // The device and the graph work on.
         let a = Tensor::from_slice(&[0.0f32, 1.0], &[2], &dev).unwrap();
         let out = g.run(|| a.exp()).unwrap();

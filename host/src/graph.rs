@@ -108,7 +108,8 @@ impl Graph {
     /// What `f` returns (nothing is launched then); [`Error::NotRecordable`]
     /// when `f` copies from or to the host or waits; the driver's error when
     /// recording, instantiating or launching fails. The device is usable
-    /// after each, and the work `f` queued has not run.
+    /// after each (and after a panic in `f`), and the work `f` queued has
+    /// not run.
     pub fn run<T, E: From<Error>>(
         &mut self,
         f: impl FnOnce() -> std::result::Result<T, E>,
@@ -124,7 +125,13 @@ impl Graph {
         }
         gpu.begin_recording()?;
         turns.set_recording(true);
+        let mut unwinding = Abandon {
+            gpu,
+            turns,
+            armed: true,
+        };
         let out = f();
+        unwinding.armed = false;
         // SAFETY: every buffer the recorded work names is live or back in
         // the cache, whose blocks are only reused by work queued after this
         // launch (the recording thread holds the stream until it returns,
@@ -144,6 +151,24 @@ impl Graph {
             }
         }
         Ok(out)
+    }
+}
+
+/// Ends a recording whose closure unwinds (a panic): the stream records
+/// nothing more, nothing of it runs, and the cache frees again.
+struct Abandon<'a> {
+    gpu: &'a dyn crate::GpuBackend,
+    turns: &'a StreamTurns,
+    armed: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // SAFETY: nothing is launched.
+            let _ = unsafe { self.gpu.end_recording(&mut None, false) };
+            self.turns.set_recording(false);
+        }
     }
 }
 
