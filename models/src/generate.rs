@@ -23,7 +23,7 @@ pub struct GenerationStats {
     /// passes (a GPU runs them asynchronously: when this is most of
     /// `decode`, the steps are bound by the host's launches, not the GPU).
     pub decode_queueing: Duration,
-    /// Decode steps launched as one graph each (see
+    /// Decode steps recorded and launched as graphs (see
     /// [`Generation::record_graphs`]).
     pub decode_graphs: usize,
     /// Why decode steps stopped being recorded as graphs, if they did (the
