@@ -137,17 +137,15 @@ fn time_measures_queued_work() {
     assert!(ms >= 0.0);
 }
 
-/// The GPUs that answer (each its own handle: its own stream), reported
-/// and skipped when none does.
+mod common;
+
+/// The GPUs that answer (shared by this file's tests, as in the other
+/// files: a graph's recording meets other tests' work on the same stream).
 fn gpus() -> Vec<Device> {
-    let mut found = Vec::new();
-    for (name, dev) in [("cuda:0", Device::cuda(0)), ("rocm:0", Device::rocm(0))] {
-        match dev {
-            Ok(d) => found.push(d),
-            Err(e) => eprintln!("skipping {name}: {e}"),
-        }
-    }
-    found
+    common::devices()
+        .into_iter()
+        .filter(Device::is_gpu)
+        .collect()
 }
 
 /// exp(a) * b + 1 in f64, the work the graph tests record.

@@ -157,6 +157,20 @@ impl Inputs {
     }
 }
 
+/// The outcome of a case whose outputs cannot be compared: a failed run
+/// (the device's or the Cpu's), or shapes that differ.
+fn unmatched(
+    got: Result<Vec<usize>>,
+    want: Result<Vec<usize>>,
+) -> (f64, f64, bool, Option<String>) {
+    let why = match (got, want) {
+        (Err(e), _) => e.to_string(),
+        (_, Err(e)) => format!("Cpu: {e}"),
+        (Ok(gs), Ok(ws)) => format!("shape {gs:?} vs Cpu {ws:?}"),
+    };
+    (f64::INFINITY, f64::INFINITY, false, Some(why))
+}
+
 struct Runner<'a> {
     device: &'a Device,
     inputs: Inputs,
@@ -187,7 +201,7 @@ impl Runner<'_> {
         let mut tol = tolerance(R::DTYPE);
         let want = f(&Device::Cpu).and_then(|t| Ok((t.shape().to_vec(), t.to_vec()?)));
         let got = f(self.device).and_then(|t| Ok((t.shape().to_vec(), t.to_vec()?)));
-        let (abs, rel, passed, error) = match (got, want) {
+        let outcome = match (got, want) {
             (Ok((gs, g)), Ok((ws, w))) if gs == ws => {
                 if long_sums {
                     let largest = w.iter().map(|v| v.to_f64().abs()).filter(|v| v.is_finite());
@@ -196,20 +210,14 @@ impl Runner<'_> {
                 let (a, r, p) = compare(&g, &w, tol);
                 (a, r, p, None)
             }
-            (Ok((gs, _)), Ok((ws, _))) => (
-                f64::INFINITY,
-                f64::INFINITY,
-                false,
-                Some(format!("shape {gs:?} vs Cpu {ws:?}")),
-            ),
-            (Err(e), _) => (f64::INFINITY, f64::INFINITY, false, Some(e.to_string())),
-            (_, Err(e)) => (
-                f64::INFINITY,
-                f64::INFINITY,
-                false,
-                Some(format!("Cpu: {e}")),
-            ),
+            (got, want) => unmatched(got.map(|g| g.0), want.map(|w| w.0)),
         };
+        self.record(op, dtype, outcome);
+    }
+
+    /// Adds a case's `(max abs, max rel, passed, error)` to the results.
+    fn record(&mut self, op: String, dtype: DType, outcome: (f64, f64, bool, Option<String>)) {
+        let (max_abs_err, max_rel_err, passed, error) = outcome;
         self.results.push(CaseResult {
             op,
             dtype,
@@ -218,8 +226,8 @@ impl Runner<'_> {
                 "{:?} {}x{}",
                 self.inputs.layout, self.inputs.rows, self.inputs.cols
             ),
-            max_abs_err: abs,
-            max_rel_err: rel,
+            max_abs_err,
+            max_rel_err,
             passed,
             error,
         });
@@ -235,7 +243,7 @@ impl Runner<'_> {
         let tol = tolerance(dtype);
         let want = f(&Device::Cpu).and_then(|q| Ok((q.shape().to_vec(), q.to_host()?)));
         let got = f(self.device).and_then(|q| Ok((q.shape().to_vec(), q.to_host()?)));
-        let (abs, rel, passed, error) = match (got, want) {
+        let outcome = match (got, want) {
             (Ok((gs, (gc, gd))), Ok((ws, (wc, wd)))) if gs == ws && gc.len() == wc.len() => {
                 let (mut abs, mut rel, mut ok, mut flips) = (0.0f64, 0.0f64, true, 0usize);
                 for (g, (&gd, &wd)) in gd.iter().zip(&wd).enumerate() {
@@ -253,33 +261,9 @@ impl Runner<'_> {
                 ok &= flips * 100 <= wc.len();
                 (abs, rel, ok, None)
             }
-            (Ok((gs, _)), Ok((ws, _))) => (
-                f64::INFINITY,
-                f64::INFINITY,
-                false,
-                Some(format!("shape {gs:?} vs Cpu {ws:?}")),
-            ),
-            (Err(e), _) => (f64::INFINITY, f64::INFINITY, false, Some(e.to_string())),
-            (_, Err(e)) => (
-                f64::INFINITY,
-                f64::INFINITY,
-                false,
-                Some(format!("Cpu: {e}")),
-            ),
+            (got, want) => unmatched(got.map(|g| g.0), want.map(|w| w.0)),
         };
-        self.results.push(CaseResult {
-            op,
-            dtype,
-            device: self.device.to_string(),
-            layout: format!(
-                "{:?} {}x{}",
-                self.inputs.layout, self.inputs.rows, self.inputs.cols
-            ),
-            max_abs_err: abs,
-            max_rel_err: rel,
-            passed,
-            error,
-        });
+        self.record(op, dtype, outcome);
     }
 
     fn dtype<T: WithDType>(&mut self) {
