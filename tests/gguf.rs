@@ -236,6 +236,37 @@ fn round_trips_through_the_writer() {
     assert!(w.to_bytes().is_err());
 }
 
+/// A file may ask for any power-of-two alignment up to 2^31. Without
+/// tensors there is no data section to align: the written file is the header
+/// alone (the GGUF fuzzer found a 2 GiB padding written for 40 bytes), and
+/// it reads back as the same metadata. With a tensor the padding is the
+/// format's own: the first tensor sits at the alignment.
+#[test]
+fn a_file_without_tensors_is_not_padded_to_its_alignment() {
+    let mut w = GgufWriter::new();
+    w.metadata("general.alignment", GgufValue::U32(1 << 31));
+    w.metadata("general.name", GgufValue::String("empty".into()));
+    let bytes = w.to_bytes().unwrap();
+    // magic, version, two counts, then two keys with their values
+    let header = 4 + 4 + 8 + 8 + (8 + 17 + 4 + 4) + (8 + 12 + 4 + 8 + 5);
+    assert_eq!(bytes.len(), header);
+    let g = Gguf::from_bytes(bytes.clone()).unwrap();
+    assert_eq!((g.alignment(), g.tensors().len()), (1 << 31, 0));
+    assert_eq!(
+        g.get("general.name"),
+        Some(&GgufValue::String("empty".into()))
+    );
+
+    let mut w = GgufWriter::new();
+    w.metadata("general.alignment", GgufValue::U32(4096));
+    w.raw("x", &[32], GgmlType::Quant(QuantFormat::Q8_0), vec![7; 34])
+        .unwrap();
+    let bytes = w.to_bytes().unwrap();
+    assert_eq!(bytes.len(), 4096 + 4096);
+    let g = Gguf::from_bytes(bytes).unwrap();
+    assert_eq!(g.tensor_bytes("x").unwrap(), &[7u8; 34][..]);
+}
+
 /// The error of parsing `bytes`: must be `Error::Gguf`; returns its text.
 fn refused(bytes: Vec<u8>) -> String {
     match Gguf::from_bytes(bytes) {

@@ -946,7 +946,12 @@ impl GgufWriter {
             out.extend(offset.to_le_bytes());
             offset = pad(offset + data.len() as u64);
         }
-        out.resize(pad(out.len() as u64) as usize, 0);
+        // The data section starts aligned; a file without tensors has none,
+        // and is not padded (the reader, like GGML's, seeks only when there
+        // are tensors; `general.alignment` may be up to 2^31).
+        if !self.tensors.is_empty() {
+            out.resize(pad(out.len() as u64) as usize, 0);
+        }
         for (_, _, _, data) in &self.tensors {
             out.extend(data);
             out.resize(pad(out.len() as u64) as usize, 0);
