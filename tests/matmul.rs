@@ -443,6 +443,164 @@ fn linear_with_bias_and_every_activation() {
     }
 }
 
+/// The gated unit fused into the product: `linear_glu` against the f64
+/// reference `act(gate) * up` (each half an f64 sum; the tolerance carries
+/// the halves' f32 sums and their rounding to `T` through the gate), and
+/// bit for bit against the composition `linear` then `glu_halves` on the
+/// same device (a different kernel pair on a GPU or the emulator).
+fn linear_glu_case<T: WithDType>(dev: &Device) {
+    // Rows 1 and 2 (the fused kernels: `gemv_glu1`, `gemv_glu2`), 3 and 9
+    // (the composition); k in 16-byte words and not; x a view narrowed out
+    // of wider rows; the weight stored transposed (the composition again).
+    let cases: [(&[usize], usize, usize, bool, bool); 7] = [
+        (&[1], 32, 37, false, false),
+        (&[2], 9, 11, false, false),
+        (&[1, 2], 16, 20, false, false),
+        (&[3], 16, 7, false, false),
+        (&[9], 16, 6, false, false),
+        (&[2], 24, 5, true, false),
+        (&[2], 8, 3, false, true),
+    ];
+    for (i, &(lead, k, d, narrow_x, w_transposed)) in cases.iter().enumerate() {
+        let rows: usize = lead.iter().product();
+        let vx = values::<T>(rows * (k + 3), 80 + i as u64);
+        let vw = values::<T>(2 * d * k, 90 + i as u64);
+        let mut wide = lead.to_vec();
+        wide.push(k + 3);
+        let xw = Tensor::from_slice(&vx, &wide, dev).unwrap();
+        let x = if narrow_x {
+            xw.narrow(lead.len(), 2, k).unwrap()
+        } else {
+            let mut shape = lead.to_vec();
+            shape.push(k);
+            Tensor::from_slice(&vx[..rows * k], &shape, dev).unwrap()
+        };
+        let xv = |r: usize, p: usize| -> f64 {
+            if narrow_x {
+                vx[r * (k + 3) + 2 + p].to_f64()
+            } else {
+                vx[r * k + p].to_f64()
+            }
+        };
+        let w = if w_transposed {
+            let t: Vec<T> = (0..k)
+                .flat_map(|p| (0..2 * d).map(move |j| (p, j)))
+                .map(|(p, j)| vw[j * k + p])
+                .collect();
+            Tensor::from_slice(&t, &[k, 2 * d], dev)
+                .unwrap()
+                .transpose(0, 1)
+                .unwrap()
+        } else {
+            Tensor::from_slice(&vw, &[2 * d, k], dev).unwrap()
+        };
+        let dot = |r: usize, j: usize| -> (f64, f64) {
+            (0..k).fold((0.0, 0.0), |(s, m), p| {
+                let t = xv(r, p) * vw[j * k + p].to_f64();
+                (s + t, m + t.abs())
+            })
+        };
+        for act in [
+            Activation::Relu,
+            Activation::Gelu,
+            Activation::GeluErf,
+            Activation::Silu,
+        ] {
+            let y = x.linear_glu(&w, act).unwrap();
+            let mut want_shape = lead.to_vec();
+            want_shape.push(d);
+            assert_eq!(y.shape(), &want_shape[..]);
+            let got = y.to_vec().unwrap();
+            let what = format!("linear_glu {lead:?}x{k}->{d} {act:?} case {i}");
+            for r in 0..rows {
+                for j in 0..d {
+                    let ((g, gm), (u, um)) = (dot(r, j), dot(r, d + j));
+                    let err = |v: f64, mag: f64| {
+                        2.0 * (k as f64 + 2.0) * mag / (1u64 << 23) as f64
+                            + out_eps::<T>() * v.abs()
+                    };
+                    let a = act_ref(g, Some(act));
+                    let v = a * u;
+                    let tol = 1.2 * err(g, gm) * (u.abs() + err(u, um))
+                        + a.abs() * err(u, um)
+                        + 1.5 * out_eps::<T>() * v.abs()
+                        + 1e-6 * (1.0 + v.abs());
+                    let e = got[r * d + j].to_f64();
+                    assert!(
+                        (e - v).abs() <= tol,
+                        "{what} on {dev} ({:?}): [{r}, {j}] = {e}, want {v} (tol {tol})",
+                        T::DTYPE
+                    );
+                }
+            }
+            let composed = x
+                .linear(&w, None, None)
+                .unwrap()
+                .glu_halves(act)
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            for (e, (a, b)) in got.iter().zip(&composed).enumerate() {
+                assert!(
+                    a.to_f64().to_bits() == b.to_f64().to_bits(),
+                    "{what} on {dev} ({:?}): element {e} fused {a:?}, composed {b:?}",
+                    T::DTYPE
+                );
+            }
+        }
+    }
+    // A NaN in a row of x makes that row NaN; an inf gate with a zero up
+    // is NaN too (silu(inf) * 0); the other row is untouched.
+    let k = 16;
+    let mut vx = vec![T::from_f64(0.5); 2 * k];
+    vx[3] = T::from_f64(f64::NAN);
+    let x = Tensor::from_slice(&vx, &[2, k], dev).unwrap();
+    let mut vw = vec![T::from_f64(0.25); 4 * k];
+    vw[k] = T::from_f64(f64::INFINITY); // gate row 1
+    vw[3 * k..].iter_mut().for_each(|v| *v = T::from_f64(0.0)); // up row 1
+    let w = Tensor::from_slice(&vw, &[4, k], dev).unwrap();
+    let y = f64s(
+        &x.linear_glu(&w, Activation::Silu)
+            .unwrap()
+            .to_vec()
+            .unwrap(),
+    );
+    assert!(y[0].is_nan() && y[1].is_nan(), "NaN row on {dev}: {y:?}");
+    let g = 0.5 * 0.25 * k as f64;
+    let want = T::from_f64(g / (1.0 + (-g).exp())).to_f64() * g;
+    assert!(
+        (y[2] - want).abs() <= 4.0 * out_eps::<T>() * want,
+        "clean row on {dev}: {y:?}"
+    );
+    assert!(y[3].is_nan(), "inf * 0 on {dev}: {y:?}");
+}
+
+#[test]
+fn linear_glu_fuses_the_gated_unit() {
+    for dev in devices() {
+        every_float!(linear_glu_case, &dev);
+    }
+    // An odd number of weight rows, a mismatched inner dim: typed errors
+    // naming the op and the shapes.
+    let x = Tensor::<f32>::zeros(&[1, 4], &Device::Cpu).unwrap();
+    let odd = Tensor::<f32>::zeros(&[3, 4], &Device::Cpu).unwrap();
+    match x.linear_glu(&odd, Activation::Silu) {
+        Err(Error::BadParameter { op, what }) => {
+            assert_eq!(op, "linear_glu");
+            assert!(what.contains("[3, 4]"), "{what}");
+        }
+        other => panic!("odd rows: {other:?}"),
+    }
+    let wide = Tensor::<f32>::zeros(&[4, 5], &Device::Cpu).unwrap();
+    assert!(matches!(
+        x.linear_glu(&wide, Activation::Silu),
+        Err(Error::ShapeMismatch {
+            op: "linear_glu",
+            ..
+        })
+    ));
+}
+
 fn special_values_case<T: WithDType>(dev: &Device) {
     // NaN in a row of A makes that row NaN; inf times 0 is NaN; an inf with
     // finite partners stays inf; the other rows are untouched. Both kernels.

@@ -826,13 +826,19 @@ impl<T: WithDType> Llama<T> {
         };
         let act = match &b.gate_up {
             // One [t, 2 ffn] product: the gate and up halves read in place.
-            Stacked::One(w, _) => {
-                let y = project(w, &normed)?;
-                match q8(t, &[&b.down]) {
-                    true => Input::Q8(y.glu_halves_q8(Activation::Silu)?),
-                    false => Input::Dense(y.glu_halves(Activation::Silu)?),
+            Stacked::One(w, _) => match (w, &normed, q8(t, &[&b.down])) {
+                // Dense: the gated unit fused into the product (decode).
+                (Weight::Dense(w), Input::Dense(x), false) => {
+                    Input::Dense(x.linear_glu(w, Activation::Silu)?)
                 }
-            }
+                (w, normed, down_q8) => {
+                    let y = project(w, normed)?;
+                    match down_q8 {
+                        true => Input::Q8(y.glu_halves_q8(Activation::Silu)?),
+                        false => Input::Dense(y.glu_halves(Activation::Silu)?),
+                    }
+                }
+            },
             Stacked::Parts(ws) => {
                 Input::Dense(project(&ws[0], &normed)?.swiglu(&project(&ws[1], &normed)?)?)
             }

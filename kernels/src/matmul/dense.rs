@@ -10,6 +10,9 @@
 //!   a linear layer): one wave per output column, each weight element read
 //!   once, 16-byte loads when rows allow them, wave reductions. The kernel of
 //!   matrix-vector products and of decode-time `linear`: bandwidth-bound.
+//! - `gemv_glu{R}_{dtype}`: the same pass over a stacked gate-up weight
+//!   (`2n` rows, the gate's then up's) storing the gated unit of each gate
+//!   row and its up row (`linear_glu`), for up to [`GEMV_GLU_MAX_M`] rows.
 //!
 //! Operand `(i, j)` of a matrix sits at `i * rs + j * cs` (element strides,
 //! any of them zero or one), so transposed and permuted views run in place;
@@ -28,6 +31,7 @@ pub use crate::elementwise::unary::{
 };
 use crate::kernels;
 use crate::math;
+use crate::nn::glu::glu_apply;
 use crate::unroll4;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
@@ -54,6 +58,8 @@ pub const GEMM_LDS_BYTES: u32 = 2 * GEMM_BK * GEMM_PITCH * 4;
 pub const GEMV_MAX_M: u32 = 8;
 /// Workitems per GEMV workgroup (one wave per output column).
 pub const GEMV_BLOCK: u32 = 256;
+/// Most rows of X the fused gated-unit GEMV (`gemv_glu{R}_{dtype}`) takes.
+pub const GEMV_GLU_MAX_M: u32 = 2;
 
 /// A float element the matrix kernels take: how many fit in a 16-byte word
 /// and the dot product of two words (written out element by element: a
@@ -114,21 +120,11 @@ fn halves(word: u32, bf16: bool) -> (f32, f32) {
             f32::from_bits(word & 0xffff_0000),
         )
     } else {
-        (f16_to_f32(word as u16), f16_to_f32((word >> 16) as u16))
+        (
+            f16_bits_to_f32_cvt(word as u16),
+            f16_bits_to_f32_cvt((word >> 16) as u16),
+        )
     }
-}
-
-/// f16 bits to f32: the GPU's conversion instruction on a GPU (the
-/// software conversion of [`F16::to_f32`] is a dozen instructions, too many
-/// for the GEMV's unrolled loop), the same value in the emulator. NaN stays
-/// NaN (a signalling NaN's payload may come back quieted on a GPU).
-#[amdgpu_device]
-#[inline(always)]
-fn f16_to_f32(h: u16) -> f32 {
-    #[cfg(ferrocm_device)]
-    return f16::from_bits(h) as f32;
-    #[cfg(not(ferrocm_device))]
-    return F16(h).to_f32();
 }
 
 /// The 8 halves of a word as f32, in order.
@@ -182,7 +178,7 @@ impl MatElem for F16 {
     const PER_WORD: u32 = 8;
     #[inline(always)]
     fn widen(self) -> f32 {
-        f16_to_f32(self.0)
+        f16_bits_to_f32_cvt(self.0)
     }
     #[inline(always)]
     fn unpack(w: W128) -> [f32; 8] {
@@ -806,10 +802,14 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
 /// which find the weight row in the cache (a wave's row is a few KiB), so
 /// memory still delivers each weight once. Rows of a pass past `m` re-read
 /// row `m - 1` (the loop has no conditions) and are not stored.
+///
+/// `GLU`: `w` holds `2n` rows; column `j` is [`glu_apply`] (activation
+/// `act`) of the sums of rows `j` and `n + j`, each rounded to `T` first
+/// (bit for bit the product stored, then `glu_halves`); `bias` must be null.
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub fn gemv_body<T: MatElem, const R: usize>(
+pub fn gemv_body<T: MatElem, const R: usize, const GLU: bool>(
     y: *mut T,
     w: *const T,
     x: *const T,
@@ -836,7 +836,6 @@ pub fn gemv_body<T: MatElem, const R: usize>(
         let yz = y.wrapping_add((z as u64 * m as u64 * n as u64) as usize);
         let mut col = workgroup_id_x() * waves + wave_id();
         while col < n {
-            let wrow = col * w_rs;
             let b = if bias.is_null() {
                 0.0
             } else {
@@ -849,61 +848,80 @@ pub fn gemv_body<T: MatElem, const R: usize>(
                 unroll4!(r < R => {
                     xrow[r] = Ord::min(m0 + r as u32, last) * x_rs;
                 });
-                let mut acc = [0.0f32; R];
-                if words {
-                    let kw = k / T::PER_WORD;
-                    let (ww, xw) = (wz as *const W128, xz as *const W128);
-                    let mut i = lane;
-                    while i + (unroll - 1) * wave < kw {
-                        let w0 = unsafe { load(ww, (wrow + i) as usize) };
-                        let w1 = unsafe { load(ww, (wrow + i + wave) as usize) };
-                        let (w2, w3) = if unroll == 4 {
-                            unsafe {
-                                (
-                                    load(ww, (wrow + i + 2 * wave) as usize),
-                                    load(ww, (wrow + i + 3 * wave) as usize),
-                                )
-                            }
-                        } else {
-                            (w0, w0)
-                        };
-                        unroll4!(r < R => {
-                            let xr = xrow[r] + i;
-                            let mut a = acc[r];
-                            a = T::dot_word(w0, unsafe { load(xw, xr as usize) }, a);
-                            a = T::dot_word(w1, unsafe { load(xw, (xr + wave) as usize) }, a);
-                            if unroll == 4 {
-                                a = T::dot_word(w2, unsafe { load(xw, (xr + 2 * wave) as usize) }, a);
-                                a = T::dot_word(w3, unsafe { load(xw, (xr + 3 * wave) as usize) }, a);
-                            }
-                            acc[r] = a;
-                        });
-                        i += unroll * wave;
+                let mut gate = [T::ZERO; R];
+                let mut wrow = col * w_rs;
+                // With GLU the gate row's pass, then up's, which stores.
+                let mut gate_pass = GLU;
+                loop {
+                    let mut acc = [0.0f32; R];
+                    if words {
+                        let kw = k / T::PER_WORD;
+                        let (ww, xw) = (wz as *const W128, xz as *const W128);
+                        let mut i = lane;
+                        while i + (unroll - 1) * wave < kw {
+                            let w0 = unsafe { load(ww, (wrow + i) as usize) };
+                            let w1 = unsafe { load(ww, (wrow + i + wave) as usize) };
+                            let (w2, w3) = if unroll == 4 {
+                                unsafe {
+                                    (
+                                        load(ww, (wrow + i + 2 * wave) as usize),
+                                        load(ww, (wrow + i + 3 * wave) as usize),
+                                    )
+                                }
+                            } else {
+                                (w0, w0)
+                            };
+                            unroll4!(r < R => {
+                                let xr = xrow[r] + i;
+                                let mut a = acc[r];
+                                a = T::dot_word(w0, unsafe { load(xw, xr as usize) }, a);
+                                a = T::dot_word(w1, unsafe { load(xw, (xr + wave) as usize) }, a);
+                                if unroll == 4 {
+                                    a = T::dot_word(w2, unsafe { load(xw, (xr + 2 * wave) as usize) }, a);
+                                    a = T::dot_word(w3, unsafe { load(xw, (xr + 3 * wave) as usize) }, a);
+                                }
+                                acc[r] = a;
+                            });
+                            i += unroll * wave;
+                        }
+                        while i < kw {
+                            let w0 = unsafe { load(ww, (wrow + i) as usize) };
+                            unroll4!(r < R => {
+                                acc[r] = T::dot_word(w0, unsafe { load(xw, (xrow[r] + i) as usize) }, acc[r]);
+                            });
+                            i += wave;
+                        }
+                    } else {
+                        let mut i = lane;
+                        while i < k {
+                            let wv = unsafe { load(wz, (wrow + i) as usize) }.widen();
+                            unroll4!(r < R => {
+                                acc[r] = math::fma(wv, unsafe { load(xz, (xrow[r] + i) as usize) }.widen(), acc[r]);
+                            });
+                            i += wave;
+                        }
                     }
-                    while i < kw {
-                        let w0 = unsafe { load(ww, (wrow + i) as usize) };
+                    if gate_pass {
                         unroll4!(r < R => {
-                            acc[r] = T::dot_word(w0, unsafe { load(xw, (xrow[r] + i) as usize) }, acc[r]);
+                            gate[r] = T::from_f32(wave_sum_f32(acc[r]) + b);
                         });
-                        i += wave;
+                        wrow += n * w_rs;
+                        gate_pass = false;
+                        continue;
                     }
-                } else {
-                    let mut i = lane;
-                    while i < k {
-                        let wv = unsafe { load(wz, (wrow + i) as usize) }.widen();
-                        unroll4!(r < R => {
-                            acc[r] = math::fma(wv, unsafe { load(xz, (xrow[r] + i) as usize) }.widen(), acc[r]);
-                        });
-                        i += wave;
-                    }
+                    unroll4!(r < R => {
+                        let s = wave_sum_f32(acc[r]) + b;
+                        let row = m0 + r as u32;
+                        if lane == 0 && row < m {
+                            let v = match GLU {
+                                true => glu_apply(gate[r], T::from_f32(s), act),
+                                false => T::from_f32(activation(s, act)),
+                            };
+                            unsafe { store(yz, (row * n + col) as usize, v) };
+                        }
+                    });
+                    break;
                 }
-                unroll4!(r < R => {
-                    let s = wave_sum_f32(acc[r]);
-                    let row = m0 + r as u32;
-                    if lane == 0 && row < m {
-                        unsafe { store(yz, (row * n + col) as usize, T::from_f32(activation(s + b, act))) };
-                    }
-                });
                 m0 += R as u32;
             }
             col += num_workgroups_x() * waves;
@@ -1020,6 +1038,8 @@ pub trait MatmulKernels: Sized + 'static {
     /// `gemv{R}_{T}` for R = 1, 2, 4 rows per pass (any `m` up to
     /// [`GEMV_MAX_M`]; `gemv4` takes two passes past 4 rows).
     const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]>;
+    /// `gemv_glu{R}_{T}` for R = 1, 2 (`m` up to [`GEMV_GLU_MAX_M`]).
+    const GEMV_GLU: Option<[KernelRef<GemvArgs<Self>>; 2]>;
     /// `epilogue_{T}`.
     const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>>;
     /// `gemm_mma_{T}` (the 16-bit floats: the matrix units take f16 and
@@ -1028,7 +1048,7 @@ pub trait MatmulKernels: Sized + 'static {
 }
 
 macro_rules! matmul_kernels {
-    ($($t:ty => $gemm:ident, $epilogue:ident, [$($gemv:ident: $rows:literal),*], $mma:expr;)*) => {
+    ($($t:ty => $gemm:ident, $epilogue:ident, [$($gemv:ident: $rows:literal),*], [$($glu:ident: $grows:literal),*], $mma:expr;)*) => {
         kernels! { $(
             fn $epilogue(out: *mut $t, sums: *const f32, bias: *const $t, rows: u64, n: u32, act: u32) {
                 epilogue_body::<$t>(out, sums, bias, rows, n, act)
@@ -1040,7 +1060,13 @@ macro_rules! matmul_kernels {
             $(
             fn $gemv(y: *mut $t, w: *const $t, x: *const $t, bias: *const $t, n: u32, k: u32, m: u32, batch: u32,
                      w_rs: u32, w_bs: u64, x_rs: u32, x_bs: u64, act: u32, words: u32) {
-                gemv_body::<$t, $rows>(y, w, x, bias, (n, k, m, batch), (w_rs, w_bs, x_rs, x_bs), act, words != 0)
+                gemv_body::<$t, $rows, false>(y, w, x, bias, (n, k, m, batch), (w_rs, w_bs, x_rs, x_bs), act, words != 0)
+            }
+            )*
+            $(
+            fn $glu(y: *mut $t, w: *const $t, x: *const $t, bias: *const $t, n: u32, k: u32, m: u32, batch: u32,
+                    w_rs: u32, w_bs: u64, x_rs: u32, x_bs: u64, act: u32, words: u32) {
+                gemv_body::<$t, $grows, true>(y, w, x, bias, (n, k, m, batch), (w_rs, w_bs, x_rs, x_bs), act, words != 0)
             }
             )*
         )* }
@@ -1050,6 +1076,7 @@ macro_rules! matmul_kernels {
             impl MatmulKernels for $t {
                 const GEMM: Option<KernelRef<GemmArgs<Self>>> = Some(KernelRef::of::<$gemm>());
                 const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]> = Some([$(KernelRef::of::<$gemv>()),*]);
+                const GEMV_GLU: Option<[KernelRef<GemvArgs<Self>>; 2]> = Some([$(KernelRef::of::<$glu>()),*]);
                 const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = Some(KernelRef::of::<$epilogue>());
                 const GEMM_MMA: Option<KernelRef<GemmMmaArgs<Self>>> = $mma;
             }
@@ -1058,9 +1085,9 @@ macro_rules! matmul_kernels {
 }
 
 matmul_kernels! {
-    f32 => gemm_f32, epilogue_f32, [gemv1_f32: 1, gemv2_f32: 2, gemv4_f32: 4], None;
-    F16 => gemm_f16, epilogue_f16, [gemv1_f16: 1, gemv2_f16: 2, gemv4_f16: 4], Some(KernelRef::of::<gemm_mma_f16>());
-    Bf16 => gemm_bf16, epilogue_bf16, [gemv1_bf16: 1, gemv2_bf16: 2, gemv4_bf16: 4], Some(KernelRef::of::<gemm_mma_bf16>());
+    f32 => gemm_f32, epilogue_f32, [gemv1_f32: 1, gemv2_f32: 2, gemv4_f32: 4], [gemv_glu1_f32: 1, gemv_glu2_f32: 2], None;
+    F16 => gemm_f16, epilogue_f16, [gemv1_f16: 1, gemv2_f16: 2, gemv4_f16: 4], [gemv_glu1_f16: 1, gemv_glu2_f16: 2], Some(KernelRef::of::<gemm_mma_f16>());
+    Bf16 => gemm_bf16, epilogue_bf16, [gemv1_bf16: 1, gemv2_bf16: 2, gemv4_bf16: 4], [gemv_glu1_bf16: 1, gemv_glu2_bf16: 2], Some(KernelRef::of::<gemm_mma_bf16>());
 }
 
 #[cfg(not(ferrocm_device))]
@@ -1069,6 +1096,7 @@ macro_rules! no_matmul {
         impl MatmulKernels for $t {
             const GEMM: Option<KernelRef<GemmArgs<Self>>> = None;
             const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]> = None;
+            const GEMV_GLU: Option<[KernelRef<GemvArgs<Self>>; 2]> = None;
             const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = None;
             const GEMM_MMA: Option<KernelRef<GemmMmaArgs<Self>>> = None;
         }

@@ -31,8 +31,8 @@ use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::matmul::{
     ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, GEMM_BLOCK, GEMM_BM, GEMM_BN,
-    GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_MAX_M, MMA_A_WORDS, MMA_B_WORDS, MMA_BLOCK, MMA_BM, MMA_BN,
-    MMA_LDS_BYTES, MMA_T_TILES, MatmulKernels, activation,
+    GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_GLU_MAX_M, GEMV_MAX_M, MMA_A_WORDS, MMA_B_WORDS, MMA_BLOCK,
+    MMA_BM, MMA_BN, MMA_LDS_BYTES, MMA_T_TILES, MatmulKernels, activation,
 };
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -122,7 +122,15 @@ impl<T: WithDType> Tensor<T> {
             1 => rhs.reshape(&[rhs.shape()[0], 1])?,
             _ => rhs.clone(),
         };
-        let out = product(OP, (self.shape(), rhs.shape()), &a, &b, None, ACT_NONE)?;
+        let out = product(
+            OP,
+            (self.shape(), rhs.shape()),
+            &a,
+            &b,
+            None,
+            ACT_NONE,
+            None,
+        )?;
         let mut shape = out.shape().to_vec();
         if rhs.rank() == 1 {
             shape.pop();
@@ -168,6 +176,7 @@ impl<T: WithDType> Tensor<T> {
             &v.reshape(&col)?,
             None,
             ACT_NONE,
+            None,
         )?;
         let mut shape = out.shape().to_vec();
         shape.pop();
@@ -221,6 +230,74 @@ impl<T: WithDType> Tensor<T> {
             &w.transpose(0, 1)?,
             bias,
             Activation::code(act),
+            None,
+        )?;
+        let mut shape = lead.to_vec();
+        shape.push(out);
+        y.reshape(&shape)
+    }
+
+    /// The gated unit of a stacked gate-up projection: `w` `[2d, in]` holds
+    /// the gate's `d` rows and then up's; the result `[.., d]` is
+    /// `act(gate) * up` with `gate`, `up` the two halves of `self · wᵀ`, each
+    /// rounded to `T` first: bit for bit
+    /// `self.linear(w, None, None)?.glu_halves(act)`. With a few rows
+    /// (one or two: decode) on a GPU or the emulator it is one pass of the
+    /// matrix-vector kernel, which reads a gate row and its up row and
+    /// stores the product (no `[.., 2d]` tensor, one launch less);
+    /// otherwise it is that composition.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Activation, Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0], &[1, 2], &Device::Cpu)?;
+    /// // gate rows [1, 0] and [0, 1]; up rows [1, 1] and [2, 0]
+    /// let w = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 0.0], &[4, 2], &Device::Cpu)?;
+    /// let y = x.linear_glu(&w, Activation::Relu)?;
+    /// assert_eq!(y.to_vec()?, vec![3.0, 4.0]); // relu(1) * 3, relu(2) * 2
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadParameter`] when `w` has an odd number of rows;
+    /// otherwise as [`Tensor::linear`].
+    pub fn linear_glu(&self, w: &Self, act: Activation) -> Result<Self> {
+        const OP: &str = "linear_glu";
+        if w.rank() != 2 || self.rank() == 0 || self.shape()[self.rank() - 1] != w.shape()[1] {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                lhs: self.shape().to_vec(),
+                rhs: w.shape().to_vec(),
+            });
+        }
+        if !w.shape()[0].is_multiple_of(2) {
+            return Err(Error::BadParameter {
+                op: OP,
+                what: format!(
+                    "the weight's rows must be even (gate and up halves), shape {:?}",
+                    w.shape()
+                ),
+            });
+        }
+        let (inner, out) = (w.shape()[1], w.shape()[0] / 2);
+        let lead = &self.shape()[..self.rank() - 1];
+        let rows: usize = lead.iter().product();
+        // The fused pass is the matrix-vector kernel's: a few rows, the
+        // weight's rows contiguous (else the product, then the gated unit).
+        let gemv = rows <= GEMV_GLU_MAX_M as usize
+            && (w.layout().strides()[1] == 1 || inner <= 1)
+            && self.device().runs_kernels();
+        if !gemv {
+            return self.linear(w, None, None)?.glu_halves(act);
+        }
+        let x = self.reshape(&[rows, inner])?;
+        let y = product(
+            OP,
+            (self.shape(), w.shape()),
+            &x,
+            &w.transpose(0, 1)?,
+            None,
+            ACT_NONE,
+            Some(act),
         )?;
         let mut shape = lead.to_vec();
         shape.push(out);
@@ -305,6 +382,7 @@ fn product<T: WithDType>(
     b: &Tensor<T>,
     bias: Option<&Tensor<T>>,
     act: u32,
+    glu: Option<Activation>,
 ) -> Result<Tensor<T>> {
     if !T::DTYPE.is_float() {
         return Err(Error::UnsupportedDType {
@@ -332,7 +410,8 @@ fn product<T: WithDType>(
             }
         })?;
     let mut out_shape = batch_shape.clone();
-    out_shape.extend([m, n]);
+    // With the gated unit fused, half the product's columns.
+    out_shape.extend([m, if glu.is_some() { n / 2 } else { n }]);
     checked_count(op, &out_shape, size_of::<T>())?;
     let batch: usize = batch_shape.iter().product();
     // Past u32: the kernels count rows, columns, the inner dim and batches
@@ -357,7 +436,7 @@ fn product<T: WithDType>(
         });
     }
     let dev = a.device();
-    let out = dev.alloc::<T>(batch * m * n)?;
+    let out = dev.alloc::<T>(batch * m * out_shape[out_shape.len() - 1])?;
     if out.is_empty() {
         return Ok(Tensor::from_parts(out, &out_shape));
     }
@@ -414,6 +493,16 @@ fn product<T: WithDType>(
             bs: if plan.batch == 1 { 0 } else { plan.m * plan.k },
         };
     }
+    // The fused gated unit runs in the matrix-vector kernel only (the
+    // caller picks it for those shapes; anything else composes).
+    if let Some(g) = glu
+        && !(plan.is_gemv()
+            && plan.batch == 1
+            && plan.m <= GEMV_GLU_MAX_M as usize
+            && dev.runs_kernels())
+    {
+        return product(op, shown, a, b, bias, act, None)?.glu_halves(g);
+    }
     let bias = bias.map(|b| b.contiguous()).transpose()?;
     let op = Matmul {
         op,
@@ -422,7 +511,11 @@ fn product<T: WithDType>(
         b: &bv,
         bias: bias.as_ref(),
         plan,
-        act,
+        act: match glu {
+            Some(g) => Activation::code(Some(g)),
+            None => act,
+        },
+        glu: glu.is_some(),
         out,
     };
     Ok(Tensor::from_parts(engine::run(dev, op)?, &out_shape))
@@ -535,7 +628,11 @@ struct Matmul<'a, T: WithDType> {
     b: &'a Tensor<T>,
     bias: Option<&'a Tensor<T>>,
     plan: Plan,
+    /// The activation code (with `glu`, the gated unit's).
     act: u32,
+    /// The gated unit of the two halves of the columns, fused
+    /// (`gemv_glu`: `out` has half the plan's columns).
+    glu: bool,
     out: DeviceBuffer<T>,
 }
 
@@ -674,6 +771,8 @@ impl<T: WithDType> Op for Matmul<'_, T> {
     type Output = DeviceBuffer<T>;
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        // `product` takes the fused gated unit only where kernels run.
+        debug_assert!(!self.glu);
         let p = self.plan;
         let (a, b) = (host_view(self.a), host_view(self.b));
         let bias: Option<Vec<f32>> = self.bias.map(|t| {
@@ -834,7 +933,14 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                 dtype: T::DTYPE,
             })?;
             // One pass of 1, 2 or 4 rows that covers m, else passes of 4.
-            let gemv = gemv[(p.m.max(1).next_power_of_two().trailing_zeros() as usize).min(2)];
+            let mut gemv = gemv[(p.m.max(1).next_power_of_two().trailing_zeros() as usize).min(2)];
+            if self.glu {
+                let glu = T::Kernel::GEMV_GLU.ok_or(Error::UnsupportedDType {
+                    op: self.op,
+                    dtype: T::DTYPE,
+                })?;
+                gemv = glu[p.m.clamp(1, 2) - 1];
+            }
             // 16-byte words when every row starts on a word boundary.
             let per_word = 16 / size_of::<T>();
             let words = [p.k, p.b.cs, p.b.bs, self.b.layout().offset()]
@@ -850,10 +956,12 @@ impl<T: WithDType> Op for Matmul<'_, T> {
             let resident = dev.gpu_info().map_or(usize::MAX, |i| {
                 i.compute_units as usize * 2048 / GEMV_BLOCK as usize
             });
-            let groups =
-                p.n.div_ceil(waves as usize)
-                    .min(1 << 20)
-                    .min(resident.max(1)) as u32;
+            // The gated unit's output: half the weight's rows.
+            let n_out = if self.glu { p.n / 2 } else { p.n };
+            let groups = n_out
+                .div_ceil(waves as usize)
+                .min(1 << 20)
+                .min(resident.max(1)) as u32;
             let cfg = LaunchConfig {
                 grid: [groups, grid_y, 1],
                 block: [GEMV_BLOCK, 1, 1],
@@ -869,7 +977,7 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                     self.b.input(),
                     self.a.input(),
                     bias,
-                    u32_of(p.n),
+                    u32_of(n_out),
                     u32_of(p.k),
                     u32_of(p.m),
                     u32_of(p.batch),
@@ -1036,5 +1144,17 @@ impl crate::DynTensor {
             let bias = bias.map(|b| b.typed()).transpose()?;
             Ok(t.linear(&w.typed()?, bias.as_ref(), act)?.into())
         })
+    }
+
+    /// [`Tensor::linear_glu`] for a dtype known at run time.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as
+    /// [`Tensor::linear_glu`].
+    pub fn linear_glu(&self, w: &Self, act: Activation) -> Result<Self> {
+        self.same_dtype("linear_glu", w)?;
+        crate::core::dyn_tensor::with_dtype!(self, "linear_glu", |t| Ok(t
+            .linear_glu(&w.typed()?, act)?
+            .into()))
     }
 }
