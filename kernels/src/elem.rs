@@ -2,14 +2,15 @@
 //!
 //! f16 and bf16 are stored as their bit patterns ([`F16`], [`Bf16`], the same
 //! layout as `half::f16` / `half::bf16`) and computed in f32. The conversions
-//! round to nearest even and keep NaNs NaN. They are written out here (sign
-//! and top payload bits kept, quieted), except f16 on NVIDIA, which converts
-//! with `cvt` (the same values; a NaN's payload may differ): the written-out
-//! form is thirty instructions and branches, which made every f16 kernel
-//! slower than its bf16 twin (`add_rms_norm_f16` 10.9 us against 4.95 us
-//! with `cvt`, for one 4096-row on the H100). AMD's `v_cvt_f32_f16` would
-//! do the same there, but tipped `qmatvec4_q4_k_*` on gfx90a into spills:
-//! AMD keeps the written-out form until that kernel has room.
+//! round to nearest even and keep NaNs NaN. On a GPU f16 converts with the
+//! target's instruction (`cvt` on NVIDIA, `v_cvt_f32_f16`/`v_cvt_f16_f32` on
+//! AMD: the same values; a NaN's payload may differ); in the emulator and on
+//! the host the conversions are written out here (sign and top payload bits
+//! kept, quieted). The written-out form is thirty instructions and branches
+//! a value, which made every f16 kernel slower than its bf16 twin on the
+//! H100 (`add_rms_norm_f16` 10.9 us against 4.95 us with `cvt`, for one
+//! 4096-row). [`f16_bits_to_f32_written`] stays available to a kernel whose
+//! registers need it (Q4_K's scales on AMD).
 
 use rocm_kernel_macros::amdgpu_device;
 
@@ -34,30 +35,24 @@ pub struct Bf16(pub u16);
 #[amdgpu_device]
 #[inline(always)]
 pub fn f16_bits_to_f32(h: u16) -> f32 {
-    #[cfg(ferrocm_nvptx)]
-    return f16::from_bits(h) as f32;
-    #[cfg(not(ferrocm_nvptx))]
-    return f16_bits_to_f32_written(h);
-}
-
-/// f16 bits to f32 by the conversion instruction on every GPU, AMD included
-/// (written out in the emulator), for kernels whose registers on every arch
-/// were checked to allow it (the GEMV: a dozen instructions per element was
-/// too many for its unrolled loop). NaN stays NaN.
-#[amdgpu_device]
-#[inline(always)]
-pub fn f16_bits_to_f32_cvt(h: u16) -> f32 {
     #[cfg(ferrocm_device)]
     return f16::from_bits(h) as f32;
     #[cfg(not(ferrocm_device))]
     return f16_bits_to_f32_written(h);
 }
 
-/// [`f16_bits_to_f32`] written out (the emulator's, the host's and AMD's).
+/// [`f16_bits_to_f32`] written out: the emulator's and the host's, and on a
+/// GPU a kernel's whose registers cannot take the instruction's schedule
+/// (`qmatvec4_q4_k_*` spilled on gfx90a with it).
+///
+/// ```
+/// use ferrocm_kernels::elem::f16_bits_to_f32_written;
+/// assert_eq!(f16_bits_to_f32_written(0x3c00), 1.0);
+/// assert_eq!(f16_bits_to_f32_written(0x0001), 2.0f32.powi(-24)); // subnormal
+/// ```
 #[amdgpu_device]
 #[inline(always)]
-#[cfg_attr(ferrocm_nvptx, allow(dead_code))]
-fn f16_bits_to_f32_written(h: u16) -> f32 {
+pub fn f16_bits_to_f32_written(h: u16) -> f32 {
     let sign = ((h as u32) & 0x8000) << 16;
     let exp = ((h >> 10) & 0x1f) as u32;
     let man = (h & 0x3ff) as u32;
@@ -87,16 +82,16 @@ fn f16_bits_to_f32_written(h: u16) -> f32 {
 #[amdgpu_device]
 #[inline(always)]
 pub fn f32_to_f16_bits(f: f32) -> u16 {
-    #[cfg(ferrocm_nvptx)]
+    #[cfg(ferrocm_device)]
     return (f as f16).to_bits();
-    #[cfg(not(ferrocm_nvptx))]
+    #[cfg(not(ferrocm_device))]
     return f32_to_f16_bits_written(f);
 }
 
-/// [`f32_to_f16_bits`] written out (the emulator's, the host's and AMD's).
+/// [`f32_to_f16_bits`] written out (the emulator's and the host's).
 #[amdgpu_device]
 #[inline(always)]
-#[cfg_attr(ferrocm_nvptx, allow(dead_code))]
+#[cfg_attr(ferrocm_device, allow(dead_code))]
 fn f32_to_f16_bits_written(f: f32) -> u16 {
     let x = f.to_bits();
     let sign = ((x >> 16) & 0x8000) as u16;

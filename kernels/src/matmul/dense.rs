@@ -121,8 +121,8 @@ fn halves(word: u32, bf16: bool) -> (f32, f32) {
         )
     } else {
         (
-            f16_bits_to_f32_cvt(word as u16),
-            f16_bits_to_f32_cvt((word >> 16) as u16),
+            f16_bits_to_f32(word as u16),
+            f16_bits_to_f32((word >> 16) as u16),
         )
     }
 }
@@ -178,7 +178,7 @@ impl MatElem for F16 {
     const PER_WORD: u32 = 8;
     #[inline(always)]
     fn widen(self) -> f32 {
-        f16_bits_to_f32_cvt(self.0)
+        f16_bits_to_f32(self.0)
     }
     #[inline(always)]
     fn unpack(w: W128) -> [f32; 8] {

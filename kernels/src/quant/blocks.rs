@@ -857,7 +857,14 @@ impl QuantBlock for BlockQ4K {
             let u = u & 7;
             let c = u >> 1;
             let w = read16::<{ align_in_array(144, 16) }>(byte_at(self, 16 + 16 * u));
-            let (d, dmin) = (f16_bits_to_f32(self.d.0), f16_bits_to_f32(self.dmin.0));
+            // AMD: the conversion instruction here tipped `qmatvec4_q4_k_*`
+            // on gfx90a into VGPR spills; the written-out form (the same
+            // value) leaves it room.
+            #[cfg(not(ferrocm_nvptx))]
+            let cvt = crate::elem::f16_bits_to_f32_written;
+            #[cfg(ferrocm_nvptx)]
+            let cvt = f16_bits_to_f32;
+            let (d, dmin) = (cvt(self.d.0), cvt(self.dmin.0));
             let (s0, m0) = k4_scale_min(2 * c, &self.scales);
             let (s1, m1) = k4_scale_min(2 * c + 1, &self.scales);
             let g = (4 * c + (u & 1)) as u32;
