@@ -253,6 +253,8 @@ enum Step {
         a: u8,
         b: u8,
     },
+    /// linear with one of five activations, or (`act % 9` from 5)
+    /// linear_glu with one of four (`bias` then unused).
     Linear {
         x: u8,
         w: u8,
@@ -783,16 +785,26 @@ fn run(step: &Step, ts: &[DynTensor], dev: &Device) -> Option<Result<Option<DynT
             {
                 return None;
             }
+            let pick = *act as usize % 9;
             let act = [
                 None,
                 Some(Activation::Relu),
                 Some(Activation::Gelu),
                 Some(Activation::GeluErf),
                 Some(Activation::Silu),
-            ][*act as usize % 5];
+            ][pick.min(4)];
+            let glu = [
+                Activation::Relu,
+                Activation::Gelu,
+                Activation::GeluErf,
+                Activation::Silu,
+            ][pick.saturating_sub(5) % 4];
             new(x.dtype().and_then(|d| {
                 typed!(d, T => {
                     let w = w.typed::<T>()?;
+                    if pick >= 5 {
+                        return x.typed::<T>()?.linear_glu(&w, glu).map(|t| t.to_dyn());
+                    }
                     let b = match (*bias, w.shape().first()) {
                         (true, Some(&out)) => Some(Tensor::<T>::ones(&[out], dev)?),
                         _ => None,
