@@ -323,13 +323,15 @@ impl Runner<'_> {
                         .linear(&b(dev)?, Some(&bias), Some(act))
                 });
             }
-            // The gated unit fused into the product (up to 2 rows: the
-            // fused kernel), the weight's rows split into gate and up.
-            self.case("linear_glu[rows<=2]".into(), d, move |dev| {
-                a(dev)?
-                    .narrow(0, 0, r.min(2))?
-                    .linear_glu(&b(dev)?.narrow(0, 0, 2 * (r / 2))?, Activation::Silu)
-            });
+            // The gated unit fused into the product (1 and 2 rows: the
+            // fused kernels), the weight's rows split into gate and up.
+            for (name, rows) in [("linear_glu[rows=1]", 1), ("linear_glu[rows<=2]", 2)] {
+                self.case(name.into(), d, move |dev| {
+                    a(dev)?
+                        .narrow(0, 0, r.min(rows))?
+                        .linear_glu(&b(dev)?.narrow(0, 0, 2 * (r / 2))?, Activation::Silu)
+                });
+            }
             // The LLM ops: norms over the rows (weights and bias from their
             // own seeds), the fused adds (both outputs), gated activations,
             // rotary embeddings of the rows as positions (the first
