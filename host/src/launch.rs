@@ -72,6 +72,21 @@ impl LaunchConfig {
         )
     }
 
+    /// Workgroups for an elementwise kernel over `n` elements that takes
+    /// [`grid_stride_chunks`](ferrocm_kernels::device::grid_stride_chunks)
+    /// when its buffers are contiguous and aligned (and
+    /// [`grid_stride_batched`](ferrocm_kernels::device::grid_stride_batched)
+    /// otherwise): one workitem per [`CHUNK`](ferrocm_kernels::device::CHUNK)
+    /// elements, capped at 65536 workgroups.
+    ///
+    /// ```
+    /// use ferrocm_host::LaunchConfig;
+    /// assert_eq!(LaunchConfig::chunked(4096, 256).grid, [2, 1, 1]);
+    /// ```
+    pub fn chunked(n: u64, block: u32) -> Self {
+        Self::linear(n.div_ceil(ferrocm_kernels::device::CHUNK), block)
+    }
+
     /// One workgroup per row (capped at 65536: kernels loop over rows), with
     /// `lds_bytes` of LDS.
     pub fn rows(rows: u64, block: u32, lds_bytes: u32) -> Self {

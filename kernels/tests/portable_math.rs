@@ -101,6 +101,22 @@ fn exp_within_1_ulp() {
     let xs: Vec<f32> = sweep(1, 104f32.to_bits(), 4099, true);
     check("exp", &xs, pm::exp_f32, f64::exp);
     check("exp (f32 fma)", &xs, pm::exp_f32_fma, f64::exp);
+    // Every f32 where e^x overflows to inf or rounds to 0 or into the
+    // subnormals (the fma body gets there by clamping and scaling, not by
+    // comparing against thresholds), and far beyond both.
+    let mut edges: Vec<f32> = sweep(88.0f32.to_bits(), 90.0f32.to_bits(), 1, false);
+    edges.extend(
+        sweep(85.0f32.to_bits(), 110.0f32.to_bits(), 1, false)
+            .into_iter()
+            .map(|x| -x),
+    );
+    edges.extend(sweep(90.0f32.to_bits(), f32::MAX.to_bits(), 9973, true));
+    check(
+        "exp (f32 fma) at its range's ends",
+        &edges,
+        pm::exp_f32_fma,
+        f64::exp,
+    );
 }
 
 #[test]

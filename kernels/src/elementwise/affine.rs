@@ -30,6 +30,21 @@ pub fn affine_body<T: Elem>(
     mul: f32,
     add: f32,
 ) {
+    if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(inp) {
+        grid_stride_chunks(
+            n,
+            |c| unsafe { load_chunk(inp, c) },
+            |c, x| unsafe { store_chunk(out, c, chunk_of(|k| affine_apply(x[k], mul, add))) },
+            |i| unsafe {
+                store(
+                    out,
+                    i as usize,
+                    affine_apply(load(inp, i as usize), mul, add),
+                )
+            },
+        );
+        return;
+    }
     grid_stride_batched(
         n,
         strides.is_contiguous(),

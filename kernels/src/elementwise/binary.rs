@@ -108,6 +108,29 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(
     strides: Strides<2>,
     fault: Fault,
 ) {
+    let apply = |i: u64, a: T, b: T| {
+        if Op::faults(a, b) {
+            fault.raise(i);
+        }
+        Op::apply(a, b)
+    };
+    if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(lhs) && chunk_aligned(rhs) {
+        grid_stride_chunks(
+            n,
+            |c| unsafe { (load_chunk(lhs, c), load_chunk(rhs, c)) },
+            |c, (a, b)| unsafe {
+                store_chunk(out, c, chunk_of(|k| apply(c + k as u64, a[k], b[k])))
+            },
+            |i| unsafe {
+                store(
+                    out,
+                    i as usize,
+                    apply(i, load(lhs, i as usize), load(rhs, i as usize)),
+                )
+            },
+        );
+        return;
+    }
     grid_stride_batched(
         n,
         strides.is_contiguous(),
@@ -115,12 +138,7 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(
             let at = strides.coords(i);
             (load(lhs, strides.at(at, 0)), load(rhs, strides.at(at, 1)))
         },
-        |i, (a, b)| {
-            if Op::faults(a, b) {
-                fault.raise(i);
-            }
-            unsafe { store(out, i as usize, Op::apply(a, b)) }
-        },
+        |i, (a, b)| unsafe { store(out, i as usize, apply(i, a, b)) },
     );
 }
 
@@ -134,6 +152,18 @@ pub fn cmp_body<T: Elem, Op: CmpOp>(
     n: u64,
     strides: Strides<2>,
 ) {
+    if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(lhs) && chunk_aligned(rhs) {
+        grid_stride_chunks(
+            n,
+            |c| unsafe { (load_chunk(lhs, c), load_chunk(rhs, c)) },
+            |c, (a, b)| unsafe { store_chunk(out, c, chunk_of(|k| Op::apply(a[k], b[k]) as u8)) },
+            |i| unsafe {
+                let (a, b) = (load(lhs, i as usize), load(rhs, i as usize));
+                store(out, i as usize, Op::apply(a, b) as u8)
+            },
+        );
+        return;
+    }
     grid_stride_batched(
         n,
         strides.is_contiguous(),

@@ -11,6 +11,15 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 #[amdgpu_device]
 #[inline(always)]
 pub fn cast_body<S: Elem, D: Elem>(out: *mut D, inp: *const S, n: u64, strides: Strides<1>) {
+    if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(inp) {
+        grid_stride_chunks(
+            n,
+            |c| unsafe { load_chunk(inp, c) },
+            |c, x| unsafe { store_chunk(out, c, chunk_of(|k| x[k].convert::<D>())) },
+            |i| unsafe { store(out, i as usize, load(inp, i as usize).convert::<D>()) },
+        );
+        return;
+    }
     grid_stride_batched(
         n,
         strides.is_contiguous(),

@@ -20,6 +20,40 @@ pub fn where_body<M: Elem, T: Elem>(
     n: u64,
     strides: Strides<3>,
 ) {
+    let aligned = chunk_aligned(out)
+        && chunk_aligned(mask)
+        && chunk_aligned(on_true)
+        && chunk_aligned(on_false);
+    if strides.is_contiguous() && aligned {
+        // Both values are read (contiguous chunks cost the same either way).
+        grid_stride_chunks(
+            n,
+            |c| unsafe {
+                (
+                    load_chunk(mask, c),
+                    load_chunk(on_true, c),
+                    load_chunk(on_false, c),
+                )
+            },
+            |c, (m, t, f)| unsafe {
+                store_chunk(
+                    out,
+                    c,
+                    chunk_of(|k| if m[k].eq(M::ZERO) { f[k] } else { t[k] }),
+                )
+            },
+            |i| unsafe {
+                let i = i as usize;
+                let v = if load(mask, i).eq(M::ZERO) {
+                    load(on_false, i)
+                } else {
+                    load(on_true, i)
+                };
+                store(out, i, v)
+            },
+        );
+        return;
+    }
     grid_stride_batched(
         n,
         strides.is_contiguous(),

@@ -62,8 +62,12 @@ unary_ops! {
     Tanh = |x, p| math::tanh(x);
     /// erf x
     Erf = |x, p| math::erf(x);
-    /// GELU, tanh approximation: 0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))
-    Gelu = |x, p| 0.5 * x * (1.0 + math::tanh(0.797_884_6 * (x + 0.044_715 * x * x * x)));
+    /// GELU, tanh approximation: 0.5x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³),
+    /// computed as x / (1 + e^(-2u)) (the same function: 1 + tanh u =
+    /// 2 / (1 + e^(-2u))): one exponential and no cancellation where tanh u
+    /// nears -1; e^(-2u) = inf gives -0 for negative x, as the limit. NaN
+    /// stays NaN.
+    Gelu = |x, p| x / (1.0 + math::exp(-1.595_769 * (x + 0.044_715 * x * x * x)));
     /// GELU, exact: 0.5x(1 + erf(x/√2))
     GeluErf = |x, p| 0.5 * x * (1.0 + math::erf(x * core::f32::consts::FRAC_1_SQRT_2));
     /// x·σ(x)
@@ -105,11 +109,21 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
     strides: Strides<1>,
     p: f32,
 ) {
+    let f = |x: T| T::from_f32(Op::apply(x.to_f32(), p));
+    if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(inp) {
+        grid_stride_chunks(
+            n,
+            |c| unsafe { load_chunk(inp, c) },
+            |c, x| unsafe { store_chunk(out, c, chunk_of(|k| f(x[k]))) },
+            |i| unsafe { store(out, i as usize, f(load(inp, i as usize))) },
+        );
+        return;
+    }
     grid_stride_batched(
         n,
         strides.is_contiguous(),
         |i| unsafe { load(inp, strides.offset(i, 0)) },
-        |i, x| unsafe { store(out, i as usize, T::from_f32(Op::apply(x.to_f32(), p))) },
+        |i, x| unsafe { store(out, i as usize, f(x)) },
     );
 }
 

@@ -742,7 +742,12 @@ impl<T: WithDType> Op for FillOp<T> {
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(
                 T::Kernel::FILL,
-                LaunchConfig::elementwise(n, BLOCK),
+                // The kernel fills 4- and 8-byte elements one per store.
+                if size_of::<T>() <= 2 {
+                    LaunchConfig::chunked(n, BLOCK)
+                } else {
+                    LaunchConfig::elementwise(n, BLOCK)
+                },
                 (Out::new(out), n, bits),
             )?;
         }

@@ -293,7 +293,7 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
             F::launch(
                 dev,
                 self.name,
-                LaunchConfig::elementwise(n, BLOCK),
+                LaunchConfig::chunked(n, BLOCK),
                 (
                     Out::new(out),
                     self.a.input(),

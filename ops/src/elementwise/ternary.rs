@@ -107,7 +107,7 @@ impl<M: MaskType, T: WithDType> Op for Where<'_, M, T> {
             let out = self.out.view_as::<T::Kernel>().expect("same size");
             dev.launch_typed(
                 M::Kernel::kernel::<T::Kernel>(),
-                LaunchConfig::elementwise(n, BLOCK),
+                LaunchConfig::chunked(n, BLOCK),
                 (
                     Out::new(out),
                     self.mask.input(),

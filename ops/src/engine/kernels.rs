@@ -53,7 +53,7 @@ pub fn map1<T: WithDType, R: WithDType>(
         a0,
         a1,
     );
-    Ok(launch(LaunchConfig::elementwise(n, BLOCK), args)?)
+    Ok(launch(LaunchConfig::chunked(n, BLOCK), args)?)
 }
 
 /// How elementwise and row kernels read `N` strided inputs (see the device
