@@ -2100,7 +2100,9 @@ fn softmax_dtype<T: Elt>(dev: &Device, fails: &mut Fails) {
     let fmt = T::FMT.expect("a float dtype");
     let u = pow2(-24);
     let slack = |v: f64| if fmt.is_f32() { 0.0 } else { spacing(v, fmt) };
-    for width in [1usize, 7, 300, 1031] {
+    // 8, 1024 and 4104: whole 16-byte words, held in registers (4104 f32 on
+    // a 512-workitem group); 7, 300 (16-bit) and 1031 take the two-pass body.
+    for width in [1usize, 7, 8, 300, 1024, 1031, 4104] {
         let mut rng = Lcg(width as u64 + 1);
         let mut data: Vec<f64> = Vec::with_capacity(4 * width);
         // Row 0: values in [-10, 10].

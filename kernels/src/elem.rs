@@ -136,9 +136,16 @@ pub fn bf16_bits_to_f32(b: u16) -> f32 {
 
 /// f32 to bf16 bits, round to nearest even, NaN kept (quieted).
 ///
+/// Written out on every target. Measured on the H100 (docs/h100-bench.md):
+/// `cvt.rn.bf16.f32` by inline assembly sped bf16 maps up (exp bf16 80 ->
+/// 92% of copy) but slowed other kernels by up to 30% (rope_i, dequantize
+/// to bf16: assembly is opaque to the optimiser), and a branch-free select
+/// of both results slowed the dequantize kernels too; this form keeps them.
+///
 /// ```
 /// use ferrocm_kernels::elem::f32_to_bf16_bits;
 /// assert_eq!(f32_to_bf16_bits(1.0), 0x3f80);
+/// assert_eq!(f32_to_bf16_bits(f32::from_bits(0x7f80_0001)), 0x7fc0); // NaN, quieted
 /// ```
 #[amdgpu_device]
 #[inline(always)]
@@ -479,6 +486,26 @@ pub fn word_for_each<T: Elem>(w: W128, mut f: impl FnMut(u32, T)) {
     lane(1, w.0[1]);
     lane(2, w.0[2]);
     lane(3, w.0[3]);
+}
+
+/// A 16-byte word of 16- or 32-bit `T`s whose element `k` is `f(w[k])`,
+/// written out lane by lane (see [`word_for_each`]).
+///
+/// ```
+/// use ferrocm_kernels::elem::{W128, word_map};
+/// let w = |v: [f32; 4]| W128(v.map(f32::to_bits));
+/// assert_eq!(word_map::<f32>(w([1.0, 2.0, 3.0, 4.0]), |x| x * 2.0), w([2.0, 4.0, 6.0, 8.0]));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn word_map<T: Elem>(w: W128, mut f: impl FnMut(T) -> T) -> W128 {
+    let two = size_of::<T>() == 2;
+    let mut lane = |v: u32| {
+        let lo = f(lane_get::<T>(v, 0));
+        let hi = if two { f(lane_get::<T>(v, 1)) } else { lo };
+        lane_of(lo, hi)
+    };
+    W128([lane(w.0[0]), lane(w.0[1]), lane(w.0[2]), lane(w.0[3])])
 }
 
 /// A 16-byte word of 16- or 32-bit `T`s whose element `k` is `f(k, a[k],

@@ -405,7 +405,43 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
         let elem =
             |c: u64| unsafe { load(inp, strides.offset(row * cols + c, 0)) }.convert::<T::Acc>();
         let mut c = workitem_id_x() as u64;
-        // Contiguous rows: four loads in flight, then compared in column order.
+        // Contiguous rows of whole 16-byte words: two words in flight (four
+        // spilled SGPRs on gfx942), then compared in column order (element loads held argmax f32 at 84% of
+        // the H100's copy bandwidth).
+        let pw = per_word::<T>() as u64;
+        let words_of_t = size_of::<T>() == 2 || size_of::<T>() == 4; // word_for_each's types
+        if words_of_t
+            && strides.is_contiguous()
+            && cols.is_multiple_of(pw)
+            && (inp as usize).is_multiple_of(16)
+        {
+            let (src, words) = (inp as *const W128, cols / pw);
+            let base = row * words;
+            let mut scan = |w: u64, word: W128| {
+                word_for_each::<T>(word, |k, x| {
+                    let x = x.convert::<T::Acc>();
+                    if arg_scan_takes::<T::Acc, MIN>(x, best, best_i) {
+                        best = x;
+                        best_i = (w * pw) as u32 + k;
+                    }
+                })
+            };
+            let ld = |w: u64| unsafe { load(src, (base + w) as usize) };
+            let mut w = c;
+            while w + bs < words {
+                let (w0, w1) = (ld(w), ld(w + bs));
+                scan(w, w0);
+                scan(w + bs, w1);
+                w += 2 * bs;
+            }
+            while w < words {
+                scan(w, ld(w));
+                w += bs;
+            }
+            c = cols;
+        }
+        // Other contiguous rows: four loads in flight, then compared in
+        // column order.
         let batch = strides.is_contiguous();
         while batch && c + 3 * bs < cols {
             let xs = [elem(c), elem(c + bs), elem(c + 2 * bs), elem(c + 3 * bs)];
@@ -468,8 +504,108 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
     }
 }
 
+/// 16-byte words of a row each workitem of `softmax_*` holds in registers:
+/// rows of up to `SOFTMAX_HELD_WORDS * workgroup size` words (4096 f32 or
+/// 8192 f16/bf16 at 256 workitems, four times that at 1024) are read once.
+#[amdgpu_device]
+pub const SOFTMAX_HELD_WORDS: u32 = 4;
+
+/// Whether `softmax_*` reads its rows once, into registers: every row starts
+/// on a 16-byte word (both buffers aligned, `cols` a whole number of words)
+/// and fits [`SOFTMAX_HELD_WORDS`] words per workitem of a workgroup of
+/// `block` (the host sizes the workgroup by this rule too).
+///
+/// ```
+/// use ferrocm_kernels::reduce::reductions::softmax_holds_rows;
+/// let p = 256 as *const f32; // aligned
+/// assert!(softmax_holds_rows::<f32>(p, p as *mut f32, 4096, 256));
+/// assert!(!softmax_holds_rows::<f32>(p, p as *mut f32, 4100, 256));
+/// assert!(!softmax_holds_rows::<f32>(p, p as *mut f32, 4098, 1024)); // not whole words
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn softmax_holds_rows<T>(inp: *const T, out: *mut T, cols: u64, block: u64) -> bool {
+    let per = per_word::<T>() as u64;
+    (inp as usize).is_multiple_of(16)
+        && (out as usize).is_multiple_of(16)
+        && cols.is_multiple_of(per)
+        && cols / per <= SOFTMAX_HELD_WORDS as u64 * block
+}
+
+/// `f(0)` .. `f(SOFTMAX_HELD_WORDS - 1)`, written out.
+#[amdgpu_device]
+#[inline(always)]
+fn held_each(mut f: impl FnMut(usize)) {
+    f(0);
+    f(1);
+    f(2);
+    f(3);
+}
+
+/// [`softmax_body`] on rows held in registers: each workitem loads its words
+/// of the row (all loads in flight together), the row's maximum and then
+/// the sum of e^(x - max) are combined over the workgroup, and the outputs
+/// are computed from the held values (the exponential again: one
+/// instruction on NVIDIA, cheaper than holding the results) and stored a
+/// word at a time. One read and one write of the row: the two-pass body
+/// re-reads it and ran at 44% of the H100's copy bandwidth (f32, 4096).
+/// NaN anywhere in a row makes it all NaN, and a row of -inf is NaN (the
+/// maximum is NaN-propagating; -inf - -inf is NaN), as in the two-pass body.
+#[amdgpu_device]
+#[inline(always)]
+pub fn softmax_held<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: u64, cols: u64) {
+    let bs = workgroup_size_x() as u64;
+    let words = cols / per_word::<T>() as u64;
+    let (src, dst) = (inp as *const W128, out as *mut W128);
+    let word = |j: usize| workitem_id_x() as u64 + j as u64 * bs;
+    let mut row = workgroup_id_x() as u64;
+    while row < rows {
+        let base = row * words;
+        let ld = |j: usize| {
+            if word(j) < words {
+                unsafe { load(src, (base + word(j)) as usize) }
+            } else {
+                W128([0; 4])
+            }
+        };
+        // Written out, as every pass over `held` (`held_each`): loops indexed
+        // by a variable put the words in local memory on NVPTX.
+        let held: [W128; SOFTMAX_HELD_WORDS as usize] = [ld(0), ld(1), ld(2), ld(3)];
+        let mut m = f32::NEG_INFINITY;
+        held_each(|j| {
+            if word(j) < words {
+                word_for_each::<T>(held[j], |_, x| m = math::maximum(m, x.to_f32()));
+            }
+        });
+        let row_max = block_reduce::<f32, Max>(m);
+        let mut s = 0.0f32;
+        held_each(|j| {
+            if word(j) < words {
+                word_for_each::<T>(held[j], |_, x| s += math::exp_fast(x.to_f32() - row_max));
+            }
+        });
+        let total = block_reduce::<f32, Sum>(s);
+        let log_s = math::log(total);
+        held_each(|j| {
+            if word(j) < words {
+                let y = word_map::<T>(held[j], |x| {
+                    let x = x.to_f32() - row_max;
+                    T::from_f32(if LOG {
+                        x - log_s
+                    } else {
+                        math::exp_fast(x) / total
+                    })
+                });
+                unsafe { store(dst, (base + word(j)) as usize, y) };
+            }
+        });
+        row += num_workgroups_x() as u64;
+    }
+}
+
 /// The body of `softmax_*` (`LOG = false`) and `log_softmax_*` (`LOG = true`),
-/// in two passes over the row: the running maximum and the sum of
+/// in two passes over the row (rows [`softmax_holds_rows`] refuses; the
+/// others go to [`softmax_held`]): the running maximum and the sum of
 /// exp(x - max) together (online softmax: the sum is rescaled when the maximum
 /// grows), combined over the workgroup, then the output. Rows with NaN or
 /// only -inf give NaN, as the three-pass formula did. The input is contiguous
@@ -481,6 +617,10 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
 pub fn softmax_body<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: u64, cols: u64) {
     let mut row = workgroup_id_x() as u64;
     let bs = workgroup_size_x() as u64;
+    if softmax_holds_rows::<T>(inp, out, cols, bs) {
+        softmax_held::<T, LOG>(out, inp, rows, cols);
+        return;
+    }
     while row < rows {
         let base = row * cols;
         let elem = |c: u64| unsafe { load(inp, (base + c) as usize) }.to_f32();
