@@ -164,6 +164,7 @@ struct Inputs {
     x: Tensor<f32>,
     y: Tensor<f32>,
     xb: Tensor<bf16>,
+    yb: Tensor<bf16>,
     mask: Tensor<u8>,
 }
 
@@ -173,6 +174,7 @@ impl Inputs {
             x: Tensor::<f32>::randn(&[rows, cols], 0.0, 1.0, 1, dev)?,
             y: Tensor::<f32>::randn(&[rows, cols], 0.0, 1.0, 2, dev)?,
             xb: Tensor::<f32>::randn(&[rows, cols], 0.0, 1.0, 3, dev)?.to_dtype::<bf16>()?,
+            yb: Tensor::<f32>::randn(&[rows, cols], 0.0, 1.0, 5, dev)?.to_dtype::<bf16>()?,
             mask: Tensor::<u8>::rand(&[rows, cols], 0.0, 2.0, 4, dev)?,
         })
     }
@@ -193,10 +195,16 @@ fn ops() -> Vec<(&'static str, f64, OpFn)> {
         ("exp f32", 8.0, |i| i.x.exp().map(drop)),
         ("gelu f32", 8.0, |i| i.x.gelu().map(drop)),
         ("exp bf16", 4.0, |i| i.xb.exp().map(drop)),
+        ("gelu bf16", 4.0, |i| i.xb.gelu().map(drop)),
+        ("copy bf16", 4.0, |i| i.xb.copy().map(drop)),
         ("add f32", 12.0, |i| i.x.add(&i.y).map(drop)),
         ("mul f32", 12.0, |i| i.x.mul(&i.y).map(drop)),
+        ("add bf16", 6.0, |i| i.xb.add(&i.yb).map(drop)),
         ("where f32", 13.0, |i| {
             i.mask.where_cond(&i.x, &i.y).map(drop)
+        }),
+        ("where bf16", 7.0, |i| {
+            i.mask.where_cond(&i.xb, &i.yb).map(drop)
         }),
         ("sum last dim f32", 4.0, |i| i.x.sum(&[1], false).map(drop)),
         ("sum first dim f32", 4.0, |i| i.x.sum(&[0], false).map(drop)),
@@ -207,6 +215,7 @@ fn ops() -> Vec<(&'static str, f64, OpFn)> {
         ("softmax f32", 8.0, |i| i.x.softmax().map(drop)),
         ("log_softmax f32", 8.0, |i| i.x.log_softmax().map(drop)),
         ("softmax bf16", 4.0, |i| i.xb.softmax().map(drop)),
+        ("log_softmax bf16", 4.0, |i| i.xb.log_softmax().map(drop)),
         ("transpose+contiguous f32", 8.0, |i| {
             i.x.transpose(0, 1)?.contiguous().map(drop)
         }),
