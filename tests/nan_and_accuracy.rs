@@ -155,12 +155,14 @@ fn check_reductions<T: ferrocm::ops::WithDType>(dev: &Device, rows: usize, cols:
 #[test]
 fn max_min_argmax_argmin_follow_pytorch_nan_rules() {
     for dev in devices() {
-        // Short rows, rows longer than a workgroup, an odd prime length.
-        for (rows, cols) in [(8, 5), (4, 3001), (5, 1031)] {
+        // Short rows, rows longer than a workgroup, an odd prime length;
+        // rows of whole 16-byte words (72, 1024: read a word at a time).
+        for (rows, cols) in [(8, 5), (4, 3001), (5, 1031), (3, 72), (4, 1024)] {
             check_reductions::<f32>(&dev, rows, cols);
             check_reductions::<bf16>(&dev, rows, cols);
         }
         check_reductions::<f16>(&dev, 8, 257);
+        check_reductions::<f16>(&dev, 3, 256);
     }
 }
 
@@ -546,4 +548,44 @@ fn allclose_refuses_negative_or_nan_tolerances() {
         );
     }
     assert!(a.allclose(&a, 0.0, 0.0).unwrap());
+}
+
+/// argmax/argmin of rows of whole 16-byte words (the kernels read them a
+/// word at a time, each workitem its own words in column order) against the
+/// first index of the extreme found by a loop here: ties planted in one
+/// workitem's word, across words and across workitems.
+fn first_of_ties<T: ferrocm::ops::WithDType>(dev: &Device) {
+    for cols in [8usize, 72, 1024, 4096] {
+        let rows = 3;
+        let mut v: Vec<f32> = (0..rows * cols).map(|k| (1 + (k * 5) % 7) as f32).collect();
+        for r in 0..rows {
+            // Row r's maximum 100 at three columns, its minimum 0 at two.
+            for c in [cols / 2 + r, cols - 1, (cols / 4 + 3 * r) % cols] {
+                v[r * cols + c] = 100.0;
+            }
+            for c in [cols - 1 - r, (cols / 8 + r) % cols] {
+                v[r * cols + c] = 0.0;
+            }
+        }
+        let x = from_f32::<T>(&v, &[rows, cols], dev);
+        let amax = x.argmax(&[1], false).unwrap().to_vec().unwrap();
+        let amin = x.argmin(&[1], false).unwrap().to_vec().unwrap();
+        for r in 0..rows {
+            let row = &v[r * cols..(r + 1) * cols];
+            let first = |want: f32| row.iter().position(|&y| y == want).unwrap() as u32;
+            let ctx = format!("{:?} cols {cols} row {r} on {dev}", T::DTYPE);
+            assert_eq!(amax[r], first(100.0), "argmax {ctx}");
+            assert_eq!(amin[r], first(0.0), "argmin {ctx}");
+        }
+    }
+}
+
+#[test]
+fn argmax_argmin_of_word_rows_take_the_first_of_ties() {
+    for dev in devices() {
+        first_of_ties::<f32>(&dev);
+        first_of_ties::<bf16>(&dev);
+        first_of_ties::<f16>(&dev);
+        first_of_ties::<u32>(&dev);
+    }
 }
