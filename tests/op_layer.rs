@@ -3,13 +3,24 @@
 //! kernel launches, and run-time typed tensors.
 //!
 //! The counters are per device and shared by every thread of the process:
-//! the counting test is the only one in this binary that uses its device
-//! (the emulator without sanitizer, wave 32).
+//! the counting test is the only one in this binary that uses its emulator
+//! (no sanitizer, wave 32), and every test that touches `Device::Cpu` holds
+//! [`CPU_COUNTERS`] so that the Cpu's counters move only for the one counting.
 
 use ferrocm::host::{EmulatorConfig, In, LaunchConfig, MemoryStats, Out};
 use ferrocm::kernels::host::KernelRef;
 use ferrocm::ops::{Binary, DType, DynTensor, Reduce, Unary};
 use ferrocm::{Device, Tensor, WaveSize};
+use std::sync::{Mutex, MutexGuard};
+
+/// Held by each test that uses `Device::Cpu`: its counters are one per
+/// process, and a test running beside the counting one would move them.
+static CPU_COUNTERS: Mutex<()> = Mutex::new(());
+
+fn hold_cpu_counters() -> MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the counters are still sound.
+    CPU_COUNTERS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// 100 ops over strided and broadcast views: transposes, narrows and
 /// broadcasts feed unary, binary, affine, cast, where, reductions and copies.
@@ -44,6 +55,7 @@ fn delta(after: MemoryStats, before: MemoryStats) -> (u64, u64, u64) {
 
 #[test]
 fn a_chain_of_100_strided_ops_after_warm_up_neither_synchronises_nor_allocates() {
+    let _cpu = hold_cpu_counters();
     let dev = Device::emulator_with(EmulatorConfig {
         wave_size: WaveSize::Wave32,
         sanitize: false,
@@ -111,6 +123,7 @@ fn a_reused_block_is_poisoned_again_and_keeps_its_red_zones() {
 
 #[test]
 fn typed_launch_checks_devices_at_run_time() {
+    let _cpu = hold_cpu_counters();
     use ferrocm::kernels::unary::unary_exp_f32;
     let emu = Device::emulator(WaveSize::Wave64);
     let x = Device::Cpu.upload(&[0.0f32; 4]).unwrap(); // wrong device
@@ -127,6 +140,7 @@ fn typed_launch_checks_devices_at_run_time() {
 
 #[test]
 fn dyn_tensors_run_ops_chosen_at_run_time() {
+    let _cpu = hold_cpu_counters();
     let dev = Device::emulator(WaveSize::Wave32);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let x: DynTensor = Tensor::from_slice(&[1.0f32, 4.0, 9.0, 16.0], &[2, 2], &dev)
@@ -174,6 +188,7 @@ fn dyn_tensors_run_ops_chosen_at_run_time() {
 /// element (copies and casts exactly).
 #[test]
 fn strided_layouts_of_every_rank_agree_with_the_cpu() {
+    let _cpu = hold_cpu_counters();
     for rank in 1..=6usize {
         let shape: Vec<usize> = (0..rank).map(|d| 2 + (d * 3 + rank) % 4).collect();
         let perm: Vec<usize> = (0..rank).rev().collect();
