@@ -733,6 +733,8 @@ pub fn to_json(r: &BenchReport) -> String {
 /// keys of 8 KV heads, d 128 (bytes: K and V read once, q and the output),
 /// in bf16 and f32; and a causal bf16 prefill of 2048 tokens (`flops`: 2 s²
 /// d h, the causal half of the two products, as the PyTorch anchor counts).
+/// On GPUs the decode step also over caches rotated past the device's caches
+/// ([`ROTATED_BYTES`]), one per call, as a model's layers read theirs.
 fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
     let d = 128.min(cfg.cols).max(64);
     let heads = (cfg.cols / 128).clamp(1, 32);
@@ -826,6 +828,67 @@ fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<
         let mut row = timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), op)?;
         row.flops = flops;
         rows.push(row);
+    }
+    if dev.is_gpu() {
+        // Decode as a model's layers meet it: a cache of its own per layer,
+        // together past every GPU cache (the rows above read K and V from
+        // the L2 after the first call), a different one each call.
+        let rotated = |size: usize| (ROTATED_BYTES / (kv * size)).max(2);
+        let decode_inputs = |n: usize| -> Result<_> {
+            let f = |shape: &[usize], seed| Tensor::<f32>::randn(shape, 0.0, 1.0, seed, dev);
+            let q = f(&[1, heads, 1, d], 40)?;
+            let kvs = (0..n as u64)
+                .map(|i| {
+                    let k = f(&[1, kv_heads, s_kv, d], 50 + 2 * i)?;
+                    let v = f(&[1, kv_heads, s_kv, d], 51 + 2 * i)?;
+                    Ok((k, v))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((q, kvs, std::cell::Cell::new(0usize)))
+        };
+        type Rotated<T> = (
+            Tensor<T>,
+            Vec<(Tensor<T>, Tensor<T>)>,
+            std::cell::Cell<usize>,
+        );
+        fn step<T: ferrocm_ops::WithDType>(i: &Rotated<T>) -> Result<()> {
+            let (q, kvs, next) = i;
+            let n = next.get();
+            next.set((n + 1) % kvs.len());
+            let (k, v) = &kvs[n];
+            q.attention(k, v, &ferrocm_ops::AttentionOptions::new().causal())
+                .map(drop)
+        }
+        let n = rotated(2);
+        let (q, kvs, next) = decode_inputs(n)?;
+        let to_bf16 = |t: &Tensor<f32>| t.to_dtype::<bf16>();
+        let bf: Rotated<bf16> = (
+            to_bf16(&q)?,
+            kvs.iter()
+                .map(|(k, v)| Ok((to_bf16(k)?, to_bf16(v)?)))
+                .collect::<Result<_>>()?,
+            next,
+        );
+        drop(kvs);
+        rows.push(timed.row(
+            &format!("attention decode bf16, {n} caches rotated"),
+            vec![1, heads, kv_heads, s_kv, d],
+            (2 * (kv + io)) as u64,
+            &bf,
+            None,
+            step::<bf16>,
+        )?);
+        drop(bf);
+        let n = rotated(4);
+        let f: Rotated<f32> = decode_inputs(n)?;
+        rows.push(timed.row(
+            &format!("attention decode f32, {n} caches rotated"),
+            vec![1, heads, kv_heads, s_kv, d],
+            (4 * (kv + io)) as u64,
+            &f,
+            None,
+            step::<f32>,
+        )?);
     }
     Ok(rows)
 }
