@@ -40,7 +40,7 @@ pub mod reduce;
 pub use crate::core::{dim, dtype, dyn_tensor, error, layout, storage, tensor};
 pub use elementwise::{binary, cast, fill, ternary, unary};
 pub use index::sort;
-pub use nn::{attention, glu, norm, rope};
+pub use nn::{attention, glu, loss, norm, rope};
 
 pub use attention::AttentionOptions;
 pub use binary::{Binary, Cmp};

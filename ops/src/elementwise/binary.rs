@@ -402,6 +402,30 @@ macro_rules! scalar_methods {
 scalar_methods!(add_scalar => Add, sub_scalar => Sub, mul_scalar => Mul, div_scalar => Div ["An integer division by zero is [`Error::Host`](crate::Error::Host) holding `HostError::Fault` for op `div`: returned by the call on the Cpu, by the next wait (`to_vec`, `synchronize`) on a kernel device, whose result must not be used. Floats follow IEEE 754 (±inf, NaN)."],
     maximum_scalar => Maximum, minimum_scalar => Minimum);
 
+impl<T: WithDType> Tensor<T> {
+    /// Each element limited to `[min, max]`: `minimum(maximum(x, min), max)`,
+    /// PyTorch's `clamp` on every dtype. As there, `min > max` gives `max`
+    /// everywhere and a NaN (element or bound) stays NaN; one bound alone is
+    /// [`Tensor::maximum_scalar`] or [`Tensor::minimum_scalar`].
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[-2.0f32, 0.5, 7.0, f32::NAN], &[4], &Device::Cpu)?;
+    /// let y = x.clamp(0.0, 1.0)?.to_vec()?;
+    /// assert_eq!(&y[..3], &[0.0, 0.5, 1.0]);
+    /// assert!(y[3].is_nan());
+    /// let i = Tensor::from_slice(&[3i64, -9, 40], &[3], &Device::Cpu)?;
+    /// assert_eq!(i.clamp(-5, 10)?.to_vec()?, vec![3, -5, 10]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Host`](crate::Error::Host) when allocation or a launch fails.
+    pub fn clamp(&self, min: T, max: T) -> Result<Self> {
+        self.maximum_scalar(min)?.minimum_scalar(max)
+    }
+}
+
 macro_rules! scalar_cmp_methods {
     ($($m:ident => $op:ident),*) => {
         impl<T: WithDType> Tensor<T> {$(
