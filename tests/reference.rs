@@ -1671,7 +1671,10 @@ struct RCase<T> {
 }
 
 const FLOAT_REDUCE: &[&str] = &["sum", "mean", "max", "min", "argmax", "argmin"];
-const INT_REDUCE: &[&str] = &["sum", "mean", "max", "min", "argmax", "argmin"];
+const INT_REDUCE: &[&str] = &["sum", "mean", "max", "min", "argmax", "argmin", "prod"];
+/// Float products get data of their own (magnitudes near 1: the product of
+/// a row stays in range whatever order it is taken in).
+const PROD: &[&str] = &["prod"];
 const EXTREMES: &[&str] = &["max", "min", "argmax", "argmin"];
 const ALL_DIMS: &[&[usize]] = &[&[0], &[1], &[0, 1], &[1, 0]];
 const BOTH: &[bool] = &[false, true];
@@ -1730,6 +1733,9 @@ fn first_extreme<K: PartialOrd>(vals: &[K], min: bool) -> usize {
 /// Mean: that bound / n, plus 2⁻²⁴|mean| for the division. Mean over
 /// nothing is NaN (as PyTorch).
 fn check_reduced<T: Elt>(op: &str, xs: &[T], got: T) -> Result<(), String> {
+    if op == "prod" {
+        return check_product(xs, got);
+    }
     if matches!(op, "max" | "min") {
         let vals: Vec<Val> = xs.iter().map(|x| x.val()).collect();
         let want = xs[first_extreme(&vals, op == "min")];
@@ -1777,6 +1783,39 @@ fn check_reduced<T: Elt>(op: &str, xs: &[T], got: T) -> Result<(), String> {
             spacing(want, fmt)
         };
     abs_check(fval(got), want, bound).map_err(|why| format!("expected {want:e}: {why}"))
+}
+
+/// prod: integers exact, wrapping (the product mod 2^bits, in any order).
+/// Floats: |got - Πx| <= (n + 1)·2⁻²⁴·|Πx| (n - 1 roundings in f32, no
+/// cancellation in a product) plus one ulp of the dtype for the final
+/// rounding; a product past the dtype's range is its infinity; NaN where
+/// the slice holds a NaN or 0·inf; 1 over nothing.
+fn check_product<T: Elt>(xs: &[T], got: T) -> Result<(), String> {
+    let Some(fmt) = T::FMT else {
+        let total = xs.iter().fold(1i128, |a, &x| a.wrapping_mul(ival(x)));
+        let want = T::from_val(Val::I(total));
+        return match same(got, want) {
+            true => Ok(()),
+            false => Err(format!("expected {}; bound exact (wrapping)", want.show())),
+        };
+    };
+    let want: f64 = xs.iter().map(|&x| fval(x)).product();
+    let g = fval(got);
+    if want.is_nan() {
+        return match g.is_nan() {
+            true => Ok(()),
+            false => Err("expected NaN".to_string()),
+        };
+    }
+    let held = fval(T::from_val(Val::F(want)));
+    if held.is_infinite() {
+        return match g == held {
+            true => Ok(()),
+            false => Err(format!("expected {held} (past the dtype's range)")),
+        };
+    }
+    let bound = (xs.len() as f64 + 1.0) * pow2(-24) * want.abs() + spacing(want, fmt);
+    abs_check(g, want, bound).map_err(|why| format!("expected {want:e}: {why}"))
 }
 
 fn reduce_case<T: Elt>(case: &RCase<T>, dev: &Device, fails: &mut Fails) {
@@ -1845,6 +1884,7 @@ fn reduce_case<T: Elt>(case: &RCase<T>, dev: &Device, fails: &mut Fails) {
                     "mean" => t.mean(dims, keepdim),
                     "max" => t.max(dims, keepdim),
                     "min" => t.min(dims, keepdim),
+                    "prod" => t.prod(dims, keepdim),
                     other => panic!("no reduction {other}"),
                 };
                 if (has_empty && matches!(op, "max" | "min")) || (op == "mean" && T::FMT.is_none())
@@ -1965,6 +2005,59 @@ fn float_reduce_cases<T: Elt>() -> Vec<RCase<T>> {
             ops: EXTREMES,
         },
     ];
+    // Products: signs at random, magnitudes 2^u for u uniform in [-1, 1].
+    let mut prng = Lcg(31);
+    let mut near_one = |n: usize| -> Vec<T> {
+        (0..n)
+            .map(|_| {
+                let sign = if prng.below(2) == 0 { 1.0 } else { -1.0 };
+                held::<T>(sign * 2f64.powf(prng.unit() * 2.0 - 1.0))
+            })
+            .collect()
+    };
+    let (long, short) = (near_one(7 * 1031), near_one(13 * 17));
+    let nan = f64::NAN;
+    let specials: Vec<T> = [0.0, inf, 1.0, nan, 2.0, -3.0, -0.0, 4.0, 0.5]
+        .into_iter()
+        .map(held::<T>)
+        .collect();
+    cases.extend([
+        RCase {
+            name: "[7,1031] near 1",
+            shape: [7, 1031],
+            transpose: false,
+            data: long,
+            dims: &[&[1]],
+            keepdims: BOTH,
+            ops: PROD,
+        },
+        RCase {
+            name: "[13,17] transposed near 1",
+            shape: [13, 17],
+            transpose: true,
+            data: short,
+            dims: ALL_DIMS,
+            keepdims: &[false],
+            ops: PROD,
+        },
+        RCase {
+            name: "[3,3] with 0, inf, NaN and -0",
+            shape: [3, 3],
+            transpose: false,
+            data: specials,
+            dims: ALL_DIMS,
+            keepdims: BOTH,
+            ops: PROD,
+        },
+    ]);
+    for case in cases.iter_mut() {
+        if matches!(case.name, "[1,1]" | "[0,5]" | "[3,5] with infinities") {
+            case.ops = match case.ops.len() {
+                4 => &["max", "min", "argmax", "argmin", "prod"],
+                _ => &["sum", "mean", "max", "min", "argmax", "argmin", "prod"],
+            };
+        }
+    }
     if T::FMT == Some(FMT_F32) {
         // 1031 short rows (one workgroup each in the emulator: kept to one op).
         cases.push(RCase {

@@ -172,6 +172,21 @@ impl ReduceOp for Min {
     }
 }
 
+/// Product (f16/bf16 multiply in f32, integers wrap; 1 over no elements).
+#[amdgpu_device]
+pub struct Prod;
+#[amdgpu_device]
+impl ReduceOp for Prod {
+    #[inline(always)]
+    fn identity<A: Elem>() -> A {
+        A::ONE
+    }
+    #[inline(always)]
+    fn combine<A: Elem>(a: A, b: A) -> A {
+        a.mul(b)
+    }
+}
+
 /// A workitem's running reduction `Op` of `T`s: Neumaier-compensated in f32
 /// for float sums and means (`Op::COMPENSATED`), else `Op::combine` in
 /// `T::Acc` (integer sums wrap, max/min propagate NaN).
@@ -770,6 +785,7 @@ const _: () = {
         Sum => F32, COLS_F32: f32 = reduce_sum_f32, reduce_cols_sum_f32, F16, COLS_F16: F16 = reduce_sum_f16, reduce_cols_sum_f16, BF16, COLS_BF16: Bf16 = reduce_sum_bf16, reduce_cols_sum_bf16, U8, COLS_U8: u8 = reduce_sum_u8, reduce_cols_sum_u8, U32, COLS_U32: u32 = reduce_sum_u32, reduce_cols_sum_u32, I64, COLS_I64: i64 = reduce_sum_i64, reduce_cols_sum_i64;
         Max => F32, COLS_F32: f32 = reduce_max_f32, reduce_cols_max_f32, F16, COLS_F16: F16 = reduce_max_f16, reduce_cols_max_f16, BF16, COLS_BF16: Bf16 = reduce_max_bf16, reduce_cols_max_bf16, U8, COLS_U8: u8 = reduce_max_u8, reduce_cols_max_u8, U32, COLS_U32: u32 = reduce_max_u32, reduce_cols_max_u32, I64, COLS_I64: i64 = reduce_max_i64, reduce_cols_max_i64;
         Min => F32, COLS_F32: f32 = reduce_min_f32, reduce_cols_min_f32, F16, COLS_F16: F16 = reduce_min_f16, reduce_cols_min_f16, BF16, COLS_BF16: Bf16 = reduce_min_bf16, reduce_cols_min_bf16, U8, COLS_U8: u8 = reduce_min_u8, reduce_cols_min_u8, U32, COLS_U32: u32 = reduce_min_u32, reduce_cols_min_u32, I64, COLS_I64: i64 = reduce_min_i64, reduce_cols_min_i64;
+        Prod => F32, COLS_F32: f32 = reduce_prod_f32, reduce_cols_prod_f32, F16, COLS_F16: F16 = reduce_prod_f16, reduce_cols_prod_f16, BF16, COLS_BF16: Bf16 = reduce_prod_bf16, reduce_cols_prod_bf16, U8, COLS_U8: u8 = reduce_prod_u8, reduce_cols_prod_u8, U32, COLS_U32: u32 = reduce_prod_u32, reduce_cols_prod_u32, I64, COLS_I64: i64 = reduce_prod_i64, reduce_cols_prod_i64;
         Mean => F32, COLS_F32: f32 = reduce_mean_f32, reduce_cols_mean_f32, F16, COLS_F16: F16 = reduce_mean_f16, reduce_cols_mean_f16, BF16, COLS_BF16: Bf16 = reduce_mean_bf16, reduce_cols_mean_bf16, U8, COLS_U8: u8 = None, None, U32, COLS_U32: u32 = None, None, I64, COLS_I64: i64 = None, None;
     }
     macro_rules! per_type {
@@ -840,6 +856,7 @@ reduce_kernels! {
     Sum => reduce_sum_f32: f32, reduce_sum_f16: F16, reduce_sum_bf16: Bf16, reduce_sum_u8: u8, reduce_sum_u32: u32, reduce_sum_i64: i64;
     Max => reduce_max_f32: f32, reduce_max_f16: F16, reduce_max_bf16: Bf16, reduce_max_u8: u8, reduce_max_u32: u32, reduce_max_i64: i64;
     Min => reduce_min_f32: f32, reduce_min_f16: F16, reduce_min_bf16: Bf16, reduce_min_u8: u8, reduce_min_u32: u32, reduce_min_i64: i64;
+    Prod => reduce_prod_f32: f32, reduce_prod_f16: F16, reduce_prod_bf16: Bf16, reduce_prod_u8: u8, reduce_prod_u32: u32, reduce_prod_i64: i64;
     Mean => reduce_mean_f32: f32, reduce_mean_f16: F16, reduce_mean_bf16: Bf16;
 }
 
@@ -847,6 +864,7 @@ col_reduce_kernels! {
     Sum => reduce_cols_sum_f32: f32, reduce_cols_sum_f16: F16, reduce_cols_sum_bf16: Bf16, reduce_cols_sum_u8: u8, reduce_cols_sum_u32: u32, reduce_cols_sum_i64: i64;
     Max => reduce_cols_max_f32: f32, reduce_cols_max_f16: F16, reduce_cols_max_bf16: Bf16, reduce_cols_max_u8: u8, reduce_cols_max_u32: u32, reduce_cols_max_i64: i64;
     Min => reduce_cols_min_f32: f32, reduce_cols_min_f16: F16, reduce_cols_min_bf16: Bf16, reduce_cols_min_u8: u8, reduce_cols_min_u32: u32, reduce_cols_min_i64: i64;
+    Prod => reduce_cols_prod_f32: f32, reduce_cols_prod_f16: F16, reduce_cols_prod_bf16: Bf16, reduce_cols_prod_u8: u8, reduce_cols_prod_u32: u32, reduce_cols_prod_i64: i64;
     Mean => reduce_cols_mean_f32: f32, reduce_cols_mean_f16: F16, reduce_cols_mean_bf16: Bf16;
 }
 

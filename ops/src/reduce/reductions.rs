@@ -34,11 +34,19 @@ pub enum Reduce {
     Max,
     /// Minimum (NaN when the reduced slice holds a NaN).
     Min,
+    /// Product (f16/bf16 multiply in f32, integers wrap; 1 over no elements).
+    Prod,
 }
 
 impl Reduce {
     /// Every value reduction.
-    pub const ALL: &'static [Reduce] = &[Reduce::Sum, Reduce::Mean, Reduce::Max, Reduce::Min];
+    pub const ALL: &'static [Reduce] = &[
+        Reduce::Sum,
+        Reduce::Mean,
+        Reduce::Max,
+        Reduce::Min,
+        Reduce::Prod,
+    ];
 
     /// The op's name.
     pub fn name(self) -> &'static str {
@@ -47,6 +55,7 @@ impl Reduce {
             Reduce::Mean => "mean",
             Reduce::Max => "max",
             Reduce::Min => "min",
+            Reduce::Prod => "prod",
         }
     }
 }
@@ -519,6 +528,7 @@ impl<T: WithDType> Tensor<T> {
             Reduce::Mean => self.row_reduce::<k::Mean>(dev, op, &view, cols, out),
             Reduce::Max => self.row_reduce::<k::Max>(dev, op, &view, cols, out),
             Reduce::Min => self.row_reduce::<k::Min>(dev, op, &view, cols, out),
+            Reduce::Prod => self.row_reduce::<k::Prod>(dev, op, &view, cols, out),
         }?;
         Ok(Tensor::from_parts(out, &out_shape))
     }
@@ -601,6 +611,29 @@ impl<T: WithDType> Tensor<T> {
     /// [`Error::DuplicateDim`], [`Error::TooLarge`], [`Error::Host`]).
     pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
         self.reduce(Reduce::Max, dims, keepdim)
+    }
+
+    /// Product over `dims` (PyTorch's `prod`, several dims at once): f16 and
+    /// bf16 multiply in f32, integers wrap in their own type (PyTorch widens
+    /// them to i64 first: cast before for that), 1 over no elements.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &Device::Cpu)?;
+    /// assert_eq!(x.prod(&[-1], false)?.to_vec()?, vec![6.0, 120.0]);
+    /// assert_eq!(x.prod(&[0, 1], false)?.to_vec()?, vec![720.0]);
+    /// let b = Tensor::from_slice(&[16u8, 17], &[2], &Device::Cpu)?;
+    /// assert_eq!(b.prod(&[0], false)?.to_vec()?, vec![16]); // 272 wraps to 272 - 256
+    /// let e = Tensor::<f32>::zeros(&[2, 0], &Device::Cpu)?;
+    /// assert_eq!(e.prod(&[1], false)?.to_vec()?, vec![1.0, 1.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DimOutOfRange`], [`Error::DuplicateDim`], [`Error::TooLarge`]
+    /// and [`Error::Host`], as [`Tensor::reduce`].
+    pub fn prod(&self, dims: impl Dims, keepdim: bool) -> Result<Self> {
+        self.reduce(Reduce::Prod, dims, keepdim)
     }
 
     /// Minimum over `dims` (NaN when the reduced slice holds a NaN).
