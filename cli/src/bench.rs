@@ -67,7 +67,8 @@ pub struct BenchConfig {
 /// ```
 /// use ferrocm_cli::bench::BenchFamily;
 /// assert_eq!(BenchFamily::parse("attention"), Some(BenchFamily::Attention));
-/// assert_eq!(BenchFamily::parse("conv"), None);
+/// assert_eq!(BenchFamily::parse("conv"), Some(BenchFamily::Conv));
+/// assert_eq!(BenchFamily::parse("pool"), None);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BenchFamily {
@@ -84,6 +85,8 @@ pub enum BenchFamily {
     /// Quantized weights: the linear layer at 1 and 8 rows and dequantize,
     /// every format.
     Quant,
+    /// Convolution: ResNet and Stable-Diffusion shapes, depthwise.
+    Conv,
     /// A Llama model of random weights: prefill 512 tokens, then decode
     /// (Llama-7B shapes on a GPU, one block of them on the Cpu, a tiny model
     /// in the emulator). Only with `--only model`: it takes minutes.
@@ -92,13 +95,14 @@ pub enum BenchFamily {
 
 impl BenchFamily {
     /// Every family's name, as [`BenchFamily::parse`] takes it.
-    pub const NAMES: [&str; 7] = [
+    pub const NAMES: [&str; 8] = [
         "elementwise",
         "indexing",
         "layer",
         "matmul",
         "attention",
         "quant",
+        "conv",
         "model",
     ];
 
@@ -111,6 +115,7 @@ impl BenchFamily {
             Self::Matmul,
             Self::Attention,
             Self::Quant,
+            Self::Conv,
             Self::Model,
         ];
         Self::NAMES.iter().position(|&n| n == name).map(|i| all[i])
@@ -279,6 +284,9 @@ pub fn run(dev: &Device, cfg: BenchConfig) -> Result<BenchReport> {
     }
     if wants(BenchFamily::Quant) {
         rows.extend(quant_rows(dev, cfg, copy_gbps)?);
+    }
+    if wants(BenchFamily::Conv) {
+        rows.extend(conv_rows(dev, cfg, copy_gbps)?);
     }
     if model_only {
         rows.extend(model_rows(dev, copy_gbps));
@@ -669,6 +677,92 @@ fn matmul_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Ben
             kernel.flops = Some(flops);
             rows.push(kernel);
         }
+    }
+    Ok(rows)
+}
+
+/// The convolutions of issue 31's list (in TFLOP/s, with the Cpu time):
+/// conv2d `(1, 64, 56, 56)` 3x3 64->64, the ResNet stem `(1, 3, 224, 224)`
+/// 7x7 stride 2 -> 64, `(32, 256, 14, 14)` 3x3 256->256, a depthwise 3x3 on
+/// `(8, 512, 28, 28)` and a Stable-Diffusion `(2, 320, 64, 64)` 3x3 320->320
+/// (f32 and bf16), padding keeping the size. Configs smaller than the
+/// default (the emulator's) divide channels and sizes by 8.
+fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
+    use ferrocm_ops::conv::ConvOptions;
+    let div = if cfg.cols < 4096 { 8 } else { 1 };
+    let c = |v: usize| (v / div).max(1);
+    // (name, batch, cin, cout, size, kernel, stride, groups)
+    let shapes = [
+        ("conv2d 3x3 64->64 f32", 1, 64, 64, 56, 3, 1, 1),
+        ("conv2d stem 7x7/2 3->64 f32", 1, 3, 64, 224, 7, 2, 1),
+        ("conv2d 3x3 256->256 b32 f32", 32, 256, 256, 14, 3, 1, 1),
+        (
+            "conv2d depthwise 3x3 512 b8 f32",
+            8,
+            512,
+            512,
+            28,
+            3,
+            1,
+            512,
+        ),
+        ("conv2d sd 3x3 320->320 b2 f32", 2, 320, 320, 64, 3, 1, 1),
+        ("conv2d sd 3x3 320->320 b2 bf16", 2, 320, 320, 64, 3, 1, 1),
+    ];
+    type Conv = (Tensor<f32>, Tensor<f32>, Tensor<f32>, ConvOptions);
+    let mut rows = Vec::new();
+    let timed = Timed {
+        dev,
+        reps: cfg.reps,
+        copy_gbps,
+    };
+    for (name, n, cin, cout, size, k, stride, groups) in shapes {
+        let (cin, cout, groups) = (c(cin), c(cout), c(groups));
+        let (size, k) = ((size / div).max(k), k);
+        let opts = ConvOptions::new()
+            .stride(&[stride])
+            .padding(&[k / 2])
+            .groups(groups);
+        let build = |d: &Device| -> Result<Conv> {
+            Ok((
+                Tensor::randn(&[n, cin, size, size], 0.0, 1.0, 40, d)?,
+                Tensor::randn(&[cout, cin / groups, k, k], 0.0, 0.1, 41, d)?,
+                Tensor::randn(&[cout], 0.0, 0.1, 42, d)?,
+                opts.clone(),
+            ))
+        };
+        let out = (size + 2 * (k / 2) - k) / stride + 1;
+        let bf16_row = name.ends_with("bf16");
+        let elem = if bf16_row { 2 } else { 4 };
+        let bytes = ((n * cin * size * size + cout * cin / groups * k * k + n * cout * out * out)
+            * elem) as u64;
+        let flops = (2 * n * cout * out * out * (cin / groups) * k * k) as u64;
+        let inputs = build(dev)?;
+        let cpu_inputs = match cfg.compare_cpu && dev.runs_kernels() {
+            true => Some(build(&Device::Cpu)?),
+            false => None,
+        };
+        let shape = vec![n, cin, size, size];
+        let mut row = if bf16_row {
+            let cast = |i: &Conv| -> Result<_> {
+                Ok((
+                    i.0.to_dtype::<bf16>()?,
+                    i.1.to_dtype::<bf16>()?,
+                    i.2.to_dtype::<bf16>()?,
+                    i.3.clone(),
+                ))
+            };
+            let cpu = cpu_inputs.as_ref().map(cast).transpose()?;
+            timed.row(name, shape, bytes, &cast(&inputs)?, cpu.as_ref(), |i| {
+                i.0.conv2d(&i.1, Some(&i.2), &i.3).map(drop)
+            })?
+        } else {
+            timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), |i| {
+                i.0.conv2d(&i.1, Some(&i.2), &i.3).map(drop)
+            })?
+        };
+        row.flops = Some(flops);
+        rows.push(row);
     }
     Ok(rows)
 }

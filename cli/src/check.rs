@@ -10,6 +10,7 @@
 //! the same cases over many layouts ([`InputLayout`]) on the emulator.
 
 use ferrocm_ops::Result;
+use ferrocm_ops::conv::ConvOptions;
 use ferrocm_ops::quant::Q8Activations;
 use ferrocm_ops::rope::RopeMode;
 use ferrocm_ops::{Activation, Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
@@ -363,6 +364,41 @@ impl Runner<'_> {
             self.case("swiglu".into(), d, move |dev| x(dev)?.swiglu(&y(dev)?));
             self.case("glu_gelu".into(), d, move |dev| {
                 x(dev)?.glu(&y(dev)?, Activation::Gelu)
+            });
+            // Convolution: the input's rows as channels (conv1d through the
+            // implicit GEMM), as one image (conv2d, strided and dilated),
+            // and as a depthwise stack (the direct kernel).
+            let conv_w = move |dev: &Device, shape: &[usize], seed| {
+                let fan_in: usize = shape[1..].iter().product();
+                let s = 1.0 / (fan_in.max(1) as f64).sqrt();
+                Tensor::<T>::rand(shape, -s, s, seed, dev)
+            };
+            let conv_b = move |dev: &Device, n| Tensor::<T>::rand(&[n], -1.0, 1.0, 27, dev);
+            self.case_scaled("conv1d".into(), d, true, move |dev| {
+                let x = x(dev)?.reshape(&[1, rows, cols])?;
+                let o = ConvOptions::new().padding(&[1]);
+                x.conv1d(
+                    &conv_w(dev, &[32, rows, 3], 25)?,
+                    Some(&conv_b(dev, 32)?),
+                    &o,
+                )
+            });
+            self.case_scaled("conv2d".into(), d, true, move |dev| {
+                let x = x(dev)?.reshape(&[1, 1, rows, cols])?;
+                let o = ConvOptions::new()
+                    .stride(&[2])
+                    .padding(&[1])
+                    .dilation(&[1, 2]);
+                x.conv2d(&conv_w(dev, &[16, 1, 3, 3], 26)?, None, &o)
+            });
+            self.case_scaled("conv2d_depthwise".into(), d, true, move |dev| {
+                let x = x(dev)?.reshape(&[1, rows, 1, cols])?;
+                let o = ConvOptions::new().padding(&[0, 2]).groups(rows);
+                x.conv2d(
+                    &conv_w(dev, &[rows, 1, 1, 5], 28)?,
+                    Some(&conv_b(dev, rows)?),
+                    &o,
+                )
             });
             let half = cols / 2;
             let table =

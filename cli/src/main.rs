@@ -285,6 +285,8 @@ enum Family {
     Attention,
     /// Quantized weights: the linear layer at 1 and 8 rows, dequantize.
     Quant,
+    /// Convolution: ResNet and Stable-Diffusion conv2d shapes, depthwise.
+    Conv,
     /// A random-weight Llama (7B shapes on a GPU, one block of them on the
     /// Cpu, tiny in the emulator): prefill 512 tokens, decode. Only when
     /// named: it takes minutes.
@@ -300,6 +302,7 @@ impl From<Family> for bench::BenchFamily {
             Family::Matmul => bench::BenchFamily::Matmul,
             Family::Attention => bench::BenchFamily::Attention,
             Family::Quant => bench::BenchFamily::Quant,
+            Family::Conv => bench::BenchFamily::Conv,
             Family::Model => bench::BenchFamily::Model,
         }
     }

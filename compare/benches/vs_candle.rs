@@ -242,6 +242,7 @@ fn main() {
     llm_cases(n, reps, &filter, memcpy);
     attention_cases(reps, &filter, memcpy);
     quant_cases(reps, &filter, memcpy);
+    conv_cases(reps, &filter);
     // Issue 10's Cpu targets: GEMM 1024^3 and 4096^3 f32 (and f16) at least
     // candle's speed; matvec 4096 x 4096 at 50% of memcpy in weight bytes
     // (VS_CANDLE_MATMUL_BIG=0 leaves out the 4096^3 GEMM).
@@ -455,6 +456,40 @@ fn quant_cases(reps: usize, filter: &str, memcpy: f64) {
             let gbs = bytes.len() as f64 / tf / 1e6;
             println!("{:<26} {tc:>10.2} {tf:>10.2} {:>6.2}x {gbs:>9.1} {:>7.0}%", format!("qmatmul {f} x{m}"), tc / tf, 100.0 * gbs / memcpy);
         }
+    }
+}
+
+/// Issue 31's conv2d shapes (f32, padding keeping the size, bias): candle's
+/// CPU conv2d against ferrocm's Cpu path (im2col + GEMM, or direct loops for
+/// the depthwise one).
+fn conv_cases(reps: usize, filter: &str) {
+    use ferrocm::ops::conv::ConvOptions;
+    if !"conv".contains(filter) && !filter.contains("conv") {
+        return;
+    }
+    let (dev, cdev) = (Device::Cpu, CDevice::Cpu);
+    println!("\n{:<34} {:>10} {:>10} {:>7} {:>9}", "conv2d f32", "candle ms", "ferrocm ms", "ratio", "GFLOP/s");
+    for (name, n, cin, cout, size, k, stride, groups) in [
+        ("3x3 64->64 (1, 64, 56, 56)", 1, 64, 64, 56, 3, 1, 1),
+        ("stem 7x7/2 3->64 (1, 3, 224, 224)", 1, 3, 64, 224, 7, 2, 1),
+        ("3x3 256->256 (32, 256, 14, 14)", 32, 256, 256, 14, 3, 1, 1),
+        ("depthwise 3x3 (8, 512, 28, 28)", 8, 512, 512, 28, 3, 1, 512),
+        ("sd 3x3 320->320 (2, 320, 64, 64)", 2, 320, 320, 64, 3, 1, 1),
+    ] {
+        let x = Tensor::<f32>::randn(&[n, cin, size, size], 0.0, 1.0, 40, &dev).unwrap();
+        let w = Tensor::<f32>::randn(&[cout, cin / groups, k, k], 0.0, 0.1, 41, &dev).unwrap();
+        let b = Tensor::<f32>::randn(&[cout], 0.0, 0.1, 42, &dev).unwrap();
+        let cx = CTensor::from_vec(x.to_vec().unwrap(), (n, cin, size, size), &cdev).unwrap();
+        let cw = CTensor::from_vec(w.to_vec().unwrap(), (cout, cin / groups, k, k), &cdev).unwrap();
+        let cb = CTensor::from_vec(b.to_vec().unwrap(), (1, cout, 1, 1), &cdev).unwrap();
+        let o = ConvOptions::new().stride(&[stride]).padding(&[k / 2]).groups(groups);
+        let out = (size + 2 * (k / 2) - k) / stride + 1;
+        let flops = (2 * n * cout * out * out * (cin / groups) * k * k) as f64;
+        let tc = median_ms(reps, &|| {
+            drop(cx.conv2d(&cw, k / 2, stride, 1, groups).unwrap().broadcast_add(&cb).unwrap())
+        });
+        let tf = median_ms(reps, &|| drop(x.conv2d(&w, Some(&b), &o).unwrap()));
+        println!("{:<34} {tc:>10.2} {tf:>10.2} {:>6.2}x {:>9.1}", name, tc / tf, flops / tf / 1e6);
     }
 }
 

@@ -43,6 +43,7 @@ pub mod mma;
 pub mod prelude;
 
 // The op families, by area: one file per family.
+pub mod conv;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
@@ -85,6 +86,7 @@ elem_kernels!(
     glu::GluKernels,
     rope::RopeKernels,
     attention::AttnKernels,
+    conv::convolution::ConvKernels,
 );
 
 /// One embedded AMDGPU code object.
@@ -187,6 +189,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         rope::KERNELS,
         rope::CACHE_KERNELS,
         attention::KERNELS,
+        conv::convolution::KERNELS,
         quant::dequant::KERNELS,
         quant::matvec::KERNELS,
         quant::matvec::QUANTIZE_X_KERNELS,

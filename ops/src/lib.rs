@@ -26,6 +26,7 @@
 //! # Ok::<(), ferrocm_ops::Error>(())
 //! ```
 
+pub mod conv;
 pub mod core;
 pub mod elementwise;
 pub mod engine;

@@ -205,7 +205,7 @@ fn offset_by<T>(p: *const T, z: u32, stride: u64) -> *const T {
 /// `k0 * k_stride` to the offsets.
 #[amdgpu_device]
 #[derive(Clone, Copy)]
-struct TileLoads {
+pub(crate) struct TileLoads {
     off: [u32; 4],
     kk: [u32; 4],
 }
@@ -229,7 +229,7 @@ fn gemm_slot(e: u32, k_fast: bool) -> (u32, u32) {
 /// strides along that dim and along K.
 #[amdgpu_device]
 #[inline(always)]
-fn gemm_tile_loads(i0: u32, size: u32, i_stride: u32, k_stride: u32) -> TileLoads {
+pub(crate) fn gemm_tile_loads(i0: u32, size: u32, i_stride: u32, k_stride: u32) -> TileLoads {
     let tid = workitem_id_x();
     let mut t = TileLoads {
         off: [0; 4],
@@ -248,7 +248,7 @@ fn gemm_tile_loads(i0: u32, size: u32, i_stride: u32, k_stride: u32) -> TileLoad
 /// The four elements of the K-tile at `k0` as f32 (zero past the matrix).
 #[amdgpu_device]
 #[inline(always)]
-fn gemm_fetch<T: MatElem>(
+pub(crate) fn gemm_fetch<T: MatElem>(
     p: *const T,
     t: &TileLoads,
     k0: u32,
@@ -271,12 +271,46 @@ fn gemm_fetch<T: MatElem>(
 /// (`tile[kk * pitch + i]`).
 #[amdgpu_device]
 #[inline(always)]
-fn gemm_stage(tile: Lds<f32>, k_fast: bool, regs: &[f32; 4]) {
+pub(crate) fn gemm_stage(tile: Lds<f32>, k_fast: bool, regs: &[f32; 4]) {
     let tid = workitem_id_x();
     unroll4!(r < 4 => {
         let (ii, kk) = gemm_slot(tid + GEMM_BLOCK * r as u32, k_fast);
         tile.store(kk * GEMM_PITCH + ii, regs[r]);
     });
+}
+
+/// One K step of the register-tiled GEMM: this workitem's 4 x 4 block of C
+/// (rows `4 * ty..` of the A tile, columns `4 * tx..` of the B tile, both
+/// staged in LDS by [`gemm_stage`]) accumulates the step's [`GEMM_BK`]
+/// products. Shared by the GEMM and the implicit-GEMM convolution.
+#[amdgpu_device]
+#[inline(always)]
+pub(crate) fn gemm_tile_fma(acc: &mut [[f32; 4]; 4]) {
+    let tid = workitem_id_x();
+    let (tx, ty) = (tid % 16, tid / 16);
+    let (ta4, tb4) = (lds_at::<W128>(0), lds_at::<W128>(GEMM_BK * GEMM_PITCH * 4));
+    for kk in 0..GEMM_BK {
+        // This workitem's rows ty*4.. of A and columns tx*4.. of B.
+        let av = ta4.load(kk * (GEMM_PITCH / 4) + ty).0.map(f32::from_bits);
+        let bv = tb4.load(kk * (GEMM_PITCH / 4) + tx).0.map(f32::from_bits);
+        for i in 0..4 {
+            for j in 0..4 {
+                acc[i][j] = math::fma(av[i], bv[j], acc[i][j]);
+            }
+        }
+        if kk % 4 == 3 {
+            // Reads of four K steps ahead at most: all sixteen in
+            // flight at once would need 128 more registers.
+            schedule_barrier();
+        }
+    }
+}
+
+/// The A and B tiles of the register-tiled GEMM in LDS (f32, K-major).
+#[amdgpu_device]
+#[inline(always)]
+pub(crate) fn gemm_tiles() -> (Lds<f32>, Lds<f32>) {
+    (lds_at::<f32>(0), lds_at::<f32>(GEMM_BK * GEMM_PITCH * 4))
 }
 
 /// The GEMM: see the module doc. `c` is `[batch, m, n]` contiguous.
@@ -327,8 +361,7 @@ fn gemm_tile<T: MatElem>(
 ) {
     let tid = workitem_id_x();
     let (tx, ty) = (tid % 16, tid / 16);
-    let (ta, tb) = (lds_at::<f32>(0), lds_at::<f32>(GEMM_BK * GEMM_PITCH * 4));
-    let (ta4, tb4) = (lds_at::<W128>(0), lds_at::<W128>(GEMM_BK * GEMM_PITCH * 4));
+    let (ta, tb) = gemm_tiles();
     // A's non-K dim is its rows, B's its columns.
     let la = gemm_tile_loads(m0, m, a_rs, a_cs);
     let lb = gemm_tile_loads(n0, n, b_cs, b_rs);
@@ -355,21 +388,7 @@ fn gemm_tile<T: MatElem>(
                 gemm_fetch(az, &la, k0 + GEMM_BK, k, a_cs, &mut ra);
                 gemm_fetch(bz, &lb, k0 + GEMM_BK, k, b_rs, &mut rb);
             }
-            for kk in 0..GEMM_BK {
-                // This workitem's rows ty*4.. of A and columns tx*4.. of B.
-                let av = ta4.load(kk * (GEMM_PITCH / 4) + ty).0.map(f32::from_bits);
-                let bv = tb4.load(kk * (GEMM_PITCH / 4) + tx).0.map(f32::from_bits);
-                for i in 0..4 {
-                    for j in 0..4 {
-                        acc[i][j] = math::fma(av[i], bv[j], acc[i][j]);
-                    }
-                }
-                if kk % 4 == 3 {
-                    // Reads of four K steps ahead at most: all sixteen in
-                    // flight at once would need 128 more registers.
-                    schedule_barrier();
-                }
-            }
+            gemm_tile_fma(&mut acc);
             k0 += GEMM_BK;
         }
         // C's batch z starts z * m * n elements in.

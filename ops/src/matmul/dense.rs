@@ -658,7 +658,7 @@ fn to_f32<T: WithDType>(x: &[T], s: Strides, z: usize, rows: usize, cols: usize)
 /// f32 `[m, k] x [k, n] -> [m, n]` through the gemm crate (any strides;
 /// `dst` contiguous).
 #[allow(clippy::too_many_arguments)]
-fn sgemm(
+pub(crate) fn sgemm(
     (m, n, k): (usize, usize, usize),
     dst: &mut [f32],
     a: &[f32],

@@ -1,0 +1,374 @@
+//! Convolution in 1, 2 and 3 spatial dims (f32, f16, bf16; f32
+//! accumulation), any stride, padding, dilation and groups, inputs and
+//! outputs at any strides (NCHW, or NHWC as a permuted view):
+//! - `conv_gemm_{dtype}`: an implicit GEMM. Per group, C `[cout_g, cols]`
+//!   = W `[cout_g, K]` · X̂ `[K, cols]` with `cols` the batch's output
+//!   positions and `K = cin_g * kernel volume`, on the register-tiled GEMM's tiles and
+//!   LDS staging (`crate::matmul::dense`): W's tiles load as a GEMM operand,
+//!   X̂'s element `(k, col)` is read from the input where the convolution
+//!   window puts it (zero in the padding) as the tile is staged, so no
+//!   column buffer ever exists in memory. One workgroup per 64 x 64 tile of
+//!   a group's output (grid y: the groups).
+//! - `conv_direct_{dtype}`: a workitem per output element summing its
+//!   window: depthwise and other convolutions with few output channels per
+//!   group, where a 64-row tile would be mostly empty.
+//!
+//! Both read the geometry from `geom`, a small array of u64 the op layer
+//! uploads: the header ([`G_BATCH`] ..) and then, for each `k < K`, where
+//! reduction index `k = (ci, kd, kh, kw)` reads relative to the window's
+//! corner ([`G_TABLE`]: the element offset `ci·x_c + kd·dil_d·x_d + ..` and
+//! the three dilated kernel offsets packed in 21 bits each), so the kernels
+//! never divide by the kernel's shape. Spatial dims are always three: a
+//! 1-d or 2-d convolution has leading dims of size 1.
+//!
+//! The weight is contiguous `[cout, cin_g, kd, kh, kw]`; the bias `[cout]`
+//! (may be null) is added in f32 before the one rounding.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use crate::math;
+use crate::matmul::dense::{
+    GEMM_BK, GEMM_BLOCK, GEMM_BM, GEMM_BN, MatElem, gemm_fetch, gemm_stage, gemm_tile_fma,
+    gemm_tile_loads, gemm_tiles,
+};
+use crate::unroll4;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// Header word: the batch size.
+pub const G_BATCH: usize = 0;
+/// Header word: input channels per group.
+pub const G_CIN_G: usize = 1;
+/// Header word: output channels per group.
+pub const G_COUT_G: usize = 2;
+/// Header word: `K`, the reduction length (`cin_g` x the kernel volume).
+pub const G_K: usize = 3;
+/// Header word: output positions per image (`od * oh * ow`).
+pub const G_POSITIONS: usize = 4;
+/// Header words: the input's spatial dims `(d, h, w)`.
+pub const G_IN: usize = 5;
+/// Header words: the output's two inner spatial dims `(oh, ow)`.
+pub const G_OUT_HW: usize = 8;
+/// Header words: the strides of the window `(d, h, w)`.
+pub const G_STRIDE: usize = 10;
+/// Header words: the padding before each spatial dim `(d, h, w)`.
+pub const G_PAD: usize = 13;
+/// Header words: the input's element strides `(n, c, d, h, w)`.
+pub const G_X_STRIDES: usize = 16;
+/// Header words: the output's element strides `(n, c, d, h, w)`.
+pub const G_Y_STRIDES: usize = 21;
+/// Words of the header; the table of `K` pairs follows.
+pub const G_TABLE: usize = 26;
+/// Bits of each dilated kernel offset in a table entry's second word.
+pub const G_OFFSET_BITS: u32 = 21;
+
+/// The geometry the kernels read, as 32-bit values where they fit.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+struct Geom {
+    batch: u32,
+    cin_g: u32,
+    cout_g: u32,
+    k: u32,
+    positions: u32,
+    inp: [u32; 3],
+    oh: u32,
+    ow: u32,
+    stride: [u32; 3],
+    pad: [u32; 3],
+    xs: [u64; 5],
+    ys: [u64; 5],
+}
+
+#[amdgpu_device]
+#[inline(always)]
+fn read_geom(g: *const u64) -> Geom {
+    let w = |i: usize| unsafe { load(g, i) };
+    let w32 = |i: usize| w(i) as u32;
+    Geom {
+        batch: w32(G_BATCH),
+        cin_g: w32(G_CIN_G),
+        cout_g: w32(G_COUT_G),
+        k: w32(G_K),
+        positions: w32(G_POSITIONS),
+        inp: [w32(G_IN), w32(G_IN + 1), w32(G_IN + 2)],
+        oh: w32(G_OUT_HW),
+        ow: w32(G_OUT_HW + 1),
+        stride: [w32(G_STRIDE), w32(G_STRIDE + 1), w32(G_STRIDE + 2)],
+        pad: [w32(G_PAD), w32(G_PAD + 1), w32(G_PAD + 2)],
+        xs: [
+            w(G_X_STRIDES),
+            w(G_X_STRIDES + 1),
+            w(G_X_STRIDES + 2),
+            w(G_X_STRIDES + 3),
+            w(G_X_STRIDES + 4),
+        ],
+        ys: [
+            w(G_Y_STRIDES),
+            w(G_Y_STRIDES + 1),
+            w(G_Y_STRIDES + 2),
+            w(G_Y_STRIDES + 3),
+            w(G_Y_STRIDES + 4),
+        ],
+    }
+}
+
+/// Where output position `p` of image `n` reads: the window's corner in
+/// input coordinates (`o * stride - pad`, wrapping below zero) and the
+/// input offset of that corner in group `g` (wrapping likewise: adding an
+/// in-bounds entry's offset brings it back).
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+struct Window {
+    corner: [u32; 3],
+    base: u64,
+}
+
+/// Output position `p` as `(od, oh, ow)`.
+#[amdgpu_device]
+#[inline(always)]
+fn position(g: &Geom, p: u32) -> [u32; 3] {
+    let hw = g.oh * g.ow;
+    [p / hw, (p % hw) / g.ow, p % g.ow]
+}
+
+#[amdgpu_device]
+#[inline(always)]
+fn window(g: &Geom, n: u32, group: u32, p: u32) -> Window {
+    let o = position(g, p);
+    let mut w = Window {
+        corner: [0; 3],
+        base: n as u64 * g.xs[0] + (group * g.cin_g) as u64 * g.xs[1],
+    };
+    unroll4!(d < 3 => {
+        let c = (o[d] * g.stride[d]).wrapping_sub(g.pad[d]);
+        w.corner[d] = c;
+        // Sign-extended: a corner above the padding is negative.
+        w.base = w.base.wrapping_add((c as i32 as i64 as u64).wrapping_mul(g.xs[2 + d]));
+    });
+    w
+}
+
+/// Reduction index `k`'s input element for the window, or 0 in the padding.
+#[amdgpu_device]
+#[inline(always)]
+fn window_at<T: MatElem>(x: *const T, g: &Geom, table: *const u64, w: &Window, k: u32) -> f32 {
+    let (off, dk) = unsafe { (load(table, 2 * k as usize), load(table, 2 * k as usize + 1)) };
+    let mask = (1u64 << G_OFFSET_BITS) - 1;
+    // Unsigned: a coordinate below zero wraps past the dim.
+    let iz = w.corner[0].wrapping_add((dk & mask) as u32);
+    let iy = w.corner[1].wrapping_add(((dk >> G_OFFSET_BITS) & mask) as u32);
+    let ix = w.corner[2].wrapping_add((dk >> (2 * G_OFFSET_BITS)) as u32);
+    if iz < g.inp[0] && iy < g.inp[1] && ix < g.inp[2] {
+        unsafe { load(x, w.base.wrapping_add(off) as usize) }.widen()
+    } else {
+        0.0
+    }
+}
+
+/// This workitem's four elements of X̂'s K-tile at `k0`: reduction indices
+/// `k0 + kk0 + 4 r` of its column's window (zero past K or the columns).
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fetch_window<T: MatElem>(
+    x: *const T,
+    g: &Geom,
+    table: *const u64,
+    win: &Window,
+    live: bool,
+    kk0: u32,
+    k0: u32,
+    out: &mut [f32; 4],
+) {
+    unroll4!(r < 4 => {
+        let k = k0 + kk0 + 4 * r as u32;
+        out[r] = if live && k < g.k { window_at(x, g, table, win, k) } else { 0.0 };
+    });
+}
+
+/// The output offset of channel `c` at position `p` of image `n`.
+#[amdgpu_device]
+#[inline(always)]
+fn out_offset(g: &Geom, n: u32, c: u32, p: u32) -> usize {
+    let o = position(g, p);
+    (n as u64 * g.ys[0]
+        + c as u64 * g.ys[1]
+        + o[0] as u64 * g.ys[2]
+        + o[1] as u64 * g.ys[3]
+        + o[2] as u64 * g.ys[4]) as usize
+}
+
+/// The body of `conv_gemm_*`: see the module doc. Group `g0 +
+/// workgroup_id_y()`; tile `workgroup_id_x()` of its `cout_g x (batch *
+/// positions)` output, row-major over tiles.
+#[amdgpu_device]
+#[inline(always)]
+pub fn conv_gemm_body<T: MatElem>(
+    y: *mut T,
+    x: *const T,
+    w: *const T,
+    bias: *const T,
+    geom: *const u64,
+    g0: u32,
+) {
+    let g = read_geom(geom);
+    let table = geom.wrapping_add(G_TABLE);
+    let tid = workitem_id_x();
+    let (tx, ty) = (tid % 16, tid / 16);
+    let (m, k) = (g.cout_g, g.k);
+    let cols = g.batch * g.positions;
+    let tiles_n = cols.div_ceil(GEMM_BN);
+    let tile = workgroup_id_x();
+    let (m0, n0) = ((tile / tiles_n) * GEMM_BM, (tile % tiles_n) * GEMM_BN);
+    let group = g0 + workgroup_id_y();
+    let (ta, tb) = gemm_tiles();
+    // The group's weights: a `[cout_g, K]` row-major operand.
+    let wg = w.wrapping_add((group as u64 * m as u64 * k as u64) as usize);
+    let la = gemm_tile_loads(m0, m, k, 1);
+    // X̂'s tile is staged as a row-major GEMM operand's (its fast dim the
+    // columns: neighbouring output positions read neighbouring inputs), so
+    // this workitem's four elements share one column, at K rows
+    // `tid / 64 + 4 r`.
+    let col = n0 + tid % GEMM_BN;
+    let kk0 = tid / GEMM_BN;
+    let live = col < cols;
+    let win = window(&g, col / g.positions, group, col % g.positions);
+    let mut acc = [[0.0f32; 4]; 4];
+    let (mut ra, mut rb) = ([0.0f32; 4], [0.0f32; 4]);
+    gemm_fetch(wg, &la, 0, k, 1, &mut ra);
+    fetch_window(x, &g, table, &win, live, kk0, 0, &mut rb);
+    let mut k0 = 0;
+    while k0 < k {
+        // The previous step's reads of the tiles are done; stage this one.
+        barrier();
+        gemm_stage(ta, true, &ra);
+        gemm_stage(tb, false, &rb);
+        barrier();
+        if k0 + GEMM_BK < k {
+            // The next step's loads fly while this step computes.
+            gemm_fetch(wg, &la, k0 + GEMM_BK, k, 1, &mut ra);
+            fetch_window(x, &g, table, &win, live, kk0, k0 + GEMM_BK, &mut rb);
+        }
+        gemm_tile_fma(&mut acc);
+        k0 += GEMM_BK;
+    }
+    unroll4!(i < 4 => {
+        let row = m0 + 4 * ty + i as u32;
+        if row < m {
+            let c = group * m + row;
+            let b = if bias.is_null() { 0.0 } else { unsafe { load(bias, c as usize) }.widen() };
+            unroll4!(j < 4 => {
+                let col = n0 + 4 * tx + j as u32;
+                if col < cols {
+                    let (n, p) = (col / g.positions, col % g.positions);
+                    let v = T::from_f32(acc[i][j] + b);
+                    unsafe { store(y, out_offset(&g, n, c, p), v) };
+                }
+            });
+        }
+    });
+}
+
+/// The body of `conv_direct_*`: a workitem per output position
+/// (`workgroup_id_x() * block + tid`), looping over the output rows (image,
+/// channel) `workgroup_id_y()`, stepping by the grid's y size, each window
+/// summed in f32 in reduction order. The row's image and channel are
+/// uniform over the workgroup: no per-workitem division by the channels.
+#[amdgpu_device]
+#[inline(always)]
+pub fn conv_direct_body<T: MatElem>(
+    y: *mut T,
+    x: *const T,
+    w: *const T,
+    bias: *const T,
+    geom: *const u64,
+    cout: u32,
+) {
+    let g = read_geom(geom);
+    let table = geom.wrapping_add(G_TABLE);
+    let p = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
+    if p >= g.positions {
+        return;
+    }
+    let rows = g.batch * cout;
+    let mut row = workgroup_id_y();
+    while row < rows {
+        let (n, c) = (row / cout, row % cout);
+        let win = window(&g, n, c / g.cout_g, p);
+        let wc = w.wrapping_add((c as u64 * g.k as u64) as usize);
+        let mut acc = if bias.is_null() {
+            0.0
+        } else {
+            unsafe { load(bias, c as usize) }.widen()
+        };
+        let mut k = 0;
+        while k < g.k {
+            let v = window_at(x, &g, table, &win, k);
+            acc = math::fma(unsafe { load(wc, k as usize) }.widen(), v, acc);
+            k += 1;
+        }
+        unsafe { store(y, out_offset(&g, n, c, p), T::from_f32(acc)) };
+        row += num_workgroups_y();
+    }
+}
+
+/// Output channels per group from which `conv_gemm_*` is used (fewer go
+/// to `conv_direct_*`).
+pub const CONV_GEMM_MIN_COUT_G: usize = 16;
+
+#[cfg(not(ferrocm_device))]
+use crate::host::KernelRef;
+
+/// The parameter types of `conv_gemm_{T}`: `(y, x, w, bias, geom, g0)`.
+#[cfg(not(ferrocm_device))]
+pub type ConvGemmArgs<T> = (*mut T, *const T, *const T, *const T, *const u64, u32);
+/// The parameter types of `conv_direct_{T}`: `(y, x, w, bias, geom, cout)`.
+#[cfg(not(ferrocm_device))]
+pub type ConvDirectArgs<T> = (*mut T, *const T, *const T, *const T, *const u64, u32);
+
+/// The convolution kernels of an element type (float types; host side).
+#[cfg(not(ferrocm_device))]
+pub trait ConvKernels: Sized + 'static {
+    /// `conv_gemm_{T}`, if the type has one.
+    const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>>;
+    /// `conv_direct_{T}`, if the type has one.
+    const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>>;
+}
+
+macro_rules! conv_kernels {
+    ($($gemm:ident, $direct:ident: $t:ty),*; none: $($n:ty),*) => {
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl ConvKernels for $t {
+                const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = Some(KernelRef::of::<$gemm>());
+                const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = Some(KernelRef::of::<$direct>());
+            }
+        )*
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl ConvKernels for $n {
+                const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = None;
+                const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = None;
+            }
+        )*
+        kernels! {$(
+            fn $gemm(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, g0: u32) {
+                conv_gemm_body::<$t>(y, x, w, bias, geom, g0)
+            }
+            fn $direct(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, cout: u32) {
+                conv_direct_body::<$t>(y, x, w, bias, geom, cout)
+            }
+        )*}
+    };
+}
+
+conv_kernels!(
+    conv_gemm_f32, conv_direct_f32: f32,
+    conv_gemm_f16, conv_direct_f16: F16,
+    conv_gemm_bf16, conv_direct_bf16: Bf16;
+    none: u8, u32, i64
+);
+
+/// The launch shape of `conv_gemm_*` ([`GEMM_BLOCK`] workitems, its LDS).
+pub const CONV_GEMM_BLOCK: u32 = GEMM_BLOCK;

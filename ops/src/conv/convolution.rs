@@ -1,0 +1,817 @@
+//! Convolution in 1, 2 and 3 spatial dims (PyTorch's `conv1d`, `conv2d`,
+//! `conv3d`): API, Cpu implementation, kernel path.
+//!
+//! f32, f16 and bf16, accumulated in f32 and rounded once (after the bias).
+//! Any stride, padding (each side of each dim on its own), dilation and
+//! groups, depthwise included. The input is read at its strides: an NHWC
+//! buffer viewed as NCHW (`x.permute([0, 3, 1, 2])`) runs without a copy,
+//! and the output then comes back in the same channels-last form (an NCHW
+//! view of NHWC memory), as PyTorch's `channels_last` format does.
+//!
+//! Kernel devices run `conv_gemm_{dtype}` (an implicit GEMM: no column
+//! buffer in memory) when a group has at least [`CONV_GEMM_MIN_COUT_G`]
+//! output channels, else `conv_direct_{dtype}` (a workitem per output, as a
+//! depthwise convolution wants). The Cpu builds each image's columns (im2col)
+//! and multiplies them on the tuned CPU GEMM, or sums windows directly for
+//! the same few-channel groups.
+
+use crate::core::dtype::WithDType;
+use crate::core::error::{Error, Result};
+use crate::core::tensor::Tensor;
+use crate::engine::{self, Op};
+use crate::matmul::dense::sgemm;
+use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
+use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
+use ferrocm_kernels::conv::convolution::{
+    CONV_GEMM_MIN_COUT_G, ConvKernels, G_BATCH, G_CIN_G, G_COUT_G, G_IN, G_K, G_OFFSET_BITS,
+    G_OUT_HW, G_PAD, G_POSITIONS, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
+};
+use ferrocm_kernels::elem::Elem;
+use ferrocm_kernels::matmul::{GEMM_BLOCK, GEMM_BM, GEMM_BN, GEMM_LDS_BYTES};
+use rayon::prelude::*;
+
+/// The parameters of a convolution besides its operands: PyTorch's
+/// `stride`, `padding`, `dilation` and `groups`. A list of one value applies
+/// to every spatial dim; otherwise it has one entry per spatial dim.
+///
+/// ```
+/// use ferrocm_ops::conv::ConvOptions;
+/// let o = ConvOptions::new().stride(&[2]).padding(&[3]).groups(1);
+/// assert_eq!(o.padding, vec![(3, 3)]);
+/// let a = ConvOptions::new().padding_each_side(&[(0, 1), (1, 0)]);
+/// assert_eq!(a.padding, vec![(0, 1), (1, 0)]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvOptions {
+    /// The window's step along each spatial dim (default 1).
+    pub stride: Vec<usize>,
+    /// Zeros added before and after each spatial dim (default none).
+    pub padding: Vec<(usize, usize)>,
+    /// The spacing of the kernel's taps along each spatial dim (default 1).
+    pub dilation: Vec<usize>,
+    /// Channel groups: input and output channels split into this many
+    /// independent convolutions (default 1; the channel count for a
+    /// depthwise convolution).
+    pub groups: usize,
+}
+
+impl Default for ConvOptions {
+    fn default() -> Self {
+        Self {
+            stride: vec![1],
+            padding: vec![(0, 0)],
+            dilation: vec![1],
+            groups: 1,
+        }
+    }
+}
+
+impl ConvOptions {
+    /// Stride 1, no padding, dilation 1, one group.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The stride along each spatial dim (one value: all of them).
+    pub fn stride(mut self, stride: &[usize]) -> Self {
+        self.stride = stride.to_vec();
+        self
+    }
+
+    /// The same padding on both sides of each spatial dim (one value: all
+    /// of them).
+    pub fn padding(mut self, padding: &[usize]) -> Self {
+        self.padding = padding.iter().map(|&p| (p, p)).collect();
+        self
+    }
+
+    /// `(before, after)` padding of each spatial dim (one pair: all of them).
+    pub fn padding_each_side(mut self, padding: &[(usize, usize)]) -> Self {
+        self.padding = padding.to_vec();
+        self
+    }
+
+    /// The dilation along each spatial dim (one value: all of them).
+    pub fn dilation(mut self, dilation: &[usize]) -> Self {
+        self.dilation = dilation.to_vec();
+        self
+    }
+
+    /// The number of channel groups.
+    pub fn groups(mut self, groups: usize) -> Self {
+        self.groups = groups;
+        self
+    }
+}
+
+/// A convolution's shapes, checked, with its spatial dims always three
+/// (leading dims of size 1 for 1-d and 2-d).
+#[derive(Clone, Debug)]
+struct Plan {
+    batch: usize,
+    cin: usize,
+    cout: usize,
+    groups: usize,
+    inp: [usize; 3],
+    kernel: [usize; 3],
+    out: [usize; 3],
+    stride: [usize; 3],
+    pad: [usize; 3],
+    dilation: [usize; 3],
+    /// Input strides `(n, c, d, h, w)`, elements.
+    xs: [usize; 5],
+}
+
+impl Plan {
+    fn cin_g(&self) -> usize {
+        self.cin / self.groups
+    }
+    fn cout_g(&self) -> usize {
+        self.cout / self.groups
+    }
+    fn positions(&self) -> usize {
+        self.out.iter().product()
+    }
+    fn volume(&self) -> usize {
+        self.kernel.iter().product()
+    }
+    fn k(&self) -> usize {
+        self.cin_g() * self.volume()
+    }
+
+    /// Reduction index `k`'s `(ci, kd, kh, kw)`.
+    fn tap(&self, k: usize) -> (usize, [usize; 3]) {
+        let [_, kh, kw] = self.kernel;
+        let v = self.volume();
+        let (ci, r) = (k / v, k % v);
+        (ci, [r / (kh * kw), (r / kw) % kh, r % kw])
+    }
+
+    /// The outputs `lo..hi` (of `count` along spatial dim `d`) whose tap
+    /// `t` reads inside the input: `0 <= o * stride + t * dilation - pad <
+    /// in`.
+    fn inside(&self, d: usize, t: usize, count: usize) -> (usize, usize) {
+        let (s, reach, pad) = (self.stride[d], t * self.dilation[d], self.pad[d]);
+        let lo = pad.saturating_sub(reach).div_ceil(s);
+        let hi = (self.inp[d] + pad).saturating_sub(reach).div_ceil(s);
+        (lo.min(count), hi.min(count))
+    }
+
+    /// The output strides `(n, c, d, h, w)` of a contiguous NCDHW output,
+    /// or of NDHWC memory when `channels_last`.
+    fn y_strides(&self, channels_last: bool) -> [usize; 5] {
+        let [od, oh, ow] = self.out;
+        let p = od * oh * ow;
+        if channels_last {
+            let c = self.cout;
+            [p * c, 1, oh * ow * c, ow * c, c]
+        } else {
+            [self.cout * p, p, oh * ow, ow, 1]
+        }
+    }
+}
+
+/// Broadcasts a per-dim parameter list to `n` dims.
+fn per_dim<V: Copy + std::fmt::Debug>(
+    op: &'static str,
+    name: &str,
+    v: &[V],
+    n: usize,
+) -> Result<Vec<V>> {
+    match v.len() {
+        1 => Ok(vec![v[0]; n]),
+        l if l == n => Ok(v.to_vec()),
+        _ => Err(Error::BadParameter {
+            op,
+            what: format!("{name} {v:?} must have 1 or {n} entries (one per spatial dim)"),
+        }),
+    }
+}
+
+impl<T: WithDType> Tensor<T> {
+    /// Convolution of `self` (`(N, C_in, spatial..)` or unbatched `(C_in,
+    /// spatial..)`) with `weight` (`(C_out, C_in / groups, kernel..)`; its
+    /// rank says the spatial dims: 1, 2 or 3) and an optional `bias`
+    /// (`(C_out)`): PyTorch's `conv1d` / `conv2d` / `conv3d`, the output
+    /// `(N, C_out, out..)` with `out = (in + before + after - dilation *
+    /// (kernel - 1) - 1) / stride + 1` along each spatial dim. Cross-
+    /// correlation, as every framework computes it (the kernel is not
+    /// flipped).
+    ///
+    /// ```
+    /// use ferrocm_ops::conv::ConvOptions;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// // One channel of 5, a kernel [1, 0, -1], padding 1: a centred difference.
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 4.0, 7.0, 11.0], &[1, 1, 5], &Device::Cpu)?;
+    /// let w = Tensor::from_slice(&[1.0f32, 0.0, -1.0], &[1, 1, 3], &Device::Cpu)?;
+    /// let y = x.conv(&w, None, &ConvOptions::new().padding(&[1]))?;
+    /// assert_eq!(y.shape(), &[1, 1, 5]);
+    /// assert_eq!(y.to_vec()?, vec![-2.0, -3.0, -5.0, -7.0, 7.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for integer dtypes;
+    /// [`Error::BadParameter`] for a weight of rank other than 3 to 5, an
+    /// input whose rank or channels do not match it, groups of 0 or that do
+    /// not divide both channel counts, a stride or dilation of 0, a kernel
+    /// dim of 0, a kernel larger than the padded input (an output dim below
+    /// 1), a bias that is not `(C_out)`, a parameter list of the wrong
+    /// length; [`Error::TooLarge`] past the kernels' 32-bit limits;
+    /// [`Error::DeviceMismatch`]; [`Error::Host`] (memory, launch).
+    pub fn conv(&self, weight: &Self, bias: Option<&Self>, options: &ConvOptions) -> Result<Self> {
+        let op = match weight.rank() {
+            3 => "conv1d",
+            4 => "conv2d",
+            5 => "conv3d",
+            _ => "conv",
+        };
+        self.conv_as(op, weight, bias, options)
+    }
+
+    /// [`Tensor::conv`] over one spatial dim: input `(N, C_in, L)` or `(C_in,
+    /// L)`, weight `(C_out, C_in / groups, k)`.
+    ///
+    /// # Errors
+    /// As [`Tensor::conv`]; [`Error::BadParameter`] for a weight of another
+    /// rank.
+    pub fn conv1d(
+        &self,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        self.conv_ranked("conv1d", 3, weight, bias, options)
+    }
+
+    /// [`Tensor::conv`] over two spatial dims: input `(N, C_in, H, W)` or
+    /// `(C_in, H, W)`, weight `(C_out, C_in / groups, kh, kw)`.
+    ///
+    /// ```
+    /// use ferrocm_ops::conv::ConvOptions;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::<f32>::ones(&[2, 4, 7, 7], &Device::Cpu)?;
+    /// let w = Tensor::<f32>::ones(&[8, 2, 3, 3], &Device::Cpu)?;
+    /// let o = ConvOptions::new().stride(&[2]).padding(&[1]).groups(2);
+    /// let y = x.conv2d(&w, None, &o)?;
+    /// assert_eq!(y.shape(), &[2, 8, 4, 4]);
+    /// // An interior window sums 2 channels x 9 taps of ones.
+    /// assert_eq!(y.to_vec()?[5], 18.0);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::conv1d`].
+    pub fn conv2d(
+        &self,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        self.conv_ranked("conv2d", 4, weight, bias, options)
+    }
+
+    /// [`Tensor::conv`] over three spatial dims: input `(N, C_in, D, H, W)`
+    /// or `(C_in, D, H, W)`, weight `(C_out, C_in / groups, kd, kh, kw)`.
+    ///
+    /// # Errors
+    /// As [`Tensor::conv1d`].
+    pub fn conv3d(
+        &self,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        self.conv_ranked("conv3d", 5, weight, bias, options)
+    }
+
+    fn conv_ranked(
+        &self,
+        op: &'static str,
+        rank: usize,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        if weight.rank() != rank {
+            return Err(Error::BadParameter {
+                op,
+                what: format!(
+                    "the weight must have rank {rank} (C_out, C_in / groups, kernel..), shape {:?}",
+                    weight.shape()
+                ),
+            });
+        }
+        self.conv_as(op, weight, bias, options)
+    }
+
+    fn conv_as(
+        &self,
+        op: &'static str,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        if !T::DTYPE.is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: T::DTYPE,
+            });
+        }
+        self.same_device(op, weight)?;
+        if let Some(b) = bias {
+            self.same_device(op, b)?;
+        }
+        let bad = |what: String| Error::BadParameter { op, what };
+        let wr = weight.rank();
+        if !(3..=5).contains(&wr) {
+            return Err(bad(format!(
+                "the weight must have rank 3, 4 or 5 (C_out, C_in / groups, kernel..), shape {:?}",
+                weight.shape()
+            )));
+        }
+        let sd = wr - 2;
+        let unbatched = self.rank() == sd + 1;
+        if !unbatched && self.rank() != sd + 2 {
+            return Err(bad(format!(
+                "the input must have rank {} (N, C_in, spatial..) or {} (C_in, spatial..) for a weight of shape {:?}, shape {:?}",
+                sd + 2,
+                sd + 1,
+                weight.shape(),
+                self.shape()
+            )));
+        }
+        let x = if unbatched {
+            self.reshape_view_batched()?
+        } else {
+            self.clone()
+        };
+        let groups = options.groups;
+        let (cin, cout, wcin) = (x.shape()[1], weight.shape()[0], weight.shape()[1]);
+        if groups == 0 || !cin.is_multiple_of(groups) || !cout.is_multiple_of(groups) {
+            return Err(bad(format!(
+                "groups {groups} must be at least 1 and divide C_in {cin} and C_out {cout}"
+            )));
+        }
+        if wcin != cin / groups {
+            return Err(bad(format!(
+                "the weight {:?} must have C_in / groups = {cin} / {groups} = {} input channels",
+                weight.shape(),
+                cin / groups
+            )));
+        }
+        if let Some(b) = bias
+            && b.shape() != [cout]
+        {
+            return Err(bad(format!(
+                "the bias must have shape [{cout}] (C_out), shape {:?}",
+                b.shape()
+            )));
+        }
+        let stride = per_dim(op, "stride", &options.stride, sd)?;
+        let padding = per_dim(op, "padding", &options.padding, sd)?;
+        let dilation = per_dim(op, "dilation", &options.dilation, sd)?;
+        if stride.contains(&0) || dilation.contains(&0) {
+            return Err(bad(format!(
+                "stride {stride:?} and dilation {dilation:?} must be at least 1"
+            )));
+        }
+        let mut plan = Plan {
+            batch: x.shape()[0],
+            cin,
+            cout,
+            groups,
+            inp: [1; 3],
+            kernel: [1; 3],
+            out: [1; 3],
+            stride: [1; 3],
+            pad: [0; 3],
+            dilation: [1; 3],
+            xs: [0; 5],
+        };
+        let lead = 3 - sd;
+        for d in 0..sd {
+            let (i, k) = (x.shape()[2 + d], weight.shape()[2 + d]);
+            let (lo, hi) = padding[d];
+            let span = k
+                .checked_sub(1)
+                .and_then(|e| e.checked_mul(dilation[d]))
+                .and_then(|e| e.checked_add(1));
+            let padded = i.checked_add(lo).and_then(|v| v.checked_add(hi));
+            let o = match (span, padded) {
+                (Some(span), Some(padded)) if k > 0 && padded >= span => {
+                    (padded - span) / stride[d] + 1
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "the kernel {:?} (dilation {dilation:?}) must be non-empty and fit the padded input {:?} (padding {padding:?}): an output dim below 1",
+                        &weight.shape()[2..],
+                        &x.shape()[2..]
+                    )));
+                }
+            };
+            plan.inp[lead + d] = i;
+            plan.kernel[lead + d] = k;
+            plan.out[lead + d] = o;
+            plan.stride[lead + d] = stride[d];
+            plan.pad[lead + d] = lo;
+            plan.dilation[lead + d] = dilation[d];
+        }
+        let st = x.layout().strides();
+        plan.xs[0] = st[0];
+        plan.xs[1] = st[1];
+        for d in 0..sd {
+            plan.xs[2 + lead + d] = st[2 + d];
+        }
+        // Channels-last in, channels-last out (an NCHW view of NHWC memory).
+        let channels_last = cin > 1 && st[1] == 1 && !x.is_contiguous();
+        let mut shape = vec![plan.batch, cout];
+        shape.extend_from_slice(&plan.out[lead..]);
+        let n_out = crate::core::layout::checked_count(op, &shape, size_of::<T>())?;
+        let dev = x.device().clone();
+        let out = dev.alloc::<T>(n_out)?;
+        let weight = weight.contiguous()?;
+        let bias = bias.map(|b| b.contiguous()).transpose()?;
+        let buf = engine::run(
+            &dev,
+            Conv {
+                op,
+                x: &x,
+                w: &weight,
+                bias: bias.as_ref(),
+                plan: plan.clone(),
+                channels_last,
+                out,
+            },
+        )?;
+        let y = if channels_last {
+            let mut nhwc = vec![plan.batch];
+            nhwc.extend_from_slice(&plan.out[lead..]);
+            nhwc.push(cout);
+            let r = nhwc.len();
+            let mut perm = vec![0, r - 1];
+            perm.extend(1..r - 1);
+            Tensor::from_parts(buf, &nhwc).permute(&perm)?
+        } else {
+            Tensor::from_parts(buf, &shape)
+        };
+        if unbatched { y.squeeze_batch() } else { Ok(y) }
+    }
+
+    /// `(C, spatial..)` viewed as `(1, C, spatial..)`.
+    fn reshape_view_batched(&self) -> Result<Self> {
+        let mut shape = vec![1];
+        shape.extend_from_slice(self.shape());
+        let mut strides = vec![self.elem_count().max(1)];
+        strides.extend_from_slice(self.layout().strides());
+        let layout = crate::Layout::new(shape, strides, self.layout().offset())?;
+        Tensor::from_storage(self.shared_storage().clone(), layout)
+    }
+
+    /// `(1, C, spatial..)` viewed as `(C, spatial..)`.
+    fn squeeze_batch(&self) -> Result<Self> {
+        let layout = crate::Layout::new(
+            self.shape()[1..].to_vec(),
+            self.layout().strides()[1..].to_vec(),
+            self.layout().offset(),
+        )?;
+        Tensor::from_storage(self.shared_storage().clone(), layout)
+    }
+}
+
+impl crate::DynTensor {
+    /// [`Tensor::conv`] for a dtype known at run time (`weight` and `bias`
+    /// of the input's dtype).
+    ///
+    /// ```
+    /// use ferrocm_ops::conv::ConvOptions;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::<f32>::ones(&[1, 1, 4], &Device::Cpu)?.to_dyn();
+    /// let w = Tensor::<f32>::ones(&[1, 1, 2], &Device::Cpu)?.to_dyn();
+    /// assert_eq!(x.conv(&w, None, &ConvOptions::new())?.to_f64_vec()?, vec![2.0; 3]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as [`Tensor::conv`].
+    pub fn conv(&self, weight: &Self, bias: Option<&Self>, options: &ConvOptions) -> Result<Self> {
+        self.same_dtype("conv", weight)?;
+        if let Some(b) = bias {
+            self.same_dtype("conv", b)?;
+        }
+        crate::core::dyn_tensor::with_dtype!(self, "conv", |t| {
+            let b = bias.map(|b| b.typed()).transpose()?;
+            Ok(t.conv(&weight.typed()?, b.as_ref(), options)?.into())
+        })
+    }
+}
+
+/// One convolution: operands checked, the output allocated (`NCDHW`
+/// contiguous, or `NDHWC` when `channels_last`).
+struct Conv<'a, T: WithDType> {
+    op: &'static str,
+    x: &'a Tensor<T>,
+    w: &'a Tensor<T>,
+    bias: Option<&'a Tensor<T>>,
+    plan: Plan,
+    channels_last: bool,
+    out: DeviceBuffer<T>,
+}
+
+/// A contiguous tensor's elements on the Cpu.
+fn elems<T: WithDType>(t: &Tensor<T>) -> &[T] {
+    let off = t.layout().offset();
+    &engine::cpu::host(t.buf())[off..off + t.elem_count()]
+}
+
+fn widen<T: WithDType>(v: T) -> f32 {
+    v.to_kernel().to_f32()
+}
+
+fn narrow<T: WithDType>(v: f32) -> T {
+    T::from_kernel(T::Kernel::from_f32(v))
+}
+
+impl<T: WithDType> Conv<'_, T> {
+    /// Image `n`, group `g`'s columns: `[K, positions]` f32, zero in the
+    /// padding.
+    fn im2col(&self, xh: &[T], n: usize, g: usize, cols: &mut [f32]) {
+        let p = &self.plan;
+        let positions = p.positions();
+        let [_, oh, ow] = p.out;
+        cols.par_chunks_mut(positions)
+            .enumerate()
+            .for_each(|(k, row)| {
+                let (ci, tap) = p.tap(k);
+                let base = n * p.xs[0] + (g * p.cin_g() + ci) * p.xs[1];
+                for (q, v) in row.iter_mut().enumerate() {
+                    let o = [q / (oh * ow), (q / ow) % oh, q % ow];
+                    *v = match input_offset(p, base, o, tap) {
+                        Some(off) => widen(xh[off]),
+                        None => 0.0,
+                    };
+                }
+            });
+    }
+}
+
+/// One output row `(n, c)` of the direct Cpu path: bias, then each tap's
+/// products over the outputs whose tap lands inside the input (bounds per
+/// line, the inner loop along the width).
+struct DirectRow<'a, T> {
+    p: &'a Plan,
+    xh: &'a [T],
+    w: &'a [f32],
+    bias: &'a [f32],
+    r: usize,
+    row: &'a mut [f32],
+}
+
+impl<T: WithDType> engine::cpu::Task for DirectRow<'_, T> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        let p = self.p;
+        let (n, c) = (self.r / p.cout, self.r % p.cout);
+        let (k, cin_g) = (p.k(), p.cin_g());
+        let g = c / p.cout_g();
+        let [od, oh, ow] = p.out;
+        self.row.fill(self.bias[c]);
+        for (kk, &wv) in self.w[c * k..(c + 1) * k].iter().enumerate() {
+            let (ci, tap) = p.tap(kk);
+            let base = n * p.xs[0] + (g * cin_g + ci) * p.xs[1];
+            // Input coordinate of output `o`'s tap along dim `d` (inside).
+            let at = |d: usize, o: usize| o * p.stride[d] + tap[d] * p.dilation[d] - p.pad[d];
+            let ((z0, z1), (y0, y1), (x0, x1)) = (
+                p.inside(0, tap[0], od),
+                p.inside(1, tap[1], oh),
+                p.inside(2, tap[2], ow),
+            );
+            if x0 >= x1 {
+                continue;
+            }
+            let step = p.stride[2] * p.xs[4];
+            for z in z0..z1 {
+                for y in y0..y1 {
+                    let first =
+                        base + at(0, z) * p.xs[2] + at(1, y) * p.xs[3] + at(2, x0) * p.xs[4];
+                    let out = &mut self.row[(z * oh + y) * ow..][x0..x1];
+                    for (j, s) in out.iter_mut().enumerate() {
+                        *s = wv.mul_add(widen(self.xh[first + j * step]), *s);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The input offset that output position `o`'s tap `tap` reads from image
+/// and channel base `base`, or None in the padding.
+#[inline(always)]
+fn input_offset(p: &Plan, base: usize, o: [usize; 3], tap: [usize; 3]) -> Option<usize> {
+    let mut off = base;
+    for d in 0..3 {
+        let i = (o[d] * p.stride[d] + tap[d] * p.dilation[d]).checked_sub(p.pad[d])?;
+        if i >= p.inp[d] {
+            return None;
+        }
+        off += i * p.xs[2 + d];
+    }
+    Some(off)
+}
+
+impl<T: WithDType> Op for Conv<'_, T> {
+    type Output = DeviceBuffer<T>;
+
+    fn cpu(mut self) -> Result<DeviceBuffer<T>> {
+        let p = self.plan.clone();
+        let (positions, k, cout_g) = (p.positions(), p.k(), p.cout_g());
+        let rows = p.batch * p.cout;
+        if rows * positions == 0 {
+            return Ok(self.out);
+        }
+        let xh = &engine::cpu::host(self.x.buf())[self.x.layout().offset()..];
+        let w: Vec<f32> = elems(self.w).iter().map(|&v| widen(v)).collect();
+        let bias: Vec<f32> = match self.bias {
+            Some(b) => elems(b).iter().map(|&v| widen(v)).collect(),
+            None => vec![0.0; p.cout],
+        };
+        // NCDHW f32 sums, then rounded (and moved to channels-last).
+        let mut sums = vec![0.0f32; rows * positions];
+        if cout_g >= CONV_GEMM_MIN_COUT_G && k > 0 {
+            let threads = rayon::current_num_threads();
+            let mut cols = vec![0.0f32; k * positions];
+            for n in 0..p.batch {
+                for g in 0..p.groups {
+                    self.im2col(xh, n, g, &mut cols);
+                    let c0 = g * cout_g;
+                    let dst = &mut sums[(n * p.cout + c0) * positions..][..cout_g * positions];
+                    let wg = &w[c0 * k..(c0 + cout_g) * k];
+                    sgemm(
+                        (cout_g, positions, k),
+                        dst,
+                        wg,
+                        (k, 1),
+                        &cols,
+                        (positions, 1),
+                        threads,
+                    );
+                }
+            }
+            sums.par_chunks_mut(positions)
+                .enumerate()
+                .for_each(|(r, row)| row.iter_mut().for_each(|v| *v += bias[r % p.cout]));
+        } else {
+            // Tap by tap over the whole output row (each output's sum still
+            // in reduction order, as the kernel's), compiled for AVX2/FMA.
+            sums.par_chunks_mut(positions)
+                .enumerate()
+                .for_each(|(r, row)| {
+                    engine::cpu::vectorized(DirectRow {
+                        p: &p,
+                        xh,
+                        w: &w,
+                        bias: &bias,
+                        r,
+                        row,
+                    })
+                });
+        }
+        let out = engine::cpu::host_mut(&mut self.out);
+        if self.channels_last {
+            // Image by image, [C_out, positions] -> [positions, C_out].
+            out.par_chunks_mut(p.cout * positions)
+                .zip(sums.par_chunks(p.cout * positions))
+                .for_each(|(o, s)| {
+                    for (q, orow) in o.chunks_mut(p.cout).enumerate() {
+                        for (c, v) in orow.iter_mut().enumerate() {
+                            *v = narrow(s[c * positions + q]);
+                        }
+                    }
+                });
+        } else {
+            out.par_iter_mut()
+                .zip(sums.par_iter())
+                .with_min_len(1 << 14)
+                .for_each(|(o, &s)| *o = narrow(s));
+        }
+        Ok(self.out)
+    }
+
+    fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
+        let unsupported = || Error::UnsupportedDType {
+            op: self.op,
+            dtype: T::DTYPE,
+        };
+        let p = &self.plan;
+        let (positions, k, cout_g) = (p.positions(), p.k(), p.cout_g());
+        if p.batch * p.cout * positions == 0 {
+            return Ok(self.out);
+        }
+        let too_large = || Error::TooLarge {
+            op: self.op,
+            shape: self.x.shape().to_vec(),
+        };
+        let fits = |v: usize| v < (1 << 31);
+        let cols = p.batch * positions;
+        if !fits(cols) || !fits(p.batch * p.cout) || !fits(k) || p.inp.iter().any(|&i| !fits(i)) {
+            return Err(too_large());
+        }
+        // Each tap's offset from the window's corner, and its dilated
+        // kernel offsets packed in 21 bits each.
+        let mut geom = vec![0u64; G_TABLE + 2 * k];
+        let ys = p.y_strides(self.channels_last);
+        let header = [
+            (G_BATCH, p.batch),
+            (G_CIN_G, p.cin_g()),
+            (G_COUT_G, cout_g),
+            (G_K, k),
+            (G_POSITIONS, positions),
+            (G_OUT_HW, p.out[1]),
+            (G_OUT_HW + 1, p.out[2]),
+        ];
+        for (i, v) in header {
+            geom[i] = v as u64;
+        }
+        for d in 0..3 {
+            geom[G_IN + d] = p.inp[d] as u64;
+            geom[G_STRIDE + d] = p.stride[d] as u64;
+            geom[G_PAD + d] = p.pad[d] as u64;
+        }
+        for d in 0..5 {
+            geom[G_X_STRIDES + d] = p.xs[d] as u64;
+            geom[G_Y_STRIDES + d] = ys[d] as u64;
+        }
+        let limit = 1usize << G_OFFSET_BITS;
+        for kk in 0..k {
+            let (ci, tap) = p.tap(kk);
+            let dk = [0, 1, 2].map(|d| tap[d] * p.dilation[d]);
+            if dk.iter().any(|&v| v >= limit) {
+                return Err(too_large());
+            }
+            let off = ci * p.xs[1] + (0..3).map(|d| dk[d] * p.xs[2 + d]).sum::<usize>();
+            geom[G_TABLE + 2 * kk] = off as u64;
+            geom[G_TABLE + 2 * kk + 1] =
+                (dk[0] | dk[1] << G_OFFSET_BITS | dk[2] << (2 * G_OFFSET_BITS)) as u64;
+        }
+        let geom = dev.upload_async(&geom)?;
+        let y = Out::new(self.out.view_as::<T::Kernel>().expect("same size"));
+        let bias = match self.bias {
+            Some(b) => b.input(),
+            None => In::opt(None::<&DeviceBuffer<T::Kernel>>),
+        };
+        if cout_g >= CONV_GEMM_MIN_COUT_G {
+            let kernel = T::Kernel::CONV_GEMM.ok_or_else(unsupported)?;
+            let tiles = cout_g.div_ceil(GEMM_BM as usize) * cols.div_ceil(GEMM_BN as usize);
+            if tiles > MAX_GRID_X as usize {
+                return Err(too_large());
+            }
+            // A launch per 65535 groups (the grid's y limit).
+            for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
+                let cfg = LaunchConfig {
+                    grid: [
+                        tiles as u32,
+                        (p.groups - g0).min(MAX_GRID_YZ as usize) as u32,
+                        1,
+                    ],
+                    block: [GEMM_BLOCK, 1, 1],
+                    lds_bytes: GEMM_LDS_BYTES,
+                    early_start: false,
+                };
+                let args = (
+                    y,
+                    self.x.input(),
+                    self.w.input(),
+                    bias,
+                    In::new(&geom),
+                    g0 as u32,
+                );
+                dev.launch_typed(kernel, cfg, args)?;
+            }
+        } else {
+            let kernel = T::Kernel::CONV_DIRECT.ok_or_else(unsupported)?;
+            const BLOCK: usize = 256;
+            let rows = p.batch * p.cout;
+            let cfg = LaunchConfig {
+                grid: [
+                    positions.div_ceil(BLOCK) as u32,
+                    rows.min(MAX_GRID_YZ as usize) as u32,
+                    1,
+                ],
+                block: [BLOCK as u32, 1, 1],
+                lds_bytes: 0,
+                early_start: false,
+            };
+            let args = (
+                y,
+                self.x.input(),
+                self.w.input(),
+                bias,
+                In::new(&geom),
+                p.cout as u32,
+            );
+            dev.launch_typed(kernel, cfg, args)?;
+        }
+        Ok(self.out)
+    }
+}

@@ -1,0 +1,488 @@
+//! Convolution (`conv1d`, `conv2d`, `conv3d`) against a direct-loop f64
+//! reference written here from PyTorch's definition, on every device (the
+//! Cpu's im2col + GEMM and direct paths, the emulator at wave 32 and 64
+//! with the sanitizer on running the implicit-GEMM and direct kernels, any
+//! GPU that answers) and every float dtype. The reference takes the inputs
+//! as rounded to the dtype; the bound is the f32 accumulation's worst case
+//! (`K · 2^-24 · Σ|w·x|`) plus the final rounding's half ulp, well below the
+//! smallest term a wrong tap, padding or group would move the sum by.
+
+// The reference is index loops on purpose: it reads as the definition.
+#![allow(clippy::needless_range_loop)]
+
+mod common;
+
+use ferrocm::ops::WithDType;
+use ferrocm::ops::conv::ConvOptions;
+use ferrocm::{Device, Error, Tensor, bf16, f16};
+
+/// Deterministic values in `[-1, 1]` (an LCG, shared with nothing).
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// One convolution's shapes and parameters, spatial lists of 1 to 3 dims.
+#[derive(Clone, Debug)]
+struct Case {
+    n: usize,
+    cin: usize,
+    cout: usize,
+    groups: usize,
+    spatial: Vec<usize>,
+    kernel: Vec<usize>,
+    stride: Vec<usize>,
+    pad: Vec<(usize, usize)>,
+    dilation: Vec<usize>,
+    bias: bool,
+}
+
+impl Case {
+    fn new(n: usize, cin: usize, cout: usize, spatial: &[usize], kernel: &[usize]) -> Self {
+        let d = spatial.len();
+        Case {
+            n,
+            cin,
+            cout,
+            groups: 1,
+            spatial: spatial.to_vec(),
+            kernel: kernel.to_vec(),
+            stride: vec![1; d],
+            pad: vec![(0, 0); d],
+            dilation: vec![1; d],
+            bias: true,
+        }
+    }
+    fn stride(mut self, s: &[usize]) -> Self {
+        self.stride = s.to_vec();
+        self
+    }
+    fn pad(mut self, p: &[(usize, usize)]) -> Self {
+        self.pad = p.to_vec();
+        self
+    }
+    fn dilation(mut self, d: &[usize]) -> Self {
+        self.dilation = d.to_vec();
+        self
+    }
+    fn groups(mut self, g: usize) -> Self {
+        self.groups = g;
+        self
+    }
+    fn no_bias(mut self) -> Self {
+        self.bias = false;
+        self
+    }
+    fn options(&self) -> ConvOptions {
+        ConvOptions::new()
+            .stride(&self.stride)
+            .padding_each_side(&self.pad)
+            .dilation(&self.dilation)
+            .groups(self.groups)
+    }
+    fn x_shape(&self) -> Vec<usize> {
+        [vec![self.n, self.cin], self.spatial.clone()].concat()
+    }
+    fn w_shape(&self) -> Vec<usize> {
+        [vec![self.cout, self.cin / self.groups], self.kernel.clone()].concat()
+    }
+    fn out_spatial(&self) -> Vec<usize> {
+        (0..self.spatial.len())
+            .map(|d| {
+                let padded = self.spatial[d] + self.pad[d].0 + self.pad[d].1;
+                let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
+                (padded - span) / self.stride[d] + 1
+            })
+            .collect()
+    }
+}
+
+/// The convolution in f64, straight from its definition: `y[n, co, o] =
+/// b[co] + Σ_{ci in co's group, t} w[co, ci, t] · x[n, g·cin_g + ci, o·s -
+/// pad_before + t·dil]`, out-of-range inputs zero. Returns the outputs
+/// (NC-spatial order) and each one's `Σ|w·x|` (for the error bound).
+fn reference(c: &Case, x: &[f64], w: &[f64], b: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    // Spatial dims padded to three at the front.
+    let lead = 3 - c.spatial.len();
+    let three = |v: &[usize], fill: usize| {
+        let mut t = vec![fill; lead];
+        t.extend_from_slice(v);
+        t
+    };
+    let (inp, ker, st, dil) = (
+        three(&c.spatial, 1),
+        three(&c.kernel, 1),
+        three(&c.stride, 1),
+        three(&c.dilation, 1),
+    );
+    let pad = three(&c.pad.iter().map(|p| p.0).collect::<Vec<_>>(), 0);
+    let out = three(&c.out_spatial(), 1);
+    let (cin_g, cout_g) = (c.cin / c.groups, c.cout / c.groups);
+    let (vin, vk, vout) = (
+        inp.iter().product::<usize>(),
+        ker.iter().product::<usize>(),
+        out.iter().product::<usize>(),
+    );
+    let mut y = Vec::new();
+    let mut mag = Vec::new();
+    for n in 0..c.n {
+        for co in 0..c.cout {
+            let g = co / cout_g;
+            for o0 in 0..out[0] {
+                for o1 in 0..out[1] {
+                    for o2 in 0..out[2] {
+                        let mut acc = if c.bias { b[co] } else { 0.0 };
+                        let mut m = acc.abs();
+                        for ci in 0..cin_g {
+                            for t0 in 0..ker[0] {
+                                for t1 in 0..ker[1] {
+                                    for t2 in 0..ker[2] {
+                                        let i = [
+                                            (o0 * st[0] + t0 * dil[0]) as isize - pad[0] as isize,
+                                            (o1 * st[1] + t1 * dil[1]) as isize - pad[1] as isize,
+                                            (o2 * st[2] + t2 * dil[2]) as isize - pad[2] as isize,
+                                        ];
+                                        if (0..3).any(|d| i[d] < 0 || i[d] >= inp[d] as isize) {
+                                            continue;
+                                        }
+                                        let xi = (n * c.cin + g * cin_g + ci) * vin
+                                            + (i[0] as usize * inp[1] + i[1] as usize) * inp[2]
+                                            + i[2] as usize;
+                                        let wi = (co * cin_g + ci) * vk
+                                            + (t0 * ker[1] + t1) * ker[2]
+                                            + t2;
+                                        acc += w[wi] * x[xi];
+                                        m += (w[wi] * x[xi]).abs();
+                                    }
+                                }
+                            }
+                        }
+                        y.push(acc);
+                        mag.push(m);
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(y.len(), c.n * c.cout * vout);
+    (y, mag)
+}
+
+fn rounded<T: WithDType>(v: &[f64]) -> (Vec<T>, Vec<f64>) {
+    let t: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
+    let r = t.iter().map(|x| x.to_f64()).collect();
+    (t, r)
+}
+
+/// Half an ulp of the dtype, relative.
+fn half_ulp<T: WithDType>() -> f64 {
+    match T::DTYPE {
+        ferrocm::ops::DType::F32 => 2f64.powi(-24),
+        ferrocm::ops::DType::F16 => 2f64.powi(-11),
+        _ => 2f64.powi(-8),
+    }
+}
+
+/// `got` against the reference within the bound of the module doc.
+fn check<T: WithDType>(c: &Case, got: &Tensor<T>, want: &[f64], mag: &[f64], what: &str) {
+    let mut shape = vec![c.n, c.cout];
+    shape.extend(c.out_spatial());
+    assert_eq!(got.shape(), &shape[..], "{what}: shape");
+    let k = (c.cin / c.groups * c.kernel.iter().product::<usize>()) as f64;
+    let got = got.to_vec().unwrap();
+    for (i, (g, (&w, &m))) in got.iter().zip(want.iter().zip(mag)).enumerate() {
+        let g = g.to_f64();
+        if w.is_nan() {
+            assert!(
+                g.is_nan(),
+                "{what} [{}] element {i}: got {g}, want NaN",
+                T::DTYPE
+            );
+            continue;
+        }
+        let bound = (k + 2.0) * 2f64.powi(-24) * m + half_ulp::<T>() * w.abs() + 1e-30;
+        assert!(
+            (g - w).abs() <= bound,
+            "{what} [{}] element {i}: got {g}, want {w} (bound {bound:e})",
+            T::DTYPE
+        );
+    }
+}
+
+/// Runs one case on a device: contiguous input, then the same values in
+/// channels-last memory (an NCHW view of NHWC), then unbatched when n = 1.
+fn run_case<T: WithDType>(c: &Case, dev: &Device, seed: u64) {
+    let xs = c.x_shape();
+    let (x, xr) = rounded::<T>(&values(xs.iter().product(), seed));
+    let (w, wr) = rounded::<T>(&values(c.w_shape().iter().product(), seed + 1));
+    let (b, br) = rounded::<T>(&values(c.cout, seed + 2));
+    let (want, mag) = reference(c, &xr, &wr, &br);
+    let xt = Tensor::from_vec(x.clone(), &xs, dev).unwrap();
+    let wt = Tensor::from_vec(w, &c.w_shape(), dev).unwrap();
+    let bt = Tensor::from_vec(b, &[c.cout], dev).unwrap();
+    let bias = c.bias.then_some(&bt);
+    let what = format!("{c:?} on {dev}");
+    let y = xt.conv(&wt, bias, &c.options()).unwrap();
+    check(c, &y, &want, &mag, &what);
+    // The same input in channels-last memory, read in place.
+    let r = xs.len();
+    let mut to_last: Vec<usize> = vec![0];
+    to_last.extend(2..r);
+    to_last.push(1);
+    let mut to_first = vec![0, r - 1];
+    to_first.extend(1..r - 1);
+    let nhwc = xt.permute(&to_last).unwrap().contiguous().unwrap();
+    let view = nhwc.permute(&to_first).unwrap();
+    assert_eq!(view.shape(), &xs[..]);
+    let y = view.conv(&wt, bias, &c.options()).unwrap();
+    check(c, &y, &want, &mag, &format!("{what}, channels-last"));
+    if c.cin > 1 {
+        assert_eq!(y.layout().strides()[1], 1, "{what}: channels-last output");
+    }
+    if c.n == 1 {
+        let un = xt.reshape(&xs[1..]).unwrap();
+        let y = un.conv(&wt, bias, &c.options()).unwrap();
+        let mut shape = vec![c.cout];
+        shape.extend(c.out_spatial());
+        assert_eq!(y.shape(), &shape[..], "{what}: unbatched");
+        let mut full = vec![1];
+        full.extend_from_slice(y.shape());
+        check(
+            c,
+            &y.reshape(&full).unwrap(),
+            &want,
+            &mag,
+            &format!("{what}, unbatched"),
+        );
+    }
+}
+
+/// The cases: kernel sizes 1/3/5/7, strides 1 and 2, symmetric and
+/// asymmetric padding, dilation, groups and depthwise, odd and prime
+/// sizes, batch 1 and 3, 1-d to 3-d; output channels per group on both
+/// sides of the implicit GEMM's threshold (16), reductions not a multiple
+/// of its K step (16), positions not a multiple of its tile (64).
+fn cases() -> Vec<Case> {
+    vec![
+        // conv2d through the implicit GEMM (32 outputs, one group).
+        Case::new(3, 5, 32, &[9, 11], &[3, 3]).pad(&[(1, 1), (1, 1)]),
+        Case::new(1, 3, 17, &[13, 12], &[7, 7])
+            .stride(&[2, 2])
+            .pad(&[(3, 3), (3, 3)]),
+        Case::new(1, 7, 20, &[8, 9], &[5, 3])
+            .stride(&[2, 1])
+            .pad(&[(0, 2), (1, 0)])
+            .dilation(&[1, 2]),
+        Case::new(3, 4, 16, &[6, 7], &[1, 1]).no_bias(),
+        Case::new(1, 6, 32, &[5, 5], &[3, 3])
+            .groups(2)
+            .pad(&[(1, 1), (1, 1)]),
+        // Few outputs per group: the direct kernel and loops.
+        Case::new(3, 8, 8, &[7, 9], &[3, 3])
+            .groups(8)
+            .pad(&[(1, 1), (1, 1)]),
+        Case::new(1, 6, 12, &[10, 7], &[3, 3])
+            .groups(3)
+            .stride(&[2, 2])
+            .dilation(&[2, 1]),
+        Case::new(1, 2, 3, &[5, 6], &[5, 5])
+            .pad(&[(2, 2), (2, 2)])
+            .no_bias(),
+        // conv1d and conv3d, both paths.
+        Case::new(3, 4, 24, &[23], &[5]).stride(&[2]).pad(&[(2, 1)]),
+        Case::new(1, 5, 5, &[17], &[3])
+            .groups(5)
+            .dilation(&[3])
+            .pad(&[(3, 3)]),
+        Case::new(1, 3, 16, &[5, 6, 7], &[3, 3, 3]).pad(&[(1, 1), (1, 1), (0, 1)]),
+        Case::new(3, 2, 4, &[4, 5, 3], &[2, 3, 1]).stride(&[1, 2, 1]),
+    ]
+}
+
+fn conv_cases<T: WithDType>(dev: &Device) {
+    for (i, c) in cases().iter().enumerate() {
+        run_case::<T>(c, dev, 100 + i as u64);
+    }
+}
+
+#[test]
+fn conv_matches_a_direct_f64_reference_on_every_device_and_dtype() {
+    for dev in common::devices() {
+        conv_cases::<f32>(&dev);
+        conv_cases::<f16>(&dev);
+        conv_cases::<bf16>(&dev);
+    }
+}
+
+/// NaN and infinity reach exactly the outputs whose windows hold them (a
+/// padded tap is a zero that is never multiplied, as in PyTorch: 0 · inf
+/// appears only from a real zero weight).
+#[test]
+fn conv_propagates_nan_and_inf_only_through_their_windows() {
+    for dev in common::devices() {
+        for c in [
+            Case::new(1, 2, 16, &[6, 7], &[3, 3]).pad(&[(1, 1), (1, 1)]),
+            Case::new(1, 2, 2, &[6, 7], &[3, 3])
+                .groups(2)
+                .pad(&[(1, 1), (1, 1)]),
+        ] {
+            let mut x = values(c.x_shape().iter().product(), 7);
+            x[3] = f64::NAN;
+            x[7 * 6 + 20] = f64::INFINITY;
+            x[40] = f64::NEG_INFINITY;
+            let mut w = values(c.w_shape().iter().product(), 8);
+            w[4] = 0.0;
+            let b = values(c.cout, 9);
+            let (want, mag) = reference(&c, &x, &w, &b);
+            let xt = Tensor::from_vec(x.iter().map(|&v| v as f32).collect(), &c.x_shape(), &dev)
+                .unwrap();
+            let wt = Tensor::from_vec(w.iter().map(|&v| v as f32).collect(), &c.w_shape(), &dev)
+                .unwrap();
+            let bt =
+                Tensor::from_vec(b.iter().map(|&v| v as f32).collect(), &[c.cout], &dev).unwrap();
+            let y = xt.conv(&wt, Some(&bt), &c.options()).unwrap();
+            let got = y.to_vec().unwrap();
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                let what = format!("{c:?} on {dev}: element {i}");
+                if w.is_nan() {
+                    assert!(g.is_nan(), "{what}: got {g}, want NaN");
+                } else if w.is_infinite() {
+                    assert_eq!(g as f64, w, "{what}");
+                } else {
+                    assert!(
+                        (g as f64 - w).abs() <= 1e-5 * (mag[i] + 1.0),
+                        "{what}: got {g}, want {w}"
+                    );
+                }
+            }
+            assert!(want.iter().any(|v| v.is_nan()) && want.iter().any(|v| v.is_finite()));
+        }
+    }
+}
+
+/// Views: an input narrowed to an odd offset and a transposed spatial view
+/// run in place and match the same values made contiguous; an empty batch
+/// gives an empty output.
+#[test]
+fn conv_reads_views_and_empty_batches() {
+    for dev in common::devices() {
+        let c = Case::new(2, 3, 16, &[9, 8], &[3, 3]).pad(&[(1, 1), (1, 1)]);
+        let big = Tensor::<f32>::from_vec(
+            values(2 * 3 * 9 * 9, 11)
+                .iter()
+                .map(|&v| v as f32)
+                .collect(),
+            &[2, 3, 9, 9],
+            &dev,
+        )
+        .unwrap();
+        let w = Tensor::<f32>::from_vec(
+            values(16 * 3 * 9, 12).iter().map(|&v| v as f32).collect(),
+            &[16, 3, 3, 3],
+            &dev,
+        )
+        .unwrap();
+        for view in [
+            big.narrow(3, 1, 8).unwrap(),
+            big.transpose(2, 3).unwrap().narrow(3, 0, 8).unwrap(),
+        ] {
+            let dense = view.contiguous().unwrap();
+            let xr: Vec<f64> = dense.to_vec().unwrap().iter().map(|&v| v as f64).collect();
+            let wr: Vec<f64> = w.to_vec().unwrap().iter().map(|&v| v as f64).collect();
+            let (want, mag) = reference(&c.clone().no_bias(), &xr, &wr, &[]);
+            let y = view.conv(&w, None, &c.options()).unwrap();
+            check(&c, &y, &want, &mag, &format!("strided view on {dev}"));
+        }
+        let empty = Tensor::<f32>::zeros(&[0, 3, 9, 8], &dev).unwrap();
+        let y = empty.conv(&w, None, &c.options()).unwrap();
+        assert_eq!(y.shape(), &[0, 16, 9, 8]);
+    }
+}
+
+#[test]
+fn conv_refuses_bad_inputs_with_typed_errors() {
+    let dev = Device::Cpu;
+    let x = Tensor::<f32>::zeros(&[1, 4, 5, 5], &dev).unwrap();
+    let w = Tensor::<f32>::zeros(&[6, 2, 3, 3], &dev).unwrap();
+    let o = ConvOptions::new().groups(2);
+    assert!(x.conv2d(&w, None, &o).is_ok());
+    let bad = |r: ferrocm::Result<Tensor<f32>>, needle: &str| match r {
+        Err(Error::BadParameter { op, what }) => {
+            assert!(op.starts_with("conv"), "{op}");
+            assert!(what.contains(needle), "{what} lacks {needle}");
+        }
+        other => panic!("expected BadParameter with {needle}, got {other:?}"),
+    };
+    // Channels not divisible by groups, or a weight for other groups.
+    bad(
+        x.conv2d(&w, None, &ConvOptions::new().groups(3)),
+        "groups 3",
+    );
+    bad(
+        x.conv2d(&w, None, &ConvOptions::new().groups(0)),
+        "groups 0",
+    );
+    bad(x.conv2d(&w, None, &ConvOptions::new()), "input channels");
+    // A kernel larger than the padded input: an output below 1.
+    let big = Tensor::<f32>::zeros(&[6, 2, 7, 3], &dev).unwrap();
+    bad(x.conv2d(&big, None, &o), "padded input");
+    assert!(x.conv2d(&big, None, &o.clone().padding(&[1, 0])).is_ok());
+    bad(
+        x.conv2d(&w, None, &o.clone().dilation(&[3])),
+        "padded input",
+    );
+    // Stride and dilation of 0, lists of the wrong length.
+    bad(x.conv2d(&w, None, &o.clone().stride(&[0])), "at least 1");
+    bad(
+        x.conv2d(&w, None, &o.clone().dilation(&[1, 0])),
+        "at least 1",
+    );
+    bad(x.conv2d(&w, None, &o.clone().stride(&[1, 1, 1])), "stride");
+    // Ranks: the weight's, the input's against it, conv1d with a 2-d weight.
+    bad(
+        x.conv(&Tensor::zeros(&[6, 2], &dev).unwrap(), None, &o),
+        "rank 3, 4 or 5",
+    );
+    bad(x.conv1d(&w, None, &o), "rank 3");
+    bad(
+        Tensor::<f32>::zeros(&[5, 5], &dev)
+            .unwrap()
+            .conv2d(&w, None, &o),
+        "input must have rank",
+    );
+    // The bias's shape.
+    let b = Tensor::<f32>::zeros(&[5], &dev).unwrap();
+    bad(x.conv2d(&w, Some(&b), &o), "bias");
+    // A kernel dim of 0.
+    bad(
+        x.conv2d(&Tensor::zeros(&[6, 2, 0, 3], &dev).unwrap(), None, &o),
+        "non-empty",
+    );
+    // Integers, and a device mismatch.
+    let xi = Tensor::<u32>::zeros(&[1, 4, 5, 5], &dev).unwrap();
+    let wi = Tensor::<u32>::zeros(&[6, 2, 3, 3], &dev).unwrap();
+    assert!(matches!(
+        xi.conv2d(&wi, None, &o),
+        Err(Error::UnsupportedDType { op: "conv2d", .. })
+    ));
+    let we = w
+        .to_device(&Device::emulator(ferrocm::WaveSize::Wave32))
+        .unwrap();
+    assert!(matches!(
+        x.conv2d(&we, None, &o),
+        Err(Error::DeviceMismatch { op: "conv2d", .. })
+    ));
+    // The dynamic form checks dtypes.
+    let wd = Tensor::<f16>::zeros(&[6, 2, 3, 3], &dev).unwrap().to_dyn();
+    assert!(matches!(
+        x.to_dyn().conv(&wd, None, &o),
+        Err(Error::DTypeMismatch { op: "conv", .. })
+    ));
+}
