@@ -533,23 +533,43 @@ fn narrow<T: WithDType>(v: f32) -> T {
 }
 
 impl<T: WithDType> Conv<'_, T> {
-    /// Image `n`, group `g`'s columns: `[K, positions]` f32, zero in the
-    /// padding.
-    fn im2col(&self, xh: &[T], n: usize, g: usize, cols: &mut [f32]) {
+    /// Group `g`'s columns of images `n0..n0 + nb`: `[K, nb * positions]`
+    /// f32 (image by image along a row), zero in the padding. Each row
+    /// (one tap) is filled line by line: the outputs whose tap lands
+    /// inside the input copied, the rest zeroed.
+    fn im2col(&self, xh: &[T], (n0, nb): (usize, usize), g: usize, cols: &mut [f32]) {
         let p = &self.plan;
         let positions = p.positions();
-        let [_, oh, ow] = p.out;
-        cols.par_chunks_mut(positions)
+        let [od, oh, ow] = p.out;
+        cols.par_chunks_mut(nb * positions)
             .enumerate()
             .for_each(|(k, row)| {
                 let (ci, tap) = p.tap(k);
-                let base = n * p.xs[0] + (g * p.cin_g() + ci) * p.xs[1];
-                for (q, v) in row.iter_mut().enumerate() {
-                    let o = [q / (oh * ow), (q / ow) % oh, q % ow];
-                    *v = match input_offset(p, base, o, tap) {
-                        Some(off) => widen(xh[off]),
-                        None => 0.0,
-                    };
+                let at = |d: usize, o: usize| o * p.stride[d] + tap[d] * p.dilation[d] - p.pad[d];
+                let (zr, yr, (x0, x1)) = (
+                    p.inside(0, tap[0], od),
+                    p.inside(1, tap[1], oh),
+                    p.inside(2, tap[2], ow),
+                );
+                let step = p.stride[2] * p.xs[4];
+                for (i, img) in row.chunks_mut(positions).enumerate() {
+                    img.fill(0.0);
+                    if x0 >= x1 {
+                        continue;
+                    }
+                    let base = (n0 + i) * p.xs[0] + (g * p.cin_g() + ci) * p.xs[1];
+                    for z in zr.0..zr.1 {
+                        for y in yr.0..yr.1 {
+                            let first = base
+                                + at(0, z) * p.xs[2]
+                                + at(1, y) * p.xs[3]
+                                + at(2, x0) * p.xs[4];
+                            let line = &mut img[(z * oh + y) * ow..][x0..x1];
+                            for (j, v) in line.iter_mut().enumerate() {
+                                *v = widen(xh[first + j * step]);
+                            }
+                        }
+                    }
                 }
             });
     }
@@ -605,21 +625,6 @@ impl<T: WithDType> engine::cpu::Task for DirectRow<'_, T> {
     }
 }
 
-/// The input offset that output position `o`'s tap `tap` reads from image
-/// and channel base `base`, or None in the padding.
-#[inline(always)]
-fn input_offset(p: &Plan, base: usize, o: [usize; 3], tap: [usize; 3]) -> Option<usize> {
-    let mut off = base;
-    for d in 0..3 {
-        let i = (o[d] * p.stride[d] + tap[d] * p.dilation[d]).checked_sub(p.pad[d])?;
-        if i >= p.inp[d] {
-            return None;
-        }
-        off += i * p.xs[2 + d];
-    }
-    Some(off)
-}
-
 impl<T: WithDType> Op for Conv<'_, T> {
     type Output = DeviceBuffer<T>;
 
@@ -639,23 +644,38 @@ impl<T: WithDType> Op for Conv<'_, T> {
         // NCDHW f32 sums, then rounded (and moved to channels-last).
         let mut sums = vec![0.0f32; rows * positions];
         if cout_g >= CONV_GEMM_MIN_COUT_G && k > 0 {
+            // Images in batches whose columns fit 256 MiB: one product per
+            // batch and group (N = the batch's positions), then each image's
+            // rows moved to its place.
             let threads = rayon::current_num_threads();
-            let mut cols = vec![0.0f32; k * positions];
-            for n in 0..p.batch {
+            let per_image = k * positions;
+            let nb = ((64usize << 20) / per_image.max(1)).clamp(1, p.batch);
+            let mut cols = vec![0.0f32; nb * per_image];
+            let mut prod = vec![0.0f32; cout_g * nb * positions];
+            for n0 in (0..p.batch).step_by(nb) {
+                let nb = nb.min(p.batch - n0);
+                let ncols = nb * positions;
                 for g in 0..p.groups {
-                    self.im2col(xh, n, g, &mut cols);
+                    let cols = &mut cols[..k * ncols];
+                    self.im2col(xh, (n0, nb), g, cols);
                     let c0 = g * cout_g;
-                    let dst = &mut sums[(n * p.cout + c0) * positions..][..cout_g * positions];
                     let wg = &w[c0 * k..(c0 + cout_g) * k];
+                    let dst = &mut prod[..cout_g * ncols];
                     sgemm(
-                        (cout_g, positions, k),
+                        (cout_g, ncols, k),
                         dst,
                         wg,
                         (k, 1),
-                        &cols,
-                        (positions, 1),
+                        cols,
+                        (ncols, 1),
                         threads,
                     );
+                    for (c, row) in dst.chunks(ncols).enumerate() {
+                        for (i, img) in row.chunks(positions).enumerate() {
+                            let at = ((n0 + i) * p.cout + c0 + c) * positions;
+                            sums[at..at + positions].copy_from_slice(img);
+                        }
+                    }
                 }
             }
             sums.par_chunks_mut(positions)
