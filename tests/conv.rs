@@ -479,6 +479,24 @@ fn conv_refuses_bad_inputs_with_typed_errors() {
         x.conv2d(&we, None, &o),
         Err(Error::DeviceMismatch { op: "conv2d", .. })
     ));
+    // Past the kernels' 32-bit window coordinates: refused on a kernel
+    // device, computed on the Cpu (two outputs along the padded dim).
+    let huge = ConvOptions::new()
+        .padding_each_side(&[(0, 0), (1 << 31, 0)])
+        .stride(&[1, 1 << 31])
+        .groups(2);
+    let xk = x.to_device(&we.device().clone()).unwrap();
+    assert!(matches!(
+        xk.conv2d(&we, None, &huge),
+        Err(Error::TooLarge { op: "conv2d", .. })
+    ));
+    let y = x
+        .conv2d(&Tensor::ones(&[6, 2, 3, 3], &dev).unwrap(), None, &huge)
+        .unwrap();
+    assert_eq!(
+        (y.shape(), y.to_vec().unwrap()[1]),
+        (&[1, 6, 3, 2][..], 0.0)
+    );
     // The dynamic form checks dtypes.
     let wd = Tensor::<f16>::zeros(&[6, 2, 3, 3], &dev).unwrap().to_dyn();
     assert!(matches!(

@@ -117,6 +117,8 @@ struct Plan {
     out: [usize; 3],
     stride: [usize; 3],
     pad: [usize; 3],
+    /// The input's size with both sides' padding.
+    padded: [usize; 3],
     dilation: [usize; 3],
     /// Input strides `(n, c, d, h, w)`, elements.
     xs: [usize; 5],
@@ -386,6 +388,7 @@ impl<T: WithDType> Tensor<T> {
             out: [1; 3],
             stride: [1; 3],
             pad: [0; 3],
+            padded: [1; 3],
             dilation: [1; 3],
             xs: [0; 5],
         };
@@ -398,9 +401,9 @@ impl<T: WithDType> Tensor<T> {
                 .and_then(|e| e.checked_mul(dilation[d]))
                 .and_then(|e| e.checked_add(1));
             let padded = i.checked_add(lo).and_then(|v| v.checked_add(hi));
-            let o = match (span, padded) {
+            let (o, padded) = match (span, padded) {
                 (Some(span), Some(padded)) if k > 0 && padded >= span => {
-                    (padded - span) / stride[d] + 1
+                    ((padded - span) / stride[d] + 1, padded)
                 }
                 _ => {
                     return Err(bad(format!(
@@ -415,6 +418,7 @@ impl<T: WithDType> Tensor<T> {
             plan.out[lead + d] = o;
             plan.stride[lead + d] = stride[d];
             plan.pad[lead + d] = lo;
+            plan.padded[lead + d] = padded;
             plan.dilation[lead + d] = dilation[d];
         }
         let st = x.layout().strides();
@@ -734,7 +738,10 @@ impl<T: WithDType> Op for Conv<'_, T> {
         };
         let fits = |v: usize| v < (1 << 31);
         let cols = p.batch * positions;
-        if !fits(cols) || !fits(p.batch * p.cout) || !fits(k) || p.inp.iter().any(|&i| !fits(i)) {
+        // The kernels hold sizes, channels and window coordinates (down to
+        // `o * stride - pad`) in 32 bits.
+        let padded = (0..3).all(|d| fits(p.padded[d]) && fits(p.stride[d]));
+        if !fits(cols) || !fits(p.batch * p.cout) || !fits(k) || !fits(p.cin) || !padded {
             return Err(too_large());
         }
         // Each tap's offset from the window's corner, and its dilated
