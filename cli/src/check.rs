@@ -374,32 +374,40 @@ impl Runner<'_> {
                 Tensor::<T>::rand(shape, -s, s, seed, dev)
             };
             let conv_b = move |dev: &Device, n| Tensor::<T>::rand(&[n], -1.0, 1.0, 27, dev);
-            self.case_scaled("conv1d".into(), d, true, move |dev| {
-                let x = x(dev)?.reshape(&[1, rows, cols])?;
-                let o = ConvOptions::new().padding(&[1]);
-                x.conv1d(
-                    &conv_w(dev, &[32, rows, 3], 25)?,
-                    Some(&conv_b(dev, 32)?),
-                    &o,
-                )
-            });
-            self.case_scaled("conv2d".into(), d, true, move |dev| {
-                let x = x(dev)?.reshape(&[1, 1, rows, cols])?;
-                let o = ConvOptions::new()
-                    .stride(&[2])
-                    .padding(&[1])
-                    .dilation(&[1, 2]);
-                x.conv2d(&conv_w(dev, &[16, 1, 3, 3], 26)?, None, &o)
-            });
-            self.case_scaled("conv2d_depthwise".into(), d, true, move |dev| {
-                let x = x(dev)?.reshape(&[1, rows, 1, cols])?;
-                let o = ConvOptions::new().padding(&[0, 2]).groups(rows);
-                x.conv2d(
-                    &conv_w(dev, &[rows, 1, 1, 5], 28)?,
-                    Some(&conv_b(dev, rows)?),
-                    &o,
-                )
-            });
+            // (Shapes the convolutions cannot take, as PyTorch cannot, are
+            // left out: a kernel past the padded input, 0 depthwise groups.)
+            if cols >= 1 {
+                self.case_scaled("conv1d".into(), d, true, move |dev| {
+                    let x = x(dev)?.reshape(&[1, rows, cols])?;
+                    let o = ConvOptions::new().padding(&[1]);
+                    x.conv1d(
+                        &conv_w(dev, &[32, rows, 3], 25)?,
+                        Some(&conv_b(dev, 32)?),
+                        &o,
+                    )
+                });
+            }
+            if rows >= 1 && cols >= 3 {
+                self.case_scaled("conv2d".into(), d, true, move |dev| {
+                    let x = x(dev)?.reshape(&[1, 1, rows, cols])?;
+                    let o = ConvOptions::new()
+                        .stride(&[2])
+                        .padding(&[1])
+                        .dilation(&[1, 2]);
+                    x.conv2d(&conv_w(dev, &[16, 1, 3, 3], 26)?, None, &o)
+                });
+            }
+            if rows >= 1 && cols >= 1 {
+                self.case_scaled("conv2d_depthwise".into(), d, true, move |dev| {
+                    let x = x(dev)?.reshape(&[1, rows, 1, cols])?;
+                    let o = ConvOptions::new().padding(&[0, 2]).groups(rows);
+                    x.conv2d(
+                        &conv_w(dev, &[rows, 1, 1, 5], 28)?,
+                        Some(&conv_b(dev, rows)?),
+                        &o,
+                    )
+                });
+            }
             let half = cols / 2;
             let table =
                 move |dev: &Device, seed| Tensor::<T>::rand(&[rows, half], -1.0, 1.0, seed, dev);
