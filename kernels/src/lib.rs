@@ -87,6 +87,9 @@ elem_kernels!(
     rope::RopeKernels,
     attention::AttnKernels,
     conv::convolution::ConvKernels,
+    conv::pool::PoolKernels,
+    conv::resample::ResampleKernels,
+    nn::channel_norm::ChannelNormKernels,
 );
 
 /// One embedded AMDGPU code object.
@@ -190,6 +193,9 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         rope::CACHE_KERNELS,
         attention::KERNELS,
         conv::convolution::KERNELS,
+        conv::pool::KERNELS,
+        conv::resample::KERNELS,
+        nn::channel_norm::KERNELS,
         quant::dequant::KERNELS,
         quant::matvec::KERNELS,
         quant::matvec::QUANTIZE_X_KERNELS,

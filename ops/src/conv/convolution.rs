@@ -26,9 +26,10 @@ use ferrocm_kernels::conv::convolution::{
     CONV_GEMM_MIN_COUT_G, ConvKernels, G_BATCH, G_CIN_G, G_COUT_G, G_IN, G_K, G_OFFSET_BITS,
     G_OUT_HW, G_PAD, G_POSITIONS, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
 };
-use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::matmul::{GEMM_BLOCK, GEMM_BM, GEMM_BN, GEMM_LDS_BYTES};
 use rayon::prelude::*;
+
+use super::{elems, narrow, per_dim, widen};
 
 /// The parameters of a convolution besides its operands: PyTorch's
 /// `stride`, `padding`, `dilation` and `groups`. A list of one value applies
@@ -170,23 +171,6 @@ impl Plan {
         } else {
             [self.cout * p, p, oh * ow, ow, 1]
         }
-    }
-}
-
-/// Broadcasts a per-dim parameter list to `n` dims.
-fn per_dim<V: Copy + std::fmt::Debug>(
-    op: &'static str,
-    name: &str,
-    v: &[V],
-    n: usize,
-) -> Result<Vec<V>> {
-    match v.len() {
-        1 => Ok(vec![v[0]; n]),
-        l if l == n => Ok(v.to_vec()),
-        _ => Err(Error::BadParameter {
-            op,
-            what: format!("{name} {v:?} must have 1 or {n} entries (one per spatial dim)"),
-        }),
     }
 }
 
@@ -461,26 +445,6 @@ impl<T: WithDType> Tensor<T> {
         };
         if unbatched { y.squeeze_batch() } else { Ok(y) }
     }
-
-    /// `(C, spatial..)` viewed as `(1, C, spatial..)`.
-    fn reshape_view_batched(&self) -> Result<Self> {
-        let mut shape = vec![1];
-        shape.extend_from_slice(self.shape());
-        let mut strides = vec![self.elem_count().max(1)];
-        strides.extend_from_slice(self.layout().strides());
-        let layout = crate::Layout::new(shape, strides, self.layout().offset())?;
-        Tensor::from_storage(self.shared_storage().clone(), layout)
-    }
-
-    /// `(1, C, spatial..)` viewed as `(C, spatial..)`.
-    fn squeeze_batch(&self) -> Result<Self> {
-        let layout = crate::Layout::new(
-            self.shape()[1..].to_vec(),
-            self.layout().strides()[1..].to_vec(),
-            self.layout().offset(),
-        )?;
-        Tensor::from_storage(self.shared_storage().clone(), layout)
-    }
 }
 
 impl crate::DynTensor {
@@ -520,20 +484,6 @@ struct Conv<'a, T: WithDType> {
     plan: Plan,
     channels_last: bool,
     out: DeviceBuffer<T>,
-}
-
-/// A contiguous tensor's elements on the Cpu.
-fn elems<T: WithDType>(t: &Tensor<T>) -> &[T] {
-    let off = t.layout().offset();
-    &engine::cpu::host(t.buf())[off..off + t.elem_count()]
-}
-
-fn widen<T: WithDType>(v: T) -> f32 {
-    v.to_kernel().to_f32()
-}
-
-fn narrow<T: WithDType>(v: f32) -> T {
-    T::from_kernel(T::Kernel::from_f32(v))
 }
 
 impl<T: WithDType> Conv<'_, T> {

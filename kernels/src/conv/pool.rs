@@ -1,0 +1,309 @@
+//! Pooling in 1, 2 and 3 spatial dims (f32, f16, bf16): max (with the
+//! index of each maximum), average, and the adaptive forms of both.
+//!
+//! Every pool is a window per output position; where the windows lie is
+//! worked out once on the host, per spatial dim and output index, into a
+//! table the kernels (and the op layer's Cpu path) read: the first tap
+//! inside the input, the number of taps inside it, and the dim's factor of
+//! an average's divisor. So one body serves PyTorch's `max_pool*d` (stride,
+//! padding, dilation, `ceil_mode`), `avg_pool*d` (`count_include_pad`,
+//! `divisor_override`) and `adaptive_*_pool*d` (windows `floor(o·in/out) ..
+//! ceil((o+1)·in/out)`), and the kernels never divide by a window's shape.
+//!
+//! - `pool_max_{dtype}`: the window's maximum and the input position it
+//!   came from (flattened over the input's spatial dims, as PyTorch's
+//!   indices are), NaN winning as in PyTorch ([`pool_max_takes`]).
+//! - `pool_avg_{dtype}`: the window's f32 sum divided by the divisor.
+//!
+//! A workitem per output position (grid x), looping over the `(image,
+//! channel)` rows from the grid's y; inputs and outputs at any strides
+//! (NCHW, or NHWC as a permuted view). Spatial dims are always three: a 1-d
+//! or 2-d pool has leading dims of size 1.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use crate::matmul::dense::MatElem;
+use crate::unroll4;
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// Header word: the output rows (images x channels).
+pub const P_ROWS: usize = 0;
+/// Header word: the channels (a row's `(n, c)` is `(row / C, row % C)`).
+pub const P_CHANNELS: usize = 1;
+/// Header word: output positions per row (`od * oh * ow`).
+pub const P_POSITIONS: usize = 2;
+/// Header words: the output's spatial dims `(od, oh, ow)`.
+pub const P_OUT: usize = 3;
+/// Header words: the input's two inner spatial dims `(h, w)` (to flatten an
+/// index).
+pub const P_IN_HW: usize = 6;
+/// Header words: the distance between taps along each dim (the dilation).
+pub const P_DILATION: usize = 8;
+/// Header words: the input's element strides `(n, c, d, h, w)`.
+pub const P_X_STRIDES: usize = 11;
+/// Header words: the output's element strides `(n, c, d, h, w)` (the
+/// indices' too).
+pub const P_Y_STRIDES: usize = 16;
+/// Header word: an average's divisor for every window, or 0 for the
+/// product of the table's factors.
+pub const P_DIVISOR: usize = 21;
+/// Words of the header; the window table follows: for each spatial dim in
+/// turn and each of its output indices, two words: the first tap inside the
+/// input (low 32 bits; for an empty window the first tap at or past 0) and
+/// the count of taps inside it (high 32 bits), then the dim's divisor
+/// factor.
+pub const P_TABLE: usize = 22;
+
+/// Whether a max pool's running maximum `m` gives way to `v`: a larger
+/// value, or any NaN (PyTorch's rule: a NaN in the window is the result,
+/// its index the last NaN's). The kernels and the Cpu path both use it.
+///
+/// ```
+/// use ferrocm_kernels::conv::pool::pool_max_takes;
+/// assert!(pool_max_takes(2.0, 1.0) && !pool_max_takes(1.0, 1.0));
+/// assert!(pool_max_takes(f32::NAN, f32::INFINITY) && pool_max_takes(f32::NAN, f32::NAN));
+/// assert!(!pool_max_takes(f32::INFINITY, f32::NAN));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn pool_max_takes(v: f32, m: f32) -> bool {
+    v > m || v.is_nan()
+}
+
+/// A window along one dim: its first tap, the taps inside the input, the
+/// dim's divisor factor.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+struct Span {
+    first: u32,
+    count: u32,
+    factor: u32,
+}
+
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+struct PoolGeom {
+    rows: u32,
+    channels: u32,
+    positions: u32,
+    out: [u32; 3],
+    in_hw: [u32; 2],
+    dilation: [u32; 3],
+    xs: [u64; 5],
+    ys: [u64; 5],
+    divisor: u32,
+}
+
+#[amdgpu_device]
+#[inline(always)]
+fn read_geom(g: *const u64) -> PoolGeom {
+    let w = |i: usize| unsafe { load(g, i) };
+    let w32 = |i: usize| w(i) as u32;
+    PoolGeom {
+        rows: w32(P_ROWS),
+        channels: w32(P_CHANNELS),
+        positions: w32(P_POSITIONS),
+        out: [w32(P_OUT), w32(P_OUT + 1), w32(P_OUT + 2)],
+        in_hw: [w32(P_IN_HW), w32(P_IN_HW + 1)],
+        dilation: [w32(P_DILATION), w32(P_DILATION + 1), w32(P_DILATION + 2)],
+        xs: [
+            w(P_X_STRIDES),
+            w(P_X_STRIDES + 1),
+            w(P_X_STRIDES + 2),
+            w(P_X_STRIDES + 3),
+            w(P_X_STRIDES + 4),
+        ],
+        ys: [
+            w(P_Y_STRIDES),
+            w(P_Y_STRIDES + 1),
+            w(P_Y_STRIDES + 2),
+            w(P_Y_STRIDES + 3),
+            w(P_Y_STRIDES + 4),
+        ],
+        divisor: w32(P_DIVISOR),
+    }
+}
+
+/// Output position `p`'s coordinates and its window along each dim.
+#[amdgpu_device]
+#[inline(always)]
+fn spans(g: &PoolGeom, geom: *const u64, p: u32) -> ([u32; 3], [Span; 3]) {
+    let hw = g.out[1] * g.out[2];
+    let o = [p / hw, (p / g.out[2]) % g.out[1], p % g.out[2]];
+    let mut s = [Span {
+        first: 0,
+        count: 0,
+        factor: 0,
+    }; 3];
+    let mut at = P_TABLE;
+    unroll4!(d < 3 => {
+        let e = at + 2 * o[d] as usize;
+        let w = unsafe { load(geom, e) };
+        s[d] = Span {
+            first: w as u32,
+            count: (w >> 32) as u32,
+            factor: unsafe { load(geom, e + 1) } as u32,
+        };
+        at += 2 * g.out[d] as usize;
+    });
+    (o, s)
+}
+
+/// The offset of output `(row, o)` (value and index alike).
+#[amdgpu_device]
+#[inline(always)]
+fn y_offset(g: &PoolGeom, n: u32, c: u32, o: [u32; 3]) -> usize {
+    (n as u64 * g.ys[0]
+        + c as u64 * g.ys[1]
+        + o[0] as u64 * g.ys[2]
+        + o[1] as u64 * g.ys[3]
+        + o[2] as u64 * g.ys[4]) as usize
+}
+
+/// The body of `pool_max_*`: see the module doc. `idx` may be null (no
+/// indices wanted).
+#[amdgpu_device]
+#[inline(always)]
+pub fn pool_max_body<T: MatElem>(y: *mut T, idx: *mut i64, x: *const T, geom: *const u64) {
+    let g = read_geom(geom);
+    let p = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
+    if p >= g.positions {
+        return;
+    }
+    let (o, s) = spans(&g, geom, p);
+    let plane = g.in_hw[0] as u64 * g.in_hw[1] as u64;
+    let mut row = workgroup_id_y();
+    while row < g.rows {
+        let (n, c) = (row / g.channels, row % g.channels);
+        let xb = n as u64 * g.xs[0] + c as u64 * g.xs[1];
+        let mut m = f32::NEG_INFINITY;
+        let mut at =
+            s[0].first as u64 * plane + s[1].first as u64 * g.in_hw[1] as u64 + s[2].first as u64;
+        let mut a = 0;
+        while a < s[0].count {
+            let iz = (s[0].first + a * g.dilation[0]) as u64;
+            let mut b = 0;
+            while b < s[1].count {
+                let iy = (s[1].first + b * g.dilation[1]) as u64;
+                let mut e = 0;
+                while e < s[2].count {
+                    let ix = (s[2].first + e * g.dilation[2]) as u64;
+                    let off = xb + iz * g.xs[2] + iy * g.xs[3] + ix * g.xs[4];
+                    let v = unsafe { load(x, off as usize) }.widen();
+                    if pool_max_takes(v, m) {
+                        m = v;
+                        at = iz * plane + iy * g.in_hw[1] as u64 + ix;
+                    }
+                    e += 1;
+                }
+                b += 1;
+            }
+            a += 1;
+        }
+        let dst = y_offset(&g, n, c, o);
+        unsafe { store(y, dst, T::from_f32(m)) };
+        if !idx.is_null() {
+            unsafe { store(idx, dst, at as i64) };
+        }
+        row += num_workgroups_y();
+    }
+}
+
+/// The body of `pool_avg_*`: see the module doc. A window with no tap
+/// inside the input gives 0 (as PyTorch's).
+#[amdgpu_device]
+#[inline(always)]
+pub fn pool_avg_body<T: MatElem>(y: *mut T, x: *const T, geom: *const u64) {
+    let g = read_geom(geom);
+    let p = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
+    if p >= g.positions {
+        return;
+    }
+    let (o, s) = spans(&g, geom, p);
+    let divisor = if g.divisor != 0 {
+        g.divisor
+    } else {
+        s[0].factor * s[1].factor * s[2].factor
+    };
+    let empty = s[0].count == 0 || s[1].count == 0 || s[2].count == 0;
+    let mut row = workgroup_id_y();
+    while row < g.rows {
+        let (n, c) = (row / g.channels, row % g.channels);
+        let xb = n as u64 * g.xs[0] + c as u64 * g.xs[1];
+        let mut sum = 0.0f32;
+        let mut a = 0;
+        while a < s[0].count {
+            let iz = (s[0].first + a) as u64;
+            let mut b = 0;
+            while b < s[1].count {
+                let iy = (s[1].first + b) as u64;
+                let base = xb + iz * g.xs[2] + iy * g.xs[3] + s[2].first as u64 * g.xs[4];
+                let mut e = 0;
+                while e < s[2].count {
+                    let off = base + e as u64 * g.xs[4];
+                    sum += unsafe { load(x, off as usize) }.widen();
+                    e += 1;
+                }
+                b += 1;
+            }
+            a += 1;
+        }
+        let v = if empty { 0.0 } else { sum / divisor as f32 };
+        unsafe { store(y, y_offset(&g, n, c, o), T::from_f32(v)) };
+        row += num_workgroups_y();
+    }
+}
+
+#[cfg(not(ferrocm_device))]
+use crate::host::KernelRef;
+
+/// The parameter types of `pool_max_{T}`: `(y, indices or null, x, geom)`.
+#[cfg(not(ferrocm_device))]
+pub type PoolMaxArgs<T> = (*mut T, *mut i64, *const T, *const u64);
+/// The parameter types of `pool_avg_{T}`: `(y, x, geom)`.
+#[cfg(not(ferrocm_device))]
+pub type PoolAvgArgs<T> = (*mut T, *const T, *const u64);
+
+/// The pooling kernels of an element type (float types; host side).
+#[cfg(not(ferrocm_device))]
+pub trait PoolKernels: Sized + 'static {
+    /// `pool_max_{T}`, if the type has one.
+    const POOL_MAX: Option<KernelRef<PoolMaxArgs<Self>>>;
+    /// `pool_avg_{T}`, if the type has one.
+    const POOL_AVG: Option<KernelRef<PoolAvgArgs<Self>>>;
+}
+
+macro_rules! pool_kernels {
+    ($($max:ident, $avg:ident: $t:ty),*; none: $($n:ty),*) => {
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl PoolKernels for $t {
+                const POOL_MAX: Option<KernelRef<PoolMaxArgs<Self>>> = Some(KernelRef::of::<$max>());
+                const POOL_AVG: Option<KernelRef<PoolAvgArgs<Self>>> = Some(KernelRef::of::<$avg>());
+            }
+        )*
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl PoolKernels for $n {
+                const POOL_MAX: Option<KernelRef<PoolMaxArgs<Self>>> = None;
+                const POOL_AVG: Option<KernelRef<PoolAvgArgs<Self>>> = None;
+            }
+        )*
+        kernels! {$(
+            fn $max(y: *mut $t, idx: *mut i64, x: *const $t, geom: *const u64) {
+                pool_max_body::<$t>(y, idx, x, geom)
+            }
+            fn $avg(y: *mut $t, x: *const $t, geom: *const u64) {
+                pool_avg_body::<$t>(y, x, geom)
+            }
+        )*}
+    };
+}
+
+pool_kernels!(
+    pool_max_f32, pool_avg_f32: f32,
+    pool_max_f16, pool_avg_f16: F16,
+    pool_max_bf16, pool_avg_bf16: Bf16;
+    none: u8, u32, i64
+);

@@ -1,0 +1,227 @@
+//! Normalisation over channels of `(N, C, spatial..)` tensors (f32, f16,
+//! bf16; f32 arithmetic), as PyTorch's `group_norm`, `instance_norm` and
+//! `batch_norm` (inference form) compute it, in two kernels:
+//! - `channel_stats_{dtype}`: one workgroup per `(image, group)` stat row
+//!   (the `C / G` channels of a group over every position): the mean and
+//!   `1 / sqrt(var + eps)` (biased variance, the shifted-data sums of
+//!   [`crate::nn::norm::layer_stats`]), stored as f32;
+//! - `channel_norm_{dtype}`: `y = (x - mean) * rstd * w[c] + b[c]`
+//!   ([`crate::nn::norm::norm_apply`]) with the stats of the row's group
+//!   (`n * stats_per_image + c / channels_per_group`: a group norm's per
+//!   image; a batch norm's running stats, `stats_per_image` 0, shared by
+//!   every image), a workitem per position (grid x) looping over the
+//!   `(n, c)` rows from the grid's y. `w` and `b` may be null.
+//!
+//! Inputs are `(N, C, S)` views at any strides (the spatial dims merged:
+//! NCHW, or NHWC as a permuted view), outputs likewise.
+
+use crate::device::*;
+use crate::elem::*;
+use crate::kernels;
+use crate::matmul::dense::MatElem;
+use crate::nn::norm::{NORM_BLOCK, layer_stats, norm_apply};
+use crate::reduce::reductions::{Sum, block_reduce};
+use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
+
+/// Header word: the images `N`.
+pub const CN_BATCH: usize = 0;
+/// Header word: the channels `C`.
+pub const CN_CHANNELS: usize = 1;
+/// Header word: channels per stat group (`C / G`; 1 for a batch norm).
+pub const CN_CHANNELS_PER_GROUP: usize = 2;
+/// Header word: stat rows per image (`G`; 0 for a batch norm's shared
+/// stats).
+pub const CN_STATS_PER_IMAGE: usize = 3;
+/// Header word: positions per channel `S`.
+pub const CN_POSITIONS: usize = 4;
+/// Header words: the input's element strides `(n, c, s)`.
+pub const CN_X_STRIDES: usize = 5;
+/// Header words: the output's element strides `(n, c, s)`.
+pub const CN_Y_STRIDES: usize = 8;
+/// Words of the header.
+pub const CN_HEADER: usize = 11;
+
+/// Workitems per workgroup of both kernels.
+pub const CHANNEL_NORM_BLOCK: u32 = NORM_BLOCK;
+
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+struct CnGeom {
+    batch: u32,
+    channels: u32,
+    per_group: u32,
+    stats_per_image: u32,
+    positions: u32,
+    xs: [u64; 3],
+    ys: [u64; 3],
+}
+
+#[amdgpu_device]
+#[inline(always)]
+fn read_geom(g: *const u64) -> CnGeom {
+    let w = |i: usize| unsafe { load(g, i) };
+    CnGeom {
+        batch: w(CN_BATCH) as u32,
+        channels: w(CN_CHANNELS) as u32,
+        per_group: w(CN_CHANNELS_PER_GROUP) as u32,
+        stats_per_image: w(CN_STATS_PER_IMAGE) as u32,
+        positions: w(CN_POSITIONS) as u32,
+        xs: [w(CN_X_STRIDES), w(CN_X_STRIDES + 1), w(CN_X_STRIDES + 2)],
+        ys: [w(CN_Y_STRIDES), w(CN_Y_STRIDES + 1), w(CN_Y_STRIDES + 2)],
+    }
+}
+
+/// The body of `channel_stats_*`: stat row `workgroup_id_x()` (stepping
+/// by the grid) of `N * G`; `mean[r]`, `rstd[r]`.
+#[amdgpu_device]
+#[inline(always)]
+pub fn channel_stats_body<T: MatElem>(
+    mean: *mut f32,
+    rstd: *mut f32,
+    x: *const T,
+    geom: *const u64,
+    eps: f32,
+) {
+    let g = read_geom(geom);
+    let tid = workitem_id_x();
+    let block = workgroup_size_x();
+    let rows = g.batch * g.stats_per_image;
+    let count = g.per_group * g.positions;
+    let mut r = workgroup_id_x();
+    while r < rows {
+        let (n, grp) = (r / g.stats_per_image, r % g.stats_per_image);
+        let base = n as u64 * g.xs[0] + (grp * g.per_group) as u64 * g.xs[1];
+        let shift = unsafe { load(x, base as usize) }.widen();
+        let (mut s1, mut s2) = (0.0f32, 0.0f32);
+        let mut c = 0;
+        while c < g.per_group {
+            let cb = base + c as u64 * g.xs[1];
+            let mut s = tid;
+            while s < g.positions {
+                let d = unsafe { load(x, (cb + s as u64 * g.xs[2]) as usize) }.widen() - shift;
+                s1 += d;
+                s2 = crate::math::fma(d, d, s2);
+                s += block;
+            }
+            c += 1;
+        }
+        let s1 = block_reduce::<f32, Sum>(s1);
+        let s2 = block_reduce::<f32, Sum>(s2);
+        if tid == 0 {
+            let (m, scale) = layer_stats(shift, s1, s2, count, eps);
+            unsafe {
+                store(mean, r as usize, m);
+                store(rstd, r as usize, scale);
+            }
+        }
+        r += num_workgroups_x();
+    }
+}
+
+/// The body of `channel_norm_*`: see the module doc.
+#[amdgpu_device]
+#[inline(always)]
+pub fn channel_norm_body<T: MatElem>(
+    y: *mut T,
+    x: *const T,
+    mean: *const f32,
+    rstd: *const f32,
+    w: *const T,
+    b: *const T,
+    geom: *const u64,
+) {
+    let g = read_geom(geom);
+    let s = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
+    if s >= g.positions {
+        return;
+    }
+    let rows = g.batch * g.channels;
+    let mut row = workgroup_id_y();
+    while row < rows {
+        let (n, c) = (row / g.channels, row % g.channels);
+        let stat = (n * g.stats_per_image + c / g.per_group) as usize;
+        let (m, scale) = unsafe { (load(mean, stat), load(rstd, stat)) };
+        let wc = if w.is_null() {
+            1.0
+        } else {
+            unsafe { load(w, c as usize) }.widen()
+        };
+        let bc = if b.is_null() {
+            -0.0
+        } else {
+            unsafe { load(b, c as usize) }.widen()
+        };
+        let at = n as u64 * g.xs[0] + c as u64 * g.xs[1] + s as u64 * g.xs[2];
+        let v = unsafe { load(x, at as usize) }.widen();
+        let dst = n as u64 * g.ys[0] + c as u64 * g.ys[1] + s as u64 * g.ys[2];
+        unsafe {
+            store(
+                y,
+                dst as usize,
+                T::from_f32(norm_apply(v, m, scale, wc, bc)),
+            )
+        };
+        row += num_workgroups_y();
+    }
+}
+
+#[cfg(not(ferrocm_device))]
+use crate::host::KernelRef;
+
+/// The parameter types of `channel_stats_{T}`: `(mean, rstd, x, geom, eps)`.
+#[cfg(not(ferrocm_device))]
+pub type ChannelStatsArgs<T> = (*mut f32, *mut f32, *const T, *const u64, f32);
+/// The parameter types of `channel_norm_{T}`: `(y, x, mean, rstd, w, b, geom)`.
+#[cfg(not(ferrocm_device))]
+pub type ChannelNormArgs<T> = (
+    *mut T,
+    *const T,
+    *const f32,
+    *const f32,
+    *const T,
+    *const T,
+    *const u64,
+);
+
+/// The channel-norm kernels of an element type (float types; host side).
+#[cfg(not(ferrocm_device))]
+pub trait ChannelNormKernels: Sized + 'static {
+    /// `channel_stats_{T}`, if the type has one.
+    const CHANNEL_STATS: Option<KernelRef<ChannelStatsArgs<Self>>>;
+    /// `channel_norm_{T}`, if the type has one.
+    const CHANNEL_NORM: Option<KernelRef<ChannelNormArgs<Self>>>;
+}
+
+macro_rules! channel_norm_kernels {
+    ($($stats:ident, $norm:ident: $t:ty),*; none: $($n:ty),*) => {
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl ChannelNormKernels for $t {
+                const CHANNEL_STATS: Option<KernelRef<ChannelStatsArgs<Self>>> = Some(KernelRef::of::<$stats>());
+                const CHANNEL_NORM: Option<KernelRef<ChannelNormArgs<Self>>> = Some(KernelRef::of::<$norm>());
+            }
+        )*
+        $(
+            #[cfg(not(ferrocm_device))]
+            impl ChannelNormKernels for $n {
+                const CHANNEL_STATS: Option<KernelRef<ChannelStatsArgs<Self>>> = None;
+                const CHANNEL_NORM: Option<KernelRef<ChannelNormArgs<Self>>> = None;
+            }
+        )*
+        kernels! {$(
+            fn $stats(mean: *mut f32, rstd: *mut f32, x: *const $t, geom: *const u64, eps: f32) {
+                channel_stats_body::<$t>(mean, rstd, x, geom, eps)
+            }
+            fn $norm(y: *mut $t, x: *const $t, mean: *const f32, rstd: *const f32, w: *const $t, b: *const $t, geom: *const u64) {
+                channel_norm_body::<$t>(y, x, mean, rstd, w, b, geom)
+            }
+        )*}
+    };
+}
+
+channel_norm_kernels!(
+    channel_stats_f32, channel_norm_f32: f32,
+    channel_stats_f16, channel_norm_f16: F16,
+    channel_stats_bf16, channel_norm_bf16: Bf16;
+    none: u8, u32, i64
+);
