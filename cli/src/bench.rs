@@ -764,7 +764,137 @@ fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Bench
         row.flops = Some(flops);
         rows.push(row);
     }
+    rows.extend(conv_net_rows(dev, cfg, copy_gbps)?);
     Ok(rows)
+}
+
+/// The rest of a convolution network's ops, in % of copy (each input read
+/// once and each output written once is the floor): group_norm(32) on a
+/// Stable-Diffusion activation `(2, 320, 64, 64)` (f32, bf16), max_pool 3x3
+/// stride 2 pad 1 on the ResNet stem's output `(1, 64, 112, 112)`, and
+/// nearest and bilinear 2x upsampling of `(2, 320, 32, 32)` (bf16, as a
+/// diffusion decoder does). Smaller configs divide channels and sizes by 8.
+fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
+    use ferrocm_ops::conv::{PoolOptions, Resize};
+    let div = if cfg.cols < 4096 { 8 } else { 1 };
+    let c = |v: usize| (v / div).max(1);
+    let timed = Timed {
+        dev,
+        reps: cfg.reps,
+        copy_gbps,
+    };
+    let cpu = cfg.compare_cpu && dev.runs_kernels();
+    let mut rows = Vec::new();
+    let sd = [2, c(320), c(64), c(64)];
+    let elems = |s: &[usize]| s.iter().product::<usize>();
+    for bf in [false, true] {
+        let name = if bf {
+            "group_norm(32) sd b2 bf16"
+        } else {
+            "group_norm(32) sd b2 f32"
+        };
+        let build = |d: &Device| -> Result<(Tensor<f32>, Tensor<f32>, Tensor<f32>)> {
+            Ok((
+                Tensor::randn(&sd, 0.0, 1.0, 43, d)?,
+                Tensor::randn(&[sd[1]], 1.0, 0.1, 44, d)?,
+                Tensor::randn(&[sd[1]], 0.0, 0.1, 45, d)?,
+            ))
+        };
+        let bytes = (2 * elems(&sd) * if bf { 2 } else { 4 }) as u64;
+        let cpu_in = if cpu {
+            Some(build(&Device::Cpu)?)
+        } else {
+            None
+        };
+        let row = if bf {
+            let cast = |i: &(Tensor<f32>, Tensor<f32>, Tensor<f32>)| -> Result<_> {
+                Ok((
+                    i.0.to_dtype::<bf16>()?,
+                    i.1.to_dtype::<bf16>()?,
+                    i.2.to_dtype::<bf16>()?,
+                ))
+            };
+            let c_in = cpu_in.as_ref().map(cast).transpose()?;
+            timed.row(
+                name,
+                sd.to_vec(),
+                bytes,
+                &cast(&build(dev)?)?,
+                c_in.as_ref(),
+                |i| {
+                    i.0.group_norm(sd_groups(i.0.shape()[1]), Some(&i.1), Some(&i.2), 1e-5)
+                        .map(drop)
+                },
+            )?
+        } else {
+            timed.row(
+                name,
+                sd.to_vec(),
+                bytes,
+                &build(dev)?,
+                cpu_in.as_ref(),
+                |i| {
+                    i.0.group_norm(sd_groups(i.0.shape()[1]), Some(&i.1), Some(&i.2), 1e-5)
+                        .map(drop)
+                },
+            )?
+        };
+        rows.push(row);
+    }
+    let stem = [1, c(64), c(112), c(112)];
+    let out = (stem[2] + 2 - 3) / 2 + 1;
+    let bytes = ((elems(&stem) + stem[1] * out * out) * 4) as u64;
+    let build = |d: &Device| Tensor::<f32>::randn(&stem, 0.0, 1.0, 46, d);
+    let cpu_in = if cpu {
+        Some(build(&Device::Cpu)?)
+    } else {
+        None
+    };
+    rows.push(timed.row(
+        "max_pool 3x3/2 stem f32",
+        stem.to_vec(),
+        bytes,
+        &build(dev)?,
+        cpu_in.as_ref(),
+        |x| {
+            x.max_pool2d(&PoolOptions::new(&[3]).stride(&[2]).padding(&[1]))
+                .map(drop)
+        },
+    )?);
+    let small = [2, c(320), c(32), c(32)];
+    let bytes = (5 * elems(&small) * 2) as u64;
+    let build = |d: &Device| Tensor::<f32>::randn(&small, 0.0, 1.0, 47, d)?.to_dtype::<bf16>();
+    let cpu_in = if cpu {
+        Some(build(&Device::Cpu)?)
+    } else {
+        None
+    };
+    let x = build(dev)?;
+    rows.push(timed.row(
+        "upsample nearest 2x bf16",
+        small.to_vec(),
+        bytes,
+        &x,
+        cpu_in.as_ref(),
+        |x| x.upsample_nearest2d(Resize::Scale([2.0, 2.0])).map(drop),
+    )?);
+    rows.push(timed.row(
+        "upsample bilinear 2x bf16",
+        small.to_vec(),
+        bytes,
+        &x,
+        cpu_in.as_ref(),
+        |x| {
+            x.upsample_bilinear2d(Resize::Scale([2.0, 2.0]), false)
+                .map(drop)
+        },
+    )?);
+    Ok(rows)
+}
+
+/// Stable Diffusion's 32 groups, or 8 for the emulator's channels (40).
+fn sd_groups(channels: usize) -> usize {
+    if channels.is_multiple_of(32) { 32 } else { 8 }
 }
 
 /// The report as a table.
@@ -783,7 +913,12 @@ pub fn format_table(r: &BenchReport) -> String {
         "TFLOP/s"
     );
     for row in &r.rows {
-        let shape = format!("{}x{}", row.shape[0], row.shape[1]);
+        let shape = row
+            .shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("x");
         let (cpu, speedup) = match row.cpu_ms {
             Some(c) => (format!("{c:.2}"), format!("{:.1}x", c / row.ms)),
             None => ("-".into(), "-".into()),

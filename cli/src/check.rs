@@ -10,7 +10,7 @@
 //! the same cases over many layouts ([`InputLayout`]) on the emulator.
 
 use ferrocm_ops::Result;
-use ferrocm_ops::conv::ConvOptions;
+use ferrocm_ops::conv::{ConvOptions, PoolOptions, Resize};
 use ferrocm_ops::quant::Q8Activations;
 use ferrocm_ops::rope::RopeMode;
 use ferrocm_ops::{Activation, Binary, Cmp, Device, Reduce, Tensor, Unary, bf16, f16};
@@ -408,6 +408,63 @@ impl Runner<'_> {
                     )
                 });
             }
+            // Pools and resizing on the input as one image (a max pool's
+            // indices too), and as rows of channels (1 x cols images).
+            if rows >= 1 && cols >= 1 {
+                let image = move |dev: &Device| x(dev)?.reshape(&[1, 1, rows, cols]);
+                let pool = PoolOptions::new(&[3]).stride(&[2]).padding(&[1]);
+                let p = pool.clone();
+                self.case("max_pool2d".into(), d, move |dev| {
+                    image(dev)?.max_pool2d(&p)
+                });
+                let p = pool.clone();
+                self.case("max_pool2d[indices]".into(), d, move |dev| {
+                    Ok(image(dev)?.max_pool_with_indices(2, &p)?.1)
+                });
+                let p = PoolOptions::new(&[1, 3])
+                    .stride(&[1, 2])
+                    .padding(&[0, 1])
+                    .ceil_mode(true)
+                    .count_include_pad(false);
+                self.case_scaled("avg_pool2d".into(), d, true, move |dev| {
+                    x(dev)?.reshape(&[1, rows, 1, cols])?.avg_pool2d(&p)
+                });
+                self.case_scaled("adaptive_avg_pool2d".into(), d, true, move |dev| {
+                    image(dev)?.adaptive_avg_pool2d([3, 5])
+                });
+                self.case("adaptive_max_pool2d".into(), d, move |dev| {
+                    Ok(image(dev)?.adaptive_max_pool2d([3, 5])?.0)
+                });
+                self.case("upsample_nearest2d".into(), d, move |dev| {
+                    image(dev)?.upsample_nearest2d(Resize::Scale([2.0, 2.0]))
+                });
+                self.case("upsample_bilinear2d".into(), d, move |dev| {
+                    image(dev)?.upsample_bilinear2d(Resize::Size([rows + 3, 2 * cols + 1]), false)
+                });
+            }
+            // Channel norms: the rows as channels of one image (group and
+            // instance norm), and as a batch of `cols` channels.
+            let groups = if rows.is_multiple_of(2) { 2 } else { 1 };
+            let chan = move |dev: &Device, n, seed| Tensor::<T>::rand(&[n], 0.5, 1.5, seed, dev);
+            self.case_scaled("group_norm".into(), d, true, move |dev| {
+                x(dev)?.reshape(&[1, rows, cols])?.group_norm(
+                    groups,
+                    Some(&chan(dev, rows, 29)?),
+                    Some(&chan(dev, rows, 30)?),
+                    1e-5,
+                )
+            });
+            if cols >= 2 {
+                self.case_scaled("instance_norm".into(), d, true, move |dev| {
+                    x(dev)?
+                        .reshape(&[1, rows, cols])?
+                        .instance_norm(None, None, 1e-5)
+                });
+            }
+            self.case("batch_norm".into(), d, move |dev| {
+                let (m, v) = (chan(dev, cols, 31)?, chan(dev, cols, 32)?);
+                x(dev)?.batch_norm(&m, &v, Some(&chan(dev, cols, 33)?), None, 1e-5)
+            });
             let half = cols / 2;
             let table =
                 move |dev: &Device, seed| Tensor::<T>::rand(&[rows, half], -1.0, 1.0, seed, dev);
