@@ -41,8 +41,12 @@ pub const CN_Y_STRIDES: usize = 8;
 /// Words of the header.
 pub const CN_HEADER: usize = 11;
 
-/// Workitems per workgroup of both kernels.
+/// Workitems per workgroup of `channel_norm_*`.
 pub const CHANNEL_NORM_BLOCK: u32 = NORM_BLOCK;
+/// Workitems per workgroup of `channel_stats_*`: a stat row is long (a
+/// Stable-Diffusion group is 40960 elements) and there are few of them
+/// (images x groups), so each workgroup is as wide as a launch allows.
+pub const CHANNEL_STATS_BLOCK: u32 = 1024;
 
 #[amdgpu_device]
 #[derive(Clone, Copy)]

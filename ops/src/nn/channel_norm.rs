@@ -20,8 +20,8 @@ use crate::engine::{self, Op};
 use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::nn::channel_norm::{
-    CHANNEL_NORM_BLOCK, CN_BATCH, CN_CHANNELS, CN_CHANNELS_PER_GROUP, CN_HEADER, CN_POSITIONS,
-    CN_STATS_PER_IMAGE, CN_X_STRIDES, CN_Y_STRIDES, ChannelNormKernels,
+    CHANNEL_NORM_BLOCK, CHANNEL_STATS_BLOCK, CN_BATCH, CN_CHANNELS, CN_CHANNELS_PER_GROUP,
+    CN_HEADER, CN_POSITIONS, CN_STATS_PER_IMAGE, CN_X_STRIDES, CN_Y_STRIDES, ChannelNormKernels,
 };
 use ferrocm_kernels::norm::{NORM_LDS_BYTES, layer_stats, norm_apply};
 use rayon::prelude::*;
@@ -427,7 +427,7 @@ impl<T: WithDType> Op for ChannelStats<'_, T> {
         let geom = dev.upload_async(&g.words())?;
         let cfg = LaunchConfig {
             grid: [rows.min(MAX_GRID_X as usize) as u32, 1, 1],
-            block: [CHANNEL_NORM_BLOCK, 1, 1],
+            block: [CHANNEL_STATS_BLOCK, 1, 1],
             lds_bytes: NORM_LDS_BYTES,
             early_start: false,
         };
