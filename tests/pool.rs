@@ -647,6 +647,19 @@ fn pools_refuse_bad_inputs_with_typed_errors() {
         "upsample_bilinear2d",
         "(N, C, H, W)",
     );
+    // Asked-for sizes whose window tables cannot exist (past any address
+    // space), with and without an empty batch: TooLarge, not an abort.
+    let too_large = |r: ferrocm::Result<Tensor<f32>>| {
+        assert!(matches!(r, Err(Error::TooLarge { .. })), "{r:?}")
+    };
+    too_large(x3.adaptive_avg_pool(&[1 << 46]));
+    too_large(x.adaptive_avg_pool2d([0, 1 << 62]));
+    too_large(x.upsample_nearest2d(Resize::Size([1 << 46, 1])));
+    too_large(x.upsample_bilinear2d(Resize::Size([1, usize::MAX]), false));
+    assert!(matches!(
+        x3.adaptive_max_pool(&[usize::MAX]),
+        Err(Error::TooLarge { .. })
+    ));
     let i = Tensor::<u32>::zeros(&[1, 2, 5, 5], &dev).unwrap();
     assert!(matches!(
         i.max_pool(2, &o(&[2])),

@@ -185,45 +185,45 @@ fn dim_table(
     (inp, out): (usize, usize),
     (k, s, pad, dil): (usize, usize, usize, usize),
     count_include_pad: bool,
-) -> Vec<(usize, usize, usize)> {
-    (0..out)
-        .map(|o| match kind {
-            Kind::Max => {
-                let start = (o * s) as i128 - pad as i128;
-                // The first tap at or past 0, and the taps inside.
-                let j0 = if start < 0 {
-                    (-start as usize).div_ceil(dil)
-                } else {
-                    0
-                };
-                let first = (start + (j0 * dil) as i128) as usize;
-                let count = if j0 >= k || first >= inp {
-                    0
-                } else {
-                    (k - j0).min((inp - 1 - first) / dil + 1)
-                };
-                (first, count, 1)
-            }
-            Kind::Avg => {
-                let start = (o * s) as i128 - pad as i128;
-                let end = (start + k as i128).min((inp + pad) as i128);
-                let lo = start.max(0);
-                let hi = end.min(inp as i128);
-                let count = (hi - lo).max(0) as usize;
-                let factor = if count_include_pad {
-                    (end - start) as usize
-                } else {
-                    count
-                };
-                (lo as usize, count, factor)
-            }
-            Kind::AdaptiveMax | Kind::AdaptiveAvg => {
-                let lo = o * inp / out;
-                let hi = ((o + 1) * inp).div_ceil(out);
-                (lo, hi - lo, hi - lo)
-            }
-        })
-        .collect()
+) -> impl Iterator<Item = (usize, usize, usize)> {
+    (0..out).map(move |o| match kind {
+        Kind::Max => {
+            let start = (o * s) as i128 - pad as i128;
+            // The first tap at or past 0, and the taps inside.
+            let j0 = if start < 0 {
+                (-start as usize).div_ceil(dil)
+            } else {
+                0
+            };
+            let first = (start + (j0 * dil) as i128) as usize;
+            let count = if j0 >= k || first >= inp {
+                0
+            } else {
+                (k - j0).min((inp - 1 - first) / dil + 1)
+            };
+            (first, count, 1)
+        }
+        Kind::Avg => {
+            let start = (o * s) as i128 - pad as i128;
+            let end = (start + k as i128).min((inp + pad) as i128);
+            let lo = start.max(0);
+            let hi = end.min(inp as i128);
+            let count = (hi - lo).max(0) as usize;
+            let factor = if count_include_pad {
+                (end - start) as usize
+            } else {
+                count
+            };
+            (lo as usize, count, factor)
+        }
+        Kind::AdaptiveMax | Kind::AdaptiveAvg => {
+            // In u128: `o · in` may pass usize for asked-for sizes.
+            let (o, inp, out) = (o as u128, inp as u128, out as u128);
+            let lo = (o * inp / out) as usize;
+            let hi = ((o + 1) * inp).div_ceil(out) as usize;
+            (lo, hi - lo, hi - lo)
+        }
+    })
 }
 
 /// A checked pool: `(plan, output shape)`, or the error naming `op`.
@@ -305,7 +305,7 @@ fn plan<T: WithDType>(
                 p.inp[lead + d] = inp;
                 p.out[lead + d] = out;
                 p.dilation[lead + d] = if kind.is_max() { dil } else { 1 };
-                tables.push(dim_table(
+                tables.push((
                     kind,
                     (inp, out),
                     (k, stride[d], padding[d], dil),
@@ -324,12 +324,13 @@ fn plan<T: WithDType>(
                 let (inp, out) = (spatial[d], sizes[d]);
                 p.inp[lead + d] = inp;
                 p.out[lead + d] = out;
-                tables.push(dim_table(kind, (inp, out), (1, 1, 0, 1), true));
+                tables.push((kind, (inp, out), (1, 1, 0, 1), true));
             }
         }
     }
     for _ in 0..lead {
-        tables.insert(0, vec![(0, 1, 1)]);
+        // A leading dim of 1: one window, the one element.
+        tables.insert(0, (Kind::AdaptiveAvg, (1, 1), (1, 1, 0, 1), true));
     }
     let st = x.layout().strides();
     p.xs[0] = st[0];
@@ -337,16 +338,30 @@ fn plan<T: WithDType>(
     for d in 0..sd {
         p.xs[2 + lead + d] = st[2 + d];
     }
-    let mut geom = vec![0u64; P_TABLE];
-    for t in &tables {
-        for &(first, count, factor) in t {
+    let mut shape = vec![p.batch, p.channels];
+    shape.extend_from_slice(&p.out[lead..]);
+    crate::core::layout::checked_count(op, &shape, size_of::<T>())?;
+    // The table has an entry per output index of each dim: an adaptive
+    // pool's asked-for sizes bound it, so it is reserved, not assumed.
+    let too_large = || Error::TooLarge {
+        op,
+        shape: x.shape().to_vec(),
+    };
+    let words = p
+        .out
+        .iter()
+        .try_fold(P_TABLE, |a, &o| o.checked_mul(2)?.checked_add(a))
+        .ok_or_else(too_large)?;
+    let mut geom = Vec::new();
+    geom.try_reserve_exact(words).map_err(|_| too_large())?;
+    geom.resize(P_TABLE, 0u64);
+    for &(kind, io, params, include_pad) in &tables {
+        for (first, count, factor) in dim_table(kind, io, params, include_pad) {
             geom.push(first as u64 | (count as u64) << 32);
             geom.push(factor as u64);
         }
     }
     p.geom = geom;
-    let mut shape = vec![p.batch, p.channels];
-    shape.extend_from_slice(&p.out[lead..]);
     Ok((p, shape))
 }
 

@@ -190,7 +190,17 @@ impl<T: WithDType> Tensor<T> {
             None => nearest_entry(o, inp, out[d], size.scale(d)),
             Some(c) => bilinear_entry(o, inp, out[d], size.scale(d), c),
         };
-        let mut table: Vec<u64> = (0..out[0]).map(|o| entry(0, o, h)).collect();
+        // An entry per output row and column: asked-for sizes bound it, so
+        // it is reserved, not assumed.
+        let mut table = Vec::new();
+        out[0]
+            .checked_add(out[1])
+            .and_then(|n| table.try_reserve_exact(n).ok())
+            .ok_or_else(|| Error::TooLarge {
+                op,
+                shape: self.shape().to_vec(),
+            })?;
+        table.extend((0..out[0]).map(|o| entry(0, o, h)));
         table.extend((0..out[1]).map(|o| entry(1, o, w)));
         let channels_last = is_channels_last(self);
         let dev = self.device().clone();
