@@ -53,3 +53,18 @@ for name, n, cin, cout, size, k, stride, groups in shapes:
         f = lambda: torch.nn.functional.conv2d(xs, ws, bs, stride=stride, padding=k // 2, groups=groups)
         ms = timed(f)
         print(f"{name} {label}: {ms:.4f} ms, {flops / (ms * 1e-3) / 1e12:.2f} TFLOP/s")
+
+# The transposed convolution of `ferrocm bench --only conv`: doubling a
+# (2, 320, 32, 32) activation, kernel 4, stride 2, padding 1 (useful FLOPs:
+# each input times each of its taps).
+n, ch, size = 2, 320, 32
+x = torch.randn(n, ch, size, size, device=dev, generator=g)
+w = torch.randn(ch, ch, 4, 4, device=dev, generator=g) * 0.1
+b = torch.randn(ch, device=dev, generator=g) * 0.1
+flops = 2 * n * ch * size * size * ch * 16
+for label, tf32 in [("f32", False), ("f32 tf32", True)]:
+    torch.backends.cudnn.allow_tf32 = tf32
+    f = lambda: torch.nn.functional.conv_transpose2d(x, w, b, stride=2, padding=1)
+    ms = timed(f)
+    print(f"conv_transpose2d 4x4/2 320->320 b2 {label}: {ms:.4f} ms, "
+          f"{flops / (ms * 1e-3) / 1e12:.2f} TFLOP/s")

@@ -9,7 +9,9 @@ with `--fixture PATH`, the golden outputs of tests/fixtures/convnet.json.
 
 The fixture's inputs are `x[i] = ((i * 7919) % 1000) / 125 - 4` (exact in f32,
 so the Rust test rebuilds them), shaped per case; its outputs are PyTorch's
-f32 results on the CPU, written as f32 values, and a max pool's indices.
+f32 results on the CPU, written as f32 values, and a max pool's indices. The
+transposed convolutions' weights come from the same formula over the weight's
+shape, divided by 8.
 """
 import json
 import sys
@@ -70,11 +72,17 @@ CASES = [
     ("group_norm 1 group no affine", [1, 6, 7], lambda x: F.group_norm(x, 1, eps=1e-5)),
     ("instance_norm", [2, 3, 4, 5], lambda x: F.instance_norm(x, eps=1e-5)),
     ("batch_norm", [3, 4, 2, 3], lambda x: F.batch_norm(x, torch.linspace(-1.0, 1.0, 4), torch.linspace(0.5, 3.0, 4), torch.linspace(0.5, 2.0, 4), torch.linspace(-1.0, 1.0, 4), False, 0.1, 1e-5)),
+    # Transposed convolutions: weights from the same formula over the
+    # weight's shape, divided by 8; biases linspace(-1, 1, C_out).
+    ("conv_transpose2d k4 s2 p1", [1, 3, 4, 5], lambda x: F.conv_transpose2d(x, inputs([3, 4, 4, 4]) / 8, torch.linspace(-1.0, 1.0, 4), stride=2, padding=1)),
+    ("conv_transpose2d k3 s2x3 p1x0 op1x2 dil1x2 g2", [2, 4, 3, 4], lambda x: F.conv_transpose2d(x, inputs([4, 3, 3, 3]) / 8, torch.linspace(-1.0, 1.0, 6), stride=(2, 3), padding=(1, 0), output_padding=(1, 2), groups=2, dilation=(1, 2))),
+    ("conv_transpose1d k5 s3 p4 op1 depthwise", [1, 3, 7], lambda x: F.conv_transpose1d(x, inputs([3, 1, 5]) / 8, None, stride=3, padding=4, output_padding=1, groups=3)),
+    ("conv_transpose3d k2 s2", [1, 2, 2, 3, 2], lambda x: F.conv_transpose3d(x, inputs([2, 3, 2, 2, 2]) / 8, torch.linspace(-1.0, 1.0, 3), stride=2)),
 ]
 
 
 def fixture(path):
-    out = {"generator": "scripts/torch-convnet.py --fixture, PyTorch " + torch.__version__ + " on the CPU", "cases": []}
+    out = {"generator": "scripts/torch-convnet.py --fixture, PyTorch " + torch.__version__ + " on the CPU; inputs x[i] = ((i * 7919) % 1000) / 125 - 4; transposed convolutions' weights the same over their shape, / 8", "cases": []}
     for name, shape, f in CASES:
         r = f(inputs(shape))
         case = {"name": name, "input": shape}
@@ -86,8 +94,11 @@ def fixture(path):
             case["output"] = list(r.shape)
             case["values"] = r.flatten().tolist()
         out["cases"].append(case)
+    # One case per line.
     with open(path, "w") as fh:
-        json.dump(out, fh, indent=0)
+        fh.write('{"generator": ' + json.dumps(out["generator"]) + ',\n"cases": [\n')
+        fh.write(",\n".join(json.dumps(c, separators=(",", ":")) for c in out["cases"]))
+        fh.write("\n]}\n")
 
 
 def bench():

@@ -1,5 +1,8 @@
-//! Convolution (`conv1d`, `conv2d`, `conv3d`) against a direct-loop f64
-//! reference written here from PyTorch's definition, on every device (the
+//! Convolution (`conv1d`, `conv2d`, `conv3d`) and transposed convolution
+//! (`conv_transpose1d` .. `3d`) against direct-loop f64 references written
+//! here from PyTorch's definitions (the transposed one scatters each input
+//! into the outputs it reaches, the way the definition reads, where the
+//! kernels gather), on every device (the
 //! Cpu's im2col + GEMM and direct paths, the emulator at wave 32 and 64
 //! with the sanitizer on running the implicit-GEMM and direct kernels, any
 //! GPU that answers) and every float dtype. The reference takes the inputs
@@ -42,6 +45,8 @@ struct Case {
     pad: Vec<(usize, usize)>,
     dilation: Vec<usize>,
     bias: bool,
+    /// A transposed convolution, with this output padding.
+    transposed: Option<Vec<usize>>,
 }
 
 impl Case {
@@ -58,7 +63,13 @@ impl Case {
             pad: vec![(0, 0); d],
             dilation: vec![1; d],
             bias: true,
+            transposed: None,
         }
+    }
+    /// A transposed convolution with `output_padding`.
+    fn transposed(mut self, output_padding: &[usize]) -> Self {
+        self.transposed = Some(output_padding.to_vec());
+        self
     }
     fn stride(mut self, s: &[usize]) -> Self {
         self.stride = s.to_vec();
@@ -81,21 +92,45 @@ impl Case {
         self
     }
     fn options(&self) -> ConvOptions {
-        ConvOptions::new()
+        let o = ConvOptions::new()
             .stride(&self.stride)
             .padding_each_side(&self.pad)
             .dilation(&self.dilation)
-            .groups(self.groups)
+            .groups(self.groups);
+        match &self.transposed {
+            Some(op) => o.output_padding(op),
+            None => o,
+        }
+    }
+    fn run<T: WithDType>(
+        &self,
+        x: &Tensor<T>,
+        w: &Tensor<T>,
+        b: Option<&Tensor<T>>,
+    ) -> ferrocm::Result<Tensor<T>> {
+        match self.transposed {
+            Some(_) => x.conv_transpose(w, b, &self.options()),
+            None => x.conv(w, b, &self.options()),
+        }
     }
     fn x_shape(&self) -> Vec<usize> {
         [vec![self.n, self.cin], self.spatial.clone()].concat()
     }
     fn w_shape(&self) -> Vec<usize> {
-        [vec![self.cout, self.cin / self.groups], self.kernel.clone()].concat()
+        match self.transposed {
+            Some(_) => [vec![self.cin, self.cout / self.groups], self.kernel.clone()].concat(),
+            None => [vec![self.cout, self.cin / self.groups], self.kernel.clone()].concat(),
+        }
     }
     fn out_spatial(&self) -> Vec<usize> {
         (0..self.spatial.len())
             .map(|d| {
+                if let Some(op) = &self.transposed {
+                    return (self.spatial[d] - 1) * self.stride[d] - self.pad[d].0 - self.pad[d].1
+                        + self.dilation[d] * (self.kernel[d] - 1)
+                        + op[d]
+                        + 1;
+                }
                 let padded = self.spatial[d] + self.pad[d].0 + self.pad[d].1;
                 let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
                 (padded - span) / self.stride[d] + 1
@@ -109,6 +144,9 @@ impl Case {
 /// pad_before + t·dil]`, out-of-range inputs zero. Returns the outputs
 /// (NC-spatial order) and each one's `Σ|w·x|` (for the error bound).
 fn reference(c: &Case, x: &[f64], w: &[f64], b: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    if c.transposed.is_some() {
+        return reference_transposed(c, x, w, b);
+    }
     // Spatial dims padded to three at the front.
     let lead = 3 - c.spatial.len();
     let three = |v: &[usize], fill: usize| {
@@ -175,6 +213,80 @@ fn reference(c: &Case, x: &[f64], w: &[f64], b: &[f64]) -> (Vec<f64>, Vec<f64>) 
     (y, mag)
 }
 
+/// The transposed convolution in f64, as PyTorch defines it: every input
+/// `x[n, g·cin_g + ci, i]` adds `x · w[g·cin_g + ci, co, t]` to output
+/// `y[n, g·cout_g + co, i·s - pad_before + t·dil]` when that lies inside,
+/// after `b[co]`. Returns the outputs and each one's `Σ|w·x|`.
+fn reference_transposed(c: &Case, x: &[f64], w: &[f64], b: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let lead = 3 - c.spatial.len();
+    let three = |v: &[usize], fill: usize| {
+        let mut t = vec![fill; lead];
+        t.extend_from_slice(v);
+        t
+    };
+    let (inp, ker, st, dil) = (
+        three(&c.spatial, 1),
+        three(&c.kernel, 1),
+        three(&c.stride, 1),
+        three(&c.dilation, 1),
+    );
+    let pad = three(&c.pad.iter().map(|p| p.0).collect::<Vec<_>>(), 0);
+    let out = three(&c.out_spatial(), 1);
+    let (cin_g, cout_g) = (c.cin / c.groups, c.cout / c.groups);
+    let (vin, vk, vout) = (
+        inp.iter().product::<usize>(),
+        ker.iter().product::<usize>(),
+        out.iter().product::<usize>(),
+    );
+    let mut y = vec![0.0; c.n * c.cout * vout];
+    let mut mag = vec![0.0; c.n * c.cout * vout];
+    for n in 0..c.n {
+        for co in 0..c.cout {
+            let at = (n * c.cout + co) * vout;
+            let b = if c.bias { b[co] } else { 0.0 };
+            for v in 0..vout {
+                y[at + v] = b;
+                mag[at + v] = b.abs();
+            }
+        }
+        for ci in 0..c.cin {
+            let g = ci / cin_g;
+            for i0 in 0..inp[0] {
+                for i1 in 0..inp[1] {
+                    for i2 in 0..inp[2] {
+                        let xv = x[(n * c.cin + ci) * vin + (i0 * inp[1] + i1) * inp[2] + i2];
+                        for co in 0..cout_g {
+                            for t0 in 0..ker[0] {
+                                for t1 in 0..ker[1] {
+                                    for t2 in 0..ker[2] {
+                                        let o = [
+                                            (i0 * st[0] + t0 * dil[0]) as isize - pad[0] as isize,
+                                            (i1 * st[1] + t1 * dil[1]) as isize - pad[1] as isize,
+                                            (i2 * st[2] + t2 * dil[2]) as isize - pad[2] as isize,
+                                        ];
+                                        if (0..3).any(|d| o[d] < 0 || o[d] >= out[d] as isize) {
+                                            continue;
+                                        }
+                                        let wv = w[(ci * cout_g + co) * vk
+                                            + (t0 * ker[1] + t1) * ker[2]
+                                            + t2];
+                                        let yi = (n * c.cout + g * cout_g + co) * vout
+                                            + (o[0] as usize * out[1] + o[1] as usize) * out[2]
+                                            + o[2] as usize;
+                                        y[yi] += wv * xv;
+                                        mag[yi] += (wv * xv).abs();
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (y, mag)
+}
+
 fn rounded<T: WithDType>(v: &[f64]) -> (Vec<T>, Vec<f64>) {
     let t: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
     let r = t.iter().map(|x| x.to_f64()).collect();
@@ -229,7 +341,7 @@ fn run_case<T: WithDType>(c: &Case, dev: &Device, seed: u64) {
     let bt = Tensor::from_vec(b, &[c.cout], dev).unwrap();
     let bias = c.bias.then_some(&bt);
     let what = format!("{c:?} on {dev}");
-    let y = xt.conv(&wt, bias, &c.options()).unwrap();
+    let y = c.run(&xt, &wt, bias).unwrap();
     check(c, &y, &want, &mag, &what);
     // The same input in channels-last memory, read in place.
     let r = xs.len();
@@ -241,14 +353,14 @@ fn run_case<T: WithDType>(c: &Case, dev: &Device, seed: u64) {
     let nhwc = xt.permute(&to_last).unwrap().contiguous().unwrap();
     let view = nhwc.permute(&to_first).unwrap();
     assert_eq!(view.shape(), &xs[..]);
-    let y = view.conv(&wt, bias, &c.options()).unwrap();
+    let y = c.run(&view, &wt, bias).unwrap();
     check(c, &y, &want, &mag, &format!("{what}, channels-last"));
     if c.cin > 1 {
         assert_eq!(y.layout().strides()[1], 1, "{what}: channels-last output");
     }
     if c.n == 1 {
         let un = xt.reshape(&xs[1..]).unwrap();
-        let y = un.conv(&wt, bias, &c.options()).unwrap();
+        let y = c.run(&un, &wt, bias).unwrap();
         let mut shape = vec![c.cout];
         shape.extend(c.out_spatial());
         assert_eq!(y.shape(), &shape[..], "{what}: unbatched");
@@ -312,6 +424,71 @@ fn conv_cases<T: WithDType>(dev: &Device) {
     }
 }
 
+/// Transposed cases: strides 1 to 3 (taps between inputs), kernels larger
+/// and smaller than the stride, padding past the kernel's reach (the
+/// window's corner after the output's start), asymmetric padding, output
+/// padding below the stride and (stride 1) below the dilation, groups and
+/// depthwise, both kernels' sides of the 16-channel threshold, 1-d to 3-d,
+/// batch 1 and 3.
+fn transposed_cases() -> Vec<Case> {
+    vec![
+        // The 2x upsampling layer: kernel 4, stride 2, padding 1 (GEMM).
+        Case::new(3, 5, 16, &[5, 6], &[4, 4])
+            .stride(&[2, 2])
+            .pad(&[(1, 1), (1, 1)])
+            .transposed(&[0, 0]),
+        Case::new(1, 7, 20, &[4, 5], &[3, 3])
+            .stride(&[2, 3])
+            .pad(&[(1, 0), (0, 2)])
+            .transposed(&[1, 2]),
+        Case::new(1, 4, 32, &[6, 5], &[3, 2])
+            .dilation(&[2, 3])
+            .pad(&[(5, 1), (0, 0)])
+            .transposed(&[1, 0]),
+        Case::new(3, 6, 32, &[3, 4], &[1, 1])
+            .stride(&[3, 2])
+            .groups(2)
+            .no_bias()
+            .transposed(&[2, 1]),
+        // Few outputs per group: the direct kernel.
+        Case::new(3, 6, 6, &[5, 4], &[3, 3])
+            .groups(6)
+            .stride(&[2, 2])
+            .pad(&[(1, 1), (1, 1)])
+            .transposed(&[1, 1]),
+        Case::new(1, 4, 6, &[7, 3], &[2, 5])
+            .groups(2)
+            .stride(&[1, 2])
+            .dilation(&[2, 1])
+            .pad(&[(3, 0), (2, 2)])
+            .transposed(&[1, 1]),
+        // 1-d and 3-d.
+        Case::new(3, 3, 17, &[11], &[5])
+            .stride(&[3])
+            .pad(&[(2, 4)])
+            .transposed(&[2]),
+        Case::new(1, 2, 4, &[3, 4, 2], &[2, 3, 3])
+            .stride(&[2, 1, 2])
+            .pad(&[(0, 0), (1, 1), (1, 0)])
+            .transposed(&[1, 0, 1]),
+    ]
+}
+
+fn conv_transpose_cases<T: WithDType>(dev: &Device) {
+    for (i, c) in transposed_cases().iter().enumerate() {
+        run_case::<T>(c, dev, 200 + i as u64);
+    }
+}
+
+#[test]
+fn conv_transpose_matches_a_scattering_f64_reference_on_every_device_and_dtype() {
+    for dev in common::devices() {
+        conv_transpose_cases::<f32>(&dev);
+        conv_transpose_cases::<f16>(&dev);
+        conv_transpose_cases::<bf16>(&dev);
+    }
+}
+
 #[test]
 fn conv_matches_a_direct_f64_reference_on_every_device_and_dtype() {
     for dev in common::devices() {
@@ -332,6 +509,14 @@ fn conv_propagates_nan_and_inf_only_through_their_windows() {
             Case::new(1, 2, 2, &[6, 7], &[3, 3])
                 .groups(2)
                 .pad(&[(1, 1), (1, 1)]),
+            Case::new(1, 2, 16, &[6, 7], &[3, 3])
+                .stride(&[2, 2])
+                .pad(&[(1, 1), (1, 1)])
+                .transposed(&[1, 0]),
+            Case::new(1, 2, 2, &[6, 7], &[3, 3])
+                .groups(2)
+                .stride(&[2, 1])
+                .transposed(&[0, 0]),
         ] {
             let mut x = values(c.x_shape().iter().product(), 7);
             x[3] = f64::NAN;
@@ -347,7 +532,7 @@ fn conv_propagates_nan_and_inf_only_through_their_windows() {
                 .unwrap();
             let bt =
                 Tensor::from_vec(b.iter().map(|&v| v as f32).collect(), &[c.cout], &dev).unwrap();
-            let y = xt.conv(&wt, Some(&bt), &c.options()).unwrap();
+            let y = c.run(&xt, &wt, Some(&bt)).unwrap();
             let got = y.to_vec().unwrap();
             for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
                 let what = format!("{c:?} on {dev}: element {i}");
@@ -400,9 +585,48 @@ fn conv_reads_views_and_empty_batches() {
             let y = view.conv(&w, None, &c.options()).unwrap();
             check(&c, &y, &want, &mag, &format!("strided view on {dev}"));
         }
+        // Transposed, over the same views.
+        let t = Case::new(2, 3, 16, &[9, 8], &[3, 3])
+            .stride(&[2, 1])
+            .pad(&[(1, 0), (0, 1)])
+            .transposed(&[1, 0]);
+        let wt = Tensor::<f32>::from_vec(
+            values(3 * 16 * 9, 13).iter().map(|&v| v as f32).collect(),
+            &[3, 16, 3, 3],
+            &dev,
+        )
+        .unwrap();
+        for view in [
+            big.narrow(3, 1, 8).unwrap(),
+            big.transpose(2, 3).unwrap().narrow(3, 0, 8).unwrap(),
+        ] {
+            let xr: Vec<f64> = view
+                .contiguous()
+                .unwrap()
+                .to_vec()
+                .unwrap()
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            let wr: Vec<f64> = wt.to_vec().unwrap().iter().map(|&v| v as f64).collect();
+            let (want, mag) = reference(&t.clone().no_bias(), &xr, &wr, &[]);
+            let y = t.run(&view, &wt, None).unwrap();
+            check(&t, &y, &want, &mag, &format!("transposed view on {dev}"));
+        }
         let empty = Tensor::<f32>::zeros(&[0, 3, 9, 8], &dev).unwrap();
         let y = empty.conv(&w, None, &c.options()).unwrap();
         assert_eq!(y.shape(), &[0, 16, 9, 8]);
+        let y = t.run(&empty, &wt, None).unwrap();
+        assert_eq!(y.shape(), &[0, 16, 19, 9]);
+        // No input channels: the bias alone.
+        let none = Tensor::<f32>::zeros(&[1, 0, 2, 2], &dev).unwrap();
+        let w0 = Tensor::<f32>::zeros(&[0, 2, 2, 2], &dev).unwrap();
+        let b = Tensor::from_slice(&[1.5f32, -2.0], &[2], &dev).unwrap();
+        let y = none
+            .conv_transpose2d(&w0, Some(&b), &ConvOptions::new())
+            .unwrap();
+        assert_eq!(y.shape(), &[1, 2, 3, 3]);
+        assert_eq!(y.to_vec().unwrap(), [[1.5f32; 9], [-2.0; 9]].concat());
     }
 }
 
@@ -502,5 +726,134 @@ fn conv_refuses_bad_inputs_with_typed_errors() {
     assert!(matches!(
         x.to_dyn().conv(&wd, None, &o),
         Err(Error::DTypeMismatch { op: "conv", .. })
+    ));
+    // Output padding is a transposed convolution's only.
+    bad(
+        x.conv2d(&w, None, &o.clone().output_padding(&[1])),
+        "applies only to a transposed",
+    );
+}
+
+#[test]
+fn conv_transpose_refuses_bad_inputs_with_typed_errors() {
+    let dev = Device::Cpu;
+    let x = Tensor::<f32>::zeros(&[1, 4, 5, 5], &dev).unwrap();
+    // (C_in, C_out / groups, kernel..): 4 -> 6 channels in two groups.
+    let w = Tensor::<f32>::zeros(&[4, 3, 3, 3], &dev).unwrap();
+    let o = ConvOptions::new().groups(2).stride(&[2]);
+    assert_eq!(
+        x.conv_transpose2d(&w, None, &o).unwrap().shape(),
+        &[1, 6, 11, 11]
+    );
+    let bad = |r: ferrocm::Result<Tensor<f32>>, needle: &str| match r {
+        Err(Error::BadParameter { op, what }) => {
+            assert!(op.starts_with("conv_transpose"), "{op}");
+            assert!(what.contains(needle), "{what} lacks {needle}");
+        }
+        other => panic!("expected BadParameter with {needle}, got {other:?}"),
+    };
+    bad(
+        x.conv_transpose2d(&w, None, &o.clone().groups(3)),
+        "groups 3",
+    );
+    bad(
+        x.conv_transpose2d(&w, None, &o.clone().groups(0)),
+        "groups 0",
+    );
+    let w5 = Tensor::<f32>::zeros(&[5, 3, 3, 3], &dev).unwrap();
+    bad(x.conv_transpose2d(&w5, None, &o), "C_in = 4");
+    // Output padding at or past both the stride and the dilation.
+    bad(
+        x.conv_transpose2d(&w, None, &o.clone().output_padding(&[2])),
+        "below the stride",
+    );
+    bad(
+        x.conv_transpose2d(&w, None, &o.clone().stride(&[1]).output_padding(&[1])),
+        "below the stride",
+    );
+    assert!(
+        x.conv_transpose2d(
+            &w,
+            None,
+            &o.clone().stride(&[1]).dilation(&[2]).output_padding(&[1])
+        )
+        .is_ok()
+    );
+    bad(
+        x.conv_transpose2d(&w, None, &o.clone().output_padding(&[1, 1, 1])),
+        "output_padding",
+    );
+    // Padding that cuts the whole output away.
+    bad(
+        x.conv_transpose2d(&w, None, &o.clone().stride(&[1]).padding(&[4])),
+        "at least 1",
+    );
+    bad(
+        x.conv_transpose2d(&Tensor::zeros(&[4, 3, 0, 3], &dev).unwrap(), None, &o),
+        "non-empty",
+    );
+    // Ranks, the bias, stride 0.
+    bad(
+        x.conv_transpose1d(&w, None, &o),
+        "rank 3 (C_in, C_out / groups",
+    );
+    bad(
+        x.conv_transpose(&Tensor::zeros(&[4, 3], &dev).unwrap(), None, &o),
+        "rank 3, 4 or 5",
+    );
+    let b = Tensor::<f32>::zeros(&[3], &dev).unwrap();
+    bad(
+        x.conv_transpose2d(&w, Some(&b), &o),
+        "bias must have shape [6]",
+    );
+    bad(
+        x.conv_transpose2d(&w, None, &o.clone().stride(&[0])),
+        "at least 1",
+    );
+    // Integers, a device mismatch, the dynamic form's dtypes.
+    let xi = Tensor::<u32>::zeros(&[1, 4, 5, 5], &dev).unwrap();
+    assert!(matches!(
+        xi.conv_transpose2d(&Tensor::zeros(&[4, 3, 3, 3], &dev).unwrap(), None, &o),
+        Err(Error::UnsupportedDType {
+            op: "conv_transpose2d",
+            ..
+        })
+    ));
+    let emu = Device::emulator(ferrocm::WaveSize::Wave64);
+    let we = w.to_device(&emu).unwrap();
+    assert!(matches!(
+        x.conv_transpose2d(&we, None, &o),
+        Err(Error::DeviceMismatch {
+            op: "conv_transpose2d",
+            ..
+        })
+    ));
+    let wd = Tensor::<bf16>::zeros(&[4, 3, 3, 3], &dev).unwrap().to_dyn();
+    assert!(matches!(
+        x.to_dyn().conv_transpose(&wd, None, &o),
+        Err(Error::DTypeMismatch {
+            op: "conv_transpose",
+            ..
+        })
+    ));
+    // A window reaching past the kernels' 32-bit coordinates (dilation and
+    // padding 2^30): refused on a kernel device, computed on the Cpu, where
+    // only the middle tap lands (ones: 4 channels summed).
+    let huge = ConvOptions::new()
+        .dilation(&[1, 1 << 30])
+        .padding_each_side(&[(0, 0), (1 << 30, 1 << 30)]);
+    let ones = Tensor::<f32>::ones(&[1, 4, 5, 5], &dev).unwrap();
+    let w1 = Tensor::<f32>::ones(&[4, 3, 1, 3], &dev).unwrap();
+    let y = ones.conv_transpose2d(&w1, None, &huge).unwrap();
+    assert_eq!(y.shape(), &[1, 3, 5, 5]);
+    assert!(y.to_vec().unwrap().iter().all(|&v| v == 4.0));
+    assert!(matches!(
+        ones.to_device(&emu)
+            .unwrap()
+            .conv_transpose2d(&w1.to_device(&emu).unwrap(), None, &huge),
+        Err(Error::TooLarge {
+            op: "conv_transpose2d",
+            ..
+        })
     ));
 }

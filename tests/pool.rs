@@ -17,7 +17,7 @@
 mod common;
 
 use ferrocm::ops::WithDType;
-use ferrocm::ops::conv::{PoolOptions, Resize};
+use ferrocm::ops::conv::{ConvOptions, PoolOptions, Resize};
 use ferrocm::{Device, Error, Tensor, bf16, f16};
 
 /// Distinct-ish deterministic values in `[-4, 4]` (an LCG).
@@ -815,10 +815,11 @@ fn upsampling_matches_pytorchs_formulas_on_every_device_and_dtype() {
 /// PyTorch's own outputs (tests/fixtures/convnet.json, made once by
 /// `python3 scripts/torch-convnet.py --fixture`, PyTorch 2.11 on the CPU) for
 /// pools with ceil mode, dilation and both divisor rules, adaptive pools,
-/// nearest and bilinear resizing by size and by factor, and the channel
-/// norms. Max pools and their indices must match exactly; the rest within a
-/// few f32 roundings of values near 4 (PyTorch sums and blends in other
-/// orders).
+/// nearest and bilinear resizing by size and by factor, the channel norms,
+/// and transposed convolutions (strides, padding past the kernel's reach,
+/// output padding, dilation, groups, depthwise; 1-d to 3-d). Max pools and
+/// their indices must match exactly; the rest within a few f32 roundings of
+/// values near 4 (PyTorch sums and blends in other orders).
 #[test]
 fn pools_resizes_and_norms_match_pytorchs_outputs() {
     let text = std::fs::read_to_string(concat!(
@@ -835,7 +836,7 @@ fn pools_resizes_and_norms_match_pytorchs_outputs() {
             .collect()
     };
     let cases = doc["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 26);
+    assert_eq!(cases.len(), 30);
     for dev in common::devices() {
         for case in cases {
             let name = case["name"].as_str().unwrap();
@@ -852,6 +853,15 @@ fn pools_resizes_and_norms_match_pytorchs_outputs() {
                 Tensor::from_vec(v, &[n], &dev).unwrap()
             };
             let po = PoolOptions::new;
+            // A transposed convolution's weight: the input formula over its
+            // shape, divided by 8 (exact).
+            let weight = |shape: &[usize]| {
+                let n: usize = shape.iter().product();
+                let v: Vec<f32> = (0..n)
+                    .map(|i| ((((i * 7919) % 1000) as f64 / 125.0 - 4.0) / 8.0) as f32)
+                    .collect();
+                Tensor::from_vec(v, shape, &dev).unwrap()
+            };
             let (y, idx): (Tensor<f32>, Option<Tensor<i64>>) = match name {
                 "max_pool2d k3 s2 p1" => {
                     let (y, i) = x
@@ -962,6 +972,49 @@ fn pools_resizes_and_norms_match_pytorchs_outputs() {
                         None,
                     )
                 }
+                "conv_transpose2d k4 s2 p1" => {
+                    let o = ConvOptions::new().stride(&[2]).padding(&[1]);
+                    let w = weight(&[3, 4, 4, 4]);
+                    (
+                        x.conv_transpose2d(&w, Some(&lin(4, -1.0, 1.0)), &o)
+                            .unwrap(),
+                        None,
+                    )
+                }
+                "conv_transpose2d k3 s2x3 p1x0 op1x2 dil1x2 g2" => {
+                    let o = ConvOptions::new()
+                        .stride(&[2, 3])
+                        .padding(&[1, 0])
+                        .output_padding(&[1, 2])
+                        .groups(2)
+                        .dilation(&[1, 2]);
+                    let w = weight(&[4, 3, 3, 3]);
+                    (
+                        x.conv_transpose2d(&w, Some(&lin(6, -1.0, 1.0)), &o)
+                            .unwrap(),
+                        None,
+                    )
+                }
+                "conv_transpose1d k5 s3 p4 op1 depthwise" => {
+                    let o = ConvOptions::new()
+                        .stride(&[3])
+                        .padding(&[4])
+                        .output_padding(&[1])
+                        .groups(3);
+                    (
+                        x.conv_transpose1d(&weight(&[3, 1, 5]), None, &o).unwrap(),
+                        None,
+                    )
+                }
+                "conv_transpose3d k2 s2" => {
+                    let o = ConvOptions::new().stride(&[2]);
+                    let w = weight(&[2, 3, 2, 2, 2]);
+                    (
+                        x.conv_transpose3d(&w, Some(&lin(3, -1.0, 1.0)), &o)
+                            .unwrap(),
+                        None,
+                    )
+                }
                 other => panic!("no op for fixture case {other}"),
             };
             let out: Vec<usize> = list(&case["output"]).iter().map(|&v| v as usize).collect();
@@ -973,7 +1026,11 @@ fn pools_resizes_and_norms_match_pytorchs_outputs() {
             // PyTorch's CPU bilinear path weighs the taps a few roundings
             // apart from the formula (the tests above hold ferrocm to that
             // formula at 2e-6): 16 ulps of |x| <= 4 here.
-            let tol = if name.contains("norm") {
+            // A transposed convolution sums at most 24 products |x·w| <= 2
+            // in f32, in another order than PyTorch's: 24 · 2^-24 · 48.
+            let tol = if name.starts_with("conv_transpose") {
+                7e-5
+            } else if name.contains("norm") {
                 1e-5
             } else if name.contains("bilinear") {
                 8e-6

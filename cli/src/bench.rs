@@ -764,6 +764,34 @@ fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Bench
         row.flops = Some(flops);
         rows.push(row);
     }
+    // A transposed convolution doubling a (2, 320, 32, 32) activation
+    // (kernel 4, stride 2, padding 1), in useful TFLOP/s: each input times
+    // each of its taps.
+    let (n, ch, size) = (2, c(320), (32 / div).max(4));
+    let build = |d: &Device| -> Result<Conv> {
+        Ok((
+            Tensor::randn(&[n, ch, size, size], 0.0, 1.0, 43, d)?,
+            Tensor::randn(&[ch, ch, 4, 4], 0.0, 0.1, 44, d)?,
+            Tensor::randn(&[ch], 0.0, 0.1, 45, d)?,
+            ConvOptions::new().stride(&[2]).padding(&[1]),
+        ))
+    };
+    let inputs = build(dev)?;
+    let cpu_inputs = match cfg.compare_cpu && dev.runs_kernels() {
+        true => Some(build(&Device::Cpu)?),
+        false => None,
+    };
+    let bytes = ((n * ch * size * size * 5 + ch * ch * 16) * 4) as u64;
+    let mut row = timed.row(
+        "conv_transpose2d 4x4/2 320->320 b2 f32",
+        vec![n, ch, size, size],
+        bytes,
+        &inputs,
+        cpu_inputs.as_ref(),
+        |i| i.0.conv_transpose2d(&i.1, Some(&i.2), &i.3).map(drop),
+    )?;
+    row.flops = Some((2 * n * ch * size * size * ch * 16) as u64);
+    rows.push(row);
     rows.extend(conv_net_rows(dev, cfg, copy_gbps)?);
     Ok(rows)
 }

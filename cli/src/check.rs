@@ -408,6 +408,27 @@ impl Runner<'_> {
                     )
                 });
             }
+            // Transposed: the rows as channels into 16 (the implicit
+            // GEMM), spread out along the columns; and depthwise (direct).
+            if rows >= 1 && cols >= 1 {
+                self.case_scaled("conv_transpose2d".into(), d, true, move |dev| {
+                    let x = x(dev)?.reshape(&[1, rows, 1, cols])?;
+                    let o = ConvOptions::new()
+                        .stride(&[1, 2])
+                        .padding(&[0, 1])
+                        .output_padding(&[0, 1]);
+                    x.conv_transpose2d(
+                        &conv_w(dev, &[rows, 16, 1, 3], 29)?,
+                        Some(&conv_b(dev, 16)?),
+                        &o,
+                    )
+                });
+                self.case_scaled("conv_transpose1d_depthwise".into(), d, true, move |dev| {
+                    let x = x(dev)?.reshape(&[1, rows, cols])?;
+                    let o = ConvOptions::new().stride(&[2]).padding(&[1]).groups(rows);
+                    x.conv_transpose1d(&conv_w(dev, &[rows, 1, 4], 30)?, None, &o)
+                });
+            }
             // Pools and resizing on the input as one image (a max pool's
             // indices too), and as rows of channels (1 x cols images).
             if rows >= 1 && cols >= 1 {

@@ -1,5 +1,6 @@
 //! Convolution in 1, 2 and 3 spatial dims (PyTorch's `conv1d`, `conv2d`,
-//! `conv3d`): API, Cpu implementation, kernel path.
+//! `conv3d`) and transposed convolution (`conv_transpose1d` .. `3d`): API,
+//! Cpu implementation, kernel path.
 //!
 //! f32, f16 and bf16, accumulated in f32 and rounded once (after the bias).
 //! Any stride, padding (each side of each dim on its own), dilation and
@@ -14,6 +15,14 @@
 //! depthwise convolution wants). The Cpu builds each image's columns (im2col)
 //! and multiplies them on the tuned CPU GEMM, or sums windows directly for
 //! the same few-channel groups.
+//!
+//! A transposed convolution runs on kernel devices as the convolution of its
+//! input spread out by the stride (zeros between elements that never exist
+//! in memory) with the flipped kernel: `conv_transpose_{gemm,direct}_*`,
+//! the same two kernels reading a spread-out window. On the Cpu it is a GEMM
+//! per image and group (`W_gᵀ · X_g`, every tap of every input) whose rows
+//! are then added into the output where each tap lands (col2im), so no
+//! product of a spread-out zero is ever made there.
 
 use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
@@ -24,7 +33,7 @@ use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::convolution::{
     CONV_GEMM_MIN_COUT_G, ConvKernels, G_BATCH, G_CIN_G, G_COUT_G, G_IN, G_K, G_OFFSET_BITS,
-    G_OUT_HW, G_PAD, G_POSITIONS, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
+    G_OUT_HW, G_PAD, G_POSITIONS, G_STEP, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
 };
 use ferrocm_kernels::matmul::{GEMM_BLOCK, GEMM_BM, GEMM_BN, GEMM_LDS_BYTES};
 use rayon::prelude::*;
@@ -32,8 +41,9 @@ use rayon::prelude::*;
 use super::{elems, narrow, per_dim, widen};
 
 /// The parameters of a convolution besides its operands: PyTorch's
-/// `stride`, `padding`, `dilation` and `groups`. A list of one value applies
-/// to every spatial dim; otherwise it has one entry per spatial dim.
+/// `stride`, `padding`, `dilation` and `groups`, and a transposed
+/// convolution's `output_padding`. A list of one value applies to every
+/// spatial dim; otherwise it has one entry per spatial dim.
 ///
 /// ```
 /// use ferrocm_ops::conv::ConvOptions;
@@ -41,12 +51,16 @@ use super::{elems, narrow, per_dim, widen};
 /// assert_eq!(o.padding, vec![(3, 3)]);
 /// let a = ConvOptions::new().padding_each_side(&[(0, 1), (1, 0)]);
 /// assert_eq!(a.padding, vec![(0, 1), (1, 0)]);
+/// let t = ConvOptions::new().stride(&[2]).output_padding(&[1]);
+/// assert_eq!(t.output_padding, vec![1]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvOptions {
     /// The window's step along each spatial dim (default 1).
     pub stride: Vec<usize>,
-    /// Zeros added before and after each spatial dim (default none).
+    /// Zeros added before and after each spatial dim (default none). For a
+    /// transposed convolution, the positions cut from the start and end of
+    /// each dim of the full output, as PyTorch's `padding` there.
     pub padding: Vec<(usize, usize)>,
     /// The spacing of the kernel's taps along each spatial dim (default 1).
     pub dilation: Vec<usize>,
@@ -54,6 +68,11 @@ pub struct ConvOptions {
     /// independent convolutions (default 1; the channel count for a
     /// depthwise convolution).
     pub groups: usize,
+    /// A transposed convolution's extra positions at the end of each
+    /// spatial dim (default 0; below the stride or the dilation), which pick
+    /// one of the input sizes a stride > 1 maps to the same output size. A
+    /// convolution refuses any but 0.
+    pub output_padding: Vec<usize>,
 }
 
 impl Default for ConvOptions {
@@ -63,6 +82,7 @@ impl Default for ConvOptions {
             padding: vec![(0, 0)],
             dilation: vec![1],
             groups: 1,
+            output_padding: vec![0],
         }
     }
 }
@@ -103,6 +123,12 @@ impl ConvOptions {
         self.groups = groups;
         self
     }
+
+    /// A transposed convolution's output padding (one value: all dims).
+    pub fn output_padding(mut self, output_padding: &[usize]) -> Self {
+        self.output_padding = output_padding.to_vec();
+        self
+    }
 }
 
 /// A convolution's shapes, checked, with its spatial dims always three
@@ -123,6 +149,9 @@ struct Plan {
     dilation: [usize; 3],
     /// Input strides `(n, c, d, h, w)`, elements.
     xs: [usize; 5],
+    /// A transposed convolution: `stride` spreads the input out, `pad`
+    /// cuts the full output's start, `cout` is the weight's dim 1 x groups.
+    transposed: bool,
 }
 
 impl Plan {
@@ -212,7 +241,7 @@ impl<T: WithDType> Tensor<T> {
             5 => "conv3d",
             _ => "conv",
         };
-        self.conv_as(op, weight, bias, options)
+        self.conv_as(op, false, weight, bias, options)
     }
 
     /// [`Tensor::conv`] over one spatial dim: input `(N, C_in, L)` or `(C_in,
@@ -271,6 +300,108 @@ impl<T: WithDType> Tensor<T> {
         self.conv_ranked("conv3d", 5, weight, bias, options)
     }
 
+    /// Transposed convolution of `self` (`(N, C_in, spatial..)` or unbatched
+    /// `(C_in, spatial..)`) with `weight` (`(C_in, C_out / groups,
+    /// kernel..)`; its rank says the spatial dims: 1, 2 or 3) and an optional
+    /// `bias` (`(C_out)`): PyTorch's `conv_transpose1d` / `2d` / `3d`, the
+    /// gradient of [`Tensor::conv`] with respect to its input. Each input
+    /// element adds `x · w[tap]` at output `i · stride + tap · dilation -
+    /// before`; the output is `(N, C_out, out..)` with `out = (in - 1) ·
+    /// stride - before - after + dilation · (kernel - 1) + output_padding +
+    /// 1` along each spatial dim.
+    ///
+    /// ```
+    /// use ferrocm_ops::conv::ConvOptions;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// // Stride 2 spreads each input over its own two outputs.
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[1, 1, 3], &Device::Cpu)?;
+    /// let w = Tensor::from_slice(&[1.0f32, 10.0], &[1, 1, 2], &Device::Cpu)?;
+    /// let y = x.conv_transpose(&w, None, &ConvOptions::new().stride(&[2]))?;
+    /// assert_eq!(y.to_vec()?, vec![1.0, 10.0, 2.0, 20.0, 3.0, 30.0]);
+    /// // A kernel longer than the stride: neighbours overlap and add.
+    /// let w = Tensor::from_slice(&[1.0f32, 1.0, 1.0], &[1, 1, 3], &Device::Cpu)?;
+    /// let y = x.conv_transpose(&w, None, &ConvOptions::new().stride(&[2]).padding(&[1]))?;
+    /// assert_eq!(y.to_vec()?, vec![1.0, 3.0, 2.0, 5.0, 3.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::conv`], with the weight `(C_in, C_out / groups,
+    /// kernel..)`, and [`Error::BadParameter`] for an output padding not
+    /// below the stride or the dilation, or an output dim below 1.
+    pub fn conv_transpose(
+        &self,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        let op = match weight.rank() {
+            3 => "conv_transpose1d",
+            4 => "conv_transpose2d",
+            5 => "conv_transpose3d",
+            _ => "conv_transpose",
+        };
+        self.conv_as(op, true, weight, bias, options)
+    }
+
+    /// [`Tensor::conv_transpose`] over one spatial dim: input `(N, C_in,
+    /// L)` or `(C_in, L)`, weight `(C_in, C_out / groups, k)`.
+    ///
+    /// # Errors
+    /// As [`Tensor::conv_transpose`]; [`Error::BadParameter`] for a weight
+    /// of another rank.
+    pub fn conv_transpose1d(
+        &self,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        self.conv_ranked("conv_transpose1d", 3, weight, bias, options)
+    }
+
+    /// [`Tensor::conv_transpose`] over two spatial dims: input `(N, C_in, H,
+    /// W)` or `(C_in, H, W)`, weight `(C_in, C_out / groups, kh, kw)`.
+    ///
+    /// ```
+    /// use ferrocm_ops::conv::ConvOptions;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// // The usual 2x upsampling layer: kernel 4, stride 2, padding 1.
+    /// let x = Tensor::<f32>::ones(&[1, 8, 5, 5], &Device::Cpu)?;
+    /// let w = Tensor::<f32>::ones(&[8, 3, 4, 4], &Device::Cpu)?;
+    /// let o = ConvOptions::new().stride(&[2]).padding(&[1]);
+    /// let y = x.conv_transpose2d(&w, None, &o)?;
+    /// assert_eq!(y.shape(), &[1, 3, 10, 10]);
+    /// // An interior output gathers 2 x 2 taps of 8 channels.
+    /// assert_eq!(y.to_vec()?[3 * 10 + 4], 32.0);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::conv_transpose1d`].
+    pub fn conv_transpose2d(
+        &self,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        self.conv_ranked("conv_transpose2d", 4, weight, bias, options)
+    }
+
+    /// [`Tensor::conv_transpose`] over three spatial dims: input `(N, C_in,
+    /// D, H, W)` or `(C_in, D, H, W)`, weight `(C_in, C_out / groups, kd,
+    /// kh, kw)`.
+    ///
+    /// # Errors
+    /// As [`Tensor::conv_transpose1d`].
+    pub fn conv_transpose3d(
+        &self,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        self.conv_ranked("conv_transpose3d", 5, weight, bias, options)
+    }
+
     fn conv_ranked(
         &self,
         op: &'static str,
@@ -279,21 +410,28 @@ impl<T: WithDType> Tensor<T> {
         bias: Option<&Self>,
         options: &ConvOptions,
     ) -> Result<Self> {
+        let transposed = op.starts_with("conv_transpose");
         if weight.rank() != rank {
+            let dims = if transposed {
+                "C_in, C_out / groups"
+            } else {
+                "C_out, C_in / groups"
+            };
             return Err(Error::BadParameter {
                 op,
                 what: format!(
-                    "the weight must have rank {rank} (C_out, C_in / groups, kernel..), shape {:?}",
+                    "the weight must have rank {rank} ({dims}, kernel..), shape {:?}",
                     weight.shape()
                 ),
             });
         }
-        self.conv_as(op, weight, bias, options)
+        self.conv_as(op, transposed, weight, bias, options)
     }
 
     fn conv_as(
         &self,
         op: &'static str,
+        transposed: bool,
         weight: &Self,
         bias: Option<&Self>,
         options: &ConvOptions,
@@ -310,9 +448,14 @@ impl<T: WithDType> Tensor<T> {
         }
         let bad = |what: String| Error::BadParameter { op, what };
         let wr = weight.rank();
+        let wdims = if transposed {
+            "C_in, C_out / groups"
+        } else {
+            "C_out, C_in / groups"
+        };
         if !(3..=5).contains(&wr) {
             return Err(bad(format!(
-                "the weight must have rank 3, 4 or 5 (C_out, C_in / groups, kernel..), shape {:?}",
+                "the weight must have rank 3, 4 or 5 ({wdims}, kernel..), shape {:?}",
                 weight.shape()
             )));
         }
@@ -333,7 +476,29 @@ impl<T: WithDType> Tensor<T> {
             self.clone()
         };
         let groups = options.groups;
-        let (cin, cout, wcin) = (x.shape()[1], weight.shape()[0], weight.shape()[1]);
+        let cin = x.shape()[1];
+        let (cout, wcin) = if transposed {
+            if groups == 0 || !cin.is_multiple_of(groups) {
+                return Err(bad(format!(
+                    "groups {groups} must be at least 1 and divide C_in {cin}"
+                )));
+            }
+            if weight.shape()[0] != cin {
+                return Err(bad(format!(
+                    "the weight {:?} must have C_in = {cin} input channels (dim 0)",
+                    weight.shape()
+                )));
+            }
+            let cout = weight.shape()[1]
+                .checked_mul(groups)
+                .ok_or(Error::TooLarge {
+                    op,
+                    shape: weight.shape().to_vec(),
+                })?;
+            (cout, cin / groups)
+        } else {
+            (weight.shape()[0], weight.shape()[1])
+        };
         if groups == 0 || !cin.is_multiple_of(groups) || !cout.is_multiple_of(groups) {
             return Err(bad(format!(
                 "groups {groups} must be at least 1 and divide C_in {cin} and C_out {cout}"
@@ -362,6 +527,17 @@ impl<T: WithDType> Tensor<T> {
                 "stride {stride:?} and dilation {dilation:?} must be at least 1"
             )));
         }
+        let output_padding = per_dim(op, "output_padding", &options.output_padding, sd)?;
+        if !transposed && output_padding.iter().any(|&p| p != 0) {
+            return Err(bad(format!(
+                "output_padding {output_padding:?} applies only to a transposed convolution"
+            )));
+        }
+        if let Some(d) = (0..sd).find(|&d| output_padding[d] >= stride[d].max(dilation[d])) {
+            return Err(bad(format!(
+                "output_padding {output_padding:?} must be below the stride {stride:?} or the dilation {dilation:?} (dim {d})"
+            )));
+        }
         let mut plan = Plan {
             batch: x.shape()[0],
             cin,
@@ -375,6 +551,7 @@ impl<T: WithDType> Tensor<T> {
             padded: [1; 3],
             dilation: [1; 3],
             xs: [0; 5],
+            transposed,
         };
         let lead = 3 - sd;
         for d in 0..sd {
@@ -384,18 +561,39 @@ impl<T: WithDType> Tensor<T> {
                 .checked_sub(1)
                 .and_then(|e| e.checked_mul(dilation[d]))
                 .and_then(|e| e.checked_add(1));
-            let padded = i.checked_add(lo).and_then(|v| v.checked_add(hi));
-            let (o, padded) = match (span, padded) {
-                (Some(span), Some(padded)) if k > 0 && padded >= span => {
-                    ((padded - span) / stride[d] + 1, padded)
+            let out = if transposed {
+                // In i128: `(in - 1) · stride` with `in = 0` or huge values.
+                span.map(|span| {
+                    (i as i128 - 1) * stride[d] as i128 - lo as i128 - hi as i128
+                        + span as i128
+                        + output_padding[d] as i128
+                })
+                .filter(|&o| k > 0 && o >= 1)
+                .and_then(|o| usize::try_from(o).ok())
+                .map(|o| (o, o))
+            } else {
+                let padded = i.checked_add(lo).and_then(|v| v.checked_add(hi));
+                match (span, padded) {
+                    (Some(span), Some(padded)) if k > 0 && padded >= span => {
+                        Some(((padded - span) / stride[d] + 1, padded))
+                    }
+                    _ => None,
                 }
-                _ => {
-                    return Err(bad(format!(
+            };
+            let Some((o, padded)) = out else {
+                return Err(bad(if transposed {
+                    format!(
+                        "the kernel {:?} must be non-empty and the output of the input {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, output_padding {output_padding:?}) at least 1 along each dim",
+                        &weight.shape()[2..],
+                        &x.shape()[2..]
+                    )
+                } else {
+                    format!(
                         "the kernel {:?} (dilation {dilation:?}) must be non-empty and fit the padded input {:?} (padding {padding:?}): an output dim below 1",
                         &weight.shape()[2..],
                         &x.shape()[2..]
-                    )));
-                }
+                    )
+                }));
             };
             plan.inp[lead + d] = i;
             plan.kernel[lead + d] = k;
@@ -472,6 +670,39 @@ impl crate::DynTensor {
             Ok(t.conv(&weight.typed()?, b.as_ref(), options)?.into())
         })
     }
+
+    /// [`Tensor::conv_transpose`] for a dtype known at run time (`weight`
+    /// and `bias` of the input's dtype).
+    ///
+    /// ```
+    /// use ferrocm_ops::conv::ConvOptions;
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let x = Tensor::<f32>::ones(&[1, 1, 2], &Device::Cpu)?.to_dyn();
+    /// let w = Tensor::<f32>::ones(&[1, 1, 2], &Device::Cpu)?.to_dyn();
+    /// let y = x.conv_transpose(&w, None, &ConvOptions::new())?;
+    /// assert_eq!(y.to_f64_vec()?, vec![1.0, 2.0, 1.0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when the dtypes differ; as
+    /// [`Tensor::conv_transpose`].
+    pub fn conv_transpose(
+        &self,
+        weight: &Self,
+        bias: Option<&Self>,
+        options: &ConvOptions,
+    ) -> Result<Self> {
+        self.same_dtype("conv_transpose", weight)?;
+        if let Some(b) = bias {
+            self.same_dtype("conv_transpose", b)?;
+        }
+        crate::core::dyn_tensor::with_dtype!(self, "conv_transpose", |t| {
+            let b = bias.map(|b| b.typed()).transpose()?;
+            Ok(t.conv_transpose(&weight.typed()?, b.as_ref(), options)?
+                .into())
+        })
+    }
 }
 
 /// One convolution: operands checked, the output allocated (`NCDHW`
@@ -526,6 +757,100 @@ impl<T: WithDType> Conv<'_, T> {
                     }
                 }
             });
+    }
+}
+
+impl<T: WithDType> Conv<'_, T> {
+    /// Adds a transposed convolution's products into `sums` (NC-spatial
+    /// f32 rows): per image and group, `cols = W_gᵀ · X_g` (`[cout_g ·
+    /// volume, in positions]`, every tap times every input, on the tuned CPU
+    /// GEMM), then each output row adds its taps' rows where they land
+    /// (input `i` at output `i · stride + tap · dilation - before`).
+    fn transposed_sums(&self, xh: &[T], w: &[f32], sums: &mut [f32]) -> Result<()> {
+        let p = &self.plan;
+        let (cin_g, cout_g, volume) = (p.cin_g(), p.cout_g(), p.volume());
+        let ([id, ih, iw], [_, kh, kw]) = (p.inp, p.kernel);
+        let [od, oh, ow] = p.out;
+        let (inputs, positions, m) = (id * ih * iw, p.positions(), cout_g * volume);
+        if cin_g == 0 || inputs == 0 {
+            return Ok(());
+        }
+        let too_large = || Error::TooLarge {
+            op: self.op,
+            shape: self.x.shape().to_vec(),
+        };
+        let mut cols = Vec::new();
+        m.checked_mul(inputs)
+            .and_then(|n| cols.try_reserve_exact(n).ok())
+            .ok_or_else(too_large)?;
+        cols.resize(m * inputs, 0.0f32);
+        let mut xg = vec![0.0f32; cin_g * inputs];
+        // The inputs `lo..hi` whose tap `t` lands inside output dim `d`.
+        let lands = |d: usize, t: usize, count: usize| {
+            let (s, reach, pad) = (p.stride[d], t * p.dilation[d], p.pad[d]);
+            let lo = pad.saturating_sub(reach).div_ceil(s);
+            let hi = (count + pad).saturating_sub(reach).div_ceil(s);
+            (
+                lo.min(p.inp[d]),
+                hi.min(p.inp[d]),
+                reach as isize - pad as isize,
+            )
+        };
+        let threads = rayon::current_num_threads();
+        for n in 0..p.batch {
+            for g in 0..p.groups {
+                // The group's inputs as `[cin_g, in positions]` f32.
+                xg.par_chunks_mut(inputs).enumerate().for_each(|(ci, row)| {
+                    let base = n * p.xs[0] + (g * cin_g + ci) * p.xs[1];
+                    for (zy, line) in row.chunks_mut(iw).enumerate() {
+                        let first = base + (zy / ih) * p.xs[2] + (zy % ih) * p.xs[3];
+                        for (i, v) in line.iter_mut().enumerate() {
+                            *v = widen(xh[first + i * p.xs[4]]);
+                        }
+                    }
+                });
+                // W_g is `[cin_g, cout_g · volume]` row-major: its transpose
+                // is the product's left operand read at swapped strides.
+                let wg = &w[g * cin_g * m..(g + 1) * cin_g * m];
+                sgemm(
+                    (m, inputs, cin_g),
+                    &mut cols,
+                    wg,
+                    (1, m),
+                    &xg,
+                    (inputs, 1),
+                    threads,
+                );
+                let rows = &mut sums[(n * p.cout + g * cout_g) * positions..][..cout_g * positions];
+                rows.par_chunks_mut(positions)
+                    .enumerate()
+                    .for_each(|(co, out)| {
+                        for t in 0..volume {
+                            let tap = [t / (kh * kw), (t / kw) % kh, t % kw];
+                            let col = &cols[(co * volume + t) * inputs..][..inputs];
+                            let (z0, z1, rz) = lands(0, tap[0], od);
+                            let (y0, y1, ry) = lands(1, tap[1], oh);
+                            let (x0, x1, rx) = lands(2, tap[2], ow);
+                            if x0 >= x1 {
+                                continue;
+                            }
+                            let (sx, ox0) = (p.stride[2], (x0 * p.stride[2]) as isize + rx);
+                            for z in z0..z1 {
+                                let oz = (z * p.stride[0]) as isize + rz;
+                                for y in y0..y1 {
+                                    let oy = (y * p.stride[1]) as isize + ry;
+                                    let line = &col[(z * ih + y) * iw..][x0..x1];
+                                    let orow = &mut out[(oz as usize * oh + oy as usize) * ow..];
+                                    for (j, &v) in line.iter().enumerate() {
+                                        orow[ox0 as usize + j * sx] += v;
+                                    }
+                                }
+                            }
+                        }
+                    });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -597,7 +922,12 @@ impl<T: WithDType> Op for Conv<'_, T> {
         };
         // NCDHW f32 sums, then rounded (and moved to channels-last).
         let mut sums = vec![0.0f32; rows * positions];
-        if cout_g >= CONV_GEMM_MIN_COUT_G && k > 0 {
+        if p.transposed {
+            sums.par_chunks_mut(positions)
+                .enumerate()
+                .for_each(|(r, row)| row.fill(bias[r % p.cout]));
+            self.transposed_sums(xh, &w, &mut sums)?;
+        } else if cout_g >= CONV_GEMM_MIN_COUT_G && k > 0 {
             // Images in batches whose columns fit 256 MiB: one product per
             // batch and group (N = the batch's positions), then each image's
             // rows moved to its place.
@@ -689,14 +1019,27 @@ impl<T: WithDType> Op for Conv<'_, T> {
         let fits = |v: usize| v < (1 << 31);
         let cols = p.batch * positions;
         // The kernels hold sizes, channels and window coordinates (down to
-        // `o * stride - pad`) in 32 bits.
-        let padded = (0..3).all(|d| fits(p.padded[d]) && fits(p.stride[d]));
-        if !fits(cols) || !fits(p.batch * p.cout) || !fits(k) || !fits(p.cin) || !padded {
+        // `o * stride - pad`) in 32 bits; transposed, the spread-out input
+        // (`in * stride`) and the window's reach past the output's ends.
+        let coords = (0..3).all(|d| {
+            if p.transposed {
+                let reach = p.dilation[d] * (p.kernel[d] - 1);
+                p.inp[d].checked_mul(p.stride[d]).is_some_and(fits)
+                    && p.out[d]
+                        .checked_add(p.pad[d])
+                        .and_then(|v| v.checked_add(reach))
+                        .is_some_and(fits)
+            } else {
+                fits(p.padded[d]) && fits(p.stride[d])
+            }
+        });
+        if !fits(cols) || !fits(p.batch * p.cout) || !fits(k) || !fits(p.cin) || !coords {
             return Err(too_large());
         }
         // Each tap's offset from the window's corner, and its dilated
         // kernel offsets packed in 21 bits each.
-        let mut geom = vec![0u64; G_TABLE + 2 * k];
+        let words = if p.transposed { 3 } else { 2 };
+        let mut geom = vec![0u64; G_TABLE + words * k];
         let ys = p.y_strides(self.channels_last);
         let header = [
             (G_BATCH, p.batch),
@@ -712,8 +1055,19 @@ impl<T: WithDType> Op for Conv<'_, T> {
         }
         for d in 0..3 {
             geom[G_IN + d] = p.inp[d] as u64;
-            geom[G_STRIDE + d] = p.stride[d] as u64;
-            geom[G_PAD + d] = p.pad[d] as u64;
+            if p.transposed {
+                // Stride 1 over the input spread out by the stride; the
+                // flipped window's corner `o + before - dilation · (kernel -
+                // 1)` (32-bit, wrapping when before exceeds the reach).
+                let reach = p.dilation[d] * (p.kernel[d] - 1);
+                geom[G_STRIDE + d] = 1;
+                geom[G_STEP + d] = p.stride[d] as u64;
+                geom[G_PAD + d] = (reach as i64 - p.pad[d] as i64) as u32 as u64;
+            } else {
+                geom[G_STRIDE + d] = p.stride[d] as u64;
+                geom[G_STEP + d] = 1;
+                geom[G_PAD + d] = p.pad[d] as u64;
+            }
         }
         for d in 0..5 {
             geom[G_X_STRIDES + d] = p.xs[d] as u64;
@@ -722,23 +1076,62 @@ impl<T: WithDType> Op for Conv<'_, T> {
         let limit = 1usize << G_OFFSET_BITS;
         for kk in 0..k {
             let (ci, tap) = p.tap(kk);
-            let dk = [0, 1, 2].map(|d| tap[d] * p.dilation[d]);
+            // Transposed, the taps run backwards from the corner (the
+            // flipped kernel), each split by the step into the inputs it
+            // passes and a remainder.
+            let dk = [0, 1, 2].map(|d| {
+                let t = if p.transposed {
+                    p.kernel[d] - 1 - tap[d]
+                } else {
+                    tap[d]
+                };
+                t * p.dilation[d]
+            });
             if dk.iter().any(|&v| v >= limit) {
                 return Err(too_large());
             }
-            let off = ci * p.xs[1] + (0..3).map(|d| dk[d] * p.xs[2 + d]).sum::<usize>();
-            geom[G_TABLE + 2 * kk] = off as u64;
-            geom[G_TABLE + 2 * kk + 1] =
-                (dk[0] | dk[1] << G_OFFSET_BITS | dk[2] << (2 * G_OFFSET_BITS)) as u64;
+            let step = if p.transposed { p.stride } else { [1; 3] };
+            let q = [0, 1, 2].map(|d| dk[d] / step[d]);
+            let r = [0, 1, 2].map(|d| dk[d] % step[d]);
+            let pack =
+                |v: [usize; 3]| (v[0] | v[1] << G_OFFSET_BITS | v[2] << (2 * G_OFFSET_BITS)) as u64;
+            let off = ci * p.xs[1] + (0..3).map(|d| q[d] * p.xs[2 + d]).sum::<usize>();
+            let e = G_TABLE + words * kk;
+            geom[e] = off as u64;
+            geom[e + 1] = pack(q);
+            if p.transposed {
+                geom[e + 2] = pack(r);
+            }
         }
         let geom = dev.upload_async(&geom)?;
+        // Transposed, the kernels read `[cout, cin_g, kernel..]`: per group,
+        // PyTorch's `[cin_g, cout_g, kernel..]` with its channel dims swapped.
+        let swapped;
+        let w = if p.transposed {
+            swapped = self
+                .w
+                .reshape(&[p.groups, p.cin_g(), cout_g, p.volume()])?
+                .permute(&[0, 2, 1, 3])?
+                .contiguous()?;
+            &swapped
+        } else {
+            self.w
+        };
+        let (gemm, direct) = if p.transposed {
+            (
+                T::Kernel::CONV_TRANSPOSE_GEMM,
+                T::Kernel::CONV_TRANSPOSE_DIRECT,
+            )
+        } else {
+            (T::Kernel::CONV_GEMM, T::Kernel::CONV_DIRECT)
+        };
         let y = Out::new(self.out.view_as::<T::Kernel>().expect("same size"));
         let bias = match self.bias {
             Some(b) => b.input(),
             None => In::opt(None::<&DeviceBuffer<T::Kernel>>),
         };
         if cout_g >= CONV_GEMM_MIN_COUT_G {
-            let kernel = T::Kernel::CONV_GEMM.ok_or_else(unsupported)?;
+            let kernel = gemm.ok_or_else(unsupported)?;
             let tiles = cout_g.div_ceil(GEMM_BM as usize) * cols.div_ceil(GEMM_BN as usize);
             if tiles > MAX_GRID_X as usize {
                 return Err(too_large());
@@ -758,7 +1151,7 @@ impl<T: WithDType> Op for Conv<'_, T> {
                 let args = (
                     y,
                     self.x.input(),
-                    self.w.input(),
+                    w.input(),
                     bias,
                     In::new(&geom),
                     g0 as u32,
@@ -766,7 +1159,7 @@ impl<T: WithDType> Op for Conv<'_, T> {
                 dev.launch_typed(kernel, cfg, args)?;
             }
         } else {
-            let kernel = T::Kernel::CONV_DIRECT.ok_or_else(unsupported)?;
+            let kernel = direct.ok_or_else(unsupported)?;
             const BLOCK: usize = 256;
             let rows = p.batch * p.cout;
             let cfg = LaunchConfig {
@@ -782,7 +1175,7 @@ impl<T: WithDType> Op for Conv<'_, T> {
             let args = (
                 y,
                 self.x.input(),
-                self.w.input(),
+                w.input(),
                 bias,
                 In::new(&geom),
                 p.cout as u32,
