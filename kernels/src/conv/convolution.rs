@@ -12,25 +12,14 @@
 //! - `conv_direct_{dtype}`: a workitem per output element summing its
 //!   window: depthwise and other convolutions with few output channels per
 //!   group, where a 64-row tile would be mostly empty.
-//! - `conv_transpose_{gemm,direct}_{dtype}`: the same two for a transposed
-//!   convolution, as the convolution (stride 1) of the input spread out by
-//!   its stride ([`G_STEP`]: the zeros between its elements never exist; a
-//!   tap landing between two inputs reads 0) with the flipped kernel: the
-//!   taps run backwards from the window's corner `o + pad - dilation ·
-//!   (kernel - 1)`, and the weight comes as `[cout, cin_g, kernel..]` (the
-//!   op layer swaps PyTorch's `[cin, cout_g, kernel..]` channel dims).
 //!
-//! All read the geometry from `geom`, a small array of u64 the op layer
+//! Both read the geometry from `geom`, a small array of u64 the op layer
 //! uploads: the header ([`G_BATCH`] ..) and then, for each `k < K`, where
 //! reduction index `k = (ci, kd, kh, kw)` reads relative to the window's
 //! corner ([`G_TABLE`]: the element offset `ci·x_c + kd·dil_d·x_d + ..` and
 //! the three dilated kernel offsets packed in 21 bits each), so the kernels
-//! never divide by the kernel's shape. Transposed, an entry has three words:
-//! each dilated offset `t` is split as `q · step + r`, the first two words
-//! hold the quotients (offset and packed) and the third the remainders, and
-//! the window's corner is split likewise once, so a tap adds remainders and
-//! compares with the step instead of dividing. Spatial dims are always
-//! three: a 1-d or 2-d convolution has leading dims of size 1.
+//! never divide by the kernel's shape. Spatial dims are always three: a
+//! 1-d or 2-d convolution has leading dims of size 1.
 //!
 //! The weight is contiguous `[cout, cin_g, kd, kh, kw]`; the bias `[cout]`
 //! (may be null) is added in f32 before the one rounding.
@@ -68,12 +57,8 @@ pub const G_PAD: usize = 13;
 pub const G_X_STRIDES: usize = 16;
 /// Header words: the output's element strides `(n, c, d, h, w)`.
 pub const G_Y_STRIDES: usize = 21;
-/// Header words: the step between the input's elements `(d, h, w)` in the
-/// coordinates the window reads (a transposed convolution's stride; 1 for a
-/// convolution).
-pub const G_STEP: usize = 26;
 /// Words of the header; the table of `K` pairs follows.
-pub const G_TABLE: usize = 29;
+pub const G_TABLE: usize = 26;
 /// Bits of each dilated kernel offset in a table entry's second word.
 pub const G_OFFSET_BITS: u32 = 21;
 
@@ -91,7 +76,6 @@ struct Geom {
     ow: u32,
     stride: [u32; 3],
     pad: [u32; 3],
-    step: [u32; 3],
     xs: [u64; 5],
     ys: [u64; 5],
 }
@@ -112,7 +96,6 @@ fn read_geom(g: *const u64) -> Geom {
         ow: w32(G_OUT_HW + 1),
         stride: [w32(G_STRIDE), w32(G_STRIDE + 1), w32(G_STRIDE + 2)],
         pad: [w32(G_PAD), w32(G_PAD + 1), w32(G_PAD + 2)],
-        step: [w32(G_STEP), w32(G_STEP + 1), w32(G_STEP + 2)],
         xs: [
             w(G_X_STRIDES),
             w(G_X_STRIDES + 1),
@@ -133,16 +116,11 @@ fn read_geom(g: *const u64) -> Geom {
 /// Where output position `p` of image `n` reads: the window's corner in
 /// input coordinates (`o * stride - pad`, wrapping below zero) and the
 /// input offset of that corner in group `g` (wrapping likewise: adding an
-/// in-bounds entry's offset brings it back). Transposed (`TR`), the corner
-/// `c` is in the spread-out input's coordinates and kept as `c = q · step +
-/// r` (`0 <= r < step`): the window starts at input `q`, `r` past it.
+/// in-bounds entry's offset brings it back).
 #[amdgpu_device]
 #[derive(Clone, Copy)]
 struct Window {
     corner: [u32; 3],
-    /// Transposed: the corner's remainder modulo the step (the corner
-    /// itself holds the quotient, rounded down).
-    rem: [u32; 3],
     base: u64,
 }
 
@@ -156,31 +134,14 @@ fn position(g: &Geom, p: u32) -> [u32; 3] {
 
 #[amdgpu_device]
 #[inline(always)]
-fn window<const TR: bool>(g: &Geom, n: u32, group: u32, p: u32) -> Window {
+fn window(g: &Geom, n: u32, group: u32, p: u32) -> Window {
     let o = position(g, p);
     let mut w = Window {
         corner: [0; 3],
-        rem: [0; 3],
         base: n as u64 * g.xs[0] + (group * g.cin_g) as u64 * g.xs[1],
     };
     unroll4!(d < 3 => {
-        let mut c = (o[d] * g.stride[d]).wrapping_sub(g.pad[d]);
-        if TR {
-            // Floor division of the signed corner by the step.
-            let s = g.step[d];
-            let neg = (c as i32) < 0;
-            let a = if neg { c.wrapping_neg() } else { c };
-            let (mut q, mut r) = (a / s, a % s);
-            if neg {
-                if r != 0 {
-                    q += 1;
-                    r = s - r;
-                }
-                q = q.wrapping_neg();
-            }
-            c = q;
-            w.rem[d] = r;
-        }
+        let c = (o[d] * g.stride[d]).wrapping_sub(g.pad[d]);
         w.corner[d] = c;
         // Sign-extended: a corner above the padding is negative.
         w.base = w.base.wrapping_add((c as i32 as i64 as u64).wrapping_mul(g.xs[2 + d]));
@@ -191,39 +152,15 @@ fn window<const TR: bool>(g: &Geom, n: u32, group: u32, p: u32) -> Window {
 /// Reduction index `k`'s input element for the window, or 0 in the padding.
 #[amdgpu_device]
 #[inline(always)]
-fn window_at<T: MatElem, const TR: bool>(
-    x: *const T,
-    g: &Geom,
-    table: *const u64,
-    w: &Window,
-    k: u32,
-) -> f32 {
-    let e = k as usize * if TR { 3 } else { 2 };
-    let (off, dk) = unsafe { (load(table, e), load(table, e + 1)) };
-    let dr = if TR { unsafe { load(table, e + 2) } } else { 0 };
+fn window_at<T: MatElem>(x: *const T, g: &Geom, table: *const u64, w: &Window, k: u32) -> f32 {
+    let (off, dk) = unsafe { (load(table, 2 * k as usize), load(table, 2 * k as usize + 1)) };
     let mask = (1u64 << G_OFFSET_BITS) - 1;
-    let field = |v: u64, d: u32| ((v >> (d * G_OFFSET_BITS)) & mask) as u32;
     // Unsigned: a coordinate below zero wraps past the dim.
-    let mut at = w.base.wrapping_add(off);
-    let mut inside = true;
-    unroll4!(d < 3 => {
-        let mut i = w.corner[d].wrapping_add(field(dk, d as u32));
-        if TR {
-            // The tap's offset is `dk · step + dr`: with the corner's
-            // remainder it lands on an input when the two sum to 0 or to
-            // the step (one input further).
-            let r = w.rem[d] + field(dr, d as u32);
-            let carry = r == g.step[d];
-            inside &= r == 0 || carry;
-            if carry {
-                i = i.wrapping_add(1);
-                at = at.wrapping_add(g.xs[2 + d]);
-            }
-        }
-        inside &= i < g.inp[d];
-    });
-    if inside {
-        unsafe { load(x, at as usize) }.widen()
+    let iz = w.corner[0].wrapping_add((dk & mask) as u32);
+    let iy = w.corner[1].wrapping_add(((dk >> G_OFFSET_BITS) & mask) as u32);
+    let ix = w.corner[2].wrapping_add((dk >> (2 * G_OFFSET_BITS)) as u32);
+    if iz < g.inp[0] && iy < g.inp[1] && ix < g.inp[2] {
+        unsafe { load(x, w.base.wrapping_add(off) as usize) }.widen()
     } else {
         0.0
     }
@@ -234,7 +171,7 @@ fn window_at<T: MatElem, const TR: bool>(
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn fetch_window<T: MatElem, const TR: bool>(
+fn fetch_window<T: MatElem>(
     x: *const T,
     g: &Geom,
     table: *const u64,
@@ -246,7 +183,7 @@ fn fetch_window<T: MatElem, const TR: bool>(
 ) {
     unroll4!(r < 4 => {
         let k = k0 + kk0 + 4 * r as u32;
-        out[r] = if live && k < g.k { window_at::<T, TR>(x, g, table, win, k) } else { 0.0 };
+        out[r] = if live && k < g.k { window_at(x, g, table, win, k) } else { 0.0 };
     });
 }
 
@@ -267,7 +204,7 @@ fn out_offset(g: &Geom, n: u32, c: u32, p: u32) -> usize {
 /// positions)` output, row-major over tiles.
 #[amdgpu_device]
 #[inline(always)]
-pub fn conv_gemm_body<T: MatElem, const TR: bool>(
+pub fn conv_gemm_body<T: MatElem>(
     y: *mut T,
     x: *const T,
     w: *const T,
@@ -296,11 +233,11 @@ pub fn conv_gemm_body<T: MatElem, const TR: bool>(
     let col = n0 + tid % GEMM_BN;
     let kk0 = tid / GEMM_BN;
     let live = col < cols;
-    let win = window::<TR>(&g, col / g.positions, group, col % g.positions);
+    let win = window(&g, col / g.positions, group, col % g.positions);
     let mut acc = [[0.0f32; 4]; 4];
     let (mut ra, mut rb) = ([0.0f32; 4], [0.0f32; 4]);
     gemm_fetch(wg, &la, 0, k, 1, &mut ra);
-    fetch_window::<T, TR>(x, &g, table, &win, live, kk0, 0, &mut rb);
+    fetch_window(x, &g, table, &win, live, kk0, 0, &mut rb);
     let mut k0 = 0;
     while k0 < k {
         // The previous step's reads of the tiles are done; stage this one.
@@ -311,7 +248,7 @@ pub fn conv_gemm_body<T: MatElem, const TR: bool>(
         if k0 + GEMM_BK < k {
             // The next step's loads fly while this step computes.
             gemm_fetch(wg, &la, k0 + GEMM_BK, k, 1, &mut ra);
-            fetch_window::<T, TR>(x, &g, table, &win, live, kk0, k0 + GEMM_BK, &mut rb);
+            fetch_window(x, &g, table, &win, live, kk0, k0 + GEMM_BK, &mut rb);
         }
         gemm_tile_fma(&mut acc);
         k0 += GEMM_BK;
@@ -340,7 +277,7 @@ pub fn conv_gemm_body<T: MatElem, const TR: bool>(
 /// uniform over the workgroup: no per-workitem division by the channels.
 #[amdgpu_device]
 #[inline(always)]
-pub fn conv_direct_body<T: MatElem, const TR: bool>(
+pub fn conv_direct_body<T: MatElem>(
     y: *mut T,
     x: *const T,
     w: *const T,
@@ -358,7 +295,7 @@ pub fn conv_direct_body<T: MatElem, const TR: bool>(
     let mut row = workgroup_id_y();
     while row < rows {
         let (n, c) = (row / cout, row % cout);
-        let win = window::<TR>(&g, n, c / g.cout_g, p);
+        let win = window(&g, n, c / g.cout_g, p);
         let wc = w.wrapping_add((c as u64 * g.k as u64) as usize);
         let mut acc = if bias.is_null() {
             0.0
@@ -367,7 +304,7 @@ pub fn conv_direct_body<T: MatElem, const TR: bool>(
         };
         let mut k = 0;
         while k < g.k {
-            let v = window_at::<T, TR>(x, &g, table, &win, k);
+            let v = window_at(x, &g, table, &win, k);
             acc = math::fma(unsafe { load(wc, k as usize) }.widen(), v, acc);
             k += 1;
         }
@@ -397,21 +334,15 @@ pub trait ConvKernels: Sized + 'static {
     const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>>;
     /// `conv_direct_{T}`, if the type has one.
     const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>>;
-    /// `conv_transpose_gemm_{T}`, if the type has one.
-    const CONV_TRANSPOSE_GEMM: Option<KernelRef<ConvGemmArgs<Self>>>;
-    /// `conv_transpose_direct_{T}`, if the type has one.
-    const CONV_TRANSPOSE_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>>;
 }
 
 macro_rules! conv_kernels {
-    ($($gemm:ident, $direct:ident, $tgemm:ident, $tdirect:ident: $t:ty),*; none: $($n:ty),*) => {
+    ($($gemm:ident, $direct:ident: $t:ty),*; none: $($n:ty),*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl ConvKernels for $t {
                 const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = Some(KernelRef::of::<$gemm>());
                 const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = Some(KernelRef::of::<$direct>());
-                const CONV_TRANSPOSE_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = Some(KernelRef::of::<$tgemm>());
-                const CONV_TRANSPOSE_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = Some(KernelRef::of::<$tdirect>());
             }
         )*
         $(
@@ -419,31 +350,23 @@ macro_rules! conv_kernels {
             impl ConvKernels for $n {
                 const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = None;
                 const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = None;
-                const CONV_TRANSPOSE_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = None;
-                const CONV_TRANSPOSE_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = None;
             }
         )*
         kernels! {$(
             fn $gemm(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, g0: u32) {
-                conv_gemm_body::<$t, false>(y, x, w, bias, geom, g0)
+                conv_gemm_body::<$t>(y, x, w, bias, geom, g0)
             }
             fn $direct(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, cout: u32) {
-                conv_direct_body::<$t, false>(y, x, w, bias, geom, cout)
-            }
-            fn $tgemm(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, g0: u32) {
-                conv_gemm_body::<$t, true>(y, x, w, bias, geom, g0)
-            }
-            fn $tdirect(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, cout: u32) {
-                conv_direct_body::<$t, true>(y, x, w, bias, geom, cout)
+                conv_direct_body::<$t>(y, x, w, bias, geom, cout)
             }
         )*}
     };
 }
 
 conv_kernels!(
-    conv_gemm_f32, conv_direct_f32, conv_transpose_gemm_f32, conv_transpose_direct_f32: f32,
-    conv_gemm_f16, conv_direct_f16, conv_transpose_gemm_f16, conv_transpose_direct_f16: F16,
-    conv_gemm_bf16, conv_direct_bf16, conv_transpose_gemm_bf16, conv_transpose_direct_bf16: Bf16;
+    conv_gemm_f32, conv_direct_f32: f32,
+    conv_gemm_f16, conv_direct_f16: F16,
+    conv_gemm_bf16, conv_direct_bf16: Bf16;
     none: u8, u32, i64
 );
 

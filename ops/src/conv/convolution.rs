@@ -16,13 +16,15 @@
 //! and multiplies them on the tuned CPU GEMM, or sums windows directly for
 //! the same few-channel groups.
 //!
-//! A transposed convolution runs on kernel devices as the convolution of its
-//! input spread out by the stride (zeros between elements that never exist
-//! in memory) with the flipped kernel: `conv_transpose_{gemm,direct}_*`,
-//! the same two kernels reading a spread-out window. On the Cpu it is a GEMM
-//! per image and group (`W_gᵀ · X_g`, every tap of every input) whose rows
-//! are then added into the output where each tap lands (col2im), so no
-//! product of a spread-out zero is ever made there.
+//! A transposed convolution runs on kernel devices as one convolution per
+//! output phase (the output position modulo the stride, per dim): the
+//! outputs of a phase take a fixed subset of the taps, each from input `m +
+//! e` for output `phase + stride · m`, so a phase is a stride-1 convolution
+//! with those taps, written at stride `stride` from its first output, on the
+//! same two kernels; no product with a zero between two inputs is made. On
+//! the Cpu it is a GEMM per image and group (`W_gᵀ · X_g`, every tap of every
+//! input) whose rows are then added into the output where each tap lands
+//! (col2im).
 
 use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
@@ -33,7 +35,7 @@ use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::convolution::{
     CONV_GEMM_MIN_COUT_G, ConvKernels, G_BATCH, G_CIN_G, G_COUT_G, G_IN, G_K, G_OFFSET_BITS,
-    G_OUT_HW, G_PAD, G_POSITIONS, G_STEP, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
+    G_OUT_HW, G_PAD, G_POSITIONS, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
 };
 use ferrocm_kernels::matmul::{GEMM_BLOCK, GEMM_BM, GEMM_BN, GEMM_LDS_BYTES};
 use rayon::prelude::*;
@@ -1003,24 +1005,14 @@ impl<T: WithDType> Op for Conv<'_, T> {
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
-        let unsupported = || Error::UnsupportedDType {
-            op: self.op,
-            dtype: T::DTYPE,
-        };
         let p = &self.plan;
-        let (positions, k, cout_g) = (p.positions(), p.k(), p.cout_g());
-        if p.batch * p.cout * positions == 0 {
+        if p.batch * p.cout * p.positions() == 0 {
             return Ok(self.out);
         }
-        let too_large = || Error::TooLarge {
-            op: self.op,
-            shape: self.x.shape().to_vec(),
-        };
         let fits = |v: usize| v < (1 << 31);
-        let cols = p.batch * positions;
         // The kernels hold sizes, channels and window coordinates (down to
-        // `o * stride - pad`) in 32 bits; transposed, the spread-out input
-        // (`in * stride`) and the window's reach past the output's ends.
+        // `o * stride - pad`) in 32 bits; transposed, the input's reach
+        // past the output's ends and its positions times the stride.
         let coords = (0..3).all(|d| {
             if p.transposed {
                 let reach = p.dilation[d] * (p.kernel[d] - 1);
@@ -1033,108 +1025,162 @@ impl<T: WithDType> Op for Conv<'_, T> {
                 fits(p.padded[d]) && fits(p.stride[d])
             }
         });
-        if !fits(cols) || !fits(p.batch * p.cout) || !fits(k) || !fits(p.cin) || !coords {
-            return Err(too_large());
+        let cols = p.batch * p.positions();
+        if !fits(cols) || !fits(p.batch * p.cout) || !fits(p.k()) || !fits(p.cin) || !coords {
+            return Err(self.too_large());
         }
-        // Each tap's offset from the window's corner, and its dilated
-        // kernel offsets packed in 21 bits each.
-        let words = if p.transposed { 3 } else { 2 };
-        let mut geom = vec![0u64; G_TABLE + words * k];
         let ys = p.y_strides(self.channels_last);
+        if !p.transposed {
+            // Every tap, in the weight's order, at its dilated offset.
+            let taps: Vec<[usize; 3]> = (0..p.volume())
+                .map(|t| p.tap(t).1)
+                .map(|t| [0, 1, 2].map(|d| t[d] * p.dilation[d]))
+                .collect();
+            let pad = p.pad.map(|v| v as i64);
+            let geom = self.geom((p.out, ys), (p.stride, pad), &taps)?;
+            self.launch(dev, &geom, self.w, (p.out, 0))?;
+            return Ok(self.out);
+        }
+        // Transposed: output `o = φ + s·m` of phase `φ` (per dim, `φ <
+        // stride`) takes tap `t` from input `m + e` when `s` divides `φ +
+        // before - t·dilation = s·e`: per phase, a stride-1 convolution of
+        // the input with the taps that phase takes (the weight's channel
+        // dims swapped to `[cout, cin_g, taps]`), written at stride `s` from
+        // the phase's first output. No tap meets a spread-out zero.
+        let swapped = self
+            .w
+            .reshape(&[p.groups, p.cin_g(), p.cout_g(), p.volume()])?
+            .permute(&[0, 2, 1, 3])?
+            .contiguous()?;
+        let [s0, s1, s2] = p.stride;
+        for phase in 0..s0 * s1 * s2 {
+            let phi = [phase / (s1 * s2), (phase / s2) % s1, phase % s2];
+            let mut count = [0; 3];
+            let mut taken: [Vec<(usize, i64)>; 3] = Default::default();
+            for d in 0..3 {
+                let s = p.stride[d] as i64;
+                count[d] = p.out[d].saturating_sub(phi[d]).div_ceil(p.stride[d]);
+                for t in 0..p.kernel[d] {
+                    let v = (phi[d] + p.pad[d]) as i64 - (t * p.dilation[d]) as i64;
+                    if v.rem_euclid(s) == 0 {
+                        taken[d].push((t, v.div_euclid(s)));
+                    }
+                }
+            }
+            if count.contains(&0) {
+                continue;
+            }
+            // The window's corner `m - pad` puts the phase's first tap (the
+            // least `e`) at offset 0.
+            let pad = [0, 1, 2].map(|d| -taken[d].iter().map(|t| t.1).min().unwrap_or(0));
+            let [kh, kw] = [p.kernel[1], p.kernel[2]];
+            let mut flat = Vec::new();
+            let mut taps = Vec::new();
+            for &(t0, e0) in &taken[0] {
+                for &(t1, e1) in &taken[1] {
+                    for &(t2, e2) in &taken[2] {
+                        flat.push(((t0 * kh + t1) * kw + t2) as u32);
+                        let e = [e0, e1, e2];
+                        taps.push([0, 1, 2].map(|d| (e[d] + pad[d]) as usize));
+                    }
+                }
+            }
+            let ids = Tensor::from_slice(&flat, &[flat.len()], dev)?;
+            let w = swapped.index_select(3, &ids)?.contiguous()?;
+            let mut strided = ys;
+            for d in 0..3 {
+                strided[2 + d] = ys[2 + d] * p.stride[d];
+            }
+            let first = (0..3).map(|d| phi[d] * ys[2 + d]).sum();
+            let geom = self.geom((count, strided), ([1; 3], pad), &taps)?;
+            self.launch(dev, &geom, &w, (count, first))?;
+        }
+        Ok(self.out)
+    }
+}
+
+impl<T: WithDType> Conv<'_, T> {
+    fn too_large(&self) -> Error {
+        Error::TooLarge {
+            op: self.op,
+            shape: self.x.shape().to_vec(),
+        }
+    }
+
+    /// The kernels' geometry: the header for outputs `out` at strides
+    /// `ys`, windows at `stride` from corner `o·stride - pad` (a negative pad
+    /// puts the corner past the output), then per reduction index `(ci,
+    /// tap)` its offset from the corner (`taps`: dilated offsets per dim).
+    fn geom(
+        &self,
+        (out, ys): ([usize; 3], [usize; 5]),
+        (stride, pad): ([usize; 3], [i64; 3]),
+        taps: &[[usize; 3]],
+    ) -> Result<Vec<u64>> {
+        let p = &self.plan;
+        let k = p.cin_g() * taps.len();
+        let mut geom = vec![0u64; G_TABLE + 2 * k];
         let header = [
             (G_BATCH, p.batch),
             (G_CIN_G, p.cin_g()),
-            (G_COUT_G, cout_g),
+            (G_COUT_G, p.cout_g()),
             (G_K, k),
-            (G_POSITIONS, positions),
-            (G_OUT_HW, p.out[1]),
-            (G_OUT_HW + 1, p.out[2]),
+            (G_POSITIONS, out.iter().product()),
+            (G_OUT_HW, out[1]),
+            (G_OUT_HW + 1, out[2]),
         ];
         for (i, v) in header {
             geom[i] = v as u64;
         }
         for d in 0..3 {
             geom[G_IN + d] = p.inp[d] as u64;
-            if p.transposed {
-                // Stride 1 over the input spread out by the stride; the
-                // flipped window's corner `o + before - dilation · (kernel -
-                // 1)` (32-bit, wrapping when before exceeds the reach).
-                let reach = p.dilation[d] * (p.kernel[d] - 1);
-                geom[G_STRIDE + d] = 1;
-                geom[G_STEP + d] = p.stride[d] as u64;
-                geom[G_PAD + d] = (reach as i64 - p.pad[d] as i64) as u32 as u64;
-            } else {
-                geom[G_STRIDE + d] = p.stride[d] as u64;
-                geom[G_STEP + d] = 1;
-                geom[G_PAD + d] = p.pad[d] as u64;
-            }
+            geom[G_STRIDE + d] = stride[d] as u64;
+            // 32-bit, wrapping: the kernels subtract it from `o · stride`.
+            geom[G_PAD + d] = pad[d] as u32 as u64;
         }
         for d in 0..5 {
             geom[G_X_STRIDES + d] = p.xs[d] as u64;
             geom[G_Y_STRIDES + d] = ys[d] as u64;
         }
         let limit = 1usize << G_OFFSET_BITS;
-        for kk in 0..k {
-            let (ci, tap) = p.tap(kk);
-            // Transposed, the taps run backwards from the corner (the
-            // flipped kernel), each split by the step into the inputs it
-            // passes and a remainder.
-            let dk = [0, 1, 2].map(|d| {
-                let t = if p.transposed {
-                    p.kernel[d] - 1 - tap[d]
-                } else {
-                    tap[d]
-                };
-                t * p.dilation[d]
-            });
+        for (kk, entry) in geom[G_TABLE..].chunks_mut(2).enumerate() {
+            let (ci, dk) = (kk / taps.len(), taps[kk % taps.len()]);
             if dk.iter().any(|&v| v >= limit) {
-                return Err(too_large());
+                return Err(self.too_large());
             }
-            let step = if p.transposed { p.stride } else { [1; 3] };
-            let q = [0, 1, 2].map(|d| dk[d] / step[d]);
-            let r = [0, 1, 2].map(|d| dk[d] % step[d]);
-            let pack =
-                |v: [usize; 3]| (v[0] | v[1] << G_OFFSET_BITS | v[2] << (2 * G_OFFSET_BITS)) as u64;
-            let off = ci * p.xs[1] + (0..3).map(|d| q[d] * p.xs[2 + d]).sum::<usize>();
-            let e = G_TABLE + words * kk;
-            geom[e] = off as u64;
-            geom[e + 1] = pack(q);
-            if p.transposed {
-                geom[e + 2] = pack(r);
-            }
+            entry[0] = (ci * p.xs[1] + (0..3).map(|d| dk[d] * p.xs[2 + d]).sum::<usize>()) as u64;
+            entry[1] = (dk[0] | dk[1] << G_OFFSET_BITS | dk[2] << (2 * G_OFFSET_BITS)) as u64;
         }
-        let geom = dev.upload_async(&geom)?;
-        // Transposed, the kernels read `[cout, cin_g, kernel..]`: per group,
-        // PyTorch's `[cin_g, cout_g, kernel..]` with its channel dims swapped.
-        let swapped;
-        let w = if p.transposed {
-            swapped = self
-                .w
-                .reshape(&[p.groups, p.cin_g(), cout_g, p.volume()])?
-                .permute(&[0, 2, 1, 3])?
-                .contiguous()?;
-            &swapped
-        } else {
-            self.w
+        Ok(geom)
+    }
+
+    /// Launches the convolution kernel for `geom` with weight `w` (`[cout,
+    /// K]`), the outputs (`out` per image) written from element `first`.
+    fn launch(
+        &self,
+        dev: &Device,
+        geom: &[u64],
+        w: &Tensor<T>,
+        (out, first): ([usize; 3], usize),
+    ) -> Result<()> {
+        let unsupported = || Error::UnsupportedDType {
+            op: self.op,
+            dtype: T::DTYPE,
         };
-        let (gemm, direct) = if p.transposed {
-            (
-                T::Kernel::CONV_TRANSPOSE_GEMM,
-                T::Kernel::CONV_TRANSPOSE_DIRECT,
-            )
-        } else {
-            (T::Kernel::CONV_GEMM, T::Kernel::CONV_DIRECT)
-        };
-        let y = Out::new(self.out.view_as::<T::Kernel>().expect("same size"));
+        let p = &self.plan;
+        let (positions, cout_g) = (out.iter().product::<usize>(), p.cout_g());
+        let cols = p.batch * positions;
+        let geom = dev.upload_async(geom)?;
+        let y = Out::at(self.out.view_as::<T::Kernel>().expect("same size"), first);
         let bias = match self.bias {
             Some(b) => b.input(),
             None => In::opt(None::<&DeviceBuffer<T::Kernel>>),
         };
         if cout_g >= CONV_GEMM_MIN_COUT_G {
-            let kernel = gemm.ok_or_else(unsupported)?;
+            let kernel = T::Kernel::CONV_GEMM.ok_or_else(unsupported)?;
             let tiles = cout_g.div_ceil(GEMM_BM as usize) * cols.div_ceil(GEMM_BN as usize);
             if tiles > MAX_GRID_X as usize {
-                return Err(too_large());
+                return Err(self.too_large());
             }
             // A launch per 65535 groups (the grid's y limit).
             for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
@@ -1159,7 +1205,7 @@ impl<T: WithDType> Op for Conv<'_, T> {
                 dev.launch_typed(kernel, cfg, args)?;
             }
         } else {
-            let kernel = direct.ok_or_else(unsupported)?;
+            let kernel = T::Kernel::CONV_DIRECT.ok_or_else(unsupported)?;
             const BLOCK: usize = 256;
             let rows = p.batch * p.cout;
             let cfg = LaunchConfig {
@@ -1182,6 +1228,6 @@ impl<T: WithDType> Op for Conv<'_, T> {
             );
             dev.launch_typed(kernel, cfg, args)?;
         }
-        Ok(self.out)
+        Ok(())
     }
 }
