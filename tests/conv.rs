@@ -126,10 +126,11 @@ impl Case {
         (0..self.spatial.len())
             .map(|d| {
                 if let Some(op) = &self.transposed {
-                    return (self.spatial[d] - 1) * self.stride[d] - self.pad[d].0 - self.pad[d].1
-                        + self.dilation[d] * (self.kernel[d] - 1)
-                        + op[d]
-                        + 1;
+                    // Signed: the padding may pass `(in - 1) · stride`.
+                    let o = ((self.spatial[d] - 1) * self.stride[d]) as isize
+                        - (self.pad[d].0 + self.pad[d].1) as isize
+                        + (self.dilation[d] * (self.kernel[d] - 1) + op[d] + 1) as isize;
+                    return o as usize;
                 }
                 let padded = self.spatial[d] + self.pad[d].0 + self.pad[d].1;
                 let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
