@@ -708,6 +708,16 @@ fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Bench
         ),
         ("conv2d sd 3x3 320->320 b2 f32", 2, 320, 320, 64, 3, 1, 1),
         ("conv2d sd 3x3 320->320 b2 bf16", 2, 320, 320, 64, 3, 1, 1),
+        (
+            "conv2d sd 3x3 320->320 b2 bf16 nhwc",
+            2,
+            320,
+            320,
+            64,
+            3,
+            1,
+            1,
+        ),
     ];
     type Conv = (Tensor<f32>, Tensor<f32>, Tensor<f32>, ConvOptions);
     let mut rows = Vec::new();
@@ -723,16 +733,23 @@ fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Bench
             .stride(&[stride])
             .padding(&[k / 2])
             .groups(groups);
+        let nhwc = name.ends_with("nhwc");
         let build = |d: &Device| -> Result<Conv> {
+            let x = if nhwc {
+                // Channels-last memory, seen as (N, C, H, W).
+                Tensor::randn(&[n, size, size, cin], 0.0, 1.0, 40, d)?.permute(&[0, 3, 1, 2])?
+            } else {
+                Tensor::randn(&[n, cin, size, size], 0.0, 1.0, 40, d)?
+            };
             Ok((
-                Tensor::randn(&[n, cin, size, size], 0.0, 1.0, 40, d)?,
+                x,
                 Tensor::randn(&[cout, cin / groups, k, k], 0.0, 0.1, 41, d)?,
                 Tensor::randn(&[cout], 0.0, 0.1, 42, d)?,
                 opts.clone(),
             ))
         };
         let out = (size + 2 * (k / 2) - k) / stride + 1;
-        let bf16_row = name.ends_with("bf16");
+        let bf16_row = name.contains("bf16");
         let elem = if bf16_row { 2 } else { 4 };
         let bytes = ((n * cin * size * size + cout * cin / groups * k * k + n * cout * out * out)
             * elem) as u64;
@@ -743,26 +760,56 @@ fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Bench
             false => None,
         };
         let shape = vec![n, cin, size, size];
-        let mut row = if bf16_row {
-            let cast = |i: &Conv| -> Result<_> {
-                Ok((
-                    i.0.to_dtype::<bf16>()?,
-                    i.1.to_dtype::<bf16>()?,
-                    i.2.to_dtype::<bf16>()?,
-                    i.3.clone(),
-                ))
+        let one_row = |name: &str| -> Result<BenchRow> {
+            let mut row = if bf16_row {
+                let cast = |i: &Conv| -> Result<_> {
+                    // Cast in memory order, so channels-last stays so.
+                    let x = match nhwc {
+                        true => {
+                            i.0.permute(&[0, 2, 3, 1])?
+                                .to_dtype::<bf16>()?
+                                .permute(&[0, 3, 1, 2])?
+                        }
+                        false => i.0.to_dtype::<bf16>()?,
+                    };
+                    Ok((
+                        x,
+                        i.1.to_dtype::<bf16>()?,
+                        i.2.to_dtype::<bf16>()?,
+                        i.3.clone(),
+                    ))
+                };
+                let cpu = cpu_inputs.as_ref().map(cast).transpose()?;
+                timed.row(
+                    name,
+                    shape.clone(),
+                    bytes,
+                    &cast(&inputs)?,
+                    cpu.as_ref(),
+                    |i| i.0.conv2d(&i.1, Some(&i.2), &i.3).map(drop),
+                )?
+            } else {
+                timed.row(
+                    name,
+                    shape.clone(),
+                    bytes,
+                    &inputs,
+                    cpu_inputs.as_ref(),
+                    |i| i.0.conv2d(&i.1, Some(&i.2), &i.3).map(drop),
+                )?
             };
-            let cpu = cpu_inputs.as_ref().map(cast).transpose()?;
-            timed.row(name, shape, bytes, &cast(&inputs)?, cpu.as_ref(), |i| {
-                i.0.conv2d(&i.1, Some(&i.2), &i.3).map(drop)
-            })?
-        } else {
-            timed.row(name, shape, bytes, &inputs, cpu_inputs.as_ref(), |i| {
-                i.0.conv2d(&i.1, Some(&i.2), &i.3).map(drop)
-            })?
+            row.flops = Some(flops);
+            Ok(row)
         };
-        row.flops = Some(flops);
-        rows.push(row);
+        rows.push(one_row(name)?);
+        if dev.dnn().is_some() {
+            // The rows above ran the DNN library (MIOpen, cuDNN) where it
+            // took the problem: ours too, in the same run, to compare.
+            ferrocm_ops::conv::set_vendor_dnn(false);
+            let kernel = one_row(&format!("{name} (kernel)"));
+            ferrocm_ops::conv::set_vendor_dnn(true);
+            rows.push(kernel?);
+        }
     }
     // A transposed convolution doubling a (2, 320, 32, 32) activation
     // (kernel 4, stride 2, padding 1), in useful TFLOP/s: each input times

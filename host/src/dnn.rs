@@ -1,14 +1,19 @@
-//! The DNN-library hook of a GPU backend: MIOpen on ROCm (cuDNN on CUDA
-//! comes with the convolution family), opened at run time like the BLAS
-//! libraries, bound to the device's stream, reached by the op layer through
-//! [`GpuBackend::dnn`](crate::gpu::GpuBackend::dnn) and absent without
-//! error where the library does not load (our kernels run then).
+//! The DNN-library hook of a GPU backend: MIOpen on ROCm, cuDNN on CUDA,
+//! opened at run time like the BLAS libraries, bound to the device's stream,
+//! reached by the op layer through the checked entry
+//! [`Device::dnn_conv`](crate::Device::dnn_conv) and absent without error
+//! where the library does not load (our kernels run then).
 //!
-//! What a DNN op will find here: the library's handle behind a lock (a
-//! handle is used by one thread at a time), so descriptors, the algorithm
-//! search (cached per shape for the process) and the workspace (drawn from
-//! the device's caching allocator) are written once per op family against
-//! this trait, on every backend that has such a library.
+//! A convolution is described once, backend-neutrally, as a
+//! [`ConvProblem`]: dense NCHW (or NHWC) tensors, symmetric padding, groups.
+//! Each library turns it into its descriptors, picks an algorithm for it
+//! once per process (cuDNN: its heuristics; MIOpen: its immediate mode,
+//! which reads MIOpen's find-db), keeps both in a cache keyed by the
+//! problem, and says how much workspace the algorithm needs; the workspace
+//! comes from the device's caching allocator. A problem the library has no
+//! algorithm for is declined (`Ok(None)`), and the op runs our kernels.
+
+use crate::error::Result;
 
 /// A DNN library bound to a device's stream.
 pub trait Dnn: Send + Sync {
@@ -19,6 +24,257 @@ pub trait Dnn: Send + Sync {
     /// address, locked for the caller until the guard drops; the handle is
     /// already bound to the device's stream.
     fn handle(&self) -> DnnGuard<'_>;
+
+    /// The workspace bytes the library's algorithm for `p` needs, choosing
+    /// that algorithm (and building the descriptors) at the first sight of
+    /// `p` in this process; `None` when the library has no algorithm for
+    /// it (the caller runs its own kernels).
+    ///
+    /// # Errors
+    /// The library's status when it fails for another reason than not
+    /// supporting the problem.
+    fn conv_workspace(&self, p: &ConvProblem) -> Result<Option<usize>>;
+
+    /// Queues `y = conv(x, w)` for `p` (after [`Dnn::conv_workspace`]
+    /// answered `Some` for it).
+    ///
+    /// # Safety
+    /// `p` passed [`ConvProblem::validate`], and `at` addresses live device
+    /// buffers of this device holding at least [`ConvProblem::extents`]
+    /// elements from `x`, `w` and `y`, and `workspace_bytes` (at least what
+    /// [`Dnn::conv_workspace`] said) from `workspace`.
+    ///
+    /// # Errors
+    /// The library's status.
+    unsafe fn conv_forward(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()>;
+}
+
+/// Element types a DNN call takes (f32 accumulation for all three).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DnnType {
+    /// f32 (no TF32 or other reduced-precision products: f32 results).
+    F32,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl DnnType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DnnType::F32 => 4,
+            DnnType::F16 | DnnType::Bf16 => 2,
+        }
+    }
+}
+
+/// A forward convolution (cross-correlation, as in PyTorch) of dense
+/// tensors, in the libraries' terms: input `(N, C_in, spatial..)`, filter
+/// `(C_out, C_in / groups, kernel..)`, output `(N, C_out, output..)`, each
+/// stored contiguous NC(D)HW, or N(D)HWC when `channels_last` (the filter
+/// then `(C_out, kernel.., C_in / groups)`).
+///
+/// ```
+/// use ferrocm_host::dnn::{ConvProblem, DnnType};
+/// let p = ConvProblem {
+///     dtype: DnnType::F32,
+///     batch: 2, in_channels: 4, out_channels: 6, groups: 2,
+///     input: vec![5, 7], kernel: vec![3, 3], output: vec![3, 4],
+///     stride: vec![1, 2], padding: vec![0, 1], dilation: vec![1, 1],
+///     channels_last: false,
+/// };
+/// p.validate().unwrap();
+/// assert_eq!(p.extents(), [2 * 4 * 35, 6 * 2 * 9, 2 * 6 * 12]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConvProblem {
+    /// Element type of input, filter and output.
+    pub dtype: DnnType,
+    /// N.
+    pub batch: usize,
+    /// C_in.
+    pub in_channels: usize,
+    /// C_out.
+    pub out_channels: usize,
+    /// Groups (C_in and C_out are multiples).
+    pub groups: usize,
+    /// Input spatial dims (1 to 3 of them).
+    pub input: Vec<usize>,
+    /// Kernel spatial dims.
+    pub kernel: Vec<usize>,
+    /// Output spatial dims.
+    pub output: Vec<usize>,
+    /// Stride per spatial dim.
+    pub stride: Vec<usize>,
+    /// Padding per spatial dim, the same before and after.
+    pub padding: Vec<usize>,
+    /// Dilation per spatial dim.
+    pub dilation: Vec<usize>,
+    /// NHWC memory (and a `(C_out, kernel.., C_in / groups)` filter).
+    pub channels_last: bool,
+}
+
+/// Where a [`Dnn::conv_forward`] reads and writes: device addresses of the
+/// first elements, and the workspace.
+#[derive(Clone, Copy, Debug)]
+pub struct ConvAddresses {
+    /// The input's first element.
+    pub x: u64,
+    /// The filter's first element.
+    pub w: u64,
+    /// The output's first element.
+    pub y: u64,
+    /// The workspace (any address when `workspace_bytes` is 0).
+    pub workspace: u64,
+    /// Its size.
+    pub workspace_bytes: usize,
+}
+
+impl ConvProblem {
+    /// Checks that the problem is one convolution the libraries take: 1 to 3
+    /// spatial dims given for every list, channels divisible by the groups,
+    /// every size at least 1, each output dim the one the input, kernel,
+    /// stride, padding and dilation give, and every dim and element count
+    /// within the libraries' `int`.
+    ///
+    /// # Errors
+    /// What is wrong, with the values.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let sd = self.input.len();
+        if !(1..=3).contains(&sd) {
+            return Err(format!("{sd} spatial dims; 1 to 3 are supported"));
+        }
+        let lists = [
+            &self.kernel,
+            &self.output,
+            &self.stride,
+            &self.padding,
+            &self.dilation,
+        ];
+        if lists.iter().any(|l| l.len() != sd) {
+            return Err(format!(
+                "every per-dim list must have {sd} entries: {self:?}"
+            ));
+        }
+        if self.groups == 0
+            || !self.in_channels.is_multiple_of(self.groups)
+            || !self.out_channels.is_multiple_of(self.groups)
+        {
+            return Err(format!(
+                "groups {} must divide C_in {} and C_out {}",
+                self.groups, self.in_channels, self.out_channels
+            ));
+        }
+        let sizes = [self.batch, self.in_channels, self.out_channels];
+        let spatial = [&self.input, &self.kernel, &self.stride, &self.dilation];
+        if sizes.contains(&0) || spatial.iter().any(|l| l.contains(&0)) {
+            return Err(format!("a size, stride or dilation of 0: {self:?}"));
+        }
+        for d in 0..sd {
+            let span = (self.kernel[d] - 1)
+                .checked_mul(self.dilation[d])
+                .and_then(|s| s.checked_add(1));
+            let padded = self.padding[d]
+                .checked_mul(2)
+                .and_then(|p| p.checked_add(self.input[d]));
+            let out = match (span, padded) {
+                (Some(s), Some(p)) if p >= s => (p - s) / self.stride[d] + 1,
+                _ => 0,
+            };
+            if out != self.output[d] {
+                return Err(format!(
+                    "output dim {d} is {} but input {}, kernel {}, stride {}, padding {}, dilation {} give {out}",
+                    self.output[d],
+                    self.input[d],
+                    self.kernel[d],
+                    self.stride[d],
+                    self.padding[d],
+                    self.dilation[d]
+                ));
+            }
+        }
+        let fits = |v: usize| i32::try_from(v).is_ok();
+        let counts = self.checked_extents();
+        let all = sizes.iter().chain(spatial.iter().flat_map(|l| l.iter()));
+        if !all
+            .chain(&self.padding)
+            .chain(&self.output)
+            .all(|&v| fits(v))
+            || !counts.is_some_and(|c| c.iter().all(|&v| fits(v)))
+        {
+            return Err(format!("a dim or element count past i32: {self:?}"));
+        }
+        Ok(())
+    }
+
+    /// Elements of the input, filter and output (dense).
+    ///
+    /// # Panics
+    /// When a count overflows `usize` (a problem that passed
+    /// [`ConvProblem::validate`] does not).
+    pub fn extents(&self) -> [usize; 3] {
+        self.checked_extents().expect("validated problem")
+    }
+
+    fn checked_extents(&self) -> Option<[usize; 3]> {
+        let product = |head: &[usize], l: &[usize]| {
+            head.iter()
+                .chain(l)
+                .try_fold(1usize, |acc, &v| acc.checked_mul(v))
+        };
+        Some([
+            product(&[self.batch, self.in_channels], &self.input)?,
+            product(
+                &[self.out_channels, self.in_channels / self.groups.max(1)],
+                &self.kernel,
+            )?,
+            product(&[self.batch, self.out_channels], &self.output)?,
+        ])
+    }
+
+    /// The problem with at least two spatial dims (a 1-d convolution as a
+    /// 2-d one of height 1): the libraries' descriptors start at 4-d.
+    pub fn at_least_2d(&self) -> ConvProblem {
+        if self.input.len() >= 2 {
+            return self.clone();
+        }
+        let lift = |l: &[usize], one: usize| [&[one][..], l].concat();
+        ConvProblem {
+            input: lift(&self.input, 1),
+            kernel: lift(&self.kernel, 1),
+            output: lift(&self.output, 1),
+            stride: lift(&self.stride, 1),
+            padding: lift(&self.padding, 0),
+            dilation: lift(&self.dilation, 1),
+            ..self.clone()
+        }
+    }
+
+    /// Dims and strides (elements, `int`s) of the input (`channels =
+    /// in_channels`, `spatial = input`) or output tensor, NC.. order, for
+    /// the stored layout.
+    pub fn tensor_dims(&self, channels: usize, spatial: &[usize]) -> (Vec<i32>, Vec<i32>) {
+        let mut dims = vec![self.batch, channels];
+        dims.extend_from_slice(spatial);
+        let n = dims.len();
+        // Memory order: N, C, spatial.. or N, spatial.., C.
+        let order: Vec<usize> = if self.channels_last {
+            [0].into_iter().chain(2..n).chain([1]).collect()
+        } else {
+            (0..n).collect()
+        };
+        let mut strides = vec![0usize; n];
+        let mut step = 1usize;
+        for &d in order.iter().rev() {
+            strides[d] = step;
+            step *= dims[d];
+        }
+        let ints = |v: Vec<usize>| v.into_iter().map(|x| x as i32).collect();
+        (ints(dims), ints(strides))
+    }
 }
 
 /// Exclusive use of a DNN handle until dropped.
@@ -36,5 +292,175 @@ impl<'a> DnnGuard<'a> {
     /// The raw handle, for the library's calls.
     pub fn raw(&self) -> *mut std::ffi::c_void {
         self.raw
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Device, Error, WaveSize};
+
+    fn problem() -> ConvProblem {
+        ConvProblem {
+            dtype: DnnType::F32,
+            batch: 2,
+            in_channels: 6,
+            out_channels: 4,
+            groups: 2,
+            input: vec![7, 9],
+            kernel: vec![3, 2],
+            output: vec![3, 5],
+            stride: vec![2, 2],
+            padding: vec![0, 1],
+            dilation: vec![1, 2],
+            channels_last: false,
+        }
+    }
+
+    /// Each broken field is refused with its values; sizes past `int` too.
+    #[test]
+    fn validate_refuses_inconsistent_problems() {
+        // (7 - 3) / 2 + 1 = 3 and (9 + 2 - 3) / 2 + 1 = 5.
+        problem().validate().unwrap();
+        let broken: Vec<(ConvProblem, &str)> = vec![
+            (
+                ConvProblem {
+                    output: vec![3, 6],
+                    ..problem()
+                },
+                "output dim 1 is 6",
+            ),
+            (
+                ConvProblem {
+                    groups: 4,
+                    ..problem()
+                },
+                "groups 4",
+            ),
+            (
+                ConvProblem {
+                    groups: 0,
+                    ..problem()
+                },
+                "groups 0",
+            ),
+            (
+                ConvProblem {
+                    stride: vec![0, 2],
+                    ..problem()
+                },
+                "a size, stride or dilation of 0",
+            ),
+            (
+                ConvProblem {
+                    kernel: vec![3],
+                    ..problem()
+                },
+                "2 entries",
+            ),
+            (
+                ConvProblem {
+                    input: vec![1, 1, 1, 1],
+                    ..problem()
+                },
+                "4 spatial dims",
+            ),
+            (
+                ConvProblem {
+                    batch: 1 << 31,
+                    ..problem()
+                },
+                "past i32",
+            ),
+        ];
+        for (p, want) in broken {
+            let e = p.validate().unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+    }
+
+    /// NCHW and NHWC strides, and a 1-d problem lifted to 2-d.
+    #[test]
+    fn descriptors_follow_the_layout() {
+        let p = problem();
+        assert_eq!(
+            p.tensor_dims(6, &[7, 9]),
+            (vec![2, 6, 7, 9], vec![378, 63, 9, 1])
+        );
+        let last = ConvProblem {
+            channels_last: true,
+            ..problem()
+        };
+        assert_eq!(
+            last.tensor_dims(6, &[7, 9]),
+            (vec![2, 6, 7, 9], vec![378, 1, 54, 6])
+        );
+        let one = ConvProblem {
+            input: vec![9],
+            kernel: vec![2],
+            output: vec![5],
+            stride: vec![2],
+            padding: vec![1],
+            dilation: vec![2],
+            ..problem()
+        };
+        one.validate().unwrap();
+        let two = one.at_least_2d();
+        two.validate().unwrap();
+        assert_eq!(
+            (two.input, two.kernel, two.output),
+            (vec![1, 9], vec![1, 2], vec![1, 5])
+        );
+        assert_eq!(
+            (two.stride, two.padding, two.dilation),
+            (vec![1, 2], vec![0, 1], vec![1, 2])
+        );
+    }
+
+    /// The checked entry refuses bad calls before it looks for a library,
+    /// and declines (`false`) where there is none.
+    #[test]
+    fn dnn_conv_checks_before_declining() {
+        for dev in [Device::Cpu, Device::emulator(WaveSize::Wave32)] {
+            let p = problem();
+            let [nx, nw, ny] = p.extents();
+            let x = dev.alloc::<f32>(nx).unwrap();
+            let w = dev.alloc::<f32>(nw).unwrap();
+            let y = dev.alloc::<f32>(ny).unwrap();
+            assert!(!dev.dnn_conv(&p, &x, 0, &w, &y).unwrap());
+            let short = dev.alloc::<f32>(ny - 1).unwrap();
+            let refused = |r: crate::Result<bool>, want: &str| match r {
+                Err(Error::BadDnnCall { why, .. }) => assert!(why.contains(want), "{why}"),
+                other => panic!("expected BadDnnCall ({want}), got {other:?}"),
+            };
+            refused(dev.dnn_conv(&p, &x, 0, &w, &short), "need");
+            refused(dev.dnn_conv(&p, &x, 1, &w, &y), "from element 1");
+            refused(
+                dev.dnn_conv(
+                    &ConvProblem {
+                        output: vec![1, 1],
+                        ..p.clone()
+                    },
+                    &x,
+                    0,
+                    &w,
+                    &y,
+                ),
+                "output dim",
+            );
+            let h = dev.alloc::<u16>(nx).unwrap();
+            let hw = dev.alloc::<u16>(nw).unwrap();
+            let hy = dev.alloc::<u16>(ny).unwrap();
+            refused(dev.dnn_conv(&p, &h, 0, &hw, &hy), "2-byte elements");
+        }
+        let cpu = Device::Cpu.alloc::<f32>(1 << 10).unwrap();
+        let emu = Device::emulator(WaveSize::Wave32);
+        let p = problem();
+        let [nx, nw, _] = p.extents();
+        let (x, w) = (emu.alloc::<f32>(nx).unwrap(), emu.alloc::<f32>(nw).unwrap());
+        match emu.dnn_conv(&p, &x, 0, &w, &cpu) {
+            Err(Error::BadDnnCall { why, .. }) => assert!(why.contains("another device")),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -215,6 +215,15 @@ pub enum Error {
         /// What is wrong, with the values.
         why: String,
     },
+    /// A DNN-library call (see [`crate::dnn`]) that breaks the library's
+    /// rules or reaches past a buffer; nothing was queued.
+    #[error("DNN call on {device} refused: {why}")]
+    BadDnnCall {
+        /// Device.
+        device: String,
+        /// What is wrong, with the values.
+        why: String,
+    },
     /// Work a [`Graph`](crate::Graph) cannot record (a copy from or to the
     /// host, a wait) was asked for while the thread records; the recording
     /// is abandoned and nothing of it runs.

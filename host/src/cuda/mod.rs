@@ -16,16 +16,18 @@
 //!
 //! Files: [`driver`] (loading, discovery, errors), this one (the device and
 //! its [`GpuBackend`] implementation), `memory` (allocations and copies),
-//! `launch` (modules, kernels, launches), `graph` (CUDA graphs), `blas` (cuBLAS). cuDNN, the DNN
-//! library's counterpart of MIOpen, comes with the convolution family.
+//! `launch` (modules, kernels, launches), `graph` (CUDA graphs), `blas` (cuBLAS), `dnn`
+//! (cuDNN, the DNN library's counterpart of MIOpen).
 
 mod blas;
+mod dnn;
 mod driver;
 mod graph;
 mod launch;
 mod memory;
 
 pub use blas::CublasHandle;
+pub use dnn::CudnnHandle;
 pub use driver::{absence_reason, device_count};
 pub use launch::KernelResources;
 pub use memory::CudaAlloc;
@@ -50,6 +52,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub fn cublas_found() -> std::result::Result<String, String> {
     blas::cublas()
         .map(|l| format!("cuBLAS ({})", l.found_as))
+        .map_err(String::from)
+}
+
+/// Whether cuDNN loads on this machine: where it was found and its
+/// version, or why not.
+///
+/// # Errors
+/// Why no cuDNN loads (each path tried and the loader's message).
+pub fn cudnn_found() -> std::result::Result<String, String> {
+    dnn::cudnn()
+        .map(|l| format!("cuDNN {} ({})", l.version, l.found_as))
         .map_err(String::from)
 }
 
@@ -88,6 +101,8 @@ pub struct CudaDevice {
     /// cuBLAS, created on first use on the stream (or why not). Dropped
     /// first, in `Drop`, while the context is alive.
     cublas: OnceLock<std::result::Result<CublasHandle, String>>,
+    /// cuDNN, the same way.
+    cudnn: OnceLock<std::result::Result<CudnnHandle, String>>,
 }
 
 impl CudaDevice {
@@ -188,6 +203,7 @@ impl CudaDevice {
             pool: Pool::new(),
             info,
             cublas: OnceLock::new(),
+            cudnn: OnceLock::new(),
         })
     }
 
@@ -241,6 +257,23 @@ impl CudaDevice {
             .get_or_init(|| {
                 self.current().map_err(|e| e.to_string())?;
                 CublasHandle::new(self.stream.0.cast(), self.ctx, &self.label)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The device's cuDNN handle (created at first use, bound to the
+    /// device's stream), or why there is none.
+    ///
+    /// # Errors
+    /// Why cuDNN is not available (not found, or the handle could not be
+    /// created on the stream).
+    pub fn cudnn(&self) -> std::result::Result<&CudnnHandle, String> {
+        self.cudnn
+            .get_or_init(|| {
+                self.current().map_err(|e| e.to_string())?;
+                CudnnHandle::new(self.stream.0.cast(), self.ctx, &self.label)
                     .map_err(|e| e.to_string())
             })
             .as_ref()
@@ -353,14 +386,20 @@ impl GpuBackend for CudaDevice {
     }
 
     fn dnn(&self) -> Option<&dyn Dnn> {
-        None
+        self.cudnn().ok().map(|h| h as &dyn Dnn)
     }
 
     fn libraries(&self) -> Vec<Library> {
-        vec![Library {
-            name: "cuBLAS",
-            status: cublas_found(),
-        }]
+        vec![
+            Library {
+                name: "cuBLAS",
+                status: cublas_found(),
+            },
+            Library {
+                name: "cuDNN",
+                status: cudnn_found(),
+            },
+        ]
     }
 }
 
@@ -375,6 +414,7 @@ impl Drop for CudaDevice {
             let _ = cu::stream::synchronize(self.stream.0);
             // cuBLAS frees its workspace through this context: before it goes.
             drop(self.cublas.take());
+            drop(self.cudnn.take());
             for (_, m) in self
                 .modules
                 .get_mut()

@@ -1,10 +1,11 @@
 //! The vendor libraries behind one checked entry each: the BLAS GEMM
-//! ([`Device::blas_gemm`]) and the DNN library's handle ([`Device::dnn`]).
+//! ([`Device::blas_gemm`]), the DNN library's convolution
+//! ([`Device::dnn_conv`]) and its handle ([`Device::dnn`]).
 
 use super::Device;
 use super::buffer::DeviceBuffer;
 use crate::blas::{Gemm, GemmOperand};
-use crate::dnn::Dnn;
+use crate::dnn::{ConvAddresses, ConvProblem, Dnn};
 use crate::error::{Error, Result};
 
 impl Device {
@@ -67,7 +68,103 @@ impl Device {
 }
 
 impl Device {
-    /// The device's DNN library (MIOpen on ROCm), bound to its stream, when
+    /// Runs the convolution `p` with the device's DNN library (MIOpen,
+    /// cuDNN) on its stream, reading the input from element `x_offset` of
+    /// `x`, the filter from `w` and writing `y` from its start:
+    /// `Ok(false)` without running anything when the device has no such
+    /// library, the library has no algorithm for `p`, or its workspace does
+    /// not fit in the device's memory; the caller then uses its own kernels.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// use ferrocm_host::dnn::{ConvProblem, DnnType};
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// let p = ConvProblem {
+    ///     dtype: DnnType::F32, batch: 1, in_channels: 1, out_channels: 1, groups: 1,
+    ///     input: vec![3], kernel: vec![2], output: vec![2], stride: vec![1],
+    ///     padding: vec![0], dilation: vec![1], channels_last: false,
+    /// };
+    /// let x = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
+    /// let w = dev.upload(&[1.0f32, 1.0]).unwrap();
+    /// let y = dev.alloc::<f32>(2).unwrap();
+    /// assert!(!dev.dnn_conv(&p, &x, 0, &w, &y).unwrap()); // no DNN library here
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadDnnCall`] when `p` is not a valid problem, its element
+    /// type is not `T`'s size, a tensor reaches past its buffer, or a
+    /// buffer is on another device; the library's status otherwise.
+    pub fn dnn_conv<T: bytemuck::Pod>(
+        &self,
+        p: &ConvProblem,
+        x: &DeviceBuffer<T>,
+        x_offset: usize,
+        w: &DeviceBuffer<T>,
+        y: &DeviceBuffer<T>,
+    ) -> Result<bool> {
+        let bad = |why: String| Error::BadDnnCall {
+            device: self.to_string(),
+            why,
+        };
+        if [x.device(), w.device(), y.device()]
+            .iter()
+            .any(|d| !d.same_device(self))
+        {
+            return Err(bad("a buffer of another device".into()));
+        }
+        p.validate().map_err(bad)?;
+        if p.dtype.size() != size_of::<T>() {
+            return Err(bad(format!(
+                "{:?} elements in buffers of {}-byte elements",
+                p.dtype,
+                size_of::<T>()
+            )));
+        }
+        let [nx, nw, ny] = p.extents();
+        let lens = [x.len().saturating_sub(x_offset), w.len(), y.len()];
+        if lens
+            .iter()
+            .zip([nx, nw, ny])
+            .any(|(&have, need)| have < need)
+            || x_offset > x.len()
+        {
+            return Err(bad(format!(
+                "input, filter and output need {:?} elements; the buffers hold {:?} (input from element {x_offset})",
+                [nx, nw, ny],
+                [x.len(), w.len(), y.len()]
+            )));
+        }
+        let Some(dnn) = self.dnn() else {
+            return Ok(false);
+        };
+        let Some(bytes) = dnn.conv_workspace(p)? else {
+            return Ok(false);
+        };
+        // The workspace from the caching allocator; a GPU too full for it
+        // runs our kernels instead (they need none).
+        let workspace = match self.alloc::<u8>(bytes.max(1)) {
+            Ok(ws) => ws,
+            Err(Error::OutOfMemory { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let at = ConvAddresses {
+            x: x.device_ptr() + (x_offset * size_of::<T>()) as u64,
+            w: w.device_ptr(),
+            y: y.device_ptr(),
+            workspace: workspace.device_ptr(),
+            workspace_bytes: bytes,
+        };
+        let _turn = self.turn();
+        // SAFETY: `validate` and the length checks proved the three tensors
+        // inside their buffers (this device's, borrowed for the call) and
+        // the workspace is as large as the library asked. The workspace
+        // goes back to the cache when this returns, for work queued later.
+        unsafe { dnn.conv_forward(p, at) }.map(|()| true)
+    }
+}
+
+impl Device {
+    /// The device's DNN library (MIOpen on ROCm, cuDNN on CUDA), bound to its stream, when
     /// it loads; `None` on the Cpu, the emulator and a GPU without one.
     ///
     /// ```

@@ -1,30 +1,128 @@
 //! MIOpen on a ROCm GPU (the backend's [`Dnn`]): one handle per device,
 //! created on first use on the device's stream (`miopenCreateWithStream`),
 //! destroyed with it (`miopenDestroy`), statuses read with
-//! `miopenGetErrorString`. The convolution, pooling and batch-norm paths
-//! will use it through the trait.
+//! `miopenGetErrorString`.
+//!
+//! Convolution runs in MIOpen's immediate mode, the path MIOpen documents
+//! for frameworks: tensor descriptors for input, filter and output
+//! (`miopenSetTensorDescriptor` with NCHW strides), a convolution
+//! descriptor (`miopenInitConvolutionNdDescriptor` in convolution mode,
+//! `miopenSetConvolutionGroupCount`), the output dims MIOpen derives
+//! (`miopenGetConvolutionNdForwardOutputDim`) checked against ours, the
+//! solutions MIOpen ranks for the problem (`miopenConvolutionForwardGetSolutionCount`,
+//! `miopenConvolutionForwardGetSolution`: from its find-db, which
+//! `MIOPEN_FIND_MODE` and MIOpen's user db govern, else its heuristics),
+//! the fastest one that sums the products directly (GEMM, direct or
+//! implicit GEMM; FFT and Winograd round differently from the f32 sum the
+//! op promises) compiled once (`miopenConvolutionForwardCompileSolution`)
+//! and run with its workspace (`miopenConvolutionForwardImmediate`).
+//! Descriptors and solution are kept per problem for the process.
+//!
+//! Statuses: every call's is checked. While planning, BadParm, InvalidValue,
+//! NotImplemented and UnsupportedOp mean MIOpen declines the problem
+//! (remembered; our kernels run), as does a problem with no such solution
+//! or a channels-last one (MIOpen's NHWC support varies by release and
+//! solver; ferrocm's kernels take it); any other failure, and any failure
+//! of the run, is `Error::Rocm` with MIOpen's message.
 
-use super::{RocmDevice, ffi};
-use crate::dnn::{Dnn, DnnGuard};
+use super::{RocmDevice, ffi, hip_check};
+use crate::dnn::{ConvAddresses, ConvProblem, Dnn, DnnGuard, DnnType};
 use crate::error::{Error, Result};
+use rocm_rs::miopen::ffi as mf;
+use std::collections::HashMap;
+use std::os::raw::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::Mutex;
+
+/// `miopenConvolutionAlgoGEMM`, `..Direct` and `..ImplicitGEMM` (MIOpen's
+/// header; rocm-rs does not re-export the constants): the algorithms that
+/// sum the products themselves.
+const DIRECT_SUM_ALGOS: [mf::miopenConvAlgorithm_t; 3] = [0, 1, 5];
+
+/// One problem's descriptors and solution.
+struct ConvPlan {
+    x: mf::miopenTensorDescriptor_t,
+    w: mf::miopenTensorDescriptor_t,
+    y: mf::miopenTensorDescriptor_t,
+    conv: mf::miopenConvolutionDescriptor_t,
+    solution: u64,
+    workspace: usize,
+}
+
+/// The descriptors created so far, destroyed when dropped.
+struct Descriptors {
+    lib: &'static ffi::Miopen,
+    x: mf::miopenTensorDescriptor_t,
+    w: mf::miopenTensorDescriptor_t,
+    y: mf::miopenTensorDescriptor_t,
+    conv: mf::miopenConvolutionDescriptor_t,
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // SAFETY: each one null or created by its create call, destroyed once.
+        unsafe {
+            for t in [self.x, self.w, self.y] {
+                if !t.is_null() {
+                    (self.lib.miopenDestroyTensorDescriptor)(t);
+                }
+            }
+            if !self.conv.is_null() {
+                (self.lib.miopenDestroyConvolutionDescriptor)(self.conv);
+            }
+        }
+    }
+}
 
 /// An MIOpen handle created on its device's stream, destroyed with the device.
 ///
 /// MIOpen handles must not be used by two threads at once, so the raw handle
 /// is reached through [`Dnn::handle`], which locks it.
 pub struct MiopenHandle {
-    raw: rocm_rs::miopen::ffi::miopenHandle_t,
+    raw: mf::miopenHandle_t,
     lock: Mutex<()>,
+    /// Per problem: its plan, or `None` when MIOpen declined it.
+    plans: Mutex<HashMap<ConvProblem, Option<ConvPlan>>>,
     lib: &'static ffi::Miopen,
+    hip: &'static ffi::Hip,
+    /// The device's HIP id, made current before each call.
+    ordinal: c_int,
+    /// The device, for messages.
+    device: String,
 }
 
-// SAFETY: MIOpen handles may be used from any thread, one at a time: every
-// use goes through `lock`.
+// SAFETY: MIOpen handles and descriptors may be used from any thread, one at
+// a time: every use goes through `lock` (the handle) and `plans`.
 unsafe impl Send for MiopenHandle {}
 // SAFETY: as above.
 unsafe impl Sync for MiopenHandle {}
+
+/// Where planning stopped: MIOpen declined the problem, or failed.
+enum Stop {
+    Declined,
+    Failed(Error),
+}
+
+fn status_error(lib: &ffi::Miopen, status: mf::miopenStatus_t, call: &str, device: &str) -> Error {
+    // SAFETY: returns a static string (or null).
+    let text = unsafe { ffi::c_text((lib.miopenGetErrorString)(status)) }.unwrap_or_default();
+    Error::Rocm {
+        call: call.into(),
+        device: device.into(),
+        message: format!("{text} ({status})"),
+    }
+}
+
+/// Whether a planning status means "not this problem" rather than a failure.
+fn declines(status: mf::miopenStatus_t) -> bool {
+    [
+        mf::miopenStatus_t_miopenStatusBadParm,
+        mf::miopenStatus_t_miopenStatusInvalidValue,
+        mf::miopenStatus_t_miopenStatusNotImplemented,
+        mf::miopenStatus_t_miopenStatusUnsupportedOp,
+    ]
+    .contains(&status)
+}
 
 impl MiopenHandle {
     pub(super) fn new(dev: &RocmDevice) -> Result<Self> {
@@ -37,21 +135,200 @@ impl MiopenHandle {
         let mut raw = null_mut();
         // SAFETY: writes one handle, on our stream.
         let status = unsafe { (lib.miopenCreateWithStream)(&mut raw, dev.stream.raw.cast()) };
-        if status != rocm_rs::miopen::ffi::miopenStatus_t_miopenStatusSuccess {
-            // SAFETY: returns a static string (or null).
-            let text =
-                unsafe { ffi::c_text((lib.miopenGetErrorString)(status)) }.unwrap_or_default();
-            return Err(Error::Rocm {
-                call: "miopenCreateWithStream".into(),
-                device: dev.label.clone(),
-                message: format!("{text} ({status})"),
-            });
+        if status != mf::miopenStatus_t_miopenStatusSuccess {
+            return Err(status_error(
+                lib,
+                status,
+                "miopenCreateWithStream",
+                &dev.label,
+            ));
         }
         Ok(MiopenHandle {
             raw,
             lock: Mutex::new(()),
+            plans: Mutex::new(HashMap::new()),
             lib,
+            hip: dev.hip,
+            ordinal: dev.ordinal as c_int,
+            device: dev.label.clone(),
         })
+    }
+
+    fn set_device(&self) -> Result<()> {
+        // SAFETY: plain call.
+        let code = unsafe { (self.hip.hipSetDevice)(self.ordinal) };
+        hip_check(self.hip, code, "hipSetDevice", &self.device)
+    }
+
+    /// Builds `p`'s descriptors and picks its solution.
+    fn plan(&self, p: &ConvProblem) -> std::result::Result<ConvPlan, Stop> {
+        let lib = self.lib;
+        let step = |status: mf::miopenStatus_t, call: &str| -> std::result::Result<(), Stop> {
+            if status == mf::miopenStatus_t_miopenStatusSuccess {
+                Ok(())
+            } else if declines(status) {
+                Err(Stop::Declined)
+            } else {
+                Err(Stop::Failed(status_error(lib, status, call, &self.device)))
+            }
+        };
+        if p.channels_last {
+            return Err(Stop::Declined);
+        }
+        let p = p.at_least_2d();
+        let nd = p.input.len() as c_int + 2;
+        let dtype = match p.dtype {
+            DnnType::F32 => mf::miopenDataType_t_miopenFloat,
+            DnnType::F16 => mf::miopenDataType_t_miopenHalf,
+            DnnType::Bf16 => mf::miopenDataType_t_miopenBFloat16,
+        };
+        let ints = |v: &[usize]| v.iter().map(|&x| x as c_int).collect::<Vec<_>>();
+        let mut d = Descriptors {
+            lib,
+            x: null_mut(),
+            w: null_mut(),
+            y: null_mut(),
+            conv: null_mut(),
+        };
+        let (xd, xs) = p.tensor_dims(p.in_channels, &p.input);
+        let (yd, ys) = p.tensor_dims(p.out_channels, &p.output);
+        // The filter as an NCHW tensor (C_out, C_in / groups, kernel..).
+        let mut wd = ints(&[p.out_channels, p.in_channels / p.groups]);
+        wd.extend(ints(&p.kernel));
+        let mut ws = vec![1 as c_int; wd.len()];
+        for i in (0..wd.len() - 1).rev() {
+            ws[i] = ws[i + 1] * wd[i + 1];
+        }
+        let (pad, stride, dil) = (ints(&p.padding), ints(&p.stride), ints(&p.dilation));
+        // SAFETY: each call gets descriptors it created (or writes one), and
+        // arrays of the lengths it is told that outlive it.
+        unsafe {
+            step(
+                (lib.miopenCreateTensorDescriptor)(&mut d.x),
+                "miopenCreateTensorDescriptor",
+            )?;
+            step(
+                (lib.miopenCreateTensorDescriptor)(&mut d.w),
+                "miopenCreateTensorDescriptor",
+            )?;
+            step(
+                (lib.miopenCreateTensorDescriptor)(&mut d.y),
+                "miopenCreateTensorDescriptor",
+            )?;
+            step(
+                (lib.miopenCreateConvolutionDescriptor)(&mut d.conv),
+                "miopenCreateConvolutionDescriptor",
+            )?;
+            for (desc, dims, strides) in [(d.x, &xd, &xs), (d.w, &wd, &ws), (d.y, &yd, &ys)] {
+                step(
+                    (lib.miopenSetTensorDescriptor)(
+                        desc,
+                        dtype,
+                        nd,
+                        dims.as_ptr(),
+                        strides.as_ptr(),
+                    ),
+                    "miopenSetTensorDescriptor",
+                )?;
+            }
+            step(
+                (lib.miopenInitConvolutionNdDescriptor)(
+                    d.conv,
+                    nd - 2,
+                    pad.as_ptr(),
+                    stride.as_ptr(),
+                    dil.as_ptr(),
+                    mf::miopenConvolutionMode_t_miopenConvolution,
+                ),
+                "miopenInitConvolutionNdDescriptor",
+            )?;
+            step(
+                (lib.miopenSetConvolutionGroupCount)(d.conv, p.groups as c_int),
+                "miopenSetConvolutionGroupCount",
+            )?;
+            let mut out_nd = nd;
+            let mut out = vec![0 as c_int; nd as usize];
+            step(
+                (lib.miopenGetConvolutionNdForwardOutputDim)(
+                    d.conv,
+                    d.x,
+                    d.w,
+                    &mut out_nd,
+                    out.as_mut_ptr(),
+                ),
+                "miopenGetConvolutionNdForwardOutputDim",
+            )?;
+            if out_nd != nd || out != yd {
+                return Err(Stop::Failed(Error::Rocm {
+                    call: "miopenGetConvolutionNdForwardOutputDim".into(),
+                    device: self.device.clone(),
+                    message: format!("MIOpen derives output dims {out:?}, ferrocm {yd:?}"),
+                }));
+            }
+            let mut count = 0usize;
+            step(
+                (lib.miopenConvolutionForwardGetSolutionCount)(
+                    self.raw, d.w, d.x, d.conv, d.y, &mut count,
+                ),
+                "miopenConvolutionForwardGetSolutionCount",
+            )?;
+            if count == 0 {
+                return Err(Stop::Declined);
+            }
+            let mut solutions = vec![
+                mf::miopenConvSolution_t {
+                    time: 0.0,
+                    workspace_size: 0,
+                    solution_id: 0,
+                    algorithm: 0,
+                };
+                count
+            ];
+            let mut returned = 0usize;
+            step(
+                (lib.miopenConvolutionForwardGetSolution)(
+                    self.raw,
+                    d.w,
+                    d.x,
+                    d.conv,
+                    d.y,
+                    count,
+                    &mut returned,
+                    solutions.as_mut_ptr(),
+                ),
+                "miopenConvolutionForwardGetSolution",
+            )?;
+            // Ranked fastest first (by MIOpen's find-db time, or its estimate).
+            let Some(best) = solutions[..returned.min(count)]
+                .iter()
+                .find(|s| DIRECT_SUM_ALGOS.contains(&s.algorithm))
+                .copied()
+            else {
+                return Err(Stop::Declined);
+            };
+            step(
+                (lib.miopenConvolutionForwardCompileSolution)(
+                    self.raw,
+                    d.w,
+                    d.x,
+                    d.conv,
+                    d.y,
+                    best.solution_id,
+                ),
+                "miopenConvolutionForwardCompileSolution",
+            )?;
+            let plan = ConvPlan {
+                x: d.x,
+                w: d.w,
+                y: d.y,
+                conv: d.conv,
+                solution: best.solution_id,
+                workspace: best.workspace_size,
+            };
+            // Handed over to the plan.
+            std::mem::forget(d);
+            Ok(plan)
+        }
     }
 }
 
@@ -66,10 +343,92 @@ impl Dnn for MiopenHandle {
             self.lock.lock().unwrap_or_else(|e| e.into_inner()),
         )
     }
+
+    fn conv_workspace(&self, p: &ConvProblem) -> Result<Option<usize>> {
+        let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(plan) = plans.get(p) {
+            return Ok(plan.as_ref().map(|plan| plan.workspace));
+        }
+        self.set_device()?;
+        let plan = match self.plan(p) {
+            Ok(plan) => Some(plan),
+            Err(Stop::Declined) => None,
+            Err(Stop::Failed(e)) => return Err(e),
+        };
+        let workspace = plan.as_ref().map(|plan| plan.workspace);
+        plans.insert(p.clone(), plan);
+        Ok(workspace)
+    }
+
+    unsafe fn conv_forward(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()> {
+        let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(Some(plan)) = plans.get(p) else {
+            return Err(Error::BadDnnCall {
+                device: self.device.clone(),
+                why: format!("no MIOpen plan for {p:?} (conv_workspace first)"),
+            });
+        };
+        if at.workspace_bytes < plan.workspace {
+            return Err(Error::BadDnnCall {
+                device: self.device.clone(),
+                why: format!(
+                    "a workspace of {} bytes where the solution needs {}",
+                    at.workspace_bytes, plan.workspace
+                ),
+            });
+        }
+        self.set_device()?;
+        let addr = |a: u64| a as usize as *mut c_void;
+        // SAFETY: the plan's descriptors describe `p`, whose tensors the
+        // caller proved inside live buffers at `at`.
+        let status = unsafe {
+            (self.lib.miopenConvolutionForwardImmediate)(
+                self.raw,
+                plan.w,
+                addr(at.w),
+                plan.x,
+                addr(at.x),
+                plan.conv,
+                plan.y,
+                addr(at.y),
+                addr(at.workspace),
+                at.workspace_bytes,
+                plan.solution,
+            )
+        };
+        if status != mf::miopenStatus_t_miopenStatusSuccess {
+            return Err(status_error(
+                self.lib,
+                status,
+                "miopenConvolutionForwardImmediate",
+                &self.device,
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Drop for MiopenHandle {
     fn drop(&mut self) {
+        let lib = self.lib;
+        for (_, plan) in self
+            .plans
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            if let Some(plan) = plan {
+                drop(Descriptors {
+                    lib,
+                    x: plan.x,
+                    w: plan.w,
+                    y: plan.y,
+                    conv: plan.conv,
+                });
+            }
+        }
         // SAFETY: created by miopenCreateWithStream, destroyed once. Errors ignored.
         unsafe { (self.lib.miopenDestroy)(self.raw) };
     }

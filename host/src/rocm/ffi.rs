@@ -216,6 +216,52 @@ entry_points! {
         fn miopenCreateWithStream(handle: *mut mf::miopenHandle_t, stream: *mut c_void) -> mf::miopenStatus_t;
         #[check(mf)] fn miopenDestroy(handle: mf::miopenHandle_t) -> mf::miopenStatus_t;
         #[check(mf)] fn miopenGetErrorString(status: mf::miopenStatus_t) -> *const c_char;
+        #[check(mf)] fn miopenCreateTensorDescriptor(desc: *mut mf::miopenTensorDescriptor_t) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenSetTensorDescriptor(
+            desc: mf::miopenTensorDescriptor_t, data_type: mf::miopenDataType_t, dims: c_int,
+            lens: *const c_int, strides: *const c_int,
+        ) -> mf::miopenStatus_t;
+        #[check(mf)] fn miopenDestroyTensorDescriptor(desc: mf::miopenTensorDescriptor_t) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenCreateConvolutionDescriptor(desc: *mut mf::miopenConvolutionDescriptor_t) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenInitConvolutionNdDescriptor(
+            desc: mf::miopenConvolutionDescriptor_t, spatial_dims: c_int, pad: *const c_int,
+            stride: *const c_int, dilation: *const c_int, mode: mf::miopenConvolutionMode_t,
+        ) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenSetConvolutionGroupCount(desc: mf::miopenConvolutionDescriptor_t, groups: c_int) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenGetConvolutionNdForwardOutputDim(
+            desc: mf::miopenConvolutionDescriptor_t, x: mf::miopenTensorDescriptor_t,
+            w: mf::miopenTensorDescriptor_t, dims: *mut c_int, lens: *mut c_int,
+        ) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenDestroyConvolutionDescriptor(desc: mf::miopenConvolutionDescriptor_t) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenConvolutionForwardGetSolutionCount(
+            handle: mf::miopenHandle_t, w: mf::miopenTensorDescriptor_t, x: mf::miopenTensorDescriptor_t,
+            conv: mf::miopenConvolutionDescriptor_t, y: mf::miopenTensorDescriptor_t, count: *mut usize,
+        ) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenConvolutionForwardGetSolution(
+            handle: mf::miopenHandle_t, w: mf::miopenTensorDescriptor_t, x: mf::miopenTensorDescriptor_t,
+            conv: mf::miopenConvolutionDescriptor_t, y: mf::miopenTensorDescriptor_t, max: usize,
+            count: *mut usize, solutions: *mut mf::miopenConvSolution_t,
+        ) -> mf::miopenStatus_t;
+        // Not checked (these two): rocm-rs keeps its bindings of them
+        // private; the declarations are those bindings', argument for argument.
+        fn miopenConvolutionForwardCompileSolution(
+            handle: mf::miopenHandle_t, w: mf::miopenTensorDescriptor_t, x: mf::miopenTensorDescriptor_t,
+            conv: mf::miopenConvolutionDescriptor_t, y: mf::miopenTensorDescriptor_t, solution: u64,
+        ) -> mf::miopenStatus_t;
+        fn miopenConvolutionForwardImmediate(
+            handle: mf::miopenHandle_t, w_desc: mf::miopenTensorDescriptor_t, w: *const c_void,
+            x_desc: mf::miopenTensorDescriptor_t, x: *const c_void, conv: mf::miopenConvolutionDescriptor_t,
+            y_desc: mf::miopenTensorDescriptor_t, y: *mut c_void, workspace: *mut c_void,
+            workspace_bytes: usize, solution: u64,
+        ) -> mf::miopenStatus_t;
     }
 }
 

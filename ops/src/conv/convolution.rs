@@ -26,11 +26,13 @@
 //! input) whose rows are then added into the output where each tap lands
 //! (col2im).
 
+use crate::core::dtype::DType;
 use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
-use crate::engine::{self, Op};
+use crate::engine::{self, Libraries, Op, Vendor};
 use crate::matmul::dense::sgemm;
+use ferrocm_host::dnn::{ConvProblem, DnnType};
 use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::convolution::{
@@ -39,8 +41,9 @@ use ferrocm_kernels::conv::convolution::{
 };
 use ferrocm_kernels::matmul::{GEMM_BLOCK, GEMM_BM, GEMM_BN, GEMM_LDS_BYTES};
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{elems, narrow, per_dim, widen};
+use super::{elems, narrow, out_strides, per_dim, widen};
 
 /// The parameters of a convolution besides its operands: PyTorch's
 /// `stride`, `padding`, `dilation` and `groups`, and a transposed
@@ -133,6 +136,45 @@ impl ConvOptions {
     }
 }
 
+static VENDOR_DNN: AtomicBool = AtomicBool::new(true);
+static VENDOR_DNN_ENV: std::sync::Once = std::sync::Once::new();
+
+/// `FERROCM_VENDOR_DNN=0` in the environment starts the process with the
+/// DNN library off.
+fn vendor_dnn_from_env() {
+    VENDOR_DNN_ENV.call_once(|| {
+        if std::env::var("FERROCM_VENDOR_DNN").is_ok_and(|v| v == "0") {
+            VENDOR_DNN.store(false, Ordering::Relaxed);
+        }
+    });
+}
+
+/// Whether convolutions may use the GPU's DNN library (MIOpen, cuDNN)
+/// where it is loaded (the default; `FERROCM_VENDOR_DNN=0` in the
+/// environment turns it off from the start), or always ferrocm's kernels
+/// (benches time both in one run). Process-wide.
+///
+/// ```
+/// ferrocm_ops::conv::set_vendor_dnn(false);
+/// assert!(!ferrocm_ops::conv::vendor_dnn());
+/// ferrocm_ops::conv::set_vendor_dnn(true);
+/// ```
+pub fn set_vendor_dnn(on: bool) {
+    vendor_dnn_from_env();
+    VENDOR_DNN.store(on, Ordering::Relaxed);
+}
+
+/// See [`set_vendor_dnn`].
+///
+/// ```
+/// // On unless FERROCM_VENDOR_DNN=0 or set_vendor_dnn(false).
+/// let _on: bool = ferrocm_ops::conv::vendor_dnn();
+/// ```
+pub fn vendor_dnn() -> bool {
+    vendor_dnn_from_env();
+    VENDOR_DNN.load(Ordering::Relaxed)
+}
+
 /// A convolution's shapes, checked, with its spatial dims always three
 /// (leading dims of size 1 for 1-d and 2-d).
 #[derive(Clone, Debug)]
@@ -213,7 +255,17 @@ impl<T: WithDType> Tensor<T> {
     /// `(N, C_out, out..)` with `out = (in + before + after - dilation *
     /// (kernel - 1) - 1) / stride + 1` along each spatial dim. Cross-
     /// correlation, as every framework computes it (the kernel is not
-    /// flipped).
+    /// flipped). Products are summed in f32 and rounded once, after the
+    /// bias.
+    ///
+    /// On a GPU whose DNN library loads (cuDNN, MIOpen; see
+    /// [`set_vendor_dnn`](crate::conv::set_vendor_dnn)) the library runs
+    /// the convolutions it has an algorithm for (symmetric padding, a dense
+    /// NCHW input or NHWC memory; MIOpen NCHW only), with f32 accumulation
+    /// and no TF32, FFT or Winograd; an f16/bf16 one with a bias is then
+    /// rounded twice (the library's sums, then the bias added: at most one
+    /// more half ulp, as PyTorch's cuDNN path). Everything else runs
+    /// ferrocm's kernels.
     ///
     /// ```
     /// use ferrocm_ops::conv::ConvOptions;
@@ -1004,6 +1056,56 @@ impl<T: WithDType> Op for Conv<'_, T> {
         Ok(self.out)
     }
 
+    fn vendor(self, libs: &Libraries) -> Vendor<Self> {
+        if !vendor_dnn() || libs.dnn().is_none() {
+            return Vendor::Fallback(self);
+        }
+        let Some(problem) = self.dnn_problem() else {
+            return Vendor::Fallback(self);
+        };
+        let dev = libs.device();
+        // A channels-last problem takes the filter as (C_out, kernel.., C_in / groups).
+        let krsc;
+        let w = if problem.channels_last {
+            let r = self.w.rank();
+            let perm: Vec<usize> = [0].into_iter().chain(2..r).chain([1]).collect();
+            krsc = match self.w.permute(&perm).and_then(|w| w.contiguous()) {
+                Ok(w) => w,
+                Err(e) => return Vendor::Done(Err(e)),
+            };
+            &krsc
+        } else {
+            self.w
+        };
+        let x = self.x;
+        match dev.dnn_conv(&problem, x.buf(), x.layout().offset(), w.buf(), &self.out) {
+            Ok(true) => {}
+            Ok(false) => return Vendor::Fallback(self),
+            Err(e) => return Vendor::Done(Err(e.into())),
+        }
+        let Some(bias) = self.bias else {
+            return Vendor::Done(Ok(self.out));
+        };
+        // The bias by our broadcast add (a second rounding for f16/bf16:
+        // the libraries round the sums to T first).
+        let (n, c) = (problem.batch, problem.out_channels);
+        let sd = problem.output.len();
+        let (memory, per_channel) = if problem.channels_last {
+            ([&[n][..], &problem.output, &[c]].concat(), vec![c])
+        } else {
+            (
+                [&[n, c][..], &problem.output].concat(),
+                [&[c][..], &vec![1; sd]].concat(),
+            )
+        };
+        let y = Tensor::from_parts(self.out, &memory);
+        let sum = bias
+            .reshape(&per_channel)
+            .and_then(|b| y.add(&b))
+            .and_then(Tensor::into_buffer);
+        Vendor::Done(sum)
+    }
+
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
         let p = &self.plan;
         if p.batch * p.cout * p.positions() == 0 {
@@ -1096,6 +1198,50 @@ impl<T: WithDType> Op for Conv<'_, T> {
             self.launch(dev, &geom, &w, (count, first))?;
         }
         Ok(self.out)
+    }
+}
+
+impl<T: WithDType> Conv<'_, T> {
+    /// The convolution as a DNN library takes it, if it does: a forward
+    /// convolution of f32/f16/bf16, symmetric padding, a dense NCHW input
+    /// (or NHWC memory when the output is channels-last), nothing empty.
+    fn dnn_problem(&self) -> Option<ConvProblem> {
+        let p = &self.plan;
+        let dtype = match T::DTYPE {
+            DType::F32 => DnnType::F32,
+            DType::F16 => DnnType::F16,
+            DType::BF16 => DnnType::Bf16,
+            _ => return None,
+        };
+        let sd = self.x.rank() - 2;
+        let lead = 3 - sd;
+        let dims = lead..3;
+        if p.transposed || dims.clone().any(|d| p.padded[d] - p.inp[d] != 2 * p.pad[d]) {
+            return None;
+        }
+        let dense = if self.channels_last {
+            self.x.layout().strides() == out_strides(self.x.shape(), true).as_slice()
+        } else {
+            self.x.is_contiguous()
+        };
+        if !dense {
+            return None;
+        }
+        let problem = ConvProblem {
+            dtype,
+            batch: p.batch,
+            in_channels: p.cin,
+            out_channels: p.cout,
+            groups: p.groups,
+            input: p.inp[dims.clone()].to_vec(),
+            kernel: p.kernel[dims.clone()].to_vec(),
+            output: p.out[dims.clone()].to_vec(),
+            stride: p.stride[dims.clone()].to_vec(),
+            padding: p.pad[dims.clone()].to_vec(),
+            dilation: p.dilation[dims].to_vec(),
+            channels_last: self.channels_last,
+        };
+        problem.validate().is_ok().then_some(problem)
     }
 }
 

@@ -10,7 +10,7 @@ pub mod convolution;
 pub mod pool;
 pub mod resample;
 
-pub use convolution::ConvOptions;
+pub use convolution::{ConvOptions, set_vendor_dnn, vendor_dnn};
 pub use pool::PoolOptions;
 pub use resample::Resize;
 

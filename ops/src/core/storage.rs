@@ -66,6 +66,11 @@ impl Storage {
         }
     }
 
+    /// The memory, given up.
+    pub(crate) fn into_raw(self) -> RawBuffer {
+        self.buffer
+    }
+
     /// Raw blocks of `format` (the byte count is checked by the caller).
     pub(crate) fn blocks(buffer: RawBuffer, format: QuantFormat) -> Self {
         Self {

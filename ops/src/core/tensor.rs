@@ -76,6 +76,27 @@ impl<T: WithDType> Tensor<T> {
         }
     }
 
+    /// The tensor's elements as a buffer of their own, in row-major order:
+    /// its storage itself when the tensor is its only user and covers it
+    /// all, contiguous from its start (a freshly computed result), else a
+    /// copy.
+    pub(crate) fn into_buffer(self) -> Result<DeviceBuffer<T>> {
+        let whole = self.is_contiguous()
+            && self.layout.offset() == 0
+            && self.elem_count() == self.buf().len();
+        if whole && Arc::strong_count(&self.storage) == 1 {
+            // The only owner (checked above, and `self` is owned): the
+            // storage is ours, dense `T`s (the field's invariant, as `buf`).
+            let storage = Arc::try_unwrap(self.storage).expect("the only owner");
+            return Ok(storage
+                .into_raw()
+                .into_typed::<T>()
+                .expect("dense T storage"));
+        }
+        let copy = self.copy()?;
+        copy.into_buffer()
+    }
+
     /// A typed view of `storage` (checked: it must hold dense `T`s covering `layout`).
     pub(crate) fn from_storage(storage: Arc<Storage>, layout: Layout) -> Result<Self> {
         let len = storage.typed::<T>()?.len();

@@ -1,0 +1,554 @@
+//! cuDNN for CUDA devices (the backend's [`Dnn`]), opened at run time
+//! (`dlopen`) like cuBLAS: `FERROCM_CUDNN` if set, else the sonames of
+//! cuDNN 9 and 8 (PyTorch's wheels ship `libcudnn.so.9` under
+//! `site-packages/nvidia/cudnn/lib`; put that folder on `LD_LIBRARY_PATH`
+//! or name the file). Absent, the convolution runs ferrocm's kernels.
+//!
+//! The legacy convolution API, which cuDNN 9 still ships and which maps
+//! one-to-one to MIOpen's: a tensor descriptor each for input and output
+//! (`cudnnSetTensorNdDescriptor`, strides for NCHW or NHWC), a filter
+//! descriptor (`cudnnSetFilterNdDescriptor`, KCRS or KRSC), a convolution
+//! descriptor (`cudnnSetConvolutionNdDescriptor` in cross-correlation mode
+//! with an f32 compute type, `cudnnSetConvolutionGroupCount`,
+//! `cudnnSetConvolutionMathType`); the output dims cuDNN derives
+//! (`cudnnGetConvolutionNdForwardOutputDim`) are checked against ours; the
+//! algorithm from cuDNN's heuristics (`cudnnGetConvolutionForwardAlgorithm_v7`,
+//! as PyTorch does without `benchmark`), the first that succeeds, computes
+//! the direct sum of products (implicit GEMM, GEMM or direct: FFT and
+//! Winograd transform the operands and round differently from the f32 sum
+//! the op promises) and, for f32, uses FMA math only (no TF32); its
+//! workspace from `cudnnGetConvolutionForwardWorkspaceSize`; then
+//! `cudnnConvolutionForward`. Descriptors and algorithm are kept per
+//! problem for the process. Other calls: `cudnnCreate`, `cudnnSetStream`,
+//! `cudnnDestroy`, `cudnnGetVersion`, `cudnnGetErrorString` and the
+//! descriptors' create/destroy.
+//!
+//! Statuses: every call's is checked. While planning, BAD_PARAM and
+//! NOT_SUPPORTED (cuDNN 9's 2000 and 3000 families, 8's 3 and 9) mean the
+//! library declines the problem (remembered; our kernels run); any other
+//! failure, and any failure of the forward call, is `Error::Cuda` with
+//! cuDNN's message and the status number.
+//!
+//! The declarations below are cuDNN's C signatures with enums as `c_int`
+//! (a status or enum value a newer cuDNN adds must not be undefined
+//! behaviour in a Rust enum); the perf struct's layout is checked against
+//! cudarc's binding of it at compile time.
+
+use super::driver::{Handle, describe};
+use crate::dnn::{ConvAddresses, ConvProblem, Dnn, DnnGuard, DnnType};
+use crate::error::{Error, Result};
+use cudarc::driver::{result as cu, sys};
+use libloading::Library;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::{Mutex, OnceLock};
+
+type Ptr = *mut c_void;
+type Status = c_int;
+
+/// `cudnnConvolutionFwdAlgoPerf_t` with its enums as `c_int`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FwdPerf {
+    algo: c_int,
+    status: Status,
+    time: f32,
+    memory: usize,
+    determinism: c_int,
+    math_type: c_int,
+    reserved: [c_int; 3],
+}
+const _: () = assert!(
+    size_of::<FwdPerf>() == size_of::<cudarc::cudnn::sys::cudnnConvolutionFwdAlgoPerf_t>()
+        && align_of::<FwdPerf>() == align_of::<cudarc::cudnn::sys::cudnnConvolutionFwdAlgoPerf_t>()
+);
+
+const SUCCESS: Status = 0;
+const DATA_FLOAT: c_int = 0;
+const DATA_HALF: c_int = 2;
+const DATA_BFLOAT16: c_int = 9;
+const TENSOR_NCHW: c_int = 0;
+const TENSOR_NHWC: c_int = 1;
+const CROSS_CORRELATION: c_int = 1;
+const DEFAULT_MATH: c_int = 0;
+const TENSOR_OP_MATH: c_int = 1;
+const FMA_MATH: c_int = 3;
+/// IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM, DIRECT: the algorithms that
+/// sum the products themselves.
+const DIRECT_SUM_ALGOS: [c_int; 4] = [0, 1, 2, 3];
+
+macro_rules! cudnn_api {
+    ($($field:ident = $name:literal: fn($($t:ty),*) -> $r:ty;)*) => {
+        /// The resolved entry points (the library stays open for the process).
+        pub(crate) struct Cudnn {
+            $($field: unsafe extern "C" fn($($t),*) -> $r,)*
+            /// The name or path it was opened as.
+            pub(crate) found_as: String,
+            /// `cudnnGetVersion()`, e.g. 91002.
+            pub(crate) version: usize,
+            _library: Library,
+        }
+
+        fn resolve(library: Library, found_as: String) -> std::result::Result<Cudnn, String> {
+            // SAFETY: each symbol is read as the type of its C declaration.
+            unsafe {
+                $(
+                    let $field = *library
+                        .get::<unsafe extern "C" fn($($t),*) -> $r>(concat!($name, "\0").as_bytes())
+                        .map_err(|e| format!("{found_as} lacks {}: {e}", $name))?;
+                )*
+                let get_version = *library
+                    .get::<unsafe extern "C" fn() -> usize>(b"cudnnGetVersion\0")
+                    .map_err(|e| format!("{found_as} lacks cudnnGetVersion: {e}"))?;
+                Ok(Cudnn { $($field,)* found_as, version: get_version(), _library: library })
+            }
+        }
+    };
+}
+
+cudnn_api! {
+    create = "cudnnCreate": fn(*mut Ptr) -> Status;
+    destroy = "cudnnDestroy": fn(Ptr) -> Status;
+    set_stream = "cudnnSetStream": fn(Ptr, Ptr) -> Status;
+    error_string = "cudnnGetErrorString": fn(Status) -> *const c_char;
+    create_tensor = "cudnnCreateTensorDescriptor": fn(*mut Ptr) -> Status;
+    set_tensor = "cudnnSetTensorNdDescriptor": fn(Ptr, c_int, c_int, *const c_int, *const c_int) -> Status;
+    destroy_tensor = "cudnnDestroyTensorDescriptor": fn(Ptr) -> Status;
+    create_filter = "cudnnCreateFilterDescriptor": fn(*mut Ptr) -> Status;
+    set_filter = "cudnnSetFilterNdDescriptor": fn(Ptr, c_int, c_int, c_int, *const c_int) -> Status;
+    destroy_filter = "cudnnDestroyFilterDescriptor": fn(Ptr) -> Status;
+    create_conv = "cudnnCreateConvolutionDescriptor": fn(*mut Ptr) -> Status;
+    set_conv = "cudnnSetConvolutionNdDescriptor":
+        fn(Ptr, c_int, *const c_int, *const c_int, *const c_int, c_int, c_int) -> Status;
+    set_groups = "cudnnSetConvolutionGroupCount": fn(Ptr, c_int) -> Status;
+    set_math = "cudnnSetConvolutionMathType": fn(Ptr, c_int) -> Status;
+    destroy_conv = "cudnnDestroyConvolutionDescriptor": fn(Ptr) -> Status;
+    output_dims = "cudnnGetConvolutionNdForwardOutputDim": fn(Ptr, Ptr, Ptr, c_int, *mut c_int) -> Status;
+    algo_count = "cudnnGetConvolutionForwardAlgorithmMaxCount": fn(Ptr, *mut c_int) -> Status;
+    heuristics = "cudnnGetConvolutionForwardAlgorithm_v7":
+        fn(Ptr, Ptr, Ptr, Ptr, Ptr, c_int, *mut c_int, *mut FwdPerf) -> Status;
+
+    workspace_size = "cudnnGetConvolutionForwardWorkspaceSize":
+        fn(Ptr, Ptr, Ptr, Ptr, Ptr, c_int, *mut usize) -> Status;
+    forward = "cudnnConvolutionForward": fn(
+        Ptr, *const c_void, Ptr, *const c_void, Ptr, *const c_void, Ptr, c_int, Ptr, usize,
+        *const c_void, Ptr, Ptr
+    ) -> Status;
+}
+
+/// Opens cuDNN once per process: `FERROCM_CUDNN` if set, else the sonames
+/// of cuDNN 9 and 8 and the unversioned development link.
+pub(crate) fn cudnn() -> std::result::Result<&'static Cudnn, &'static str> {
+    static LIB: OnceLock<std::result::Result<Cudnn, String>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let mut names: Vec<String> = std::env::var("FERROCM_CUDNN").into_iter().collect();
+        names.extend(["libcudnn.so.9", "libcudnn.so.8", "libcudnn.so"].map(String::from));
+        let mut why = Vec::new();
+        for name in &names {
+            // SAFETY: loading cuDNN runs its initialisers, which only set up
+            // the library itself.
+            match unsafe { Library::new(name) } {
+                Ok(library) => return resolve(library, name.clone()),
+                Err(e) => why.push(format!("{name}: {e}")),
+            }
+        }
+        Err(format!(
+            "cuDNN not found ({}); set FERROCM_CUDNN to its path",
+            why.join("; ")
+        ))
+    })
+    .as_ref()
+    .map_err(|s| s.as_str())
+}
+
+/// Whether a planning status means "not this problem" rather than a
+/// failure: BAD_PARAM or NOT_SUPPORTED (and their cuDNN 9 sub-codes).
+fn declines(status: Status) -> bool {
+    matches!(status, 3 | 9) || (2000..4000).contains(&status)
+}
+
+/// One problem's descriptors and algorithm.
+struct ConvPlan {
+    x: Ptr,
+    w: Ptr,
+    y: Ptr,
+    conv: Ptr,
+    algo: c_int,
+    workspace: usize,
+}
+
+/// The descriptors created so far for a plan, destroyed when dropped
+/// unless handed over.
+struct Descriptors<'a> {
+    lib: &'a Cudnn,
+    x: Ptr,
+    w: Ptr,
+    y: Ptr,
+    conv: Ptr,
+}
+
+impl Drop for Descriptors<'_> {
+    fn drop(&mut self) {
+        // SAFETY: each one null or created by its create call, destroyed once.
+        unsafe {
+            for t in [self.x, self.y] {
+                if !t.is_null() {
+                    (self.lib.destroy_tensor)(t);
+                }
+            }
+            if !self.w.is_null() {
+                (self.lib.destroy_filter)(self.w);
+            }
+            if !self.conv.is_null() {
+                (self.lib.destroy_conv)(self.conv);
+            }
+        }
+    }
+}
+
+/// A cuDNN handle bound to one device's stream, used by one thread at a
+/// time, with the plans of the problems it has seen.
+pub struct CudnnHandle {
+    raw: Ptr,
+    lock: Mutex<()>,
+    /// Per problem: its plan, or `None` when cuDNN declined it.
+    plans: Mutex<HashMap<ConvProblem, Option<ConvPlan>>>,
+    lib: &'static Cudnn,
+    ctx: Handle<sys::CUcontext>,
+    device: String,
+}
+
+// SAFETY: cuDNN handles and descriptors may be used from any thread, one
+// at a time: every use goes through `lock` (the handle) and `plans`.
+unsafe impl Send for CudnnHandle {}
+// SAFETY: as above.
+unsafe impl Sync for CudnnHandle {}
+
+/// Where planning stopped: cuDNN declined the problem, or failed.
+enum Stop {
+    Declined,
+    Failed(Error),
+}
+
+impl CudnnHandle {
+    /// A handle for the context `ctx` (current on this thread), on `stream`.
+    pub(crate) fn new(stream: Ptr, ctx: Handle<sys::CUcontext>, device: &str) -> Result<Self> {
+        let lib = cudnn().map_err(|why| Error::Cuda {
+            call: "loading cuDNN".into(),
+            device: device.into(),
+            message: why.into(),
+        })?;
+        let mut raw = null_mut();
+        // SAFETY: writes one handle for the current context.
+        check(
+            lib,
+            unsafe { (lib.create)(&mut raw) },
+            "cudnnCreate",
+            device,
+        )?;
+        let handle = Self {
+            raw,
+            lock: Mutex::new(()),
+            plans: Mutex::new(HashMap::new()),
+            lib,
+            ctx,
+            device: device.into(),
+        };
+        // SAFETY: our handle and the device's stream (a driver CUstream is
+        // the runtime's cudaStream_t).
+        let status = unsafe { (lib.set_stream)(raw, stream) };
+        check(lib, status, "cudnnSetStream", device)?;
+        Ok(handle)
+    }
+
+    fn current(&self) -> Result<()> {
+        // SAFETY: the device's retained context.
+        unsafe { cu::ctx::set_current(self.ctx.0) }.map_err(|e| Error::Cuda {
+            call: "cuCtxSetCurrent".into(),
+            device: self.device.clone(),
+            message: describe(&e),
+        })
+    }
+
+    /// Builds `p`'s descriptors and picks its algorithm.
+    fn plan(&self, p: &ConvProblem) -> std::result::Result<ConvPlan, Stop> {
+        let lib = self.lib;
+        let step = |status: Status, call: &str| -> std::result::Result<(), Stop> {
+            match status {
+                SUCCESS => Ok(()),
+                s if declines(s) => Err(Stop::Declined),
+                s => Err(Stop::Failed(status_error(lib, s, call, &self.device))),
+            }
+        };
+        let p = p.at_least_2d();
+        let nd = p.input.len() as c_int + 2;
+        let dtype = match p.dtype {
+            DnnType::F32 => DATA_FLOAT,
+            DnnType::F16 => DATA_HALF,
+            DnnType::Bf16 => DATA_BFLOAT16,
+        };
+        let ints = |v: &[usize]| v.iter().map(|&x| x as c_int).collect::<Vec<_>>();
+        let mut d = Descriptors {
+            lib,
+            x: null_mut(),
+            w: null_mut(),
+            y: null_mut(),
+            conv: null_mut(),
+        };
+        // SAFETY: each call gets a descriptor it created (or writes one),
+        // and arrays of `nd` (or `nd - 2`) ints that outlive it.
+        unsafe {
+            step((lib.create_tensor)(&mut d.x), "cudnnCreateTensorDescriptor")?;
+            step((lib.create_tensor)(&mut d.y), "cudnnCreateTensorDescriptor")?;
+            step((lib.create_filter)(&mut d.w), "cudnnCreateFilterDescriptor")?;
+            step(
+                (lib.create_conv)(&mut d.conv),
+                "cudnnCreateConvolutionDescriptor",
+            )?;
+            let (xd, xs) = p.tensor_dims(p.in_channels, &p.input);
+            step(
+                (lib.set_tensor)(d.x, dtype, nd, xd.as_ptr(), xs.as_ptr()),
+                "cudnnSetTensorNdDescriptor",
+            )?;
+            let (yd, ys) = p.tensor_dims(p.out_channels, &p.output);
+            step(
+                (lib.set_tensor)(d.y, dtype, nd, yd.as_ptr(), ys.as_ptr()),
+                "cudnnSetTensorNdDescriptor",
+            )?;
+            let mut wd = ints(&[p.out_channels, p.in_channels / p.groups]);
+            wd.extend(ints(&p.kernel));
+            let format = if p.channels_last {
+                TENSOR_NHWC
+            } else {
+                TENSOR_NCHW
+            };
+            step(
+                (lib.set_filter)(d.w, dtype, format, nd, wd.as_ptr()),
+                "cudnnSetFilterNdDescriptor",
+            )?;
+            let (pad, stride, dil) = (ints(&p.padding), ints(&p.stride), ints(&p.dilation));
+            step(
+                (lib.set_conv)(
+                    d.conv,
+                    nd - 2,
+                    pad.as_ptr(),
+                    stride.as_ptr(),
+                    dil.as_ptr(),
+                    CROSS_CORRELATION,
+                    DATA_FLOAT,
+                ),
+                "cudnnSetConvolutionNdDescriptor",
+            )?;
+            step(
+                (lib.set_groups)(d.conv, p.groups as c_int),
+                "cudnnSetConvolutionGroupCount",
+            )?;
+            let math = if p.dtype == DnnType::F32 {
+                FMA_MATH
+            } else {
+                TENSOR_OP_MATH
+            };
+            step((lib.set_math)(d.conv, math), "cudnnSetConvolutionMathType")?;
+            let mut out = vec![0 as c_int; nd as usize];
+            step(
+                (lib.output_dims)(d.conv, d.x, d.w, nd, out.as_mut_ptr()),
+                "cudnnGetConvolutionNdForwardOutputDim",
+            )?;
+            if out != yd {
+                return Err(Stop::Failed(Error::Cuda {
+                    call: "cudnnGetConvolutionNdForwardOutputDim".into(),
+                    device: self.device.clone(),
+                    message: format!("cuDNN derives output dims {out:?}, ferrocm {yd:?}"),
+                }));
+            }
+            let mut count = 0;
+            step(
+                (lib.algo_count)(self.raw, &mut count),
+                "cudnnGetConvolutionForwardAlgorithmMaxCount",
+            )?;
+            let mut perf = vec![
+                FwdPerf {
+                    algo: 0,
+                    status: -1,
+                    time: 0.0,
+                    memory: 0,
+                    determinism: 0,
+                    math_type: 0,
+                    reserved: [0; 3],
+                };
+                count.max(1) as usize
+            ];
+            let mut returned = 0;
+            step(
+                (lib.heuristics)(
+                    self.raw,
+                    d.x,
+                    d.w,
+                    d.conv,
+                    d.y,
+                    perf.len() as c_int,
+                    &mut returned,
+                    perf.as_mut_ptr(),
+                ),
+                "cudnnGetConvolutionForwardAlgorithm_v7",
+            )?;
+            let returned = (returned.max(0) as usize).min(perf.len());
+            let allowed = |r: &FwdPerf| {
+                r.status == SUCCESS
+                    && DIRECT_SUM_ALGOS.contains(&r.algo)
+                    && (p.dtype != DnnType::F32 || matches!(r.math_type, FMA_MATH | DEFAULT_MATH))
+            };
+            let Some(best) = perf[..returned].iter().find(|r| allowed(r)) else {
+                return Err(Stop::Declined);
+            };
+            // The descriptor runs in the math the heuristics rated; f32
+            // stays on FMA (DEFAULT would permit TF32 on Ampere and later).
+            if p.dtype != DnnType::F32 {
+                step(
+                    (lib.set_math)(d.conv, best.math_type),
+                    "cudnnSetConvolutionMathType",
+                )?;
+            }
+            let mut workspace = 0usize;
+            step(
+                (lib.workspace_size)(self.raw, d.x, d.w, d.conv, d.y, best.algo, &mut workspace),
+                "cudnnGetConvolutionForwardWorkspaceSize",
+            )?;
+            let plan = ConvPlan {
+                x: d.x,
+                w: d.w,
+                y: d.y,
+                conv: d.conv,
+                algo: best.algo,
+                workspace,
+            };
+            // Handed over to the plan.
+            std::mem::forget(d);
+            Ok(plan)
+        }
+    }
+}
+
+fn status_error(lib: &Cudnn, status: Status, call: &str, device: &str) -> Error {
+    // SAFETY: returns a static string (or null).
+    let text = unsafe {
+        let p = (lib.error_string)(status);
+        if p.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    Error::Cuda {
+        call: call.into(),
+        device: device.into(),
+        message: format!("{text} (status {status})"),
+    }
+}
+
+fn check(lib: &Cudnn, status: Status, call: &str, device: &str) -> Result<()> {
+    if status == SUCCESS {
+        Ok(())
+    } else {
+        Err(status_error(lib, status, call, device))
+    }
+}
+
+impl Dnn for CudnnHandle {
+    fn name(&self) -> &'static str {
+        "cuDNN"
+    }
+
+    fn handle(&self) -> DnnGuard<'_> {
+        DnnGuard::new(
+            self.raw,
+            self.lock.lock().unwrap_or_else(|e| e.into_inner()),
+        )
+    }
+
+    fn conv_workspace(&self, p: &ConvProblem) -> Result<Option<usize>> {
+        let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(plan) = plans.get(p) {
+            return Ok(plan.as_ref().map(|plan| plan.workspace));
+        }
+        self.current()?;
+        let plan = match self.plan(p) {
+            Ok(plan) => Some(plan),
+            Err(Stop::Declined) => None,
+            Err(Stop::Failed(e)) => return Err(e),
+        };
+        let workspace = plan.as_ref().map(|plan| plan.workspace);
+        plans.insert(p.clone(), plan);
+        Ok(workspace)
+    }
+
+    unsafe fn conv_forward(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()> {
+        let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(Some(plan)) = plans.get(p) else {
+            return Err(Error::BadDnnCall {
+                device: self.device.clone(),
+                why: format!("no cuDNN plan for {p:?} (conv_workspace first)"),
+            });
+        };
+        if at.workspace_bytes < plan.workspace {
+            return Err(Error::BadDnnCall {
+                device: self.device.clone(),
+                why: format!(
+                    "a workspace of {} bytes where the algorithm needs {}",
+                    at.workspace_bytes, plan.workspace
+                ),
+            });
+        }
+        self.current()?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let addr = |a: u64| a as usize as Ptr;
+        // SAFETY: the plan's descriptors describe `p`, whose tensors the
+        // caller proved inside live buffers at `at`; alpha and beta are
+        // host f32 (the scaling type of an f32 compute type).
+        let status = unsafe {
+            (self.lib.forward)(
+                self.raw,
+                (&alpha as *const f32).cast(),
+                plan.x,
+                addr(at.x),
+                plan.w,
+                addr(at.w),
+                plan.conv,
+                plan.algo,
+                addr(at.workspace),
+                at.workspace_bytes,
+                (&beta as *const f32).cast(),
+                plan.y,
+                addr(at.y),
+            )
+        };
+        check(self.lib, status, "cudnnConvolutionForward", &self.device)
+    }
+}
+
+impl Drop for CudnnHandle {
+    fn drop(&mut self) {
+        let lib = self.lib;
+        for (_, plan) in self
+            .plans
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            if let Some(plan) = plan {
+                drop(Descriptors {
+                    lib,
+                    x: plan.x,
+                    w: plan.w,
+                    y: plan.y,
+                    conv: plan.conv,
+                });
+            }
+        }
+        // SAFETY: created by cudnnCreate, destroyed once; errors ignored.
+        unsafe { (lib.destroy)(self.raw) };
+    }
+}
