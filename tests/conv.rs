@@ -311,8 +311,7 @@ fn half_ulp<T: WithDType>() -> f64 {
 /// the bias is added: the rounded bias values, then.
 fn rounds_twice<'b, T: WithDType>(c: &Case, dev: &Device, bias: &'b [f64]) -> Option<&'b [f64]> {
     let library = dev.dnn().is_some() && ferrocm::ops::conv::vendor_dnn();
-    (library && c.bias && c.transposed.is_none() && T::DTYPE != ferrocm::ops::DType::F32)
-        .then_some(bias)
+    (library && c.bias && T::DTYPE != ferrocm::ops::DType::F32).then_some(bias)
 }
 
 /// `got` against the reference within the bound of the module doc; with

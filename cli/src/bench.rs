@@ -829,16 +829,26 @@ fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Bench
         false => None,
     };
     let bytes = ((n * ch * size * size * 5 + ch * ch * 16) * 4) as u64;
-    let mut row = timed.row(
-        "conv_transpose2d 4x4/2 320->320 b2 f32",
-        vec![n, ch, size, size],
-        bytes,
-        &inputs,
-        cpu_inputs.as_ref(),
-        |i| i.0.conv_transpose2d(&i.1, Some(&i.2), &i.3).map(drop),
-    )?;
-    row.flops = Some((2 * n * ch * size * size * ch * 16) as u64);
-    rows.push(row);
+    let transposed_row = |name: &str| -> Result<BenchRow> {
+        let mut row = timed.row(
+            name,
+            vec![n, ch, size, size],
+            bytes,
+            &inputs,
+            cpu_inputs.as_ref(),
+            |i| i.0.conv_transpose2d(&i.1, Some(&i.2), &i.3).map(drop),
+        )?;
+        row.flops = Some((2 * n * ch * size * size * ch * 16) as u64);
+        Ok(row)
+    };
+    let name = "conv_transpose2d 4x4/2 320->320 b2 f32";
+    rows.push(transposed_row(name)?);
+    if dev.dnn().is_some() {
+        ferrocm_ops::conv::set_vendor_dnn(false);
+        let kernel = transposed_row(&format!("{name} (kernel)"));
+        ferrocm_ops::conv::set_vendor_dnn(true);
+        rows.push(kernel?);
+    }
     rows.extend(conv_net_rows(dev, cfg, copy_gbps)?);
     Ok(rows)
 }

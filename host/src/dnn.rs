@@ -35,8 +35,8 @@ pub trait Dnn: Send + Sync {
     /// supporting the problem.
     fn conv_workspace(&self, p: &ConvProblem) -> Result<Option<usize>>;
 
-    /// Queues `y = conv(x, w)` for `p` (after [`Dnn::conv_workspace`]
-    /// answered `Some` for it).
+    /// Queues `y = conv(x, w)` for `p`, or its transposed convolution
+    /// (after [`Dnn::conv_workspace`] answered `Some` for it).
     ///
     /// # Safety
     /// `p` passed [`ConvProblem::validate`], and `at` addresses live device
@@ -46,7 +46,7 @@ pub trait Dnn: Send + Sync {
     ///
     /// # Errors
     /// The library's status.
-    unsafe fn conv_forward(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()>;
+    unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()>;
 }
 
 /// Element types a DNN call takes (f32 accumulation for all three).
@@ -84,7 +84,7 @@ impl DnnType {
 ///     batch: 2, in_channels: 4, out_channels: 6, groups: 2,
 ///     input: vec![5, 7], kernel: vec![3, 3], output: vec![3, 4],
 ///     stride: vec![1, 2], padding: vec![0, 1], dilation: vec![1, 1],
-///     channels_last: false,
+///     channels_last: false, transposed: false,
 /// };
 /// p.validate().unwrap();
 /// assert_eq!(p.extents(), [2 * 4 * 35, 6 * 2 * 9, 2 * 6 * 12]);
@@ -113,11 +113,18 @@ pub struct ConvProblem {
     pub padding: Vec<usize>,
     /// Dilation per spatial dim.
     pub dilation: Vec<usize>,
-    /// NHWC memory (and a `(C_out, kernel.., C_in / groups)` filter).
+    /// NHWC memory (and a `(C_out, kernel.., C_in / groups)` filter, or
+    /// `(C_in, kernel.., C_out / groups)` transposed).
     pub channels_last: bool,
+    /// A transposed convolution (PyTorch's `conv_transpose`, the libraries'
+    /// backward data): the filter is `(C_in, C_out / groups, kernel..)` and
+    /// the output the size whose forward convolution has the input's size,
+    /// `(output + 2·padding - dilation·(kernel - 1) - 1) / stride + 1 =
+    /// input` (an output padding below the stride).
+    pub transposed: bool,
 }
 
-/// Where a [`Dnn::conv_forward`] reads and writes: device addresses of the
+/// Where a [`Dnn::conv`] reads and writes: device addresses of the
 /// first elements, and the workspace.
 #[derive(Clone, Copy, Debug)]
 pub struct ConvAddresses {
@@ -177,18 +184,27 @@ impl ConvProblem {
             let span = (self.kernel[d] - 1)
                 .checked_mul(self.dilation[d])
                 .and_then(|s| s.checked_add(1));
+            // The forward convolution's input and output along this dim.
+            let (fwd_in, fwd_out) = match self.transposed {
+                false => (self.input[d], self.output[d]),
+                true => (self.output[d], self.input[d]),
+            };
             let padded = self.padding[d]
                 .checked_mul(2)
-                .and_then(|p| p.checked_add(self.input[d]));
+                .and_then(|p| p.checked_add(fwd_in));
             let out = match (span, padded) {
                 (Some(s), Some(p)) if p >= s => (p - s) / self.stride[d] + 1,
                 _ => 0,
             };
-            if out != self.output[d] {
+            if out != fwd_out {
                 return Err(format!(
-                    "output dim {d} is {} but input {}, kernel {}, stride {}, padding {}, dilation {} give {out}",
-                    self.output[d],
-                    self.input[d],
+                    "{} {d} is {fwd_out} but {} {fwd_in}, kernel {}, stride {}, padding {}, dilation {} give {out}",
+                    if self.transposed {
+                        "input dim"
+                    } else {
+                        "output dim"
+                    },
+                    if self.transposed { "output" } else { "input" },
                     self.kernel[d],
                     self.stride[d],
                     self.padding[d],
@@ -227,10 +243,16 @@ impl ConvProblem {
         };
         Some([
             product(&[self.batch, self.in_channels], &self.input)?,
-            product(
-                &[self.out_channels, self.in_channels / self.groups.max(1)],
-                &self.kernel,
-            )?,
+            match self.transposed {
+                false => product(
+                    &[self.out_channels, self.in_channels / self.groups.max(1)],
+                    &self.kernel,
+                )?,
+                true => product(
+                    &[self.in_channels, self.out_channels / self.groups.max(1)],
+                    &self.kernel,
+                )?,
+            },
             product(&[self.batch, self.out_channels], &self.output)?,
         ])
     }
@@ -314,6 +336,7 @@ mod tests {
             padding: vec![0, 1],
             dilation: vec![1, 2],
             channels_last: false,
+            transposed: false,
         }
     }
 
@@ -377,6 +400,24 @@ mod tests {
             let e = p.validate().unwrap_err();
             assert!(e.contains(want), "{e}");
         }
+    }
+
+    /// A transposed problem: the output is the forward convolution's input
+    /// (any of the sizes that stride rounds to it), the filter's dims swap.
+    #[test]
+    fn transposed_problems_size_their_output_from_the_input() {
+        let t = |out: usize| ConvProblem {
+            input: vec![3, 5],
+            output: vec![out, 9],
+            transposed: true,
+            ..problem()
+        };
+        // Forward (7 or 8 + 0 - 3) / 2 + 1 = 3, (9 + 2 - 3) / 2 + 1 = 5.
+        t(7).validate().unwrap();
+        t(8).validate().unwrap();
+        let e = t(9).validate().unwrap_err();
+        assert!(e.contains("input dim 0 is 3"), "{e}");
+        assert_eq!(t(7).extents(), [2 * 6 * 15, 6 * 2 * 6, 2 * 4 * 63]);
     }
 
     /// NCHW and NHWC strides, and a 1-d problem lifted to 2-d.

@@ -18,7 +18,11 @@
 //! Winograd transform the operands and round differently from the f32 sum
 //! the op promises) and, for f32, uses FMA math only (no TF32); its
 //! workspace from `cudnnGetConvolutionForwardWorkspaceSize`; then
-//! `cudnnConvolutionForward`. Descriptors and algorithm are kept per
+//! `cudnnConvolutionForward`. A transposed convolution is the same
+//! convolution's backward data (`cudnnGetConvolutionBackwardDataAlgorithm_v7`,
+//! `..BackwardDataWorkspaceSize`, `cudnnConvolutionBackwardData`; algorithms
+//! 0 and 1), our input its dy and our output its dx, the output padding
+//! implied by dx's size. Descriptors and algorithm are kept per
 //! problem for the process. Other calls: `cudnnCreate`, `cudnnSetStream`,
 //! `cudnnDestroy`, `cudnnGetVersion`, `cudnnGetErrorString` and the
 //! descriptors' create/destroy.
@@ -59,6 +63,10 @@ struct FwdPerf {
     math_type: c_int,
     reserved: [c_int; 3],
 }
+// The backward-data perf struct has the same fields (read as `FwdPerf`).
+const _: () = assert!(
+    size_of::<FwdPerf>() == size_of::<cudarc::cudnn::sys::cudnnConvolutionBwdDataAlgoPerf_t>()
+);
 const _: () = assert!(
     size_of::<FwdPerf>() == size_of::<cudarc::cudnn::sys::cudnnConvolutionFwdAlgoPerf_t>()
         && align_of::<FwdPerf>() == align_of::<cudarc::cudnn::sys::cudnnConvolutionFwdAlgoPerf_t>()
@@ -74,9 +82,12 @@ const CROSS_CORRELATION: c_int = 1;
 const DEFAULT_MATH: c_int = 0;
 const TENSOR_OP_MATH: c_int = 1;
 const FMA_MATH: c_int = 3;
-/// IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM, DIRECT: the algorithms that
-/// sum the products themselves.
+/// IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM, DIRECT: the forward
+/// algorithms that sum the products themselves.
 const DIRECT_SUM_ALGOS: [c_int; 4] = [0, 1, 2, 3];
+/// BWD_DATA_ALGO_0 and _1: the backward-data ones (the rest are FFT and
+/// Winograd).
+const DIRECT_SUM_BWD_DATA_ALGOS: [c_int; 2] = [0, 1];
 
 macro_rules! cudnn_api {
     ($($field:ident = $name:literal: fn($($t:ty),*) -> $r:ty;)*) => {
@@ -131,6 +142,15 @@ cudnn_api! {
 
     workspace_size = "cudnnGetConvolutionForwardWorkspaceSize":
         fn(Ptr, Ptr, Ptr, Ptr, Ptr, c_int, *mut usize) -> Status;
+    bwd_algo_count = "cudnnGetConvolutionBackwardDataAlgorithmMaxCount": fn(Ptr, *mut c_int) -> Status;
+    bwd_heuristics = "cudnnGetConvolutionBackwardDataAlgorithm_v7":
+        fn(Ptr, Ptr, Ptr, Ptr, Ptr, c_int, *mut c_int, *mut FwdPerf) -> Status;
+    bwd_workspace_size = "cudnnGetConvolutionBackwardDataWorkspaceSize":
+        fn(Ptr, Ptr, Ptr, Ptr, Ptr, c_int, *mut usize) -> Status;
+    backward_data = "cudnnConvolutionBackwardData": fn(
+        Ptr, *const c_void, Ptr, *const c_void, Ptr, *const c_void, Ptr, c_int, Ptr, usize,
+        *const c_void, Ptr, Ptr
+    ) -> Status;
     forward = "cudnnConvolutionForward": fn(
         Ptr, *const c_void, Ptr, *const c_void, Ptr, *const c_void, Ptr, c_int, Ptr, usize,
         *const c_void, Ptr, Ptr
@@ -316,7 +336,10 @@ impl CudnnHandle {
                 (lib.set_tensor)(d.y, dtype, nd, yd.as_ptr(), ys.as_ptr()),
                 "cudnnSetTensorNdDescriptor",
             )?;
-            let mut wd = ints(&[p.out_channels, p.in_channels / p.groups]);
+            let mut wd = match p.transposed {
+                false => ints(&[p.out_channels, p.in_channels / p.groups]),
+                true => ints(&[p.in_channels, p.out_channels / p.groups]),
+            };
             wd.extend(ints(&p.kernel));
             let format = if p.channels_last {
                 TENSOR_NHWC
@@ -352,20 +375,37 @@ impl CudnnHandle {
             step((lib.set_math)(d.conv, math), "cudnnSetConvolutionMathType")?;
             let mut out = vec![0 as c_int; nd as usize];
             step(
-                (lib.output_dims)(d.conv, d.x, d.w, nd, out.as_mut_ptr()),
+                // The forward convolution's output: ours, or our input
+                // when transposed (the backward data's dy).
+                (lib.output_dims)(
+                    d.conv,
+                    if p.transposed { d.y } else { d.x },
+                    d.w,
+                    nd,
+                    out.as_mut_ptr(),
+                ),
                 "cudnnGetConvolutionNdForwardOutputDim",
             )?;
-            if out != yd {
+            let fwd_out = if p.transposed { &xd } else { &yd };
+            if out != *fwd_out {
                 return Err(Stop::Failed(Error::Cuda {
                     call: "cudnnGetConvolutionNdForwardOutputDim".into(),
                     device: self.device.clone(),
-                    message: format!("cuDNN derives output dims {out:?}, ferrocm {yd:?}"),
+                    message: format!("cuDNN derives output dims {out:?}, ferrocm {fwd_out:?}"),
                 }));
             }
             let mut count = 0;
             step(
-                (lib.algo_count)(self.raw, &mut count),
-                "cudnnGetConvolutionForwardAlgorithmMaxCount",
+                if p.transposed {
+                    (lib.bwd_algo_count)(self.raw, &mut count)
+                } else {
+                    (lib.algo_count)(self.raw, &mut count)
+                },
+                if p.transposed {
+                    "cudnnGetConvolutionBackwardDataAlgorithmMaxCount"
+                } else {
+                    "cudnnGetConvolutionForwardAlgorithmMaxCount"
+                },
             )?;
             let mut perf = vec![
                 FwdPerf {
@@ -380,7 +420,18 @@ impl CudnnHandle {
                 count.max(1) as usize
             ];
             let mut returned = 0;
-            step(
+            let status = if p.transposed {
+                (lib.bwd_heuristics)(
+                    self.raw,
+                    d.w,
+                    d.x,
+                    d.conv,
+                    d.y,
+                    perf.len() as c_int,
+                    &mut returned,
+                    perf.as_mut_ptr(),
+                )
+            } else {
                 (lib.heuristics)(
                     self.raw,
                     d.x,
@@ -390,13 +441,24 @@ impl CudnnHandle {
                     perf.len() as c_int,
                     &mut returned,
                     perf.as_mut_ptr(),
-                ),
-                "cudnnGetConvolutionForwardAlgorithm_v7",
+                )
+            };
+            step(
+                status,
+                if p.transposed {
+                    "cudnnGetConvolutionBackwardDataAlgorithm_v7"
+                } else {
+                    "cudnnGetConvolutionForwardAlgorithm_v7"
+                },
             )?;
+            let direct: &[c_int] = match p.transposed {
+                false => &DIRECT_SUM_ALGOS,
+                true => &DIRECT_SUM_BWD_DATA_ALGOS,
+            };
             let returned = (returned.max(0) as usize).min(perf.len());
             let allowed = |r: &FwdPerf| {
                 r.status == SUCCESS
-                    && DIRECT_SUM_ALGOS.contains(&r.algo)
+                    && direct.contains(&r.algo)
                     && (p.dtype != DnnType::F32 || matches!(r.math_type, FMA_MATH | DEFAULT_MATH))
             };
             let Some(best) = perf[..returned].iter().find(|r| allowed(r)) else {
@@ -411,9 +473,18 @@ impl CudnnHandle {
                 )?;
             }
             let mut workspace = 0usize;
+            let status = if p.transposed {
+                (lib.bwd_workspace_size)(self.raw, d.w, d.x, d.conv, d.y, best.algo, &mut workspace)
+            } else {
+                (lib.workspace_size)(self.raw, d.x, d.w, d.conv, d.y, best.algo, &mut workspace)
+            };
             step(
-                (lib.workspace_size)(self.raw, d.x, d.w, d.conv, d.y, best.algo, &mut workspace),
-                "cudnnGetConvolutionForwardWorkspaceSize",
+                status,
+                if p.transposed {
+                    "cudnnGetConvolutionBackwardDataWorkspaceSize"
+                } else {
+                    "cudnnGetConvolutionForwardWorkspaceSize"
+                },
             )?;
             let plan = ConvPlan {
                 x: d.x,
@@ -484,7 +555,7 @@ impl Dnn for CudnnHandle {
         Ok(workspace)
     }
 
-    unsafe fn conv_forward(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()> {
+    unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()> {
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         let Some(Some(plan)) = plans.get(p) else {
@@ -505,27 +576,50 @@ impl Dnn for CudnnHandle {
         self.current()?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         let addr = |a: u64| a as usize as Ptr;
+        let alpha: *const c_void = (&alpha as *const f32).cast();
+        let beta: *const c_void = (&beta as *const f32).cast();
         // SAFETY: the plan's descriptors describe `p`, whose tensors the
         // caller proved inside live buffers at `at`; alpha and beta are
-        // host f32 (the scaling type of an f32 compute type).
-        let status = unsafe {
-            (self.lib.forward)(
-                self.raw,
-                (&alpha as *const f32).cast(),
-                plan.x,
-                addr(at.x),
-                plan.w,
-                addr(at.w),
-                plan.conv,
-                plan.algo,
-                addr(at.workspace),
-                at.workspace_bytes,
-                (&beta as *const f32).cast(),
-                plan.y,
-                addr(at.y),
-            )
+        // host f32 (the scaling type of an f32 compute type). Transposed,
+        // our input is the backward data's dy and our output its dx.
+        let (status, call) = unsafe {
+            if p.transposed {
+                let status = (self.lib.backward_data)(
+                    self.raw,
+                    alpha,
+                    plan.w,
+                    addr(at.w),
+                    plan.x,
+                    addr(at.x),
+                    plan.conv,
+                    plan.algo,
+                    addr(at.workspace),
+                    at.workspace_bytes,
+                    beta,
+                    plan.y,
+                    addr(at.y),
+                );
+                (status, "cudnnConvolutionBackwardData")
+            } else {
+                let status = (self.lib.forward)(
+                    self.raw,
+                    alpha,
+                    plan.x,
+                    addr(at.x),
+                    plan.w,
+                    addr(at.w),
+                    plan.conv,
+                    plan.algo,
+                    addr(at.workspace),
+                    at.workspace_bytes,
+                    beta,
+                    plan.y,
+                    addr(at.y),
+                );
+                (status, "cudnnConvolutionForward")
+            }
         };
-        check(self.lib, status, "cudnnConvolutionForward", &self.device)
+        check(self.lib, status, call, &self.device)
     }
 }
 

@@ -68,7 +68,7 @@ impl Device {
 }
 
 impl Device {
-    /// Runs the convolution `p` with the device's DNN library (MIOpen,
+    /// Runs the convolution `p` (or its transposed convolution) with the device's DNN library (MIOpen,
     /// cuDNN) on its stream, reading the input from element `x_offset` of
     /// `x`, the filter from `w` and writing `y` from its start:
     /// `Ok(false)` without running anything when the device has no such
@@ -82,7 +82,7 @@ impl Device {
     /// let p = ConvProblem {
     ///     dtype: DnnType::F32, batch: 1, in_channels: 1, out_channels: 1, groups: 1,
     ///     input: vec![3], kernel: vec![2], output: vec![2], stride: vec![1],
-    ///     padding: vec![0], dilation: vec![1], channels_last: false,
+    ///     padding: vec![0], dilation: vec![1], channels_last: false, transposed: false,
     /// };
     /// let x = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
     /// let w = dev.upload(&[1.0f32, 1.0]).unwrap();
@@ -159,7 +159,7 @@ impl Device {
         // inside their buffers (this device's, borrowed for the call) and
         // the workspace is as large as the library asked. The workspace
         // goes back to the cache when this returns, for work queued later.
-        unsafe { dnn.conv_forward(p, at) }.map(|()| true)
+        unsafe { dnn.conv(p, at) }.map(|()| true)
     }
 }
 

@@ -15,7 +15,10 @@
 //! the fastest one that sums the products directly (GEMM, direct or
 //! implicit GEMM; FFT and Winograd round differently from the f32 sum the
 //! op promises) compiled once (`miopenConvolutionForwardCompileSolution`)
-//! and run with its workspace (`miopenConvolutionForwardImmediate`).
+//! and run with its workspace (`miopenConvolutionForwardImmediate`). A
+//! transposed convolution is the same convolution's backward data (the
+//! `miopenConvolutionBackwardData*` counterparts of those four calls), our
+//! input its dy and our output its dx.
 //! Descriptors and solution are kept per problem for the process.
 //!
 //! Statuses: every call's is checked. While planning, BadParm, InvalidValue,
@@ -192,8 +195,12 @@ impl MiopenHandle {
         };
         let (xd, xs) = p.tensor_dims(p.in_channels, &p.input);
         let (yd, ys) = p.tensor_dims(p.out_channels, &p.output);
-        // The filter as an NCHW tensor (C_out, C_in / groups, kernel..).
-        let mut wd = ints(&[p.out_channels, p.in_channels / p.groups]);
+        // The filter as an NCHW tensor (C_out, C_in / groups, kernel..), or
+        // (C_in, C_out / groups, kernel..) transposed.
+        let mut wd = match p.transposed {
+            false => ints(&[p.out_channels, p.in_channels / p.groups]),
+            true => ints(&[p.in_channels, p.out_channels / p.groups]),
+        };
         wd.extend(ints(&p.kernel));
         let mut ws = vec![1 as c_int; wd.len()];
         for i in (0..wd.len() - 1).rev() {
@@ -249,29 +256,42 @@ impl MiopenHandle {
             let mut out_nd = nd;
             let mut out = vec![0 as c_int; nd as usize];
             step(
+                // The forward convolution's output: ours, or our input when
+                // transposed (the backward data's dy).
                 (lib.miopenGetConvolutionNdForwardOutputDim)(
                     d.conv,
-                    d.x,
+                    if p.transposed { d.y } else { d.x },
                     d.w,
                     &mut out_nd,
                     out.as_mut_ptr(),
                 ),
                 "miopenGetConvolutionNdForwardOutputDim",
             )?;
-            if out_nd != nd || out != yd {
+            let fwd_out = if p.transposed { &xd } else { &yd };
+            if out_nd != nd || out != *fwd_out {
                 return Err(Stop::Failed(Error::Rocm {
                     call: "miopenGetConvolutionNdForwardOutputDim".into(),
                     device: self.device.clone(),
-                    message: format!("MIOpen derives output dims {out:?}, ferrocm {yd:?}"),
+                    message: format!("MIOpen derives output dims {out:?}, ferrocm {fwd_out:?}"),
                 }));
             }
             let mut count = 0usize;
-            step(
-                (lib.miopenConvolutionForwardGetSolutionCount)(
-                    self.raw, d.w, d.x, d.conv, d.y, &mut count,
+            // Transposed: the backward data, our input its dy, our output its dx.
+            let (status, call) = match p.transposed {
+                false => (
+                    (lib.miopenConvolutionForwardGetSolutionCount)(
+                        self.raw, d.w, d.x, d.conv, d.y, &mut count,
+                    ),
+                    "miopenConvolutionForwardGetSolutionCount",
                 ),
-                "miopenConvolutionForwardGetSolutionCount",
-            )?;
+                true => (
+                    (lib.miopenConvolutionBackwardDataGetSolutionCount)(
+                        self.raw, d.x, d.w, d.conv, d.y, &mut count,
+                    ),
+                    "miopenConvolutionBackwardDataGetSolutionCount",
+                ),
+            };
+            step(status, call)?;
             if count == 0 {
                 return Err(Stop::Declined);
             }
@@ -285,19 +305,35 @@ impl MiopenHandle {
                 count
             ];
             let mut returned = 0usize;
-            step(
-                (lib.miopenConvolutionForwardGetSolution)(
-                    self.raw,
-                    d.w,
-                    d.x,
-                    d.conv,
-                    d.y,
-                    count,
-                    &mut returned,
-                    solutions.as_mut_ptr(),
+            let (status, call) = match p.transposed {
+                false => (
+                    (lib.miopenConvolutionForwardGetSolution)(
+                        self.raw,
+                        d.w,
+                        d.x,
+                        d.conv,
+                        d.y,
+                        count,
+                        &mut returned,
+                        solutions.as_mut_ptr(),
+                    ),
+                    "miopenConvolutionForwardGetSolution",
                 ),
-                "miopenConvolutionForwardGetSolution",
-            )?;
+                true => (
+                    (lib.miopenConvolutionBackwardDataGetSolution)(
+                        self.raw,
+                        d.x,
+                        d.w,
+                        d.conv,
+                        d.y,
+                        count,
+                        &mut returned,
+                        solutions.as_mut_ptr(),
+                    ),
+                    "miopenConvolutionBackwardDataGetSolution",
+                ),
+            };
+            step(status, call)?;
             // Ranked fastest first (by MIOpen's find-db time, or its estimate).
             let Some(best) = solutions[..returned.min(count)]
                 .iter()
@@ -306,17 +342,31 @@ impl MiopenHandle {
             else {
                 return Err(Stop::Declined);
             };
-            step(
-                (lib.miopenConvolutionForwardCompileSolution)(
-                    self.raw,
-                    d.w,
-                    d.x,
-                    d.conv,
-                    d.y,
-                    best.solution_id,
+            let (status, call) = match p.transposed {
+                false => (
+                    (lib.miopenConvolutionForwardCompileSolution)(
+                        self.raw,
+                        d.w,
+                        d.x,
+                        d.conv,
+                        d.y,
+                        best.solution_id,
+                    ),
+                    "miopenConvolutionForwardCompileSolution",
                 ),
-                "miopenConvolutionForwardCompileSolution",
-            )?;
+                true => (
+                    (lib.miopenConvolutionBackwardDataCompileSolution)(
+                        self.raw,
+                        d.x,
+                        d.w,
+                        d.conv,
+                        d.y,
+                        best.solution_id,
+                    ),
+                    "miopenConvolutionBackwardDataCompileSolution",
+                ),
+            };
+            step(status, call)?;
             let plan = ConvPlan {
                 x: d.x,
                 w: d.w,
@@ -361,7 +411,7 @@ impl Dnn for MiopenHandle {
         Ok(workspace)
     }
 
-    unsafe fn conv_forward(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()> {
+    unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()> {
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         let Some(Some(plan)) = plans.get(p) else {
@@ -382,29 +432,43 @@ impl Dnn for MiopenHandle {
         self.set_device()?;
         let addr = |a: u64| a as usize as *mut c_void;
         // SAFETY: the plan's descriptors describe `p`, whose tensors the
-        // caller proved inside live buffers at `at`.
-        let status = unsafe {
-            (self.lib.miopenConvolutionForwardImmediate)(
-                self.raw,
-                plan.w,
-                addr(at.w),
-                plan.x,
-                addr(at.x),
-                plan.conv,
-                plan.y,
-                addr(at.y),
-                addr(at.workspace),
-                at.workspace_bytes,
-                plan.solution,
-            )
+        // caller proved inside live buffers at `at`. Transposed, our input
+        // is the backward data's dy and our output its dx.
+        let (status, call) = unsafe {
+            if p.transposed {
+                let status = (self.lib.miopenConvolutionBackwardDataImmediate)(
+                    self.raw,
+                    plan.x,
+                    addr(at.x),
+                    plan.w,
+                    addr(at.w),
+                    plan.conv,
+                    plan.y,
+                    addr(at.y),
+                    addr(at.workspace),
+                    at.workspace_bytes,
+                    plan.solution,
+                );
+                (status, "miopenConvolutionBackwardDataImmediate")
+            } else {
+                let status = (self.lib.miopenConvolutionForwardImmediate)(
+                    self.raw,
+                    plan.w,
+                    addr(at.w),
+                    plan.x,
+                    addr(at.x),
+                    plan.conv,
+                    plan.y,
+                    addr(at.y),
+                    addr(at.workspace),
+                    at.workspace_bytes,
+                    plan.solution,
+                );
+                (status, "miopenConvolutionForwardImmediate")
+            }
         };
         if status != mf::miopenStatus_t_miopenStatusSuccess {
-            return Err(status_error(
-                self.lib,
-                status,
-                "miopenConvolutionForwardImmediate",
-                &self.device,
-            ));
+            return Err(status_error(self.lib, status, call, &self.device));
         }
         Ok(())
     }

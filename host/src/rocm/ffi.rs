@@ -250,11 +250,30 @@ entry_points! {
             conv: mf::miopenConvolutionDescriptor_t, y: mf::miopenTensorDescriptor_t, max: usize,
             count: *mut usize, solutions: *mut mf::miopenConvSolution_t,
         ) -> mf::miopenStatus_t;
-        // Not checked (these two): rocm-rs keeps its bindings of them
+        // Not checked (from here on): rocm-rs keeps its bindings of these
         // private; the declarations are those bindings', argument for argument.
         fn miopenConvolutionForwardCompileSolution(
             handle: mf::miopenHandle_t, w: mf::miopenTensorDescriptor_t, x: mf::miopenTensorDescriptor_t,
             conv: mf::miopenConvolutionDescriptor_t, y: mf::miopenTensorDescriptor_t, solution: u64,
+        ) -> mf::miopenStatus_t;
+        fn miopenConvolutionBackwardDataGetSolutionCount(
+            handle: mf::miopenHandle_t, dy: mf::miopenTensorDescriptor_t, w: mf::miopenTensorDescriptor_t,
+            conv: mf::miopenConvolutionDescriptor_t, dx: mf::miopenTensorDescriptor_t, count: *mut usize,
+        ) -> mf::miopenStatus_t;
+        fn miopenConvolutionBackwardDataGetSolution(
+            handle: mf::miopenHandle_t, dy: mf::miopenTensorDescriptor_t, w: mf::miopenTensorDescriptor_t,
+            conv: mf::miopenConvolutionDescriptor_t, dx: mf::miopenTensorDescriptor_t, max: usize,
+            count: *mut usize, solutions: *mut mf::miopenConvSolution_t,
+        ) -> mf::miopenStatus_t;
+        fn miopenConvolutionBackwardDataCompileSolution(
+            handle: mf::miopenHandle_t, dy: mf::miopenTensorDescriptor_t, w: mf::miopenTensorDescriptor_t,
+            conv: mf::miopenConvolutionDescriptor_t, dx: mf::miopenTensorDescriptor_t, solution: u64,
+        ) -> mf::miopenStatus_t;
+        fn miopenConvolutionBackwardDataImmediate(
+            handle: mf::miopenHandle_t, dy_desc: mf::miopenTensorDescriptor_t, dy: *const c_void,
+            w_desc: mf::miopenTensorDescriptor_t, w: *const c_void, conv: mf::miopenConvolutionDescriptor_t,
+            dx_desc: mf::miopenTensorDescriptor_t, dx: *mut c_void, workspace: *mut c_void,
+            workspace_bytes: usize, solution: u64,
         ) -> mf::miopenStatus_t;
         fn miopenConvolutionForwardImmediate(
             handle: mf::miopenHandle_t, w_desc: mf::miopenTensorDescriptor_t, w: *const c_void,

@@ -188,6 +188,8 @@ struct Plan {
     out: [usize; 3],
     stride: [usize; 3],
     pad: [usize; 3],
+    /// Padding after (or, transposed, cut from the end).
+    pad_after: [usize; 3],
     /// The input's size with both sides' padding.
     padded: [usize; 3],
     dilation: [usize; 3],
@@ -362,7 +364,10 @@ impl<T: WithDType> Tensor<T> {
     /// element adds `x · w[tap]` at output `i · stride + tap · dilation -
     /// before`; the output is `(N, C_out, out..)` with `out = (in - 1) ·
     /// stride - before - after + dilation · (kernel - 1) + output_padding +
-    /// 1` along each spatial dim.
+    /// 1` along each spatial dim. On a GPU whose DNN library loads, the
+    /// library's backward data runs it where [`Tensor::conv`] says the
+    /// library runs a convolution, when the output padding is below the
+    /// stride.
     ///
     /// ```
     /// use ferrocm_ops::conv::ConvOptions;
@@ -602,6 +607,7 @@ impl<T: WithDType> Tensor<T> {
             out: [1; 3],
             stride: [1; 3],
             pad: [0; 3],
+            pad_after: [0; 3],
             padded: [1; 3],
             dilation: [1; 3],
             xs: [0; 5],
@@ -654,6 +660,7 @@ impl<T: WithDType> Tensor<T> {
             plan.out[lead + d] = o;
             plan.stride[lead + d] = stride[d];
             plan.pad[lead + d] = lo;
+            plan.pad_after[lead + d] = hi;
             plan.padded[lead + d] = padded;
             plan.dilation[lead + d] = dilation[d];
         }
@@ -1064,7 +1071,8 @@ impl<T: WithDType> Op for Conv<'_, T> {
             return Vendor::Fallback(self);
         };
         let dev = libs.device();
-        // A channels-last problem takes the filter as (C_out, kernel.., C_in / groups).
+        // A channels-last problem takes the filter as (C_out, kernel.., C_in
+        // / groups), or transposed (C_in, kernel.., C_out / groups).
         let krsc;
         let w = if problem.channels_last {
             let r = self.w.rank();
@@ -1202,9 +1210,10 @@ impl<T: WithDType> Op for Conv<'_, T> {
 }
 
 impl<T: WithDType> Conv<'_, T> {
-    /// The convolution as a DNN library takes it, if it does: a forward
-    /// convolution of f32/f16/bf16, symmetric padding, a dense NCHW input
-    /// (or NHWC memory when the output is channels-last), nothing empty.
+    /// The convolution as a DNN library takes it, if it does: f32/f16/bf16,
+    /// symmetric padding, a dense NCHW input (or NHWC memory when the output
+    /// is channels-last), nothing empty; transposed with an output padding
+    /// below the stride (the libraries' backward data).
     fn dnn_problem(&self) -> Option<ConvProblem> {
         let p = &self.plan;
         let dtype = match T::DTYPE {
@@ -1216,7 +1225,7 @@ impl<T: WithDType> Conv<'_, T> {
         let sd = self.x.rank() - 2;
         let lead = 3 - sd;
         let dims = lead..3;
-        if p.transposed || dims.clone().any(|d| p.padded[d] - p.inp[d] != 2 * p.pad[d]) {
+        if dims.clone().any(|d| p.pad[d] != p.pad_after[d]) {
             return None;
         }
         let dense = if self.channels_last {
@@ -1240,6 +1249,7 @@ impl<T: WithDType> Conv<'_, T> {
             padding: p.pad[dims.clone()].to_vec(),
             dilation: p.dilation[dims].to_vec(),
             channels_last: self.channels_last,
+            transposed: p.transposed,
         };
         problem.validate().is_ok().then_some(problem)
     }
