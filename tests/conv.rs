@@ -612,6 +612,29 @@ fn conv_reads_views_and_empty_batches() {
             let y = view.conv(&w, None, &c.options()).unwrap();
             check(&c, &y, &want, &mag, &format!("strided view on {dev}"), None);
         }
+        // A weight that is the second half of a larger buffer (contiguous,
+        // at an offset: what a DNN library must be handed from there).
+        let halves = Tensor::<f32>::from_vec(
+            values(32 * 3 * 9, 14).iter().map(|&v| v as f32).collect(),
+            &[32, 3, 3, 3],
+            &dev,
+        )
+        .unwrap();
+        let second = halves.narrow(0, 16, 16).unwrap();
+        assert!(second.is_contiguous() && second.layout().offset() > 0);
+        let x = big.narrow(3, 1, 8).unwrap().contiguous().unwrap();
+        let xr: Vec<f64> = x.to_vec().unwrap().iter().map(|&v| v as f64).collect();
+        let wr: Vec<f64> = second.to_vec().unwrap().iter().map(|&v| v as f64).collect();
+        let (want, mag) = reference(&c.clone().no_bias(), &xr, &wr, &[]);
+        let y = x.conv(&second, None, &c.options()).unwrap();
+        check(
+            &c,
+            &y,
+            &want,
+            &mag,
+            &format!("offset weight on {dev}"),
+            None,
+        );
         // Transposed, over the same views.
         let t = Case::new(2, 3, 16, &[9, 8], &[3, 3])
             .stride(&[2, 1])

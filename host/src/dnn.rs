@@ -22,7 +22,8 @@ pub trait Dnn: Send + Sync {
 
     /// The library's handle (`miopenHandle_t`, `cudnnHandle_t`) as an
     /// address, locked for the caller until the guard drops; the handle is
-    /// already bound to the device's stream.
+    /// already bound to the device's stream. The convolution calls below
+    /// take the same lock: a thread holding the guard must not call them.
     fn handle(&self) -> DnnGuard<'_>;
 
     /// The workspace bytes the library's algorithm for `p` needs, choosing
@@ -277,7 +278,8 @@ impl ConvProblem {
 
     /// Dims and strides (elements, `int`s) of the input (`channels =
     /// in_channels`, `spatial = input`) or output tensor, NC.. order, for
-    /// the stored layout.
+    /// the stored layout (of a problem that passed
+    /// [`ConvProblem::validate`]; values past `int` saturate).
     pub fn tensor_dims(&self, channels: usize, spatial: &[usize]) -> (Vec<i32>, Vec<i32>) {
         let mut dims = vec![self.batch, channels];
         dims.extend_from_slice(spatial);
@@ -292,9 +294,13 @@ impl ConvProblem {
         let mut step = 1usize;
         for &d in order.iter().rev() {
             strides[d] = step;
-            step *= dims[d];
+            step = step.saturating_mul(dims[d]);
         }
-        let ints = |v: Vec<usize>| v.into_iter().map(|x| x as i32).collect();
+        let ints = |v: Vec<usize>| {
+            v.into_iter()
+                .map(|x| i32::try_from(x).unwrap_or(i32::MAX))
+                .collect()
+        };
         (ints(dims), ints(strides))
     }
 }
@@ -468,14 +474,15 @@ mod tests {
             let x = dev.alloc::<f32>(nx).unwrap();
             let w = dev.alloc::<f32>(nw).unwrap();
             let y = dev.alloc::<f32>(ny).unwrap();
-            assert!(!dev.dnn_conv(&p, &x, 0, &w, &y).unwrap());
+            assert!(!dev.dnn_conv(&p, &x, 0, &w, 0, &y).unwrap());
             let short = dev.alloc::<f32>(ny - 1).unwrap();
             let refused = |r: crate::Result<bool>, want: &str| match r {
                 Err(Error::BadDnnCall { why, .. }) => assert!(why.contains(want), "{why}"),
                 other => panic!("expected BadDnnCall ({want}), got {other:?}"),
             };
-            refused(dev.dnn_conv(&p, &x, 0, &w, &short), "need");
-            refused(dev.dnn_conv(&p, &x, 1, &w, &y), "from element 1");
+            refused(dev.dnn_conv(&p, &x, 0, &w, 0, &short), "need");
+            refused(dev.dnn_conv(&p, &x, 1, &w, 0, &y), "from element 1");
+            refused(dev.dnn_conv(&p, &x, 0, &w, 2, &y), "filter from 2");
             refused(
                 dev.dnn_conv(
                     &ConvProblem {
@@ -485,6 +492,7 @@ mod tests {
                     &x,
                     0,
                     &w,
+                    0,
                     &y,
                 ),
                 "output dim",
@@ -492,14 +500,14 @@ mod tests {
             let h = dev.alloc::<u16>(nx).unwrap();
             let hw = dev.alloc::<u16>(nw).unwrap();
             let hy = dev.alloc::<u16>(ny).unwrap();
-            refused(dev.dnn_conv(&p, &h, 0, &hw, &hy), "2-byte elements");
+            refused(dev.dnn_conv(&p, &h, 0, &hw, 0, &hy), "2-byte elements");
         }
         let cpu = Device::Cpu.alloc::<f32>(1 << 10).unwrap();
         let emu = Device::emulator(WaveSize::Wave32);
         let p = problem();
         let [nx, nw, _] = p.extents();
         let (x, w) = (emu.alloc::<f32>(nx).unwrap(), emu.alloc::<f32>(nw).unwrap());
-        match emu.dnn_conv(&p, &x, 0, &w, &cpu) {
+        match emu.dnn_conv(&p, &x, 0, &w, 0, &cpu) {
             Err(Error::BadDnnCall { why, .. }) => assert!(why.contains("another device")),
             other => panic!("{other:?}"),
         }

@@ -70,7 +70,8 @@ impl Device {
 impl Device {
     /// Runs the convolution `p` (or its transposed convolution) with the device's DNN library (MIOpen,
     /// cuDNN) on its stream, reading the input from element `x_offset` of
-    /// `x`, the filter from `w` and writing `y` from its start:
+    /// `x`, the filter from element `w_offset` of `w` and writing `y` from
+    /// its start:
     /// `Ok(false)` without running anything when the device has no such
     /// library, the library has no algorithm for `p`, or its workspace does
     /// not fit in the device's memory; the caller then uses its own kernels.
@@ -87,7 +88,7 @@ impl Device {
     /// let x = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
     /// let w = dev.upload(&[1.0f32, 1.0]).unwrap();
     /// let y = dev.alloc::<f32>(2).unwrap();
-    /// assert!(!dev.dnn_conv(&p, &x, 0, &w, &y).unwrap()); // no DNN library here
+    /// assert!(!dev.dnn_conv(&p, &x, 0, &w, 0, &y).unwrap()); // no DNN library here
     /// ```
     ///
     /// # Errors
@@ -100,6 +101,7 @@ impl Device {
         x: &DeviceBuffer<T>,
         x_offset: usize,
         w: &DeviceBuffer<T>,
+        w_offset: usize,
         y: &DeviceBuffer<T>,
     ) -> Result<bool> {
         let bad = |why: String| Error::BadDnnCall {
@@ -121,15 +123,20 @@ impl Device {
             )));
         }
         let [nx, nw, ny] = p.extents();
-        let lens = [x.len().saturating_sub(x_offset), w.len(), y.len()];
+        let lens = [
+            x.len().saturating_sub(x_offset),
+            w.len().saturating_sub(w_offset),
+            y.len(),
+        ];
         if lens
             .iter()
             .zip([nx, nw, ny])
             .any(|(&have, need)| have < need)
             || x_offset > x.len()
+            || w_offset > w.len()
         {
             return Err(bad(format!(
-                "input, filter and output need {:?} elements; the buffers hold {:?} (input from element {x_offset})",
+                "input, filter and output need {:?} elements; the buffers hold {:?} (input from element {x_offset}, filter from {w_offset})",
                 [nx, nw, ny],
                 [x.len(), w.len(), y.len()]
             )));
@@ -149,7 +156,7 @@ impl Device {
         };
         let at = ConvAddresses {
             x: x.device_ptr() + (x_offset * size_of::<T>()) as u64,
-            w: w.device_ptr(),
+            w: w.device_ptr() + (w_offset * size_of::<T>()) as u64,
             y: y.device_ptr(),
             workspace: workspace.device_ptr(),
             workspace_bytes: bytes,

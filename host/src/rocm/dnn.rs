@@ -21,12 +21,12 @@
 //! input its dy and our output its dx.
 //! Descriptors and solution are kept per problem for the process.
 //!
-//! Statuses: every call's is checked. While planning, BadParm, InvalidValue,
-//! NotImplemented and UnsupportedOp mean MIOpen declines the problem
-//! (remembered; our kernels run), as does a problem with no such solution
-//! or a channels-last one (MIOpen's NHWC support varies by release and
-//! solver; ferrocm's kernels take it); any other failure, and any failure
-//! of the run, is `Error::Rocm` with MIOpen's message.
+//! Statuses: every call's is checked. Any failure while planning (BadParm,
+//! InvalidValue, NotImplemented and UnsupportedOp above all) declines the
+//! problem (remembered, a failure said once on stderr; our kernels run), as
+//! does a problem with no such solution or a channels-last one (MIOpen's
+//! NHWC support varies by release and solver; ferrocm's kernels take it); a
+//! failure of the run is `Error::Rocm` with MIOpen's message.
 
 use super::{RocmDevice, ffi, hip_check};
 use crate::dnn::{ConvAddresses, ConvProblem, Dnn, DnnGuard, DnnType};
@@ -395,16 +395,26 @@ impl Dnn for MiopenHandle {
     }
 
     fn conv_workspace(&self, p: &ConvProblem) -> Result<Option<usize>> {
+        p.validate().map_err(|why| Error::BadDnnCall {
+            device: self.device.clone(),
+            why,
+        })?;
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(plan) = plans.get(p) {
             return Ok(plan.as_ref().map(|plan| plan.workspace));
         }
         self.set_device()?;
+        // A failure other than "not this problem" (a sub-library that does
+        // not load, memory) declines too, said once per problem (as a device
+        // that fails to open is): our kernels can still run it.
         let plan = match self.plan(p) {
             Ok(plan) => Some(plan),
             Err(Stop::Declined) => None,
-            Err(Stop::Failed(e)) => return Err(e),
+            Err(Stop::Failed(e)) => {
+                eprintln!("ferrocm: MIOpen could not plan {p:?}: {e}; ferrocm's kernels run it");
+                None
+            }
         };
         let workspace = plan.as_ref().map(|plan| plan.workspace);
         plans.insert(p.clone(), plan);

@@ -1085,8 +1085,20 @@ impl<T: WithDType> Op for Conv<'_, T> {
         } else {
             self.w
         };
-        let x = self.x;
-        match dev.dnn_conv(&problem, x.buf(), x.layout().offset(), w.buf(), &self.out) {
+        // The libraries' vectorised kernels want 16-byte aligned tensors: a
+        // view starting elsewhere runs our kernels.
+        let (x, wo) = (self.x, w.layout().offset());
+        if !(wo * size_of::<T>()).is_multiple_of(16) {
+            return Vendor::Fallback(self);
+        }
+        match dev.dnn_conv(
+            &problem,
+            x.buf(),
+            x.layout().offset(),
+            w.buf(),
+            wo,
+            &self.out,
+        ) {
             Ok(true) => {}
             Ok(false) => return Vendor::Fallback(self),
             Err(e) => return Vendor::Done(Err(e.into())),
@@ -1212,7 +1224,7 @@ impl<T: WithDType> Op for Conv<'_, T> {
 impl<T: WithDType> Conv<'_, T> {
     /// The convolution as a DNN library takes it, if it does: f32/f16/bf16,
     /// symmetric padding, a dense NCHW input (or NHWC memory when the output
-    /// is channels-last), nothing empty; transposed with an output padding
+    /// is channels-last) starting 16-byte aligned, nothing empty; transposed with an output padding
     /// below the stride (the libraries' backward data).
     fn dnn_problem(&self) -> Option<ConvProblem> {
         let p = &self.plan;
@@ -1233,7 +1245,7 @@ impl<T: WithDType> Conv<'_, T> {
         } else {
             self.x.is_contiguous()
         };
-        if !dense {
+        if !dense || !(self.x.layout().offset() * size_of::<T>()).is_multiple_of(16) {
             return None;
         }
         let problem = ConvProblem {
