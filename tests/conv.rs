@@ -442,6 +442,21 @@ fn cases() -> Vec<Case> {
             .pad(&[(3, 3)]),
         Case::new(1, 3, 16, &[5, 6, 7], &[3, 3, 3]).pad(&[(1, 1), (1, 1), (0, 1)]),
         Case::new(3, 2, 4, &[4, 5, 3], &[2, 3, 1]).stride(&[1, 2, 1]),
+        // Input channels per group a multiple of 8: f16/bf16 on the matrix
+        // units (`conv_mma_*`, 128 x 128 tiles, K = (tap, ci) in steps of
+        // 32): rows and columns past a tile, a K step cut short, groups,
+        // strides, dilation, 1-d and 3-d, a 1x1 kernel.
+        Case::new(3, 16, 40, &[9, 13], &[3, 3]).pad(&[(1, 1), (1, 1)]),
+        Case::new(1, 24, 136, &[37], &[3])
+            .stride(&[2])
+            .pad(&[(1, 0)]),
+        Case::new(2, 16, 32, &[11, 10], &[5, 3])
+            .groups(2)
+            .stride(&[2, 1])
+            .dilation(&[1, 2])
+            .pad(&[(2, 2), (0, 3)]),
+        Case::new(1, 8, 16, &[4, 5, 6], &[3, 3, 3]).pad(&[(1, 1), (1, 1), (1, 1)]),
+        Case::new(3, 32, 24, &[7, 6], &[1, 1]).no_bias(),
     ]
 }
 
@@ -498,6 +513,11 @@ fn transposed_cases() -> Vec<Case> {
             .stride(&[2, 1, 2])
             .pad(&[(0, 0), (1, 1), (1, 0)])
             .transposed(&[1, 0, 1]),
+        // Input channels a multiple of 8: the matrix-unit kernel per phase.
+        Case::new(2, 16, 24, &[5, 7], &[4, 4])
+            .stride(&[2, 2])
+            .pad(&[(1, 1), (1, 1)])
+            .transposed(&[0, 0]),
     ]
 }
 

@@ -694,8 +694,10 @@ fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Bench
     // (name, batch, cin, cout, size, kernel, stride, groups)
     let shapes = [
         ("conv2d 3x3 64->64 f32", 1, 64, 64, 56, 3, 1, 1),
+        ("conv2d 3x3 64->64 bf16", 1, 64, 64, 56, 3, 1, 1),
         ("conv2d stem 7x7/2 3->64 f32", 1, 3, 64, 224, 7, 2, 1),
         ("conv2d 3x3 256->256 b32 f32", 32, 256, 256, 14, 3, 1, 1),
+        ("conv2d 3x3 256->256 b32 bf16", 32, 256, 256, 14, 3, 1, 1),
         (
             "conv2d depthwise 3x3 512 b8 f32",
             8,

@@ -9,6 +9,13 @@
 //!   window puts it (zero in the padding) as the tile is staged, so no
 //!   column buffer ever exists in memory. One workgroup per 64 x 64 tile of
 //!   a group's output (grid y: the groups).
+//! - `conv_mma_{f16,bf16}`: the same implicit GEMM on the matrix units
+//!   (`crate::matmul::dense::mma_k_loop`, 128 x 128 tiles of a group's
+//!   output), for an input in channels-last memory with `cin_g` a multiple
+//!   of 8: the reduction runs over `k = (tap, ci)` (the weight permuted to
+//!   `[cout, kd, kh, kw, cin_g]`), so the 8 values of X̂ a workitem stages
+//!   are 8 neighbouring channels of one input position, one 16-byte load
+//!   (or zeros in the padding). Its table has one entry per tap.
 //! - `conv_direct_{dtype}`: a workitem per output element summing its
 //!   window: depthwise and other convolutions with few output channels per
 //!   group, where a 64-row tile would be mostly empty.
@@ -25,12 +32,13 @@
 //! (may be null) is added in f32 before the one rounding.
 
 use crate::device::*;
+use crate::elem::W128;
 use crate::elem::*;
 use crate::kernels;
 use crate::math;
 use crate::matmul::dense::{
-    GEMM_BK, GEMM_BLOCK, GEMM_BM, GEMM_BN, MatElem, gemm_fetch, gemm_stage, gemm_tile_fma,
-    gemm_tile_loads, gemm_tiles,
+    GEMM_BK, GEMM_BLOCK, GEMM_BM, GEMM_BN, MMA_BM, MMA_BN, MatElem, MmaOperand, gemm_fetch,
+    gemm_stage, gemm_tile_fma, gemm_tile_loads, gemm_tiles, mma_k_loop, mma_operand_fetch,
 };
 use crate::unroll4;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
@@ -270,6 +278,142 @@ pub fn conv_gemm_body<T: MatElem>(
     });
 }
 
+/// The body of `conv_mma_*`: see the module doc. Group `g0 +
+/// workgroup_id_y()`; tile `workgroup_id_x()` of its `cout_g x (batch *
+/// positions)` output, row-major over tiles. `x` is channels-last: its
+/// channel stride is 1 and its other strides, its start and `cin_g` are
+/// multiples of 8 elements (the op layer's promise), so each group of 8
+/// channels is one aligned 16-byte word. The table holds one entry per tap
+/// (`k / cin_g`): its offset from the window's corner and its dilated
+/// kernel offsets.
+#[amdgpu_device]
+#[inline(always)]
+pub fn conv_mma_body<T: MatElem + crate::mma::MmaElem>(
+    y: *mut T,
+    x: *const T,
+    w: *const T,
+    bias: *const T,
+    geom: *const u64,
+    g0: u32,
+) {
+    // Never launched on a GPU without a matrix unit (the op layer takes
+    // `conv_gemm_*` there), whose registers the loop would not fit.
+    #[cfg(all(ferrocm_device, not(ferrocm_mma)))]
+    {
+        let _ = (y, x, w, bias, geom, g0);
+        return;
+    }
+    #[allow(unreachable_code)]
+    let g = read_geom(geom);
+    let table = geom.wrapping_add(G_TABLE);
+    let tid = workitem_id_x();
+    let (m, k) = (g.cout_g, g.k);
+    let cols = g.batch * g.positions;
+    // At least 1: a division the compiler cannot prove safe calls the
+    // panic handler.
+    let tiles_n = Ord::max(cols.div_ceil(MMA_BN), 1);
+    let tile = workgroup_id_x();
+    let (m0, n0) = ((tile / tiles_n) * MMA_BM, (tile % tiles_n) * MMA_BN);
+    let group = g0 + workgroup_id_y();
+    let tn: u32 = if wave_size() >= 64 { 4 } else { 2 };
+    let waves_n = MMA_BN / (16 * tn);
+    let (wm, wn) = ((wave_id() / waves_n) * 64, (wave_id() % waves_n) * 16 * tn);
+    // The group's weights: a `[cout_g, K]` row-major operand, K = (tap, ci).
+    let oa = MmaOperand {
+        p: w.wrapping_add((group as u64 * m as u64 * k as u64) as usize),
+        i0: m0,
+        size: m,
+        i_stride: k,
+        k_stride: 1,
+        k_fast: true,
+        words: true,
+    };
+    // X̂'s groups run along K (channels): this workitem's two groups are
+    // columns `n0 + tid / 4` and 64 further, K rows `(tid % 4) * 8 ..`
+    // (the loop's `mma_slot` with K fast).
+    let kk = (tid % 4) * 8;
+    let col = |gi: u32| n0 + tid / 4 + 64 * gi;
+    let wins = [0, 1].map(|gi| window(&g, col(gi) / g.positions, group, col(gi) % g.positions));
+    let live = [col(0) < cols, col(1) < cols];
+    let cin_g = Ord::max(g.cin_g, 1);
+    let fetch_b = |k0: u32, gi: usize| {
+        let kq = k0 + kk;
+        let mut v = W128([0; 4]);
+        if live[gi] && kq < k {
+            let tap = kq / cin_g;
+            let ci = kq - tap * cin_g;
+            let (off, dk) = unsafe {
+                (
+                    load(table, 2 * tap as usize),
+                    load(table, 2 * tap as usize + 1),
+                )
+            };
+            let mask = (1u64 << G_OFFSET_BITS) - 1;
+            let win = &wins[gi];
+            // Unsigned: a coordinate below zero wraps past the dim.
+            let iz = win.corner[0].wrapping_add((dk & mask) as u32);
+            let iy = win.corner[1].wrapping_add(((dk >> G_OFFSET_BITS) & mask) as u32);
+            let ix = win.corner[2].wrapping_add((dk >> (2 * G_OFFSET_BITS)) as u32);
+            if iz < g.inp[0] && iy < g.inp[1] && ix < g.inp[2] {
+                let at = win.base.wrapping_add(off).wrapping_add(ci as u64);
+                v = unsafe { load(x as *const W128, (at / 8) as usize) };
+            }
+        }
+        v
+    };
+    let acc = mma_k_loop::<T, true, true>(
+        (true, &mma_operand_fetch(oa, k)),
+        (true, &fetch_b),
+        k,
+        (wm, wn, tn),
+    );
+    // The tile's corner again (not held across the loop).
+    let tile = workgroup_id_x_again();
+    let (m0, n0) = ((tile / tiles_n) * MMA_BM, (tile % tiles_n) * MMA_BN);
+    use crate::mma::Acc;
+    let len = Acc::len();
+    unroll4!(j < 4 => {
+        if (j as u32) < tn {
+            // Each accumulator element's output offset but its channel's
+            // term (its column's image and position: divisions once per
+            // column, not per element).
+            let mut base = [0u64; Acc::MAX_LEN];
+            let mut inside = [false; Acc::MAX_LEN];
+            unroll4!(e1 < Acc::MAX_LEN.div_ceil(4) => {
+            unroll4!(e0 < 4 => {
+                let e = 4 * e1 + e0;
+                if e < Acc::MAX_LEN && (e as u32) < len {
+                    let col = n0 + wn + 16 * j as u32 + Acc::at(e as u32).1;
+                    inside[e] = col < cols;
+                    base[e] = out_offset(&g, col / g.positions, 0, col % g.positions) as u64;
+                }
+            });
+            });
+            unroll4!(i < 4 => {
+            unroll4!(e1 < Acc::MAX_LEN.div_ceil(4) => {
+            unroll4!(e0 < 4 => {
+                let e = 4 * e1 + e0;
+                if e < Acc::MAX_LEN && (e as u32) < len {
+                    let row = m0 + wm + 16 * i as u32 + Acc::at(e as u32).0;
+                    if row < m && inside[e] {
+                        let c = group * m + row;
+                        let mut v = acc[i][j].value(e);
+                        if !bias.is_null() {
+                            v += unsafe { load(bias, c as usize) }.widen();
+                        }
+                        let at = base[e] + c as u64 * g.ys[1];
+                        unsafe { store(y, at as usize, T::from_f32(v)) };
+                    }
+                }
+            });
+            });
+            });
+        }
+        // One column of tiles' stores at a time (as the GEMM's epilogue).
+        schedule_barrier();
+    });
+}
+
 /// The body of `conv_direct_*`: a workitem per output position
 /// (`workgroup_id_x() * block + tid`), looping over the output rows (image,
 /// channel) `workgroup_id_y()`, stepping by the grid's y size, each window
@@ -323,6 +467,9 @@ use crate::host::KernelRef;
 /// The parameter types of `conv_gemm_{T}`: `(y, x, w, bias, geom, g0)`.
 #[cfg(not(ferrocm_device))]
 pub type ConvGemmArgs<T> = (*mut T, *const T, *const T, *const T, *const u64, u32);
+/// The parameter types of `conv_mma_{T}`: as `conv_gemm_{T}`'s.
+#[cfg(not(ferrocm_device))]
+pub type ConvMmaArgs<T> = ConvGemmArgs<T>;
 /// The parameter types of `conv_direct_{T}`: `(y, x, w, bias, geom, cout)`.
 #[cfg(not(ferrocm_device))]
 pub type ConvDirectArgs<T> = (*mut T, *const T, *const T, *const T, *const u64, u32);
@@ -334,15 +481,18 @@ pub trait ConvKernels: Sized + 'static {
     const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>>;
     /// `conv_direct_{T}`, if the type has one.
     const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>>;
+    /// `conv_mma_{T}` (f16, bf16), if the type has one.
+    const CONV_MMA: Option<KernelRef<ConvMmaArgs<Self>>>;
 }
 
 macro_rules! conv_kernels {
-    ($($gemm:ident, $direct:ident: $t:ty),*; none: $($n:ty),*) => {
+    ($($gemm:ident, $direct:ident $(, $mma:ident)?: $t:ty),*; none: $($n:ty),*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl ConvKernels for $t {
                 const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = Some(KernelRef::of::<$gemm>());
                 const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = Some(KernelRef::of::<$direct>());
+                const CONV_MMA: Option<KernelRef<ConvMmaArgs<Self>>> = conv_kernels!(@opt $($mma)?);
             }
         )*
         $(
@@ -350,6 +500,7 @@ macro_rules! conv_kernels {
             impl ConvKernels for $n {
                 const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = None;
                 const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = None;
+                const CONV_MMA: Option<KernelRef<ConvMmaArgs<Self>>> = None;
             }
         )*
         kernels! {$(
@@ -359,14 +510,21 @@ macro_rules! conv_kernels {
             fn $direct(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, cout: u32) {
                 conv_direct_body::<$t>(y, x, w, bias, geom, cout)
             }
+            $(
+            fn $mma(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, g0: u32) {
+                conv_mma_body::<$t>(y, x, w, bias, geom, g0)
+            }
+            )?
         )*}
     };
+    (@opt $mma:ident) => { Some(KernelRef::of::<$mma>()) };
+    (@opt) => { None };
 }
 
 conv_kernels!(
     conv_gemm_f32, conv_direct_f32: f32,
-    conv_gemm_f16, conv_direct_f16: F16,
-    conv_gemm_bf16, conv_direct_bf16: Bf16;
+    conv_gemm_f16, conv_direct_f16, conv_mma_f16: F16,
+    conv_gemm_bf16, conv_direct_bf16, conv_mma_bf16: Bf16;
     none: u8, u32, i64
 );
 

@@ -470,16 +470,21 @@ fn mma_slot(e: u32, k_fast: bool) -> (u32, u32) {
 /// and strides, and how it is read.
 #[amdgpu_device]
 #[derive(Clone, Copy)]
-struct MmaOperand<T> {
-    p: *const T,
-    /// First index of the tile in the non-K dim, and that dim's size.
-    i0: u32,
-    size: u32,
-    /// Element strides along the non-K dim and along K.
-    i_stride: u32,
-    k_stride: u32,
-    k_fast: bool,
-    words: bool,
+pub struct MmaOperand<T> {
+    /// The matrix's first element.
+    pub p: *const T,
+    /// First index of the tile in the non-K dim.
+    pub i0: u32,
+    /// The non-K dim's size.
+    pub size: u32,
+    /// Element stride along the non-K dim.
+    pub i_stride: u32,
+    /// Element stride along K.
+    pub k_stride: u32,
+    /// K is the dim with stride 1 (groups run along it).
+    pub k_fast: bool,
+    /// Groups can be read as 16-byte words ([`MMA_A_WORDS`]).
+    pub words: bool,
 }
 
 /// The 8 elements of group `e` of the K-tile at `k0` as packed halves
@@ -554,74 +559,85 @@ fn mma_stage<const KC: bool>(tile_byte: u32, e: u32, k_fast: bool, w: W128) {
     lds_at::<W128>(tile_byte).store(word / 4, w);
 }
 
-/// The K loop of [`gemm_mma_body`] for one pair of LDS tile layouts
+/// Groups of 8 elements of each operand a workitem fetches per K step of
+/// the matrix-unit loop (`tid + MMA_BLOCK * g`, `g <` this).
+pub const MMA_FETCH_GROUPS: usize = (MMA_GROUPS / MMA_BLOCK) as usize;
+
+/// The fetch of a matrix operand [`mma_k_loop`] takes: group `g` (of
+/// [`MMA_FETCH_GROUPS`]) of this workitem's share of the K step at `k0`.
+/// Tiles inside the matrix with 16-byte rows (the usual case) load each
+/// group with one 16-byte load from an offset computed once; edge tiles go
+/// through [`mma_fetch`].
+#[amdgpu_device]
+#[inline(always)]
+pub fn mma_operand_fetch<T: MatElem>(o: MmaOperand<T>, k: u32) -> impl Fn(u32, usize) -> W128 {
+    let tid = workitem_id_x();
+    // The element offset of this workitem's first group at K step 0, and
+    // the step from one of its groups to the next (the same for every
+    // workitem: MMA_BLOCK groups further on is 64 rows, or 16 K, on).
+    // Wrapping: only used when the tile is whole, where they are in range.
+    let (ii, kk) = mma_slot(tid, o.k_fast);
+    let at = (o.i0 + ii)
+        .wrapping_mul(o.i_stride)
+        .wrapping_add(kk.wrapping_mul(o.k_stride));
+    let (ii, kk) = mma_slot(MMA_BLOCK, o.k_fast);
+    let step = ii
+        .wrapping_mul(o.i_stride)
+        .wrapping_add(kk.wrapping_mul(o.k_stride));
+    // The whole tile lies inside the matrix and is read in words (A's
+    // tiles are MMA_BM deep, B's MMA_BN: the same).
+    const _: () = assert!(MMA_BM == MMA_BN);
+    let whole = o.words && o.i0 + MMA_BM <= o.size;
+    move |k0: u32, g: usize| {
+        if whole && k0 + MMA_BK <= k {
+            let e = at
+                .wrapping_add(k0.wrapping_mul(o.k_stride))
+                .wrapping_add(g as u32 * step);
+            unsafe { load(o.p as *const W128, (e / 8) as usize) }
+        } else {
+            mma_fetch(&o, tid + MMA_BLOCK * g as u32, k0, k)
+        }
+    }
+}
+
+/// The K loop of the matrix-unit kernels for one pair of LDS tile layouts
 /// (`A_K`: A's tile is stored K contiguous, else with K as its rows; `B_K`
 /// likewise): the wave's accumulators for its `(wm, wn)` block, `tn` column
-/// tiles wide.
+/// tiles wide. `fetch_a` / `fetch_b` load a workitem's groups of A's `[M,
+/// K]` and B's `[K, N]` tiles ([`mma_operand_fetch`] for a strided matrix;
+/// the convolution reads its input's windows); `a_k_fast` / `b_k_fast` say
+/// whether their groups run along K ([`mma_slot`]).
 ///
 /// Two LDS stages: while one is multiplied, the next K step's global loads
 /// are in flight, and they are stored into the other stage after the
-/// multiply; one barrier per step. Tiles inside the matrices with 16-byte
-/// rows (the usual case) load each group with one 16-byte load from an
-/// offset computed once; edge tiles go through [`mma_fetch`].
+/// multiply; one barrier per step.
 #[amdgpu_device]
 #[inline(always)]
-fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
-    oa: &MmaOperand<T>,
-    ob: &MmaOperand<T>,
+#[allow(clippy::too_many_arguments)]
+pub fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
+    (a_k_fast, fetch_a): (bool, &impl Fn(u32, usize) -> W128),
+    (b_k_fast, fetch_b): (bool, &impl Fn(u32, usize) -> W128),
     k: u32,
     (wm, wn, tn): (u32, u32, u32),
 ) -> [[crate::mma::Acc; 4]; 4] {
     use crate::mma::{Acc, load_a, load_a_t, load_b, load_b_t, mma};
     let tid = workitem_id_x();
     // Two groups of 8 per workitem and operand, A's and B's interleaved.
-    const GROUPS: usize = (MMA_GROUPS / MMA_BLOCK) as usize;
-    // The element offset of this workitem's first group at K step 0, and
-    // the step from one of its groups to the next (the same for every
-    // workitem: MMA_BLOCK groups further on is 64 rows, or 16 K, on).
-    // Wrapping: only used when the tile is whole, where they are in range.
-    let origin = |o: &MmaOperand<T>, k_fast: bool| {
-        let (ii, kk) = mma_slot(tid, k_fast);
-        let at = (o.i0 + ii)
-            .wrapping_mul(o.i_stride)
-            .wrapping_add(kk.wrapping_mul(o.k_stride));
-        let (ii, kk) = mma_slot(MMA_BLOCK, k_fast);
-        (
-            at,
-            ii.wrapping_mul(o.i_stride)
-                .wrapping_add(kk.wrapping_mul(o.k_stride)),
-        )
-    };
-    let ((at_a, step_a), (at_b, step_b)) = (origin(oa, oa.k_fast), origin(ob, ob.k_fast));
-    // The whole tile lies inside both matrices and is read in words.
-    let whole = oa.words && ob.words && oa.i0 + MMA_BM <= oa.size && ob.i0 + MMA_BN <= ob.size;
+    const GROUPS: usize = MMA_FETCH_GROUPS;
     // Loads this workitem's groups of the K step at `k0` of A (`op` 0) or
     // B (`op` 1) into `r`.
     let fetch = |k0: u32, r: &mut [W128; 2 * GROUPS], op: usize| {
-        let (o, at, step) = if op == 0 {
-            (oa, at_a, step_a)
-        } else {
-            (ob, at_b, step_b)
-        };
-        if whole && k0 + MMA_BK <= k {
-            let at0 = at.wrapping_add(k0.wrapping_mul(o.k_stride));
-            unroll4!(g < GROUPS => {
-                let e = at0.wrapping_add(g as u32 * step);
-                r[2 * g + op] = unsafe { load(o.p as *const W128, (e / 8) as usize) };
-            });
-        } else {
-            unroll4!(g < GROUPS => {
-                r[2 * g + op] = mma_fetch(o, tid + MMA_BLOCK * g as u32, k0, k);
-            });
-        }
+        unroll4!(g < GROUPS => {
+            r[2 * g + op] = if op == 0 { fetch_a(k0, g) } else { fetch_b(k0, g) };
+        });
     };
     // Stage s's A tile starts at byte `2 * s * MMA_TILE_BYTES`, its B tile
     // one tile later.
     let stage = |s: u32, r: &[W128; 2 * GROUPS]| {
         unroll4!(g < GROUPS => {
             let e = tid + MMA_BLOCK * g as u32;
-            mma_stage::<A_K>(2 * s * MMA_TILE_BYTES, e, oa.k_fast, r[2 * g]);
-            mma_stage::<B_K>((2 * s + 1) * MMA_TILE_BYTES, e, ob.k_fast, r[2 * g + 1]);
+            mma_stage::<A_K>(2 * s * MMA_TILE_BYTES, e, a_k_fast, r[2 * g]);
+            mma_stage::<B_K>((2 * s + 1) * MMA_TILE_BYTES, e, b_k_fast, r[2 * g + 1]);
         });
     };
     let mut acc = [[Acc::zero(); 4]; 4];
@@ -725,7 +741,7 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
     #[cfg(all(ferrocm_device, not(ferrocm_mma)))]
     {
         const _: () = assert!(MMA_BLOCK == GEMM_BLOCK && GEMM_LDS_BYTES <= MMA_LDS_BYTES);
-        let _ = (flags, mma_k_loop::<T, true, true>);
+        let _ = flags;
         let shape = (m, n, k, batch, z0);
         let (sa, sb) = ((a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs));
         unroll4!(q < 4 => {
@@ -765,11 +781,14 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
         // them: K contiguous when that is the operand's fast dim or the
         // unit's transposed loads are not wanted.
         let t_tiles = crate::mma::TRANSPOSED_LOADS && flags & MMA_T_TILES != 0;
+        let a = (oa.k_fast, &mma_operand_fetch(oa, k));
+        let b = (ob.k_fast, &mma_operand_fetch(ob, k));
+        let at = (wm, wn, tn);
         let acc = match (oa.k_fast || !t_tiles, ob.k_fast || !t_tiles) {
-            (true, true) => mma_k_loop::<T, true, true>(&oa, &ob, k, (wm, wn, tn)),
-            (true, false) => mma_k_loop::<T, true, false>(&oa, &ob, k, (wm, wn, tn)),
-            (false, true) => mma_k_loop::<T, false, true>(&oa, &ob, k, (wm, wn, tn)),
-            (false, false) => mma_k_loop::<T, false, false>(&oa, &ob, k, (wm, wn, tn)),
+            (true, true) => mma_k_loop::<T, true, true>(a, b, k, at),
+            (true, false) => mma_k_loop::<T, true, false>(a, b, k, at),
+            (false, true) => mma_k_loop::<T, false, true>(a, b, k, at),
+            (false, false) => mma_k_loop::<T, false, false>(a, b, k, at),
         };
         // The tile's corner again: held across the K loop it was spilled
         // on sm_90 with two workgroups per SM.

@@ -39,8 +39,11 @@ use ferrocm_kernels::conv::convolution::{
     CONV_GEMM_MIN_COUT_G, ConvKernels, G_BATCH, G_CIN_G, G_COUT_G, G_IN, G_K, G_OFFSET_BITS,
     G_OUT_HW, G_PAD, G_POSITIONS, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
 };
-use ferrocm_kernels::matmul::{GEMM_BLOCK, GEMM_BM, GEMM_BN, GEMM_LDS_BYTES};
+use ferrocm_kernels::matmul::{
+    GEMM_BLOCK, GEMM_BM, GEMM_BN, GEMM_LDS_BYTES, MMA_BLOCK, MMA_BM, MMA_BN, MMA_LDS_BYTES,
+};
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{elems, narrow, out_strides, per_dim, widen};
@@ -1152,6 +1155,7 @@ impl<T: WithDType> Op for Conv<'_, T> {
             return Err(self.too_large());
         }
         let ys = p.y_strides(self.channels_last);
+        let x = self.source(dev)?;
         if !p.transposed {
             // Every tap, in the weight's order, at its dilated offset.
             let taps: Vec<[usize; 3]> = (0..p.volume())
@@ -1159,8 +1163,8 @@ impl<T: WithDType> Op for Conv<'_, T> {
                 .map(|t| [0, 1, 2].map(|d| t[d] * p.dilation[d]))
                 .collect();
             let pad = p.pad.map(|v| v as i64);
-            let geom = self.geom((p.out, ys), (p.stride, pad), &taps)?;
-            self.launch(dev, &geom, self.w, (p.out, 0))?;
+            let geom = self.geom(&x, (p.out, ys), (p.stride, pad), &taps)?;
+            self.launch(dev, &x, &geom, self.w, (p.out, 0))?;
             return Ok(self.out);
         }
         // Transposed: output `o = φ + s·m` of phase `φ` (per dim, `φ <
@@ -1214,8 +1218,8 @@ impl<T: WithDType> Op for Conv<'_, T> {
                 strided[2 + d] = ys[2 + d] * p.stride[d];
             }
             let first = (0..3).map(|d| phi[d] * ys[2 + d]).sum();
-            let geom = self.geom((count, strided), ([1; 3], pad), &taps)?;
-            self.launch(dev, &geom, &w, (count, first))?;
+            let geom = self.geom(&x, (count, strided), ([1; 3], pad), &taps)?;
+            self.launch(dev, &x, &geom, &w, (count, first))?;
         }
         Ok(self.out)
     }
@@ -1267,7 +1271,74 @@ impl<T: WithDType> Conv<'_, T> {
     }
 }
 
+/// The input the kernels read: the caller's, or its channels-last copy
+/// for the matrix-unit kernel; `xs` its strides `(n, c, d, h, w)`.
+struct Source<'t, T: WithDType> {
+    x: Cow<'t, Tensor<T>>,
+    xs: [usize; 5],
+    /// `conv_mma_*` runs (see [`Conv::source`]).
+    mma: bool,
+}
+
 impl<T: WithDType> Conv<'_, T> {
+    /// What the kernels read. The matrix units take f16/bf16 groups of at
+    /// least [`CONV_GEMM_MIN_COUT_G`] output channels and a multiple of 8
+    /// input channels (the emulator runs the same kernel on the primitive's
+    /// FMA body); their kernel reads 8 channels of a position as one
+    /// 16-byte word, so the input must be channels-last with every other
+    /// stride and its start a multiple of 8 elements: copied so when it is
+    /// not (one pass over the input, small beside the product).
+    fn source(&self, dev: &Device) -> Result<Source<'_, T>> {
+        let p = &self.plan;
+        let mma = T::Kernel::CONV_MMA.is_some()
+            && (dev.matrix_unit().is_some() || !dev.is_gpu())
+            && p.cin_g().is_multiple_of(8)
+            && p.cout_g() >= CONV_GEMM_MIN_COUT_G
+            && p.k() > 0;
+        let st = self.x.layout().strides();
+        let words = st[1] == 1
+            && self.x.layout().offset().is_multiple_of(8)
+            && st.iter().all(|v| v.is_multiple_of(8) || *v == 1);
+        if !mma || words {
+            return Ok(Source {
+                x: Cow::Borrowed(self.x),
+                xs: p.xs,
+                mma,
+            });
+        }
+        // (N, C, spatial..) -> (N, spatial.., C) memory, seen as (N, C, ..):
+        // for a contiguous input a transpose of its last two dims as (N, C,
+        // positions), which the tiled transpose copies.
+        let r = self.x.rank();
+        let (n, c) = (self.x.shape()[0], self.x.shape()[1]);
+        let spatial = &self.x.shape()[2..];
+        let s: usize = spatial.iter().product();
+        let mut nhwc = vec![n];
+        nhwc.extend_from_slice(spatial);
+        nhwc.push(c);
+        let mut back = vec![0, r - 1];
+        back.extend(1..r - 1);
+        let x = if self.x.is_contiguous() {
+            self.x.reshape(&[n, c, s])?.transpose(1, 2)?.contiguous()?
+        } else {
+            let mut last = vec![0];
+            last.extend(2..r);
+            last.push(1);
+            self.x.permute(&last)?.contiguous()?
+        };
+        let x = x.reshape(&nhwc)?.permute(&back)?;
+        let (st, lead) = (x.layout().strides(), 5 - r);
+        let mut xs = [0; 5];
+        xs[0] = st[0];
+        xs[1] = st[1];
+        xs[2 + lead..r + lead].copy_from_slice(&st[2..r]);
+        Ok(Source {
+            x: Cow::Owned(x),
+            xs,
+            mma,
+        })
+    }
+
     fn too_large(&self) -> Error {
         Error::TooLarge {
             op: self.op,
@@ -1279,15 +1350,21 @@ impl<T: WithDType> Conv<'_, T> {
     /// `ys`, windows at `stride` from corner `o·stride - pad` (a negative pad
     /// puts the corner past the output), then per reduction index `(ci,
     /// tap)` its offset from the corner (`taps`: dilated offsets per dim).
+    ///
+    /// For the matrix-unit kernel (`x.mma`) the table has one entry per tap
+    /// (its reduction runs over `(tap, ci)`, the channel added in the
+    /// kernel).
     fn geom(
         &self,
+        x: &Source<'_, T>,
         (out, ys): ([usize; 3], [usize; 5]),
         (stride, pad): ([usize; 3], [i64; 3]),
         taps: &[[usize; 3]],
     ) -> Result<Vec<u64>> {
         let p = &self.plan;
         let k = p.cin_g() * taps.len();
-        let mut geom = vec![0u64; G_TABLE + 2 * k];
+        let entries = if x.mma { taps.len() } else { k };
+        let mut geom = vec![0u64; G_TABLE + 2 * entries];
         let header = [
             (G_BATCH, p.batch),
             (G_CIN_G, p.cin_g()),
@@ -1306,8 +1383,9 @@ impl<T: WithDType> Conv<'_, T> {
             // 32-bit, wrapping: the kernels subtract it from `o · stride`.
             geom[G_PAD + d] = pad[d] as u32 as u64;
         }
+        let xs = x.xs;
         for d in 0..5 {
-            geom[G_X_STRIDES + d] = p.xs[d] as u64;
+            geom[G_X_STRIDES + d] = xs[d] as u64;
             geom[G_Y_STRIDES + d] = ys[d] as u64;
         }
         let limit = 1usize << G_OFFSET_BITS;
@@ -1316,7 +1394,7 @@ impl<T: WithDType> Conv<'_, T> {
             if dk.iter().any(|&v| v >= limit) {
                 return Err(self.too_large());
             }
-            entry[0] = (ci * p.xs[1] + (0..3).map(|d| dk[d] * p.xs[2 + d]).sum::<usize>()) as u64;
+            entry[0] = (ci * xs[1] + (0..3).map(|d| dk[d] * xs[2 + d]).sum::<usize>()) as u64;
             entry[1] = (dk[0] | dk[1] << G_OFFSET_BITS | dk[2] << (2 * G_OFFSET_BITS)) as u64;
         }
         Ok(geom)
@@ -1327,6 +1405,7 @@ impl<T: WithDType> Conv<'_, T> {
     fn launch(
         &self,
         dev: &Device,
+        x: &Source<'_, T>,
         geom: &[u64],
         w: &Tensor<T>,
         (out, first): ([usize; 3], usize),
@@ -1344,7 +1423,33 @@ impl<T: WithDType> Conv<'_, T> {
             Some(b) => b.input(),
             None => In::opt(None::<&DeviceBuffer<T::Kernel>>),
         };
-        if cout_g >= CONV_GEMM_MIN_COUT_G {
+        if x.mma {
+            let kernel = T::Kernel::CONV_MMA.ok_or_else(unsupported)?;
+            // The weight's reduction order `(ci, tap)` turned to `(tap, ci)`.
+            let taps = w.elem_count() / (p.cout * p.cin_g()).max(1);
+            let w = w
+                .reshape(&[p.cout, p.cin_g(), taps])?
+                .permute(&[0, 2, 1])?
+                .contiguous()?;
+            let tiles = cout_g.div_ceil(MMA_BM as usize) * cols.div_ceil(MMA_BN as usize);
+            if tiles > MAX_GRID_X as usize {
+                return Err(self.too_large());
+            }
+            for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
+                let cfg = LaunchConfig {
+                    grid: [
+                        tiles as u32,
+                        (p.groups - g0).min(MAX_GRID_YZ as usize) as u32,
+                        1,
+                    ],
+                    block: [MMA_BLOCK, 1, 1],
+                    lds_bytes: MMA_LDS_BYTES,
+                    early_start: false,
+                };
+                let args = (y, x.x.input(), w.input(), bias, In::new(&geom), g0 as u32);
+                dev.launch_typed(kernel, cfg, args)?;
+            }
+        } else if cout_g >= CONV_GEMM_MIN_COUT_G {
             let kernel = T::Kernel::CONV_GEMM.ok_or_else(unsupported)?;
             let tiles = cout_g.div_ceil(GEMM_BM as usize) * cols.div_ceil(GEMM_BN as usize);
             if tiles > MAX_GRID_X as usize {
@@ -1362,14 +1467,7 @@ impl<T: WithDType> Conv<'_, T> {
                     lds_bytes: GEMM_LDS_BYTES,
                     early_start: false,
                 };
-                let args = (
-                    y,
-                    self.x.input(),
-                    w.input(),
-                    bias,
-                    In::new(&geom),
-                    g0 as u32,
-                );
+                let args = (y, x.x.input(), w.input(), bias, In::new(&geom), g0 as u32);
                 dev.launch_typed(kernel, cfg, args)?;
             }
         } else {
@@ -1388,7 +1486,7 @@ impl<T: WithDType> Conv<'_, T> {
             };
             let args = (
                 y,
-                self.x.input(),
+                x.x.input(),
                 w.input(),
                 bias,
                 In::new(&geom),
