@@ -10,7 +10,7 @@
 //!   column buffer ever exists in memory. One workgroup per 64 x 64 tile of
 //!   a group's output (grid y: the groups).
 //! - `conv_mma_{f16,bf16}`: the same implicit GEMM on the matrix units
-//!   (`crate::matmul::dense::mma_k_loop`, 128 x 128 tiles of a group's
+//!   (`crate::matmul::dense::mma_k_loop_with`, 128 x 128 tiles of a group's
 //!   output), for an input in channels-last memory with `cin_g` a multiple
 //!   of 8: the reduction runs over `k = (tap, ci)` (the weight permuted to
 //!   `[cout, kd, kh, kw, cin_g]`), so the 8 values of X̂ a workitem stages
@@ -37,8 +37,9 @@ use crate::elem::*;
 use crate::kernels;
 use crate::math;
 use crate::matmul::dense::{
-    GEMM_BK, GEMM_BLOCK, GEMM_BM, GEMM_BN, MMA_BM, MMA_BN, MatElem, MmaOperand, gemm_fetch,
-    gemm_stage, gemm_tile_fma, gemm_tile_loads, gemm_tiles, mma_k_loop, mma_operand_fetch,
+    GEMM_BK, GEMM_BLOCK, GEMM_BM, GEMM_BN, MMA_BM, MMA_BN, MMA_FETCH_GROUPS, MatElem, MmaOperand,
+    gemm_fetch, gemm_stage, gemm_tile_fma, gemm_tile_loads, gemm_tiles, mma_k_loop_with,
+    mma_operand_fetch,
 };
 use crate::unroll4;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
@@ -334,12 +335,11 @@ pub fn conv_mma_body<T: MatElem + crate::mma::MmaElem>(
     let kk = (tid % 4) * 8;
     let col = |gi: u32| n0 + tid / 4 + 64 * gi;
     let wins = [0, 1].map(|gi| window(&g, col(gi) / g.positions, group, col(gi) % g.positions));
-    let live = [col(0) < cols, col(1) < cols];
     let cin_g = Ord::max(g.cin_g, 1);
-    let fetch_b = |k0: u32, gi: usize| {
+    let fetch_b = |k0: u32| {
         let kq = k0 + kk;
-        let mut v = W128([0; 4]);
-        if live[gi] && kq < k {
+        let mut v = [W128([0; 4]); 2];
+        if kq < k {
             let tap = kq / cin_g;
             let ci = kq - tap * cin_g;
             let (off, dk) = unsafe {
@@ -349,24 +349,28 @@ pub fn conv_mma_body<T: MatElem + crate::mma::MmaElem>(
                 )
             };
             let mask = (1u64 << G_OFFSET_BITS) - 1;
-            let win = &wins[gi];
-            // Unsigned: a coordinate below zero wraps past the dim.
-            let iz = win.corner[0].wrapping_add((dk & mask) as u32);
-            let iy = win.corner[1].wrapping_add(((dk >> G_OFFSET_BITS) & mask) as u32);
-            let ix = win.corner[2].wrapping_add((dk >> (2 * G_OFFSET_BITS)) as u32);
-            if iz < g.inp[0] && iy < g.inp[1] && ix < g.inp[2] {
-                let at = win.base.wrapping_add(off).wrapping_add(ci as u64);
-                v = unsafe { load(x as *const W128, (at / 8) as usize) };
-            }
+            unroll4!(gi < 2 => {
+                let win = &wins[gi];
+                // Unsigned: a coordinate below zero wraps past the dim.
+                let iz = win.corner[0].wrapping_add((dk & mask) as u32);
+                let iy = win.corner[1].wrapping_add(((dk >> G_OFFSET_BITS) & mask) as u32);
+                let ix = win.corner[2].wrapping_add((dk >> (2 * G_OFFSET_BITS)) as u32);
+                if col(gi as u32) < cols && iz < g.inp[0] && iy < g.inp[1] && ix < g.inp[2] {
+                    let at = win.base.wrapping_add(off).wrapping_add(ci as u64);
+                    v[gi] = unsafe { load(x as *const W128, (at / 8) as usize) };
+                }
+            });
         }
         v
     };
-    let acc = mma_k_loop::<T, true, true>(
-        (true, &mma_operand_fetch(oa, k)),
-        (true, &fetch_b),
-        k,
-        (wm, wn, tn),
-    );
+    let fetch_a = mma_operand_fetch(oa, k, oa.whole());
+    let fetch = |k0: u32, r: &mut [W128; 2 * MMA_FETCH_GROUPS], op: usize| {
+        let v = if op == 0 { fetch_a(k0) } else { fetch_b(k0) };
+        unroll4!(g < MMA_FETCH_GROUPS => {
+            r[2 * g + op] = v[g];
+        });
+    };
+    let acc = mma_k_loop_with::<T, true, true>((true, true), &fetch, k, (wm, wn, tn));
     // The tile's corner again (not held across the loop).
     let tile = workgroup_id_x_again();
     let (m0, n0) = ((tile / tiles_n) * MMA_BM, (tile % tiles_n) * MMA_BN);

@@ -487,6 +487,17 @@ pub struct MmaOperand<T> {
     pub words: bool,
 }
 
+#[amdgpu_device]
+impl<T> MmaOperand<T> {
+    /// The operand's tile lies inside the matrix and is read in words
+    /// (A's tiles are [`MMA_BM`] deep, B's [`MMA_BN`]: the same).
+    #[inline(always)]
+    pub fn whole(&self) -> bool {
+        const _: () = assert!(MMA_BM == MMA_BN);
+        self.words && self.i0 + MMA_BM <= self.size
+    }
+}
+
 /// The 8 elements of group `e` of the K-tile at `k0` as packed halves
 /// (zero past the matrix): one 16-byte load when the group is whole and
 /// `words` allows, else element by element.
@@ -563,14 +574,18 @@ fn mma_stage<const KC: bool>(tile_byte: u32, e: u32, k_fast: bool, w: W128) {
 /// the matrix-unit loop (`tid + MMA_BLOCK * g`, `g <` this).
 pub const MMA_FETCH_GROUPS: usize = (MMA_GROUPS / MMA_BLOCK) as usize;
 
-/// The fetch of a matrix operand [`mma_k_loop`] takes: group `g` (of
-/// [`MMA_FETCH_GROUPS`]) of this workitem's share of the K step at `k0`.
-/// Tiles inside the matrix with 16-byte rows (the usual case) load each
-/// group with one 16-byte load from an offset computed once; edge tiles go
-/// through [`mma_fetch`].
+/// The fetch of a matrix operand [`mma_k_loop_with`] takes: this workitem's
+/// [`MMA_FETCH_GROUPS`] groups of the K step at `k0`.
+/// Where `whole` holds (its [`MmaOperand::whole`]) each group is one
+/// 16-byte load from an offset computed once; edge tiles go through
+/// [`mma_fetch`].
 #[amdgpu_device]
 #[inline(always)]
-pub fn mma_operand_fetch<T: MatElem>(o: MmaOperand<T>, k: u32) -> impl Fn(u32, usize) -> W128 {
+pub fn mma_operand_fetch<T: MatElem>(
+    o: MmaOperand<T>,
+    k: u32,
+    whole: bool,
+) -> impl Fn(u32) -> [W128; MMA_FETCH_GROUPS] {
     let tid = workitem_id_x();
     // The element offset of this workitem's first group at K step 0, and
     // the step from one of its groups to the next (the same for every
@@ -584,28 +599,34 @@ pub fn mma_operand_fetch<T: MatElem>(o: MmaOperand<T>, k: u32) -> impl Fn(u32, u
     let step = ii
         .wrapping_mul(o.i_stride)
         .wrapping_add(kk.wrapping_mul(o.k_stride));
-    // The whole tile lies inside the matrix and is read in words (A's
-    // tiles are MMA_BM deep, B's MMA_BN: the same).
-    const _: () = assert!(MMA_BM == MMA_BN);
-    let whole = o.words && o.i0 + MMA_BM <= o.size;
-    move |k0: u32, g: usize| {
+    move |k0: u32| {
+        let mut r = [W128([0; 4]); MMA_FETCH_GROUPS];
         if whole && k0 + MMA_BK <= k {
-            let e = at
-                .wrapping_add(k0.wrapping_mul(o.k_stride))
-                .wrapping_add(g as u32 * step);
-            unsafe { load(o.p as *const W128, (e / 8) as usize) }
+            let at0 = at.wrapping_add(k0.wrapping_mul(o.k_stride));
+            unroll4!(g < MMA_FETCH_GROUPS => {
+                let e = at0.wrapping_add(g as u32 * step);
+                r[g] = unsafe { load(o.p as *const W128, (e / 8) as usize) };
+            });
         } else {
-            mma_fetch(&o, tid + MMA_BLOCK * g as u32, k0, k)
+            unroll4!(g < MMA_FETCH_GROUPS => {
+                r[g] = mma_fetch(&o, tid + MMA_BLOCK * g as u32, k0, k);
+            });
         }
+        r
     }
 }
 
-/// The K loop of the matrix-unit kernels for one pair of LDS tile layouts
+/// [`mma_k_loop`] with the operands' fetch passed in, for kernels whose
+/// operands are not strided matrices (the convolution's window operand).
+/// The GEMM keeps its own copy of the loop: through this one it spilled a
+/// register on gfx1102 (128 VGPRs), which the build refuses.
+///
+/// The K loop for one pair of LDS tile layouts
 /// (`A_K`: A's tile is stored K contiguous, else with K as its rows; `B_K`
 /// likewise): the wave's accumulators for its `(wm, wn)` block, `tn` column
-/// tiles wide. `fetch_a` / `fetch_b` load a workitem's groups of A's `[M,
-/// K]` and B's `[K, N]` tiles ([`mma_operand_fetch`] for a strided matrix;
-/// the convolution reads its input's windows); `a_k_fast` / `b_k_fast` say
+/// tiles wide. `fetch(k0, r, op)` loads this workitem's groups of A's `[M,
+/// K]` (`op` 0) or B's `[K, N]` (`op` 1) tile of the K step at `k0` into
+/// `r[2 * g + op]` (the convolution's reads its input's windows); `a_k_fast` / `b_k_fast` say
 /// whether their groups run along K ([`mma_slot`]).
 ///
 /// Two LDS stages: while one is multiplied, the next K step's global loads
@@ -613,10 +634,9 @@ pub fn mma_operand_fetch<T: MatElem>(o: MmaOperand<T>, k: u32) -> impl Fn(u32, u
 /// multiply; one barrier per step.
 #[amdgpu_device]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
-    (a_k_fast, fetch_a): (bool, &impl Fn(u32, usize) -> W128),
-    (b_k_fast, fetch_b): (bool, &impl Fn(u32, usize) -> W128),
+pub fn mma_k_loop_with<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
+    (a_k_fast, b_k_fast): (bool, bool),
+    fetch: &impl Fn(u32, &mut [W128; 2 * MMA_FETCH_GROUPS], usize),
     k: u32,
     (wm, wn, tn): (u32, u32, u32),
 ) -> [[crate::mma::Acc; 4]; 4] {
@@ -624,13 +644,6 @@ pub fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: 
     let tid = workitem_id_x();
     // Two groups of 8 per workitem and operand, A's and B's interleaved.
     const GROUPS: usize = MMA_FETCH_GROUPS;
-    // Loads this workitem's groups of the K step at `k0` of A (`op` 0) or
-    // B (`op` 1) into `r`.
-    let fetch = |k0: u32, r: &mut [W128; 2 * GROUPS], op: usize| {
-        unroll4!(g < GROUPS => {
-            r[2 * g + op] = if op == 0 { fetch_a(k0, g) } else { fetch_b(k0, g) };
-        });
-    };
     // Stage s's A tile starts at byte `2 * s * MMA_TILE_BYTES`, its B tile
     // one tile later.
     let stage = |s: u32, r: &[W128; 2 * GROUPS]| {
@@ -638,6 +651,143 @@ pub fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: 
             let e = tid + MMA_BLOCK * g as u32;
             mma_stage::<A_K>(2 * s * MMA_TILE_BYTES, e, a_k_fast, r[2 * g]);
             mma_stage::<B_K>((2 * s + 1) * MMA_TILE_BYTES, e, b_k_fast, r[2 * g + 1]);
+        });
+    };
+    let mut acc = [[Acc::zero(); 4]; 4];
+    let mut regs = [W128([0; 4]); 2 * GROUPS];
+    if k > 0 {
+        fetch(0, &mut regs, 0);
+        fetch(0, &mut regs, 1);
+        stage(0, &regs);
+    }
+    barrier();
+    let (mut k0, mut cur) = (0, 0);
+    while k0 < k {
+        let next = k0 + MMA_BK < k;
+        if next {
+            // The next step's A loads fly while this step computes.
+            fetch(k0 + MMA_BK, &mut regs, 0);
+        }
+        let ta = lds_at::<u32>(2 * cur * MMA_TILE_BYTES);
+        let tb = lds_at::<u32>((2 * cur + 1) * MMA_TILE_BYTES);
+        let mut ks = 0;
+        while ks < MMA_BK {
+            // The wave's B fragments stay in registers; each A fragment is
+            // used against all of them.
+            let fragment_b = |c: u32| {
+                if B_K {
+                    load_b(tb, MMA_PITCH, c, ks)
+                } else {
+                    load_b_t(tb, MMA_PITCH_T, c, ks)
+                }
+            };
+            let fb0 = fragment_b(wn);
+            let fb1 = fragment_b(wn + 16);
+            let (fb2, fb3) = if tn > 2 {
+                (fragment_b(wn + 32), fragment_b(wn + 48))
+            } else {
+                (fb0, fb1)
+            };
+            let fb = [fb0, fb1, fb2, fb3];
+            unroll4!(i < 4 => {
+                let row = wm + 16 * i as u32;
+                let fa = if A_K {
+                    load_a(ta, MMA_PITCH, row, ks)
+                } else {
+                    load_a_t(ta, MMA_PITCH_T, row, ks)
+                };
+                unroll4!(j < 4 => {
+                    if (j as u32) < tn {
+                        mma::<T>(&mut acc[i][j], &fa, &fb[j]);
+                    }
+                });
+            });
+            ks += 16;
+        }
+        if next {
+            // B's loads after the multiply: in flight across it they made
+            // too many registers live for archs with 128 (gfx1102).
+            fetch(k0 + MMA_BK, &mut regs, 1);
+            // The other stage was last read before the previous barrier.
+            stage(cur ^ 1, &regs);
+        }
+        // One barrier per step: the stage just stored is complete, and every
+        // wave is done reading the one it overwrites next.
+        barrier();
+        cur ^= 1;
+        k0 += MMA_BK;
+    }
+    acc
+}
+
+/// The K loop of [`gemm_mma_body`] for one pair of LDS tile layouts
+/// (`A_K`: A's tile is stored K contiguous, else with K as its rows; `B_K`
+/// likewise): the wave's accumulators for its `(wm, wn)` block, `tn` column
+/// tiles wide.
+///
+/// Two LDS stages: while one is multiplied, the next K step's global loads
+/// are in flight, and they are stored into the other stage after the
+/// multiply; one barrier per step. Tiles inside the matrices with 16-byte
+/// rows (the usual case) load each group with one 16-byte load from an
+/// offset computed once; edge tiles go through [`mma_fetch`].
+#[amdgpu_device]
+#[inline(always)]
+fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
+    oa: &MmaOperand<T>,
+    ob: &MmaOperand<T>,
+    k: u32,
+    (wm, wn, tn): (u32, u32, u32),
+) -> [[crate::mma::Acc; 4]; 4] {
+    use crate::mma::{Acc, load_a, load_a_t, load_b, load_b_t, mma};
+    let tid = workitem_id_x();
+    // Two groups of 8 per workitem and operand, A's and B's interleaved.
+    const GROUPS: usize = (MMA_GROUPS / MMA_BLOCK) as usize;
+    // The element offset of this workitem's first group at K step 0, and
+    // the step from one of its groups to the next (the same for every
+    // workitem: MMA_BLOCK groups further on is 64 rows, or 16 K, on).
+    // Wrapping: only used when the tile is whole, where they are in range.
+    let origin = |o: &MmaOperand<T>, k_fast: bool| {
+        let (ii, kk) = mma_slot(tid, k_fast);
+        let at = (o.i0 + ii)
+            .wrapping_mul(o.i_stride)
+            .wrapping_add(kk.wrapping_mul(o.k_stride));
+        let (ii, kk) = mma_slot(MMA_BLOCK, k_fast);
+        (
+            at,
+            ii.wrapping_mul(o.i_stride)
+                .wrapping_add(kk.wrapping_mul(o.k_stride)),
+        )
+    };
+    let ((at_a, step_a), (at_b, step_b)) = (origin(oa, oa.k_fast), origin(ob, ob.k_fast));
+    // The whole tile lies inside both matrices and is read in words.
+    let whole = oa.words && ob.words && oa.i0 + MMA_BM <= oa.size && ob.i0 + MMA_BN <= ob.size;
+    // Loads this workitem's groups of the K step at `k0` of A (`op` 0) or
+    // B (`op` 1) into `r`.
+    let fetch = |k0: u32, r: &mut [W128; 2 * GROUPS], op: usize| {
+        let (o, at, step) = if op == 0 {
+            (oa, at_a, step_a)
+        } else {
+            (ob, at_b, step_b)
+        };
+        if whole && k0 + MMA_BK <= k {
+            let at0 = at.wrapping_add(k0.wrapping_mul(o.k_stride));
+            unroll4!(g < GROUPS => {
+                let e = at0.wrapping_add(g as u32 * step);
+                r[2 * g + op] = unsafe { load(o.p as *const W128, (e / 8) as usize) };
+            });
+        } else {
+            unroll4!(g < GROUPS => {
+                r[2 * g + op] = mma_fetch(o, tid + MMA_BLOCK * g as u32, k0, k);
+            });
+        }
+    };
+    // Stage s's A tile starts at byte `2 * s * MMA_TILE_BYTES`, its B tile
+    // one tile later.
+    let stage = |s: u32, r: &[W128; 2 * GROUPS]| {
+        unroll4!(g < GROUPS => {
+            let e = tid + MMA_BLOCK * g as u32;
+            mma_stage::<A_K>(2 * s * MMA_TILE_BYTES, e, oa.k_fast, r[2 * g]);
+            mma_stage::<B_K>((2 * s + 1) * MMA_TILE_BYTES, e, ob.k_fast, r[2 * g + 1]);
         });
     };
     let mut acc = [[Acc::zero(); 4]; 4];
@@ -741,7 +891,7 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
     #[cfg(all(ferrocm_device, not(ferrocm_mma)))]
     {
         const _: () = assert!(MMA_BLOCK == GEMM_BLOCK && GEMM_LDS_BYTES <= MMA_LDS_BYTES);
-        let _ = flags;
+        let _ = (flags, mma_k_loop::<T, true, true>);
         let shape = (m, n, k, batch, z0);
         let (sa, sb) = ((a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs));
         unroll4!(q < 4 => {
@@ -781,14 +931,11 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
         // them: K contiguous when that is the operand's fast dim or the
         // unit's transposed loads are not wanted.
         let t_tiles = crate::mma::TRANSPOSED_LOADS && flags & MMA_T_TILES != 0;
-        let a = (oa.k_fast, &mma_operand_fetch(oa, k));
-        let b = (ob.k_fast, &mma_operand_fetch(ob, k));
-        let at = (wm, wn, tn);
         let acc = match (oa.k_fast || !t_tiles, ob.k_fast || !t_tiles) {
-            (true, true) => mma_k_loop::<T, true, true>(a, b, k, at),
-            (true, false) => mma_k_loop::<T, true, false>(a, b, k, at),
-            (false, true) => mma_k_loop::<T, false, true>(a, b, k, at),
-            (false, false) => mma_k_loop::<T, false, false>(a, b, k, at),
+            (true, true) => mma_k_loop::<T, true, true>(&oa, &ob, k, (wm, wn, tn)),
+            (true, false) => mma_k_loop::<T, true, false>(&oa, &ob, k, (wm, wn, tn)),
+            (false, true) => mma_k_loop::<T, false, true>(&oa, &ob, k, (wm, wn, tn)),
+            (false, false) => mma_k_loop::<T, false, false>(&oa, &ob, k, (wm, wn, tn)),
         };
         // The tile's corner again: held across the K loop it was spilled
         // on sm_90 with two workgroups per SM.
