@@ -203,10 +203,13 @@ mod tests {
                     "{}/{}: wave size {}",
                     r.arch, r.kernel, r.wave_size
                 );
-                // The matrix-unit attention kernels are empty stubs on archs
-                // without a matrix unit (the op layer launches the row
-                // kernels there): no registers.
-                let stub = r.kernel.starts_with("attn_mma_")
+                // The matrix-unit attention and convolution kernels are
+                // empty stubs on archs without a matrix unit (the op layer
+                // launches the row kernels and `conv_gemm_*` there): no
+                // registers.
+                let stub = ["attn_mma_", "conv_mma_"]
+                    .iter()
+                    .any(|p| r.kernel.starts_with(p))
                     && ferrocm_kernels::host::matrix_unit_of(co.arch).is_none();
                 assert!(
                     r.occupancy >= 1 && (stub || r.vgpr > 0 && r.sgpr > 0),
