@@ -397,6 +397,20 @@ impl Runner<'_> {
                     x.conv2d(&conv_w(dev, &[16, 1, 3, 3], 26)?, None, &o)
                 });
             }
+            // A multiple of 8 of the rows as channels into 16: f16/bf16 take
+            // the matrix-unit implicit GEMM there (`conv_mma_*`).
+            let rows8 = rows / 8 * 8;
+            if rows8 >= 8 && cols >= 1 {
+                self.case_scaled("conv2d_channels8".into(), d, true, move |dev| {
+                    let x = x(dev)?.reshape(&[1, rows, 1, cols])?.narrow(1, 0, rows8)?;
+                    let o = ConvOptions::new().padding(&[0, 1]);
+                    x.conv2d(
+                        &conv_w(dev, &[16, rows8, 1, 3], 31)?,
+                        Some(&conv_b(dev, 16)?),
+                        &o,
+                    )
+                });
+            }
             if rows >= 1 && cols >= 1 {
                 self.case_scaled("conv2d_depthwise".into(), d, true, move |dev| {
                     let x = x(dev)?.reshape(&[1, rows, 1, cols])?;

@@ -208,6 +208,28 @@ fn out_offset(g: &Geom, n: u32, c: u32, p: u32) -> usize {
         + o[2] as u64 * g.ys[4]) as usize
 }
 
+/// This workgroup's place in an implicit GEMM of `bm x bn` output tiles
+/// (x: the tile, y: the group after `g0`): `(cols, m0, n0, group)`, the
+/// GEMM's column count and the tile's first row and column.
+#[amdgpu_device]
+#[inline(always)]
+fn gemm_tile(g: &Geom, g0: u32, bm: u32, bn: u32) -> (u32, u32, u32, u32) {
+    let cols = g.batch * g.positions;
+    let (m0, n0) = tile_corner(workgroup_id_x(), cols, bm, bn);
+    (cols, m0, n0, g0 + workgroup_id_y())
+}
+
+/// The first row and column of tile `tile` (row-major over `bm x bn`
+/// tiles of a GEMM with `cols` columns).
+#[amdgpu_device]
+#[inline(always)]
+fn tile_corner(tile: u32, cols: u32, bm: u32, bn: u32) -> (u32, u32) {
+    // At least 1: a division the compiler cannot prove safe calls the
+    // panic handler.
+    let tiles_n = Ord::max(cols.div_ceil(bn), 1);
+    ((tile / tiles_n) * bm, (tile % tiles_n) * bn)
+}
+
 /// The body of `conv_gemm_*`: see the module doc. Group `g0 +
 /// workgroup_id_y()`; tile `workgroup_id_x()` of its `cout_g x (batch *
 /// positions)` output, row-major over tiles.
@@ -226,11 +248,7 @@ pub fn conv_gemm_body<T: MatElem>(
     let tid = workitem_id_x();
     let (tx, ty) = (tid % 16, tid / 16);
     let (m, k) = (g.cout_g, g.k);
-    let cols = g.batch * g.positions;
-    let tiles_n = cols.div_ceil(GEMM_BN);
-    let tile = workgroup_id_x();
-    let (m0, n0) = ((tile / tiles_n) * GEMM_BM, (tile % tiles_n) * GEMM_BN);
-    let group = g0 + workgroup_id_y();
+    let (cols, m0, n0, group) = gemm_tile(&g, g0, GEMM_BM, GEMM_BN);
     let (ta, tb) = gemm_tiles();
     // The group's weights: a `[cout_g, K]` row-major operand.
     let wg = w.wrapping_add((group as u64 * m as u64 * k as u64) as usize);
@@ -309,13 +327,7 @@ pub fn conv_mma_body<T: MatElem + crate::mma::MmaElem>(
     let table = geom.wrapping_add(G_TABLE);
     let tid = workitem_id_x();
     let (m, k) = (g.cout_g, g.k);
-    let cols = g.batch * g.positions;
-    // At least 1: a division the compiler cannot prove safe calls the
-    // panic handler.
-    let tiles_n = Ord::max(cols.div_ceil(MMA_BN), 1);
-    let tile = workgroup_id_x();
-    let (m0, n0) = ((tile / tiles_n) * MMA_BM, (tile % tiles_n) * MMA_BN);
-    let group = g0 + workgroup_id_y();
+    let (cols, m0, n0, group) = gemm_tile(&g, g0, MMA_BM, MMA_BN);
     let tn: u32 = if wave_size() >= 64 { 4 } else { 2 };
     let waves_n = MMA_BN / (16 * tn);
     let (wm, wn) = ((wave_id() / waves_n) * 64, (wave_id() % waves_n) * 16 * tn);
@@ -372,8 +384,7 @@ pub fn conv_mma_body<T: MatElem + crate::mma::MmaElem>(
     };
     let acc = mma_k_loop_with::<T, true, true>((true, true), &fetch, k, (wm, wn, tn));
     // The tile's corner again (not held across the loop).
-    let tile = workgroup_id_x_again();
-    let (m0, n0) = ((tile / tiles_n) * MMA_BM, (tile % tiles_n) * MMA_BN);
+    let (m0, n0) = tile_corner(workgroup_id_x_again(), cols, MMA_BM, MMA_BN);
     use crate::mma::Acc;
     let len = Acc::len();
     unroll4!(j < 4 => {

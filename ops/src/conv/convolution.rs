@@ -1423,7 +1423,9 @@ impl<T: WithDType> Conv<'_, T> {
             Some(b) => b.input(),
             None => In::opt(None::<&DeviceBuffer<T::Kernel>>),
         };
-        if x.mma {
+        // The implicit GEMMs: the matrix-unit tiles or the FMA tiles, one
+        // launch per 65535 groups (the grid's y limit).
+        let gemm = if x.mma {
             let kernel = T::Kernel::CONV_MMA.ok_or_else(unsupported)?;
             // The weight's reduction order `(ci, tap)` turned to `(tap, ci)`.
             let taps = w.elem_count() / (p.cout * p.cin_g()).max(1);
@@ -1431,31 +1433,19 @@ impl<T: WithDType> Conv<'_, T> {
                 .reshape(&[p.cout, p.cin_g(), taps])?
                 .permute(&[0, 2, 1])?
                 .contiguous()?;
-            let tiles = cout_g.div_ceil(MMA_BM as usize) * cols.div_ceil(MMA_BN as usize);
-            if tiles > MAX_GRID_X as usize {
-                return Err(self.too_large());
-            }
-            for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
-                let cfg = LaunchConfig {
-                    grid: [
-                        tiles as u32,
-                        (p.groups - g0).min(MAX_GRID_YZ as usize) as u32,
-                        1,
-                    ],
-                    block: [MMA_BLOCK, 1, 1],
-                    lds_bytes: MMA_LDS_BYTES,
-                    early_start: false,
-                };
-                let args = (y, x.x.input(), w.input(), bias, In::new(&geom), g0 as u32);
-                dev.launch_typed(kernel, cfg, args)?;
-            }
+            Some((kernel, w, [MMA_BM, MMA_BN, MMA_BLOCK, MMA_LDS_BYTES]))
         } else if cout_g >= CONV_GEMM_MIN_COUT_G {
             let kernel = T::Kernel::CONV_GEMM.ok_or_else(unsupported)?;
-            let tiles = cout_g.div_ceil(GEMM_BM as usize) * cols.div_ceil(GEMM_BN as usize);
+            let tile = [GEMM_BM, GEMM_BN, GEMM_BLOCK, GEMM_LDS_BYTES];
+            Some((kernel, w.clone(), tile))
+        } else {
+            None
+        };
+        if let Some((kernel, w, [bm, bn, block, lds_bytes])) = gemm {
+            let tiles = cout_g.div_ceil(bm as usize) * cols.div_ceil(bn as usize);
             if tiles > MAX_GRID_X as usize {
                 return Err(self.too_large());
             }
-            // A launch per 65535 groups (the grid's y limit).
             for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
                 let cfg = LaunchConfig {
                     grid: [
@@ -1463,8 +1453,8 @@ impl<T: WithDType> Conv<'_, T> {
                         (p.groups - g0).min(MAX_GRID_YZ as usize) as u32,
                         1,
                     ],
-                    block: [GEMM_BLOCK, 1, 1],
-                    lds_bytes: GEMM_LDS_BYTES,
+                    block: [block, 1, 1],
+                    lds_bytes,
                     early_start: false,
                 };
                 let args = (y, x.x.input(), w.input(), bias, In::new(&geom), g0 as u32);
