@@ -37,17 +37,21 @@ pub trait Dnn: Send + Sync {
     fn conv_workspace(&self, p: &ConvProblem) -> Result<Option<usize>>;
 
     /// Queues `y = conv(x, w)` for `p`, or its transposed convolution
-    /// (after [`Dnn::conv_workspace`] answered `Some` for it).
+    /// (after [`Dnn::conv_workspace`] answered `Some` for it), plus the
+    /// bias at `at.bias` where the library fuses it (cuDNN's graph path):
+    /// `Ok(true)` when the bias was added (to the f32 sums, before the one
+    /// rounding), `Ok(false)` when the caller still has to add it.
     ///
     /// # Safety
     /// `p` passed [`ConvProblem::validate`], and `at` addresses live device
     /// buffers of this device holding at least [`ConvProblem::extents`]
     /// elements from `x`, `w` and `y`, and `workspace_bytes` (at least what
-    /// [`Dnn::conv_workspace`] said) from `workspace`.
+    /// [`Dnn::conv_workspace`] said) from `workspace`, and `at.bias`, when
+    /// given (`p.bias`), `out_channels` elements.
     ///
     /// # Errors
     /// The library's status.
-    unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()>;
+    unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<bool>;
 }
 
 /// Element types a DNN call takes (f32 accumulation for all three).
@@ -85,7 +89,7 @@ impl DnnType {
 ///     batch: 2, in_channels: 4, out_channels: 6, groups: 2,
 ///     input: vec![5, 7], kernel: vec![3, 3], output: vec![3, 4],
 ///     stride: vec![1, 2], padding: vec![0, 1], dilation: vec![1, 1],
-///     channels_last: false, transposed: false,
+///     channels_last: false, transposed: false, bias: false,
 /// };
 /// p.validate().unwrap();
 /// assert_eq!(p.extents(), [2 * 4 * 35, 6 * 2 * 9, 2 * 6 * 12]);
@@ -123,6 +127,9 @@ pub struct ConvProblem {
     /// `(output + 2·padding - dilation·(kernel - 1) - 1) / stride + 1 =
     /// input` (an output padding below the stride).
     pub transposed: bool,
+    /// A per-channel bias (`out_channels` elements, 16-byte aligned) comes
+    /// with the call, for the library to add where it can fuse it.
+    pub bias: bool,
 }
 
 /// Where a [`Dnn::conv`] reads and writes: device addresses of the
@@ -139,6 +146,22 @@ pub struct ConvAddresses {
     pub workspace: u64,
     /// Its size.
     pub workspace_bytes: usize,
+    /// The bias's first element (given exactly when the problem's `bias`).
+    pub bias: Option<u64>,
+}
+
+/// What [`Device::dnn_conv`](crate::Device::dnn_conv) did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DnnConv {
+    /// Nothing: no library, no algorithm for the problem, or no memory for
+    /// its workspace (the caller runs its own kernels).
+    Declined,
+    /// The convolution is queued; `bias_added`: the bias too (else the
+    /// caller adds it).
+    Ran {
+        /// Whether the library added the bias.
+        bias_added: bool,
+    },
 }
 
 impl ConvProblem {
@@ -343,6 +366,7 @@ mod tests {
             dilation: vec![1, 2],
             channels_last: false,
             transposed: false,
+            bias: false,
         }
     }
 
@@ -474,15 +498,18 @@ mod tests {
             let x = dev.alloc::<f32>(nx).unwrap();
             let w = dev.alloc::<f32>(nw).unwrap();
             let y = dev.alloc::<f32>(ny).unwrap();
-            assert!(!dev.dnn_conv(&p, &x, 0, &w, 0, &y).unwrap());
+            assert_eq!(
+                dev.dnn_conv(&p, &x, 0, &w, 0, &y, None).unwrap(),
+                DnnConv::Declined
+            );
             let short = dev.alloc::<f32>(ny - 1).unwrap();
-            let refused = |r: crate::Result<bool>, want: &str| match r {
+            let refused = |r: crate::Result<DnnConv>, want: &str| match r {
                 Err(Error::BadDnnCall { why, .. }) => assert!(why.contains(want), "{why}"),
                 other => panic!("expected BadDnnCall ({want}), got {other:?}"),
             };
-            refused(dev.dnn_conv(&p, &x, 0, &w, 0, &short), "need");
-            refused(dev.dnn_conv(&p, &x, 1, &w, 0, &y), "from element 1");
-            refused(dev.dnn_conv(&p, &x, 0, &w, 2, &y), "filter from 2");
+            refused(dev.dnn_conv(&p, &x, 0, &w, 0, &short, None), "need");
+            refused(dev.dnn_conv(&p, &x, 1, &w, 0, &y, None), "from element 1");
+            refused(dev.dnn_conv(&p, &x, 0, &w, 2, &y, None), "filter from 2");
             refused(
                 dev.dnn_conv(
                     &ConvProblem {
@@ -494,20 +521,48 @@ mod tests {
                     &w,
                     0,
                     &y,
+                    None,
                 ),
                 "output dim",
             );
             let h = dev.alloc::<u16>(nx).unwrap();
             let hw = dev.alloc::<u16>(nw).unwrap();
             let hy = dev.alloc::<u16>(ny).unwrap();
-            refused(dev.dnn_conv(&p, &h, 0, &hw, 0, &hy), "2-byte elements");
+            refused(
+                dev.dnn_conv(&p, &h, 0, &hw, 0, &hy, None),
+                "2-byte elements",
+            );
+            // The bias: exactly when the problem says, `out_channels` (4)
+            // elements from a 16-byte aligned start.
+            let b = dev.alloc::<f32>(8).unwrap();
+            let pb = ConvProblem {
+                bias: true,
+                ..p.clone()
+            };
+            refused(
+                dev.dnn_conv(&p, &x, 0, &w, 0, &y, Some((&b, 0))),
+                "without one",
+            );
+            refused(dev.dnn_conv(&pb, &x, 0, &w, 0, &y, None), "none given");
+            refused(
+                dev.dnn_conv(&pb, &x, 0, &w, 0, &y, Some((&b, 5))),
+                "8 elements from element 5",
+            );
+            refused(
+                dev.dnn_conv(&pb, &x, 0, &w, 0, &y, Some((&b, 2))),
+                "not 16-byte aligned",
+            );
+            assert_eq!(
+                dev.dnn_conv(&pb, &x, 0, &w, 0, &y, Some((&b, 4))).unwrap(),
+                DnnConv::Declined
+            );
         }
         let cpu = Device::Cpu.alloc::<f32>(1 << 10).unwrap();
         let emu = Device::emulator(WaveSize::Wave32);
         let p = problem();
         let [nx, nw, _] = p.extents();
         let (x, w) = (emu.alloc::<f32>(nx).unwrap(), emu.alloc::<f32>(nw).unwrap());
-        match emu.dnn_conv(&p, &x, 0, &w, 0, &cpu) {
+        match emu.dnn_conv(&p, &x, 0, &w, 0, &cpu, None) {
             Err(Error::BadDnnCall { why, .. }) => assert!(why.contains("another device")),
             other => panic!("{other:?}"),
         }

@@ -4,6 +4,13 @@
 //! `site-packages/nvidia/cudnn/lib`; put that folder on `LD_LIBRARY_PATH`
 //! or name the file). Absent, the convolution runs ferrocm's kernels.
 //!
+//! Each problem is planned on the backend (graph) API first (`graph`:
+//! an operation graph of the one convolution, cuDNN's heuristics, up to four
+//! execution plans timed on the first call, the fastest kept), which offers
+//! the engines PyTorch runs; where it declines (or with
+//! `FERROCM_CUDNN_API=legacy`), on the legacy API. `FERROCM_CUDNN_VERBOSE=1`
+//! says on stderr which and, for the graph path, the candidates' times.
+//!
 //! The legacy convolution API, which cuDNN 9 still ships and which maps
 //! one-to-one to MIOpen's: a tensor descriptor each for input and output
 //! (`cudnnSetTensorNdDescriptor`, strides for NCHW or NHWC), a filter
@@ -50,6 +57,10 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::{Mutex, OnceLock};
+
+#[path = "dnn_graph.rs"]
+mod graph;
+use graph::GraphPlans;
 
 type Ptr = *mut c_void;
 type Status = c_int;
@@ -156,6 +167,13 @@ cudnn_api! {
         Ptr, *const c_void, Ptr, *const c_void, Ptr, *const c_void, Ptr, c_int, Ptr, usize,
         *const c_void, Ptr, Ptr
     ) -> Status;
+    backend_create = "cudnnBackendCreateDescriptor": fn(c_int, *mut Ptr) -> Status;
+    backend_destroy = "cudnnBackendDestroyDescriptor": fn(Ptr) -> Status;
+    backend_set = "cudnnBackendSetAttribute": fn(Ptr, c_int, c_int, i64, *const c_void) -> Status;
+    backend_get = "cudnnBackendGetAttribute":
+        fn(Ptr, c_int, c_int, i64, *mut i64, *mut c_void) -> Status;
+    backend_finalize = "cudnnBackendFinalize": fn(Ptr) -> Status;
+    backend_execute = "cudnnBackendExecute": fn(Ptr, Ptr, Ptr) -> Status;
     forward = "cudnnConvolutionForward": fn(
         Ptr, *const c_void, Ptr, *const c_void, Ptr, *const c_void, Ptr, c_int, Ptr, usize,
         *const c_void, Ptr, Ptr
@@ -193,7 +211,39 @@ fn declines(status: Status) -> bool {
     matches!(status, 3 | 9) || (2000..4000).contains(&status)
 }
 
-/// One problem's descriptors and algorithm.
+/// How a problem runs: an operation graph's execution plans (the backend
+/// API) or the legacy API's descriptors and algorithm.
+enum Plan {
+    Graph(GraphPlans),
+    Legacy(ConvPlan),
+}
+
+impl Plan {
+    fn workspace(&self) -> usize {
+        match self {
+            Plan::Graph(g) => g.workspace(),
+            Plan::Legacy(l) => l.workspace,
+        }
+    }
+}
+
+/// Whether `FERROCM_CUDNN_API=legacy` asks for the legacy API only (to
+/// compare the two; the backend API is tried first otherwise).
+fn legacy_only() -> bool {
+    static LEGACY: OnceLock<bool> = OnceLock::new();
+    *LEGACY.get_or_init(|| {
+        std::env::var("FERROCM_CUDNN_API").is_ok_and(|v| v.eq_ignore_ascii_case("legacy"))
+    })
+}
+
+/// Whether `FERROCM_CUDNN_VERBOSE=1` asks for each problem's planning on
+/// stderr (which API, the graph path's candidates and their times).
+fn verbose() -> bool {
+    static VERBOSE: OnceLock<bool> = OnceLock::new();
+    *VERBOSE.get_or_init(|| std::env::var("FERROCM_CUDNN_VERBOSE").is_ok_and(|v| v == "1"))
+}
+
+/// One problem's descriptors and algorithm (the legacy API).
 struct ConvPlan {
     x: Ptr,
     w: Ptr,
@@ -238,8 +288,10 @@ pub struct CudnnHandle {
     raw: Ptr,
     lock: Mutex<()>,
     /// Per problem: its plan, or `None` when cuDNN declined it.
-    plans: Mutex<HashMap<ConvProblem, Option<ConvPlan>>>,
+    plans: Mutex<HashMap<ConvProblem, Option<Plan>>>,
     lib: &'static Cudnn,
+    /// The stream the handle runs on (timing the graph path's candidates).
+    stream: Handle<sys::CUstream>,
     ctx: Handle<sys::CUcontext>,
     device: String,
 }
@@ -277,6 +329,7 @@ impl CudnnHandle {
             lock: Mutex::new(()),
             plans: Mutex::new(HashMap::new()),
             lib,
+            stream: Handle(stream.cast()),
             ctx,
             device: device.into(),
         };
@@ -294,6 +347,58 @@ impl CudnnHandle {
             device: self.device.clone(),
             message: describe(&e),
         })
+    }
+
+    /// Runs a graph plan on `at`; the first run outside a stream capture
+    /// times every candidate (a warm-up and three runs each, on the
+    /// stream) and keeps the fastest.
+    ///
+    /// # Safety
+    /// As [`Dnn::conv`]: `at` holds the problem's tensors in live device
+    /// memory and a workspace of `g.workspace()` bytes.
+    unsafe fn run_graph(&self, g: &mut GraphPlans, at: &ConvAddresses) -> Result<bool> {
+        let failed = |e: graph::Declined| status_error(self.lib, e.status, e.call, &self.device);
+        // SAFETY: our stream.
+        let capturing = unsafe { cu::stream::is_capturing(self.stream.0) }
+            .map(|s| s != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+            .unwrap_or(true);
+        if !g.tuned && !capturing {
+            let mut times = Vec::with_capacity(g.candidates.len());
+            for i in 0..g.candidates.len() {
+                // SAFETY: the caller's; every candidate's workspace fits.
+                times.push(unsafe { self.time_candidate(g, i, at) });
+            }
+            if verbose() {
+                eprintln!("ferrocm: cuDNN graph candidates' times (ms, 3 runs): {times:?}");
+            }
+            g.keep_fastest(&times);
+        }
+        // SAFETY: the caller's.
+        unsafe { g.execute(self.raw, 0, at) }
+            .map(|()| g.fused_bias)
+            .map_err(failed)
+    }
+
+    /// Candidate `i`'s time for three runs after a warm-up, `None` when it
+    /// fails to run.
+    ///
+    /// # Safety
+    /// As [`CudnnHandle::run_graph`].
+    unsafe fn time_candidate(&self, g: &GraphPlans, i: usize, at: &ConvAddresses) -> Option<f32> {
+        let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
+        let start = super::driver::Event(cu::event::create(flags).ok()?);
+        let stop = super::driver::Event(cu::event::create(flags).ok()?);
+        // SAFETY: the caller's; our events and stream.
+        unsafe {
+            g.execute(self.raw, i, at).ok()?;
+            cu::event::record(start.0, self.stream.0).ok()?;
+            for _ in 0..3 {
+                g.execute(self.raw, i, at).ok()?;
+            }
+            cu::event::record(stop.0, self.stream.0).ok()?;
+            cu::event::synchronize(stop.0).ok()?;
+            cu::event::elapsed(start.0, stop.0).ok()
+        }
     }
 
     /// Builds `p`'s descriptors and picks its algorithm.
@@ -551,44 +656,83 @@ impl Dnn for CudnnHandle {
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(plan) = plans.get(p) {
-            return Ok(plan.as_ref().map(|plan| plan.workspace));
+            return Ok(plan.as_ref().map(Plan::workspace));
         }
         self.current()?;
+        // The backend API first; where it declines, the legacy API.
+        if !legacy_only() {
+            // With the bias fused where an engine takes it, else without.
+            // Grouped convolutions keep the bias out: the one engine cuDNN
+            // 9.14 offered the depthwise bench row with the add fused took
+            // 0.063 ms on the H200, the convolution alone 0.042 with ours.
+            let fuse = p.bias && p.groups == 1;
+            let graph = GraphPlans::new(self.lib, self.raw, p, fuse).or_else(|e| match fuse {
+                true => GraphPlans::new(self.lib, self.raw, p, false),
+                false => Err(e),
+            });
+            match graph {
+                Ok(g) => {
+                    if verbose() {
+                        eprintln!(
+                            "ferrocm: cuDNN graph plans for {p:?} (bias fused: {}): workspaces {:?}",
+                            g.fused_bias,
+                            g.workspaces()
+                        );
+                    }
+                    let workspace = g.workspace();
+                    plans.insert(p.clone(), Some(Plan::Graph(g)));
+                    return Ok(Some(workspace));
+                }
+                Err(e) if verbose() => eprintln!(
+                    "ferrocm: cuDNN's graph API declines {p:?} at {} (status {}); the legacy API next",
+                    e.call, e.status
+                ),
+                Err(_) => {}
+            }
+        }
         // A failure other than "not this problem" (a sub-library that does
         // not load, memory) declines too, said once per problem (as a device
         // that fails to open is): our kernels can still run it.
         let plan = match self.plan(p) {
-            Ok(plan) => Some(plan),
+            Ok(plan) => Some(Plan::Legacy(plan)),
             Err(Stop::Declined) => None,
             Err(Stop::Failed(e)) => {
                 eprintln!("ferrocm: cuDNN could not plan {p:?}: {e}; ferrocm's kernels run it");
                 None
             }
         };
-        let workspace = plan.as_ref().map(|plan| plan.workspace);
+        let workspace = plan.as_ref().map(Plan::workspace);
         plans.insert(p.clone(), plan);
         Ok(workspace)
     }
 
-    unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()> {
+    unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<bool> {
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(Some(plan)) = plans.get(p) else {
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(Some(plan)) = plans.get_mut(p) else {
             return Err(Error::BadDnnCall {
                 device: self.device.clone(),
                 why: format!("no cuDNN plan for {p:?} (conv_workspace first)"),
             });
         };
-        if at.workspace_bytes < plan.workspace {
+        if at.workspace_bytes < plan.workspace() {
             return Err(Error::BadDnnCall {
                 device: self.device.clone(),
                 why: format!(
                     "a workspace of {} bytes where the algorithm needs {}",
-                    at.workspace_bytes, plan.workspace
+                    at.workspace_bytes,
+                    plan.workspace()
                 ),
             });
         }
         self.current()?;
+        let plan = match plan {
+            Plan::Legacy(plan) => plan,
+            Plan::Graph(g) => {
+                // SAFETY: the caller's proof; the workspace checked above.
+                return unsafe { self.run_graph(g, &at) };
+            }
+        };
         let (alpha, beta) = (1.0f32, 0.0f32);
         let addr = |a: u64| a as usize as Ptr;
         let alpha: *const c_void = (&alpha as *const f32).cast();
@@ -634,7 +778,8 @@ impl Dnn for CudnnHandle {
                 (status, "cudnnConvolutionForward")
             }
         };
-        check(self.lib, status, call, &self.device)
+        // The legacy API adds no bias: the caller does.
+        check(self.lib, status, call, &self.device).map(|()| false)
     }
 }
 
@@ -647,7 +792,7 @@ impl Drop for CudnnHandle {
             .unwrap_or_else(|e| e.into_inner())
             .drain()
         {
-            if let Some(plan) = plan {
+            if let Some(Plan::Legacy(plan)) = plan {
                 drop(Descriptors {
                     lib,
                     x: plan.x,

@@ -5,7 +5,7 @@
 use super::Device;
 use super::buffer::DeviceBuffer;
 use crate::blas::{Gemm, GemmOperand};
-use crate::dnn::{ConvAddresses, ConvProblem, Dnn};
+use crate::dnn::{ConvAddresses, ConvProblem, Dnn, DnnConv};
 use crate::error::{Error, Result};
 
 impl Device {
@@ -71,30 +71,36 @@ impl Device {
     /// Runs the convolution `p` (or its transposed convolution) with the device's DNN library (MIOpen,
     /// cuDNN) on its stream, reading the input from element `x_offset` of
     /// `x`, the filter from element `w_offset` of `w` and writing `y` from
-    /// its start:
-    /// `Ok(false)` without running anything when the device has no such
+    /// its start, and with `bias` (its buffer and first element; exactly when
+    /// `p.bias`) offered to the library to add:
+    /// [`DnnConv::Declined`] without running anything when the device has no such
     /// library, the library has no algorithm for `p`, or its workspace does
     /// not fit in the device's memory; the caller then uses its own kernels.
+    /// [`DnnConv::Ran`] says whether the bias was added too.
     ///
     /// ```
     /// use ferrocm_host::{Device, WaveSize};
-    /// use ferrocm_host::dnn::{ConvProblem, DnnType};
+    /// use ferrocm_host::dnn::{ConvProblem, DnnConv, DnnType};
     /// let dev = Device::emulator(WaveSize::Wave32);
     /// let p = ConvProblem {
     ///     dtype: DnnType::F32, batch: 1, in_channels: 1, out_channels: 1, groups: 1,
     ///     input: vec![3], kernel: vec![2], output: vec![2], stride: vec![1],
     ///     padding: vec![0], dilation: vec![1], channels_last: false, transposed: false,
+    ///     bias: false,
     /// };
     /// let x = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
     /// let w = dev.upload(&[1.0f32, 1.0]).unwrap();
     /// let y = dev.alloc::<f32>(2).unwrap();
-    /// assert!(!dev.dnn_conv(&p, &x, 0, &w, 0, &y).unwrap()); // no DNN library here
+    /// // No DNN library here.
+    /// assert_eq!(dev.dnn_conv(&p, &x, 0, &w, 0, &y, None).unwrap(), DnnConv::Declined);
     /// ```
     ///
     /// # Errors
     /// [`Error::BadDnnCall`] when `p` is not a valid problem, its element
     /// type is not `T`'s size, a tensor reaches past its buffer, or a
-    /// buffer is on another device; the library's status otherwise.
+    /// buffer is on another device, or the bias is missing, unasked for,
+    /// short or not 16-byte aligned; the library's status otherwise.
+    #[allow(clippy::too_many_arguments)] // each tensor a buffer and an offset
     pub fn dnn_conv<T: bytemuck::Pod>(
         &self,
         p: &ConvProblem,
@@ -103,7 +109,8 @@ impl Device {
         w: &DeviceBuffer<T>,
         w_offset: usize,
         y: &DeviceBuffer<T>,
-    ) -> Result<bool> {
+        bias: Option<(&DeviceBuffer<T>, usize)>,
+    ) -> Result<DnnConv> {
         let bad = |why: String| Error::BadDnnCall {
             device: self.to_string(),
             why,
@@ -111,8 +118,30 @@ impl Device {
         if [x.device(), w.device(), y.device()]
             .iter()
             .any(|d| !d.same_device(self))
+            || bias.is_some_and(|(b, _)| !b.device().same_device(self))
         {
             return Err(bad("a buffer of another device".into()));
+        }
+        match bias {
+            Some((b, offset)) => {
+                if !p.bias {
+                    return Err(bad("a bias for a problem without one".into()));
+                }
+                if b.len().saturating_sub(offset) < p.out_channels || offset > b.len() {
+                    return Err(bad(format!(
+                        "a bias of {} elements from element {offset} for {} channels",
+                        b.len(),
+                        p.out_channels
+                    )));
+                }
+                if !(offset * size_of::<T>()).is_multiple_of(16) {
+                    return Err(bad(format!(
+                        "a bias from element {offset}: not 16-byte aligned"
+                    )));
+                }
+            }
+            None if p.bias => return Err(bad("a problem with a bias but none given".into())),
+            None => {}
         }
         p.validate().map_err(bad)?;
         if p.dtype.size() != size_of::<T>() {
@@ -142,16 +171,16 @@ impl Device {
             )));
         }
         let Some(dnn) = self.dnn() else {
-            return Ok(false);
+            return Ok(DnnConv::Declined);
         };
         let Some(bytes) = dnn.conv_workspace(p)? else {
-            return Ok(false);
+            return Ok(DnnConv::Declined);
         };
         // The workspace from the caching allocator; a GPU too full for it
         // runs our kernels instead (they need none).
         let workspace = match self.alloc::<u8>(bytes.max(1)) {
             Ok(ws) => ws,
-            Err(Error::OutOfMemory { .. }) => return Ok(false),
+            Err(Error::OutOfMemory { .. }) => return Ok(DnnConv::Declined),
             Err(e) => return Err(e),
         };
         let at = ConvAddresses {
@@ -160,13 +189,14 @@ impl Device {
             y: y.device_ptr(),
             workspace: workspace.device_ptr(),
             workspace_bytes: bytes,
+            bias: bias.map(|(b, offset)| b.device_ptr() + (offset * size_of::<T>()) as u64),
         };
         let _turn = self.turn();
         // SAFETY: `validate` and the length checks proved the three tensors
         // inside their buffers (this device's, borrowed for the call) and
         // the workspace is as large as the library asked. The workspace
         // goes back to the cache when this returns, for work queued later.
-        unsafe { dnn.conv(p, at) }.map(|()| true)
+        unsafe { dnn.conv(p, at) }.map(|bias_added| DnnConv::Ran { bias_added })
     }
 }
 

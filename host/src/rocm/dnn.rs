@@ -401,6 +401,7 @@ impl Dnn for MiopenHandle {
         })?;
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        let p = &unbiased(p);
         if let Some(plan) = plans.get(p) {
             return Ok(plan.as_ref().map(|plan| plan.workspace));
         }
@@ -421,10 +422,10 @@ impl Dnn for MiopenHandle {
         Ok(workspace)
     }
 
-    unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<()> {
+    unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<bool> {
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(Some(plan)) = plans.get(p) else {
+        let Some(Some(plan)) = plans.get(&unbiased(p)) else {
             return Err(Error::BadDnnCall {
                 device: self.device.clone(),
                 why: format!("no MIOpen plan for {p:?} (conv_workspace first)"),
@@ -480,7 +481,17 @@ impl Dnn for MiopenHandle {
         if status != mf::miopenStatus_t_miopenStatusSuccess {
             return Err(status_error(self.lib, status, call, &self.device));
         }
-        Ok(())
+        // Immediate mode has no fused bias: the caller adds it.
+        Ok(false)
+    }
+}
+
+/// The plan cache's key: MIOpen's plan is the same with or without a bias
+/// (which the caller adds).
+fn unbiased(p: &ConvProblem) -> ConvProblem {
+    ConvProblem {
+        bias: false,
+        ..p.clone()
     }
 }
 

@@ -32,7 +32,7 @@ use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
 use crate::engine::{self, Libraries, Op, Vendor};
 use crate::matmul::dense::sgemm;
-use ferrocm_host::dnn::{ConvProblem, DnnType};
+use ferrocm_host::dnn::{ConvProblem, DnnConv, DnnType};
 use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::convolution::{
@@ -1094,6 +1094,15 @@ impl<T: WithDType> Op for Conv<'_, T> {
         if !(wo * size_of::<T>()).is_multiple_of(16) {
             return Vendor::Fallback(self);
         }
+        // The bias offered to the library where it is one dense 16-byte
+        // aligned run (it adds it to the f32 sums where it can).
+        let bias = self.bias.filter(|b| {
+            b.layout().strides() == [1] && (b.layout().offset() * size_of::<T>()).is_multiple_of(16)
+        });
+        let problem = ConvProblem {
+            bias: bias.is_some(),
+            ..problem
+        };
         match dev.dnn_conv(
             &problem,
             x.buf(),
@@ -1101,16 +1110,18 @@ impl<T: WithDType> Op for Conv<'_, T> {
             w.buf(),
             wo,
             &self.out,
+            bias.map(|b| (b.buf(), b.layout().offset())),
         ) {
-            Ok(true) => {}
-            Ok(false) => return Vendor::Fallback(self),
+            Ok(DnnConv::Ran { bias_added: false }) => {}
+            Ok(DnnConv::Ran { bias_added: true }) => return Vendor::Done(Ok(self.out)),
+            Ok(DnnConv::Declined) => return Vendor::Fallback(self),
             Err(e) => return Vendor::Done(Err(e.into())),
         }
         let Some(bias) = self.bias else {
             return Vendor::Done(Ok(self.out));
         };
         // The bias by our broadcast add (a second rounding for f16/bf16:
-        // the libraries round the sums to T first).
+        // the library rounds the sums to T first).
         let (n, c) = (problem.batch, problem.out_channels);
         let sd = problem.output.len();
         let (memory, per_channel) = if problem.channels_last {
@@ -1266,6 +1277,7 @@ impl<T: WithDType> Conv<'_, T> {
             dilation: p.dilation[dims].to_vec(),
             channels_last: self.channels_last,
             transposed: p.transposed,
+            bias: false,
         };
         problem.validate().is_ok().then_some(problem)
     }
