@@ -7,7 +7,8 @@
 //! A convolution is described once, backend-neutrally, as a
 //! [`ConvProblem`]: dense NCHW (or NHWC) tensors, symmetric padding, groups.
 //! Each library turns it into its descriptors, picks an algorithm for it
-//! once per process (cuDNN: its heuristics; MIOpen: its immediate mode,
+//! once per process (cuDNN: its graph API's engines, timed at the first
+//! call, else its legacy heuristics; MIOpen: its immediate mode,
 //! which reads MIOpen's find-db), keeps both in a cache keyed by the
 //! problem, and says how much workspace the algorithm needs; the workspace
 //! comes from the device's caching allocator. A problem the library has no
@@ -489,7 +490,7 @@ mod tests {
     }
 
     /// The checked entry refuses bad calls before it looks for a library,
-    /// and declines (`false`) where there is none.
+    /// and declines (`DnnConv::Declined`) where there is none.
     #[test]
     fn dnn_conv_checks_before_declining() {
         for dev in [Device::Cpu, Device::emulator(WaveSize::Wave32)] {

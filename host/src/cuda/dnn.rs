@@ -5,8 +5,11 @@
 //! or name the file). Absent, the convolution runs ferrocm's kernels.
 //!
 //! Each problem is planned on the backend (graph) API first (`graph`:
-//! an operation graph of the one convolution, cuDNN's heuristics, up to four
-//! execution plans timed on the first call, the fastest kept), which offers
+//! an operation graph of the one convolution and, ungrouped with a bias,
+//! the bias add; cuDNN's heuristics; up to four execution plans, or
+//! `FERROCM_CUDNN_CANDIDATES`, timed on the first call, the fastest kept;
+//! a graph plan that fails to run is dropped and the shape runs our kernels
+//! from then on), which offers
 //! the engines PyTorch runs; where it declines (or with
 //! `FERROCM_CUDNN_API=legacy`), on the legacy API. `FERROCM_CUDNN_VERBOSE=1`
 //! says on stderr which and, for the graph path, the candidates' times.
@@ -357,7 +360,14 @@ impl CudnnHandle {
     /// As [`Dnn::conv`]: `at` holds the problem's tensors in live device
     /// memory and a workspace of `g.workspace()` bytes.
     unsafe fn run_graph(&self, g: &mut GraphPlans, at: &ConvAddresses) -> Result<bool> {
-        let failed = |e: graph::Declined| status_error(self.lib, e.status, e.call, &self.device);
+        let failed = |e: graph::Declined| match e.status {
+            // Not a cuDNN status: a call ours refused.
+            SUCCESS => Error::BadDnnCall {
+                device: self.device.clone(),
+                why: e.call.into(),
+            },
+            status => status_error(self.lib, status, e.call, &self.device),
+        };
         // SAFETY: our stream.
         let capturing = unsafe { cu::stream::is_capturing(self.stream.0) }
             .map(|s| s != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
@@ -730,7 +740,12 @@ impl Dnn for CudnnHandle {
             Plan::Legacy(plan) => plan,
             Plan::Graph(g) => {
                 // SAFETY: the caller's proof; the workspace checked above.
-                return unsafe { self.run_graph(g, &at) };
+                let ran = unsafe { self.run_graph(g, &at) };
+                if ran.is_err() {
+                    // Not again: later calls of the shape run our kernels.
+                    plans.insert(p.clone(), None);
+                }
+                return ran;
             }
         };
         let (alpha, beta) = (1.0f32, 0.0f32);

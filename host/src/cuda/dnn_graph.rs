@@ -21,7 +21,7 @@
 //! execution plans: those whose engine computes the direct sum in f32 (no
 //! Winograd or FFT, no reduced-precision reduction; for f32 no down-converted
 //! inputs and no tensor cores, i.e. no TF32) and that finalize. The first
-//! [`conv`](GraphPlans::execute) on real buffers (outside a stream capture)
+//! `Dnn::conv` on real buffers (outside a stream capture)
 //! times each candidate on the stream (as `torch.backends.cudnn.benchmark`
 //! does) and keeps the fastest. Any planning failure declines the graph
 //! path and the legacy API is tried next.
@@ -548,8 +548,8 @@ impl GraphPlans {
 }
 
 /// Whether `config`'s engine sums the products in f32 as the op promises:
-/// no Winograd or FFT transforms, no reduced-precision reduction, and for
-/// f32 no down-converted inputs or tensor cores (TF32).
+/// no Winograd or FFT transforms, no reduced-precision reduction or
+/// down-converted inputs, and for f32 no tensor cores (TF32).
 fn sums_directly(lib: &'static Cudnn, config: &Desc, dtype: DnnType) -> Step<bool> {
     let mut engine = [Desc::new(lib, D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?];
     if config.get_descs(A::CUDNN_ATTR_ENGINECFG_ENGINE, &mut engine)? != 1 {
@@ -562,7 +562,10 @@ fn sums_directly(lib: &'static Cudnn, config: &Desc, dtype: DnnType) -> Step<boo
         &mut notes,
     )?;
     let refused = |note: c_int| {
+        // Down-converted inputs would round the fused graph's f32 sums to
+        // the element type before the bias add (PyTorch refuses them too).
         let always = [
+            Note::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
             Note::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
             Note::CUDNN_NUMERICAL_NOTE_FFT,
             Note::CUDNN_NUMERICAL_NOTE_WINOGRAD,
@@ -570,10 +573,7 @@ fn sums_directly(lib: &'static Cudnn, config: &Desc, dtype: DnnType) -> Step<boo
             Note::CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6,
             Note::CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13,
         ];
-        let f32_only = [
-            Note::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
-            Note::CUDNN_NUMERICAL_NOTE_TENSOR_CORE,
-        ];
+        let f32_only = [Note::CUDNN_NUMERICAL_NOTE_TENSOR_CORE];
         always.iter().any(|&r| r as c_int == note)
             || (dtype == DnnType::F32 && f32_only.iter().any(|&r| r as c_int == note))
     };

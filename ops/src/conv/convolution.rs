@@ -269,7 +269,8 @@ impl<T: WithDType> Tensor<T> {
     /// NCHW input or NHWC memory; MIOpen NCHW only), with f32 accumulation
     /// and no TF32, FFT or Winograd; an f16/bf16 one with a bias is then
     /// rounded twice (the library's sums, then the bias added: at most one
-    /// more half ulp, as PyTorch's cuDNN path). Everything else runs
+    /// more half ulp, as PyTorch's cuDNN path) unless cuDNN's graph path
+    /// fuses the bias (ungrouped convolutions). Everything else runs
     /// ferrocm's kernels.
     ///
     /// ```
