@@ -1158,6 +1158,37 @@ pub unsafe fn load_chunk<T: crate::elem::Elem>(p: *const T, first: u64) -> [T; C
     }
 }
 
+/// Stores `v` rounded to float type `T` (f32, f16 or bf16) to elements
+/// `first..first + 8` of a global buffer argument, in 16-byte stores: as
+/// [`store_chunk`] of the conversions, with 16-bit types rounded in pairs
+/// ([`Elem::pack2`](crate::elem::Elem::pack2): one instruction a pair on
+/// NVIDIA).
+///
+/// # Safety
+/// As [`store_chunk`].
+#[amdgpu_device]
+#[inline(always)]
+pub unsafe fn store_chunk_f32<T: crate::elem::Elem>(
+    p: *mut T,
+    first: u64,
+    v: [f32; CHUNK as usize],
+) {
+    use crate::elem::W128;
+    let first = first as usize;
+    unsafe {
+        if size_of::<T>() == 2 {
+            let lane = |l: usize| T::pack2(v[2 * l], v[2 * l + 1]);
+            store(
+                p as *mut W128,
+                first / 8,
+                W128([lane(0), lane(1), lane(2), lane(3)]),
+            )
+        } else {
+            store_chunk(p, first as u64, chunk_of(|k| T::from_f32(v[k])))
+        }
+    }
+}
+
 /// Stores `v` to elements `first..first + 8` of a global buffer argument,
 /// by the widest stores their bytes allow.
 ///

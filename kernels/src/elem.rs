@@ -137,10 +137,12 @@ pub fn bf16_bits_to_f32(b: u16) -> f32 {
 /// f32 to bf16 bits, round to nearest even, NaN kept (quieted).
 ///
 /// Written out on every target. Measured on the H100 (docs/h100-bench.md):
-/// `cvt.rn.bf16.f32` by inline assembly sped bf16 maps up (exp bf16 80 ->
-/// 92% of copy) but slowed other kernels by up to 30% (rope_i, dequantize
-/// to bf16: assembly is opaque to the optimiser), and a branch-free select
-/// of both results slowed the dequantize kernels too; this form keeps them.
+/// `cvt.rn.bf16.f32` by inline assembly for each value sped bf16 maps up
+/// (exp bf16 80 -> 92% of copy) but slowed other kernels by up to 30%
+/// (rope_i, dequantize to bf16), and a branch-free select of both results
+/// slowed the dequantize kernels too; this form keeps them. Kernels that
+/// round values in pairs use [`pack2_bf16`] (one `cvt.rn.bf16x2.f32` a pair
+/// on NVIDIA, marked pure) through [`Elem::pack2`].
 ///
 /// ```
 /// use ferrocm_kernels::elem::f32_to_bf16_bits;
@@ -207,6 +209,14 @@ pub trait Elem: Copy + 'static {
     fn to_bits64(self) -> u64;
     /// Inverse of [`Elem::to_bits64`].
     fn from_bits64(b: u64) -> Self;
+    /// `lo` and `hi` rounded to this type and packed into one 32-bit lane
+    /// of a 16-byte word (`lo` in the low half; for 32-bit types `lo`
+    /// alone): [`lane_of`] of the two conversions, in one instruction for
+    /// both on NVIDIA for f16 and bf16 ([`pack2_bf16`], [`pack2_f16`]).
+    #[inline(always)]
+    fn pack2(lo: f32, hi: f32) -> u32 {
+        lane_of(Self::from_f32(lo), Self::from_f32(hi))
+    }
     /// Converts to another element type, as Rust's `as` would.
     #[inline(always)]
     fn convert<D: Elem>(self) -> D {
@@ -219,7 +229,7 @@ pub trait Elem: Copy + 'static {
 }
 
 macro_rules! float_elem {
-    ($t:ty, $to:expr, $from:expr, $tobits:expr, $frombits:expr, $zero:expr, $one:expr, $lowest:expr, $highest:expr) => {
+    ($t:ty, $to:expr, $from:expr, $tobits:expr, $frombits:expr, $zero:expr, $one:expr, $lowest:expr, $highest:expr, $pack:expr) => {
         #[amdgpu_device]
         impl Elem for $t {
             const ZERO: Self = $zero;
@@ -296,6 +306,11 @@ macro_rules! float_elem {
                 let f: fn(u64) -> $t = $frombits;
                 f(b)
             }
+            #[inline(always)]
+            fn pack2(lo: f32, hi: f32) -> u32 {
+                let f: fn(f32, f32) -> u32 = $pack;
+                f(lo, hi)
+            }
         }
     };
 }
@@ -309,7 +324,8 @@ float_elem!(
     0.0,
     1.0,
     f32::NEG_INFINITY,
-    f32::INFINITY
+    f32::INFINITY,
+    |lo, _| lo.to_bits()
 );
 float_elem!(
     F16,
@@ -320,7 +336,8 @@ float_elem!(
     F16(0),
     F16(0x3c00),
     F16(0xfc00),
-    F16(0x7c00)
+    F16(0x7c00),
+    pack2_f16
 );
 float_elem!(
     Bf16,
@@ -331,8 +348,77 @@ float_elem!(
     Bf16(0),
     Bf16(0x3f80),
     Bf16(0xff80),
-    Bf16(0x7f80)
+    Bf16(0x7f80),
+    pack2_bf16
 );
+
+/// Two f32 rounded to bf16 (nearest even) and packed, `lo` in the low half:
+/// on NVIDIA sm_80+ (`cfg(ferrocm_mma = "sync")`) one `cvt.rn.bf16x2.f32` (a NaN becomes the canonical
+/// NaN, sign and payload dropped), elsewhere [`f32_to_bf16_bits`] twice.
+/// The paired instruction is a quarter of the written-out form's work,
+/// which bounded the dequantize kernels (85% of the SM's issue at 62-70%
+/// of copy on an H200). Marked pure: the optimiser moves and merges it
+/// like arithmetic.
+///
+/// ```
+/// use ferrocm_kernels::elem::pack2_bf16;
+/// assert_eq!(pack2_bf16(1.0, -2.0), 0xc000_3f80);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn pack2_bf16(lo: f32, hi: f32) -> u32 {
+    #[cfg(ferrocm_mma = "sync")]
+    {
+        let out: u32;
+        // SAFETY: a register-only conversion.
+        unsafe {
+            core::arch::asm!(
+                "cvt.rn.bf16x2.f32 {o}, {h}, {l};",
+                o = out(reg32) out,
+                h = in(reg32) hi,
+                l = in(reg32) lo,
+                options(pure, nomem, nostack)
+            )
+        };
+        out
+    }
+    #[cfg(not(ferrocm_mma = "sync"))]
+    {
+        f32_to_bf16_bits(lo) as u32 | (f32_to_bf16_bits(hi) as u32) << 16
+    }
+}
+
+/// Two f32 rounded to f16 (nearest even) and packed, `lo` in the low half:
+/// on NVIDIA sm_80+ one `cvt.rn.f16x2.f32`, elsewhere [`f32_to_f16_bits`]
+/// twice.
+///
+/// ```
+/// use ferrocm_kernels::elem::pack2_f16;
+/// assert_eq!(pack2_f16(1.0, -2.0), 0xc000_3c00);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn pack2_f16(lo: f32, hi: f32) -> u32 {
+    #[cfg(ferrocm_mma = "sync")]
+    {
+        let out: u32;
+        // SAFETY: a register-only conversion.
+        unsafe {
+            core::arch::asm!(
+                "cvt.rn.f16x2.f32 {o}, {h}, {l};",
+                o = out(reg32) out,
+                h = in(reg32) hi,
+                l = in(reg32) lo,
+                options(pure, nomem, nostack)
+            )
+        };
+        out
+    }
+    #[cfg(not(ferrocm_mma = "sync"))]
+    {
+        f32_to_f16_bits(lo) as u32 | (f32_to_f16_bits(hi) as u32) << 16
+    }
+}
 
 macro_rules! int_elem {
     ($t:ty) => {
@@ -508,6 +594,31 @@ pub fn word_map<T: Elem>(w: W128, mut f: impl FnMut(T) -> T) -> W128 {
     W128([lane(w.0[0]), lane(w.0[1]), lane(w.0[2]), lane(w.0[3])])
 }
 
+/// A 16-byte word of float `T`s (f32, f16 or bf16) whose element `k` is
+/// `f(w[k])` computed in f32 and rounded to `T` ([`Elem::pack2`]: pairs by
+/// one instruction on NVIDIA), written out lane by lane.
+///
+/// ```
+/// use ferrocm_kernels::elem::{Bf16, W128, word_map_f32};
+/// let w = W128([0x4000_3f80; 4]); // bf16 1.0 and 2.0 in each lane
+/// assert_eq!(word_map_f32::<Bf16>(w, |x| x * 2.0), W128([0x4080_4000; 4]));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn word_map_f32<T: Elem>(w: W128, mut f: impl FnMut(f32) -> f32) -> W128 {
+    let two = size_of::<T>() == 2;
+    let mut lane = |v: u32| {
+        let lo = f(lane_get::<T>(v, 0).to_f32());
+        let hi = if two {
+            f(lane_get::<T>(v, 1).to_f32())
+        } else {
+            0.0
+        };
+        T::pack2(lo, hi)
+    };
+    W128([lane(w.0[0]), lane(w.0[1]), lane(w.0[2]), lane(w.0[3])])
+}
+
 /// A 16-byte word of 16- or 32-bit `T`s whose element `k` is `f(k, a[k],
 /// b[k], c[k])`, written out lane by lane (see [`word_for_each`]).
 ///
@@ -541,6 +652,52 @@ pub fn word_map3<T: Elem>(a: W128, b: W128, c: W128, mut f: impl FnMut(u32, T, T
             lo
         };
         lane_of::<T>(lo, hi)
+    };
+    W128([
+        lane(0, a.0[0], b.0[0], c.0[0]),
+        lane(1, a.0[1], b.0[1], c.0[1]),
+        lane(2, a.0[2], b.0[2], c.0[2]),
+        lane(3, a.0[3], b.0[3], c.0[3]),
+    ])
+}
+
+/// [`word_map3`] for float `T`s (f32, f16 or bf16) whose `f` gives f32:
+/// the results rounded to `T` in pairs ([`Elem::pack2`]).
+///
+/// ```
+/// use ferrocm_kernels::elem::{Bf16, Elem, W128, word_map3_f32};
+/// let w = W128([0x4000_3f80; 4]); // bf16 1.0 and 2.0 in each lane
+/// let out = word_map3_f32::<Bf16>(w, w, w, |_, a, b, c| a.to_f32() + b.to_f32() * c.to_f32());
+/// assert_eq!(out, W128([0x40c0_4000; 4])); // 2.0 and 6.0
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn word_map3_f32<T: Elem>(
+    a: W128,
+    b: W128,
+    c: W128,
+    mut f: impl FnMut(u32, T, T, T) -> f32,
+) -> W128 {
+    let two = size_of::<T>() == 2;
+    let mut lane = |l: u32, a: u32, b: u32, c: u32| {
+        let k = if two { 2 * l } else { l };
+        let lo = f(
+            k,
+            lane_get::<T>(a, 0),
+            lane_get::<T>(b, 0),
+            lane_get::<T>(c, 0),
+        );
+        let hi = if two {
+            f(
+                k + 1,
+                lane_get::<T>(a, 1),
+                lane_get::<T>(b, 1),
+                lane_get::<T>(c, 1),
+            )
+        } else {
+            0.0
+        };
+        T::pack2(lo, hi)
     };
     W128([
         lane(0, a.0[0], b.0[0], c.0[0]),

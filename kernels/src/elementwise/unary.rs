@@ -114,7 +114,7 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
         grid_stride_chunks(
             n,
             |c| unsafe { load_chunk(inp, c) },
-            |c, x| unsafe { store_chunk(out, c, chunk_of(|k| f(x[k]))) },
+            |c, x| unsafe { store_chunk_f32(out, c, chunk_of(|k| Op::apply(x[k].to_f32(), p))) },
             |i| unsafe { store(out, i as usize, f(load(inp, i as usize))) },
         );
         return;

@@ -42,7 +42,9 @@ pub fn glu_apply<T: Elem>(gate: T, up: T, act: u32) -> T {
 #[amdgpu_device]
 #[inline(always)]
 fn glu_word<T: Elem>(gate: W128, up: W128, act: u32) -> W128 {
-    word_map3::<T>(gate, up, up, |_, g, u, _| glu_apply(g, u, act))
+    word_map3_f32::<T>(gate, up, up, |_, g, u, _| {
+        activation(g.to_f32(), act) * u.to_f32()
+    })
 }
 
 /// The body of `glu_*`.

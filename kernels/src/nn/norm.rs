@@ -236,7 +236,7 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool, const Q8: bool>(
         }
         let y = |v: T, w: T, b: T| {
             let bias = if has_bias { b.to_f32() } else { -0.0 };
-            T::from_f32(norm_apply(v.to_f32(), mean, scale, w.to_f32(), bias))
+            norm_apply(v.to_f32(), mean, scale, w.to_f32(), bias)
         };
         if words {
             let per = per_word::<T>() as usize;
@@ -252,7 +252,7 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool, const Q8: bool>(
                     store(
                         ow,
                         wbase + c as usize,
-                        word_map3::<T>(hv, wv, bv, |_, h, w, b| y(h, w, b)),
+                        word_map3_f32::<T>(hv, wv, bv, |_, h, w, b| y(h, w, b)),
                     );
                 }
                 c += size;
@@ -260,7 +260,11 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool, const Q8: bool>(
         } else {
             let put = |c: u32, v: T| unsafe {
                 let bias = if has_bias { load(b, c as usize) } else { v };
-                store(out, base + c as usize, y(v, load(w, c as usize), bias));
+                store(
+                    out,
+                    base + c as usize,
+                    T::from_f32(y(v, load(w, c as usize), bias)),
+                );
             };
             let get = |c: u32| unsafe { load(src, base + c as usize) };
             let mut c = me;
@@ -329,9 +333,9 @@ fn norm_store_q8<T: Elem>(
 #[amdgpu_device]
 #[inline(always)]
 fn norm_word<T: Elem>(hv: W128, wv: W128, bv: W128, mean: f32, scale: f32, has_bias: bool) -> W128 {
-    word_map3::<T>(hv, wv, bv, |_, h, w, b| {
+    word_map3_f32::<T>(hv, wv, bv, |_, h, w, b| {
         let bias = if has_bias { b.to_f32() } else { -0.0 };
-        T::from_f32(norm_apply(h.to_f32(), mean, scale, w.to_f32(), bias))
+        norm_apply(h.to_f32(), mean, scale, w.to_f32(), bias)
     })
 }
 

@@ -603,13 +603,13 @@ pub fn softmax_held<T: Elem, const LOG: bool>(out: *mut T, inp: *const T, rows: 
         let log_s = math::log(total);
         held_each(|j| {
             if word(j) < words {
-                let y = word_map::<T>(held[j], |x| {
-                    let x = x.to_f32() - row_max;
-                    T::from_f32(if LOG {
+                let y = word_map_f32::<T>(held[j], |x| {
+                    let x = x - row_max;
+                    if LOG {
                         x - log_s
                     } else {
                         math::exp_fast(x) / total
-                    })
+                    }
                 });
                 unsafe { store(dst, (base + word(j)) as usize, y) };
             }
