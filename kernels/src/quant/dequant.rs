@@ -1,8 +1,10 @@
 //! `dequant_{format}_{dtype}`: quantized blocks to f32, f16 or bf16, for
 //! every format of [`blocks`](super::blocks). One workitem per group of 16
-//! elements (neighbouring workitems share a block, so its scales are read
-//! once from memory), each value as [`QuantBlock::group16`] defines it, then
-//! rounded to the output type and stored in 16-byte words.
+//! elements, or two ([`QuantBlock::DEQUANT_GROUPS`]; neighbouring
+//! workitems share a block, so its scales are read once from memory), each
+//! value as [`QuantBlock::group16`] defines it, then rounded to the output
+//! type ([`Elem::pack2`]: pairs by one instruction on NVIDIA) and stored in
+//! 16-byte words.
 
 use crate::device::*;
 use crate::elem::*;
@@ -11,30 +13,49 @@ use crate::quant::blocks::*;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
 /// The body every dequantize kernel instantiates: `groups` groups of 16
-/// elements of `blocks` into `out` (contiguous).
+/// elements of `blocks` into `out` (contiguous). With
+/// [`QuantBlock::DEQUANT_GROUPS`] = 2, workitem `i` of a grid of
+/// `groups.div_ceil(2)` takes groups `i` and `i + groups.div_ceil(2)`,
+/// both read before either is stored (twice the loads in flight); with 1,
+/// workitem `i` takes group `i`.
 #[amdgpu_device]
 #[inline(always)]
 pub fn dequant_body<B: QuantBlock, T: Elem>(out: *mut T, blocks: *const B, groups: u64) {
     wait_prior_grids();
     let per_block = B::GROUPS as u64;
-    grid_stride(groups, |i| {
-        let b = unsafe { global_ref(blocks, (i / per_block) as usize) };
-        let v = b.group16((i % per_block) as usize);
-        // 16-byte words (the output is a fresh buffer, a group's 16 values
-        // start on a 32- or 64-byte boundary): element e of word j in lane
-        // (e % per) / (per / 4).
-        let per = per_word::<T>() as usize;
-        let ow = out as *mut W128;
+    let group = |g: u64| {
+        let b = unsafe { global_ref(blocks, (g / per_block) as usize) };
+        b.group16((g % per_block) as usize)
+    };
+    // 16-byte words (the output is a fresh buffer, a group's 16 values
+    // start on a 32- or 64-byte boundary): element e of word j in lane
+    // (e % per) / (per / 4).
+    let per = per_word::<T>() as usize;
+    let ow = out as *mut W128;
+    let put = |g: u64, v: [f32; 16]| {
         crate::unroll4!(j < 16 / per => {
             let mut lanes = [0u32; 4];
             crate::unroll4!(u < 4 => {
                 let e = j * per + u * (per / 4);
-                let lo = T::from_f32(v[e]);
-                let hi = if per == 8 { T::from_f32(v[e + 1]) } else { lo };
-                lanes[u] = lane_of(lo, hi);
+                lanes[u] = T::pack2(v[e], if per == 8 { v[e + 1] } else { 0.0 });
             });
-            unsafe { store(ow, (i as usize * 16) / per + j, W128(lanes)) };
+            unsafe { store(ow, (g as usize * 16) / per + j, W128(lanes)) };
         });
+    };
+    if B::DEQUANT_GROUPS == 1 {
+        grid_stride(groups, |i| put(i, group(i)));
+        release_dependent_grids();
+        return;
+    }
+    let half = groups.div_ceil(2);
+    grid_stride(half, |i| {
+        let second = i + half < groups;
+        let v0 = group(i);
+        let v1 = if second { group(i + half) } else { v0 };
+        put(i, v0);
+        if second {
+            put(i + half, v1);
+        }
     });
     release_dependent_grids();
 }

@@ -435,7 +435,9 @@ impl<B: DequantKernels + Sync, T: WithDType> Op for Dequantize<'_, B, T> {
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
         let groups = (self.blocks.len() * B::GROUPS) as u64;
-        let cfg = LaunchConfig::linear(groups, 256).starting_early();
+        // One or two groups a workitem (`dequant_body`).
+        let items = groups.div_ceil(B::DEQUANT_GROUPS as u64);
+        let cfg = LaunchConfig::linear(items, 256).starting_early();
         let src = In::new(self.blocks);
         match T::DTYPE {
             DType::F32 => {
