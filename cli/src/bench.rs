@@ -1230,7 +1230,17 @@ fn quant_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
     };
     let compare = cfg.compare_cpu && dev.runs_kernels();
     let mut rows = Vec::new();
+    // `FERROCM_BENCH_QUANT_FORMATS=q4_0,q6_K`: only those formats (GGML's
+    // names, any case); unset or empty: every format.
+    let only_formats = std::env::var("FERROCM_BENCH_QUANT_FORMATS").unwrap_or_default();
     for (i, format) in QuantFormat::ALL.into_iter().enumerate() {
+        if !only_formats.is_empty()
+            && !only_formats
+                .split(',')
+                .any(|f| f.eq_ignore_ascii_case(format.name()))
+        {
+            continue;
+        }
         let bytes =
             crate::check::finite_blocks(format, n * k / format.block_elems(), 100 + i as u64);
         let w = QTensor::from_bytes(&bytes, format, &[n, k], dev)?;
