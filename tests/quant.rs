@@ -1000,6 +1000,14 @@ fn units_match_the_definition() {
             let mut seen = vec![0u32; B::GROUPS];
             for u in 0..B::UNITS {
                 let unit = unsafe { b.unit8(u) };
+                if B::PAIRED_GROUPS {
+                    // The kernels load both halves' x scales as one pair.
+                    assert!(
+                        unit.group[0] % 2 == 0 && unit.group[1] == unit.group[0] + 1,
+                        "{f} unit {u}: groups {:?} are not a pair",
+                        unit.group
+                    );
+                }
                 for h in 0..2 {
                     let g = unit.group[h] as usize;
                     seen[g] += 1;

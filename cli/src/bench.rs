@@ -1250,7 +1250,7 @@ fn quant_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
             None
         };
         let wbytes = bytes.len() as u64;
-        for m in [1usize, 8] {
+        for m in [1usize, 2, 4, 8] {
             let x = Tensor::<f32>::rand(&[m, k], -1.0, 1.0, 3, dev)?;
             let cpu = cpu_w
                 .as_ref()

@@ -810,6 +810,68 @@ pub fn byte_table16(t: [u32; 4], idx: u32) -> u32 {
     (lo & !upper) | (hi & upper)
 }
 
+/// Both 4-bit codes of each byte of `w` looked up in the 16-byte table `t`
+/// (as [`byte_table16`]): the low nibbles' entries (byte `i` of the first
+/// word from byte `i`'s low nibble) and the high nibbles'. The packing of
+/// GGML's 4-bit blocks, decoded in one call: on NVIDIA `prmt` reads the
+/// eight nibbles as selectors directly (six permutes for eight codes, where
+/// splitting the nibbles into bytes first costs about three times the
+/// instructions); elsewhere [`byte_table16`] of each half.
+///
+/// ```
+/// use ferrocm_kernels::device::nibble_table16;
+/// let t = [0x0604_0200, 0x0e0c_0a08, 0x1614_1210, 0x1e1c_1a18]; // entry i = 2 i
+/// let (lo, hi) = nibble_table16(t, u32::from_le_bytes([0xF0, 0x18, 0x97, 0x3C]));
+/// assert_eq!(lo, u32::from_le_bytes([0, 16, 14, 24]));
+/// assert_eq!(hi, u32::from_le_bytes([30, 2, 18, 6]));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn nibble_table16(t: [u32; 4], w: u32) -> (u32, u32) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // Selector nibble j = the code of result byte j; its bit 3 (prmt's
+        // sign-replicate flag) is cleared for the two table-half lookups and
+        // then, moved to bit 2, picks the upper half's byte. Bytes come out
+        // as (lo0, hi0, lo1, hi1) and (lo2, hi2, lo3, hi3), then unzipped.
+        let idx = w & 0x7777_7777;
+        let pick = ((w >> 1) & 0x4444_4444) | 0x3210_3210;
+        let (lo, hi): (u32, u32);
+        unsafe {
+            core::arch::asm!(
+                "{{",
+                ".reg .b32 i1, p1, a0, b0, a1, b1, r0, r1;",
+                "shr.b32 i1, {idx}, 16;",
+                "shr.b32 p1, {pick}, 16;",
+                "prmt.b32 a0, {t0}, {t1}, {idx};",
+                "prmt.b32 b0, {t2}, {t3}, {idx};",
+                "prmt.b32 a1, {t0}, {t1}, i1;",
+                "prmt.b32 b1, {t2}, {t3}, i1;",
+                "prmt.b32 r0, a0, b0, {pick};",
+                "prmt.b32 r1, a1, b1, p1;",
+                "prmt.b32 {lo}, r0, r1, 0x6420;",
+                "prmt.b32 {hi}, r0, r1, 0x7531;",
+                "}}",
+                lo = out(reg32) lo,
+                hi = out(reg32) hi,
+                t0 = in(reg32) t[0],
+                t1 = in(reg32) t[1],
+                t2 = in(reg32) t[2],
+                t3 = in(reg32) t[3],
+                idx = in(reg32) idx,
+                pick = in(reg32) pick,
+                options(pure, nomem, nostack)
+            )
+        };
+        (lo, hi)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    (
+        byte_table16(t, w & 0x0F0F_0F0F),
+        byte_table16(t, (w >> 4) & 0x0F0F_0F0F),
+    )
+}
+
 /// The value of `v` held by lane `lane_id() ^ mask` (butterfly exchange).
 /// `mask` must be below [`wave_size`]. All active lanes must call it together.
 #[amdgpu_device]

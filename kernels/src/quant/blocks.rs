@@ -101,6 +101,16 @@ pub trait QuantBlock: Copy + 'static {
     /// of x, 44 -> 51% of copy), 1 where it was slower (Q8_0 77 -> 73%,
     /// Q4_K 66 -> 65%, Q6_K 62 -> 58%).
     const MATVEC_ROWS: u32 = 1;
+    /// Weight rows each workitem of the matrix-vector kernels takes with
+    /// four rows of `x` a pass: 2 where a second row sharing the loads of
+    /// `x` pays, 1 where the second unit's decode and registers cost more
+    /// than the loads it saves (Q5_K, H200, 4096 x 14336, 8 rows of x:
+    /// 89.3 -> 77.4 us with 1; Q6_K 70.8 -> 88.6 us, so it keeps 2).
+    const MATVEC_ROWS_WIDE: u32 = 2;
+    /// Whether every unit's halves are groups `2 j` and `2 j + 1` of its
+    /// block: the matrix-vector kernels then load both groups' `x` scales
+    /// in one 16-byte load (their L1 traffic is what bounds them).
+    const PAIRED_GROUPS: bool = false;
     /// Groups of 16 each workitem of the dequantize kernels takes (1 or 2;
     /// both read before either is stored): 2 where the decode is short
     /// and the workitem waits on its loads (H200, 4096 x 14336 to bf16:
@@ -230,22 +240,18 @@ fn nibbles(w: [u32; 4]) -> [u32; 8] {
     [lo(0), lo(1), lo(2), lo(3), hi(0), hi(1), hi(2), hi(3)]
 }
 
-/// Each byte (a 4-bit index) of every word replaced by its entry of a
-/// 16-entry table ([`byte_table16`](crate::device::byte_table16)).
+/// The 32 4-bit codes of four words (packed as Q4_0 packs a block: the
+/// low nibbles are the first half) replaced by their entries of a 16-entry
+/// table ([`nibble_table16`](crate::device::nibble_table16)): the unit's
+/// two halves as 8-bit values.
 #[amdgpu_device]
 #[inline(always)]
-fn table8(table: [u32; 4], c: [u32; 8]) -> [u32; 8] {
-    let t = |w: u32| crate::device::byte_table16(table, w);
-    [
-        t(c[0]),
-        t(c[1]),
-        t(c[2]),
-        t(c[3]),
-        t(c[4]),
-        t(c[5]),
-        t(c[6]),
-        t(c[7]),
-    ]
+fn table_nibbles(table: [u32; 4], w: [u32; 4]) -> [u32; 8] {
+    let mut out = [0u32; 8];
+    crate::unroll4!(i < 4 => {
+        (out[i], out[i + 4]) = crate::device::nibble_table16(table, w[i]);
+    });
+    out
 }
 
 /// A 16-entry i8 table as four little-endian words (the form
@@ -554,6 +560,7 @@ pub fn q3k_scale(g: usize, q: &[u8; 12]) -> i32 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4_0 {
+    const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 2;
@@ -580,6 +587,7 @@ impl QuantBlock for BlockQ4_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4_1 {
+    const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 3;
@@ -637,6 +645,7 @@ fn q5_units(w: [u32; 4], qh: u32) -> [u32; 8] {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_0 {
+    const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 6;
@@ -663,6 +672,7 @@ impl QuantBlock for BlockQ5_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_1 {
+    const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 7;
@@ -707,6 +717,7 @@ fn q8_group(qs: &[i8; 32], d: f32, g: usize) -> [f32; 16] {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ8_0 {
+    const PAIRED_GROUPS: bool = true;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 8;
     #[inline(always)]
@@ -727,6 +738,7 @@ impl QuantBlock for BlockQ8_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ8_1 {
+    const PAIRED_GROUPS: bool = true;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 9;
     #[inline(always)]
@@ -908,6 +920,7 @@ impl QuantBlock for BlockQ4K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5K {
+    const MATVEC_ROWS_WIDE: u32 = 1;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 13;
@@ -1014,6 +1027,7 @@ impl QuantBlock for BlockQ6K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ8K {
+    const PAIRED_GROUPS: bool = true;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 15;
     #[inline(always)]
@@ -1052,6 +1066,7 @@ fn table_group(qs: &[u8; 16], table: [u64; 2], d: f32, g: usize) -> [f32; 16] {
 
 #[amdgpu_device]
 impl QuantBlock for BlockIq4Nl {
+    const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 20;
@@ -1061,7 +1076,7 @@ impl QuantBlock for BlockIq4Nl {
         unsafe {
             let w = read16_halves(byte_at(self, 2));
             unit(
-                table8(IQ4NL_WORDS, nibbles(w)),
+                table_nibbles(IQ4NL_WORDS, w),
                 f16_bits_to_f32(self.d.0),
                 0.0,
                 0,
@@ -1077,6 +1092,7 @@ impl QuantBlock for BlockIq4Nl {
 
 #[amdgpu_device]
 impl QuantBlock for BlockIq4Xs {
+    const PAIRED_GROUPS: bool = true;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 23;
     #[inline(always)]
@@ -1089,7 +1105,7 @@ impl QuantBlock for BlockIq4Xs {
             let high = ((self.scales_h >> (2 * ib)) & 3) as u8;
             let dl = f16_bits_to_f32(self.d.0) * ((low | (high << 4)) as i32 - 32) as f32;
             unit(
-                table8(IQ4NL_WORDS, nibbles(w)),
+                table_nibbles(IQ4NL_WORDS, w),
                 dl,
                 0.0,
                 2 * ib as u32,
@@ -1116,6 +1132,7 @@ impl QuantBlock for BlockIq4Xs {
 
 #[amdgpu_device]
 impl QuantBlock for BlockMxfp4 {
+    const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 39;
@@ -1126,7 +1143,7 @@ impl QuantBlock for BlockMxfp4 {
         unsafe {
             let w = read16::<{ align_in_array(17, 1) }>(byte_at(self, 1));
             unit(
-                table8(MXFP4_WORDS, nibbles(w)),
+                table_nibbles(MXFP4_WORDS, w),
                 e8m0_half_to_f32(self.e),
                 0.0,
                 0,

@@ -219,13 +219,18 @@ pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, gr
 /// (4096 rows of one wave each filled half an H100's workitem slots).
 pub const QMATVEC_ROW_LANES: u32 = 128;
 
-/// Weight rows each workitem of `qmatvec{c}` takes: two with 4 rows of `x`
-/// per pass (x's loads then outnumber the weight's; a second weight row
-/// shares them), else the format's [`QuantBlock::MATVEC_ROWS`].
+/// Weight rows each workitem of `qmatvec{c}` takes: the format's
+/// [`QuantBlock::MATVEC_ROWS_WIDE`] with 4 rows of `x` per pass (x's loads
+/// then outnumber the weight's; a second weight row can share them), else
+/// its [`QuantBlock::MATVEC_ROWS`].
 #[amdgpu_device]
 #[inline(always)]
 pub const fn qmatvec_rows<B: QuantBlock>(c: u32) -> u32 {
-    if c >= 4 { 2 } else { B::MATVEC_ROWS }
+    if c >= 4 {
+        B::MATVEC_ROWS_WIDE
+    } else {
+        B::MATVEC_ROWS
+    }
 }
 
 /// LDS bytes a quantized matrix-vector launch reserves: a partial sum per
@@ -292,13 +297,20 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
                 crate::unroll8!(c < C => {
                     // Rows of x past `m` re-read the last one (not stored).
                     let xr = Ord::min(m0 + c as u32, last) as usize * groups_per_row + group0;
+                    let g = [xr + qs[0].group[0] as usize, xr + qs[0].group[1] as usize];
+                    // Both halves' scales in one load where the groups pair
+                    // (`g[0]` even: rows of x and blocks hold even counts).
+                    let xm = if B::PAIRED_GROUPS {
+                        let p = unsafe { load(meta as *const W128, g[0] / 2) }.0;
+                        [p[0] as u64 | (p[1] as u64) << 32, p[2] as u64 | (p[3] as u64) << 32]
+                    } else {
+                        unsafe { [load(meta, g[0]), load(meta, g[1])] }
+                    };
                     crate::unroll4!(h < 2 => {
-                        let g = xr + qs[0].group[h] as usize;
-                        let xc = unsafe { load(xw, g) }.0;
-                        let xm = unsafe { load(meta, g) };
+                        let xc = unsafe { load(xw, g[h]) }.0;
                         crate::unroll4!(r < 2 => {
                             if r < rows as usize {
-                                acc[r][c] = unit_half_dot(&qs[r], h, xc, xm, acc[r][c]);
+                                acc[r][c] = unit_half_dot(&qs[r], h, xc, xm[h], acc[r][c]);
                             }
                         });
                     });
