@@ -102,6 +102,12 @@ pub trait QuantBlock: Copy + 'static {
     /// Q4_K 66 -> 65%, Q6_K 62 -> 58%).
     const MATVEC_ROWS: u32 = 1;
     /// Weight rows each workitem of the matrix-vector kernels takes with
+    /// two rows of `x` a pass: 2 where sharing the loads of `x` pays (H200,
+    /// 4096 x 14336: Q4_0 19.7 -> 15.7 us, Q4_K 20.8 -> 18.9, IQ4_NL 22.5 ->
+    /// 16.7), 1 where the second unit's decode costs more (Q3_K 24.2 ->
+    /// 24.5, Q5_K 22.4 -> 23.5).
+    const MATVEC_ROWS_PAIR: u32 = 2;
+    /// Weight rows each workitem of the matrix-vector kernels takes with
     /// four rows of `x` a pass: 2 where a second row sharing the loads of
     /// `x` pays, 1 where the second unit's decode and registers cost more
     /// than the loads it saves (Q5_K, H200, 4096 x 14336, 8 rows of x:
@@ -811,6 +817,7 @@ impl QuantBlock for BlockQ2K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ3K {
+    const MATVEC_ROWS_PAIR: u32 = 1;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 11;
     #[inline(always)]
@@ -920,6 +927,7 @@ impl QuantBlock for BlockQ4K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5K {
+    const MATVEC_ROWS_PAIR: u32 = 1;
     const MATVEC_ROWS_WIDE: u32 = 1;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = QK_K;
@@ -1027,7 +1035,9 @@ impl QuantBlock for BlockQ6K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ8K {
-    const PAIRED_GROUPS: bool = true;
+    // Paired groups, but the one load of both scales was slower here
+    // (H200, 4096 x 14336, one row of x: 21.8 -> 25.2 us).
+    const PAIRED_GROUPS: bool = false;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 15;
     #[inline(always)]

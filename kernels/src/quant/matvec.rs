@@ -219,15 +219,18 @@ pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, gr
 /// (4096 rows of one wave each filled half an H100's workitem slots).
 pub const QMATVEC_ROW_LANES: u32 = 128;
 
-/// Weight rows each workitem of `qmatvec{c}` takes: the format's
-/// [`QuantBlock::MATVEC_ROWS_WIDE`] with 4 rows of `x` per pass (x's loads
-/// then outnumber the weight's; a second weight row can share them), else
-/// its [`QuantBlock::MATVEC_ROWS`].
+/// Weight rows each workitem of `qmatvec{c}` takes (1 or 2): the format's
+/// [`QuantBlock::MATVEC_ROWS`], [`QuantBlock::MATVEC_ROWS_PAIR`] or
+/// [`QuantBlock::MATVEC_ROWS_WIDE`] with 1, 2 or 4 rows of `x` per pass
+/// (the loads of `x` outnumber the weight's as rows of `x` grow; a second
+/// weight row shares them).
 #[amdgpu_device]
 #[inline(always)]
 pub const fn qmatvec_rows<B: QuantBlock>(c: u32) -> u32 {
     if c >= 4 {
         B::MATVEC_ROWS_WIDE
+    } else if c == 2 {
+        B::MATVEC_ROWS_PAIR
     } else {
         B::MATVEC_ROWS
     }
@@ -263,6 +266,7 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
     release_dependent_grids();
     // Weight rows per workitem (`qmatvec_rows`).
     let rows: u32 = qmatvec_rows::<B>(C as u32);
+    const { assert!(qmatvec_rows::<B>(C as u32) <= 2) };
     const { assert!(C == 1 || C == 2 || C == 4) };
     let wave = wave_size();
     let waves_per_row = QMATVEC_ROW_LANES / wave;
