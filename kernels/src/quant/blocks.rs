@@ -153,8 +153,8 @@ pub const fn align_in_array(size: usize, offset: usize) -> usize {
 }
 
 /// The 16 bytes at `p` as four little-endian words, in loads as wide as
-/// `p`'s alignment `ALIGN` (16, 4, 2 or 1) allows: one of 16 bytes, four
-/// of 4, five (three of 4, two of 2) or sixteen of 1.
+/// `p`'s alignment `ALIGN` (16, 8, 4, 2 or 1) allows: one of 16 bytes, two
+/// of 8, four of 4, five (three of 4, two of 2) or sixteen of 1.
 ///
 /// # Safety
 /// `p..p + 16` is readable and `p` is `ALIGN`-aligned.
@@ -169,6 +169,10 @@ pub unsafe fn read16<const ALIGN: usize>(p: *const u8) -> [u32; 4] {
     unsafe {
         if ALIGN >= 16 {
             (p as *const crate::elem::W128).read().0
+        } else if ALIGN >= 8 {
+            let q = p as *const u64;
+            let (a, b) = (q.read(), q.add(1).read());
+            [a as u32, (a >> 32) as u32, b as u32, (b >> 32) as u32]
         } else if ALIGN >= 4 {
             let q = p as *const u32;
             [q.read(), q.add(1).read(), q.add(2).read(), q.add(3).read()]
@@ -1111,9 +1115,13 @@ impl QuantBlock for BlockIq4Xs {
         unsafe {
             let ib = u & 7;
             let w = read16::<{ align_in_array(136, 8) }>(byte_at(self, 8 + 16 * ib));
-            let low = (self.scales_l[ib >> 1] >> (4 * (ib & 1))) & 0xF;
-            let high = ((self.scales_h >> (2 * ib)) & 3) as u8;
-            let dl = f16_bits_to_f32(self.d.0) * ((low | (high << 4)) as i32 - 32) as f32;
+            // d, scales_h and scales_l in one 8-byte load (blocks of 136
+            // bytes keep 8-byte alignment).
+            let head = (byte_at(self, 0) as *const u64).read();
+            let scales_l = (head >> 32) as u32;
+            let low = (scales_l >> (4 * ib)) & 0xF;
+            let high = ((head >> 16) as u32 >> (2 * ib)) & 3;
+            let dl = f16_bits_to_f32(head as u16) * ((low | (high << 4)) as i32 - 32) as f32;
             unit(
                 table_nibbles(IQ4NL_WORDS, w),
                 dl,
