@@ -4,10 +4,22 @@
 //! builds the kernels of crates outside ferrocm the same way).
 
 fn main() {
-    ferrocm_build::KernelBuild::device_layer_crate()
+    let mut build = ferrocm_build::KernelBuild::device_layer_crate()
         // `gemm_mma_*` runs MMA_BLOCK (256) workitems per workgroup; two
         // workgroups per SM hide each other's barrier and load waits (one
         // alone left the H100's tensor pipes idle).
-        .launch_bounds("gemm_mma_", 256, 2)
-        .compile();
+        .launch_bounds("gemm_mma_", 256, 2);
+    // `qmatvec4_*` (QMATVEC_BLOCK = 256 workitems, 4 rows of x a pass):
+    // ptxas left alone picks 70 to 104 registers for three workgroups an
+    // SM; held to two, it takes up to 128 and the 8-row product ran 5 to
+    // 12% faster on an H200 (docs/h100-bench.md). Q3_K, 128 registers
+    // either way, spilled and ran 4% slower: left out.
+    let formats = [
+        "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "q2_k", "q4_k", "q5_k", "q6_k", "q8_k",
+        "iq4_", "mxfp4",
+    ];
+    for format in formats {
+        build = build.launch_bounds(&format!("qmatvec4_{format}"), 256, 2);
+    }
+    build.compile();
 }
