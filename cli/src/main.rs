@@ -83,7 +83,8 @@ enum Command {
     /// Write a random-weight model as a GGUF file (the one `run
     /// synthetic:SIZE:FORMAT` makes in memory), for llama.cpp or ferrocm.
     Synthesize {
-        /// tiny:FORMAT or 7b:FORMAT (FORMAT q4_0, q4_k, q8_0, ..., f16, bf16, f32).
+        /// tiny:FORMAT[:ARCH] or 7b:FORMAT[:ARCH] (FORMAT q4_0, q4_k, q8_0, ...,
+        /// f16, bf16, f32; ARCH llama, qwen2, qwen3, gemma, gemma2, gemma3).
         spec: String,
         /// The GGUF file to write.
         output: std::path::PathBuf,
@@ -93,10 +94,11 @@ enum Command {
 /// The model and where it runs (`run`, `chat`).
 #[derive(Args)]
 struct ModelArgs {
-    /// A GGUF file, or synthetic:7b:FORMAT / synthetic:tiny:FORMAT for
-    /// random weights made in memory (Llama-7B shapes or a tiny model, with
-    /// a small SentencePiece vocabulary and a ChatML template; FORMAT q4_0,
-    /// q4_k, q8_0, ..., f16, bf16, f32).
+    /// A GGUF file, or synthetic:7b:FORMAT[:ARCH] / synthetic:tiny:FORMAT[:ARCH]
+    /// for random weights made in memory (Llama-7B shapes or a tiny model,
+    /// with a small SentencePiece vocabulary and a ChatML template; FORMAT
+    /// q4_0, q4_k, q8_0, ..., f16, bf16, f32; ARCH llama by default, qwen2,
+    /// qwen3, gemma, gemma2, gemma3).
     model: String,
     /// Device: cpu, emulator:32, emulator:64, rocm[:N], cuda[:N]. Default:
     /// the first GPU that answers, else the Cpu.
@@ -147,6 +149,7 @@ impl SamplingArgs {
             repeat_penalty: self.repeat_penalty,
             repeat_last_n: 64,
             seed: self.seed,
+            banned: Vec::new(),
         }
     }
 }
@@ -169,7 +172,8 @@ struct RunArgs {
     /// Stop when the generated text contains this (repeatable; not printed).
     #[arg(long, value_name = "TEXT")]
     stop: Vec<String>,
-    /// Generate past end-of-sequence and end-of-turn tokens.
+    /// Never choose end-of-sequence and end-of-turn tokens (their logits
+    /// set to -inf, as llama.cpp's --ignore-eos): generate --max-tokens.
     #[arg(long)]
     ignore_eos: bool,
     /// Blocks recorded into each graph of a decode step on a GPU (CUDA or
@@ -452,7 +456,10 @@ fn run_model(a: RunArgs) -> ExitCode {
         sampling: a.sampling.options(),
         stream: !a.json,
         stop: a.stop,
+        // A timing run goes on past them; --ignore-eos also never picks
+        // them, as llama.cpp's does.
         ignore_eos: a.ignore_eos || a.random_prompt.is_some(),
+        ban_eos: a.ignore_eos,
         graph_blocks: a.graph_blocks,
     };
     let bar = load_bar();

@@ -23,8 +23,9 @@ pub enum Prompt {
 
 /// What to run.
 pub struct RunRequest {
-    /// A GGUF path, or `synthetic:7b:FORMAT` / `synthetic:tiny:FORMAT`
-    /// (FORMAT a GGML type name such as q4_0, q4_k, q8_0, or f16, bf16, f32).
+    /// A GGUF path, or `synthetic:7b:FORMAT` / `synthetic:tiny:FORMAT[:ARCH]`
+    /// (FORMAT a GGML type name such as q4_0, q4_k, q8_0, or f16, bf16, f32;
+    /// ARCH llama by default, or qwen2, qwen3, gemma, gemma2, gemma3).
     pub model: String,
     /// The prompt.
     pub prompt: Prompt,
@@ -40,8 +41,11 @@ pub struct RunRequest {
     pub stream: bool,
     /// Text that ends the generation (not printed).
     pub stop: Vec<String>,
-    /// Keep going past end-of-sequence/end-of-turn tokens.
+    /// Go on past end-of-sequence/end-of-turn tokens.
     pub ignore_eos: bool,
+    /// Never choose end-of-sequence/end-of-turn tokens (with `ignore_eos`,
+    /// llama.cpp's `--ignore-eos`: the tokens' logits set to -inf).
+    pub ban_eos: bool,
     /// Blocks a graph of a decode step, where the device records graphs
     /// ([`Generation::record_graphs`]; 0: none).
     pub graph_blocks: usize,
@@ -134,6 +138,14 @@ fn synthetic_file(spec: &str) -> Result<Gguf, String> {
 pub fn synthetic_writer(spec: &str) -> Result<GgufWriter, String> {
     let mut parts = spec.split(':');
     let (size, format) = (parts.next().unwrap_or(""), parts.next().unwrap_or("f16"));
+    let arch = match parts.next() {
+        None => ferrocm_models::Arch::Llama,
+        Some(name) => ferrocm_models::Arch::from_name(name)
+            .ok_or_else(|| format!("synthetic model architecture {name:?}"))?,
+    };
+    if let Some(rest) = parts.next() {
+        return Err(format!("synthetic model {spec:?}: unexpected {rest:?}"));
+    }
     let (format, dense) = match format.to_ascii_lowercase().as_str() {
         "f32" => (None, DType::F32),
         "f16" => (None, DType::F16),
@@ -146,12 +158,13 @@ pub fn synthetic_writer(spec: &str) -> Result<GgufWriter, String> {
     let m = match size {
         "7b" => SyntheticModel {
             dense,
+            arch,
             ..SyntheticModel::llama_7b(format)
         },
         "tiny" => SyntheticModel {
             format,
             dense,
-            ..SyntheticModel::new(ferrocm_models::Arch::Llama)
+            ..SyntheticModel::new(arch)
         },
         other => return Err(format!("synthetic model size {other:?} (7b or tiny)")),
     };
@@ -226,8 +239,13 @@ fn run_typed<T: WithDType>(
         check_vocabularies(&model, t).map_err(|e| e.to_string())?;
     }
     let load_s = start.elapsed().as_secs_f64();
-    let mut generation =
-        Generation::new(&model, req.sampling.clone()).map_err(|e| e.to_string())?;
+    // llama.cpp's --ignore-eos: the end-of-generation tokens are never
+    // chosen (not chosen and then passed over).
+    let mut sampling = req.sampling.clone();
+    if let (Some(t), true) = (&tokenizer, req.ban_eos) {
+        sampling.banned.extend_from_slice(t.end_of_generation());
+    }
+    let mut generation = Generation::new(&model, sampling).map_err(|e| e.to_string())?;
     if let (Some(t), false) = (&tokenizer, req.ignore_eos) {
         generation.stop_at(t.end_of_generation());
     }

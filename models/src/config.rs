@@ -13,9 +13,30 @@ pub enum Arch {
     Qwen2,
     /// Qwen 3 (dense): RMSNorm of each q and k head before the rotation.
     Qwen3,
+    /// Gemma (1): the embedding scaled by `sqrt(hidden)`, a GELU-gated
+    /// feed-forward, the output tied to the embedding.
+    Gemma,
+    /// Gemma 2: Gemma's, plus norms after the attention and the
+    /// feed-forward, logit softcaps (attention and final) and a sliding
+    /// window on every other block.
+    Gemma2,
+    /// Gemma 3 (text): Gemma 2's without the softcaps, plus q/k RMSNorm,
+    /// five sliding-window blocks to a global one, with their own rotary
+    /// base.
+    Gemma3,
 }
 
 impl Arch {
+    /// Every supported architecture.
+    pub const ALL: [Arch; 6] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Gemma,
+        Arch::Gemma2,
+        Arch::Gemma3,
+    ];
+
     /// The name GGUF files use.
     ///
     /// ```
@@ -26,6 +47,9 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma => "gemma",
+            Arch::Gemma2 => "gemma2",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
@@ -37,9 +61,7 @@ impl Arch {
     /// assert_eq!(Arch::from_name("gpt2"), None);
     /// ```
     pub fn from_name(name: &str) -> Option<Self> {
-        [Arch::Llama, Arch::Qwen2, Arch::Qwen3]
-            .into_iter()
-            .find(|a| a.name() == name)
+        Self::ALL.into_iter().find(|a| a.name() == name)
     }
 
     /// Whether rotary pairs are adjacent dims `(2i, 2i + 1)`: GGML's normal
@@ -48,6 +70,25 @@ impl Arch {
     /// (GGML's NeoX mode).
     pub fn rope_interleaved(self) -> bool {
         matches!(self, Arch::Llama)
+    }
+
+    /// Whether this is a Gemma (1, 2 or 3): the embedding scaled by
+    /// `sqrt(hidden)`, GELU (tanh) gating the feed-forward, and the output
+    /// always the embedding table (as llama.cpp builds them).
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Arch::Gemma | Arch::Gemma2 | Arch::Gemma3)
+    }
+
+    /// Whether blocks norm the attention's and the feed-forward's outputs
+    /// before each residual add (`post_attention_norm`,
+    /// `post_ffw_norm`): Gemma 2 and 3.
+    pub fn post_norms(self) -> bool {
+        matches!(self, Arch::Gemma2 | Arch::Gemma3)
+    }
+
+    /// Whether each q and k head is RMS-normed before the rotation.
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Gemma3)
     }
 }
 
@@ -89,6 +130,31 @@ pub struct Config {
     pub rope_dims: usize,
     /// Frequency scaling (`rope.scaling.*`).
     pub rope_scaling: RopeScaling,
+    /// What multiplies `q · k` (`None`: `1 / sqrt(head_dim)`). Gemma 2 and
+    /// 3 at 27B take `1 / sqrt(hidden / heads)`, recognised, as llama.cpp
+    /// does, by their block counts (46 and 62).
+    pub attn_scale: Option<f32>,
+    /// Attention logits become `cap · tanh(logit / cap)`
+    /// (`attn_logit_softcapping`, Gemma 2: default 50).
+    pub attn_softcap: Option<f32>,
+    /// The output logits become `cap · tanh(logit / cap)`
+    /// (`final_logit_softcapping`, Gemma 2: default 30).
+    pub final_softcap: Option<f32>,
+    /// Keys a sliding-window block's query sees: itself and the
+    /// `window - 1` before it (`attention.sliding_window`; Gemma 2's
+    /// default 4096).
+    pub sliding_window: Option<usize>,
+    /// Which blocks use the window (`attention.sliding_window_pattern`, a
+    /// count `n`: blocks `l % n < n - 1`, or one flag a block; default
+    /// every other block for Gemma 2, five of six for Gemma 3). Empty
+    /// without a window.
+    pub swa_layers: Vec<bool>,
+    /// The rotary base of sliding-window blocks (`rope.freq_base_swa`;
+    /// default Gemma 3's 10000, Gemma 2's `rope_base`).
+    pub rope_base_swa: f32,
+    /// The frequency scaling of sliding-window blocks (Gemma 3's are not
+    /// scaled, Gemma 2's as the others).
+    pub rope_scaling_swa: RopeScaling,
 }
 
 /// Metadata `key` as an unsigned count.
@@ -117,6 +183,34 @@ fn bad(key: &str, v: &GgufValue, expected: &str) -> Error {
         key: key.into(),
         found: v.to_string(),
         expected: expected.into(),
+    }
+}
+
+/// Which of `layers` blocks use the sliding window: `key` as a count `n`
+/// (blocks `l % n < n - 1`; 0: every block) or as one flag a block, else
+/// the architecture's `default` count (llama.cpp's `set_swa_pattern`).
+fn swa_pattern(g: &Gguf, key: &str, default: usize, layers: usize) -> Result<Vec<bool>> {
+    let every = |n: usize| (0..layers).map(|l| n == 0 || l % n < n - 1).collect();
+    match g.get(key) {
+        None => Ok(every(default)),
+        Some(GgufValue::Array { items, .. }) => {
+            let flags: Option<Vec<bool>> = items
+                .iter()
+                .map(|v| match v {
+                    GgufValue::Bool(b) => Some(*b),
+                    _ => None,
+                })
+                .collect();
+            match flags {
+                Some(f) if f.len() == layers => Ok(f),
+                _ => Err(bad(
+                    key,
+                    g.get(key).expect("matched"),
+                    &format!("a count or {layers} flags"),
+                )),
+            }
+        }
+        Some(_) => Ok(every(required(key, count(g, key)?)?)),
     }
 }
 
@@ -239,6 +333,60 @@ impl Config {
                 });
             }
         };
+        let rope_base = float(g, &k("rope.freq_base"))?.unwrap_or(10_000.0);
+        let softcap = |key: &str, default: Option<f32>| -> Result<Option<f32>> {
+            Ok(match float(g, &k(key))?.or(default) {
+                // llama.cpp reads 0 as "none".
+                Some(0.0) => None,
+                Some(c) if c < 0.0 => {
+                    return Err(Error::BadMetadata {
+                        key: k(key),
+                        found: c.to_string(),
+                        expected: "a positive cap (or 0 for none)".into(),
+                    });
+                }
+                c => c,
+            })
+        };
+        let (attn_softcap, final_softcap) = match arch {
+            Arch::Gemma2 => (
+                softcap("attn_logit_softcapping", Some(50.0))?,
+                softcap("final_logit_softcapping", Some(30.0))?,
+            ),
+            Arch::Gemma3 => (None, softcap("final_logit_softcapping", None)?),
+            _ => (None, None),
+        };
+        let window = count(g, &k("attention.sliding_window"))?;
+        let (sliding_window, pattern) = match arch {
+            Arch::Gemma2 => (Some(window.unwrap_or(4096)), 2),
+            Arch::Gemma3 => (window.filter(|&w| w > 0), 6),
+            _ => (None, 0),
+        };
+        let swa_layers = match sliding_window {
+            None => Vec::new(),
+            Some(0) => {
+                return Err(bad(
+                    &k("attention.sliding_window"),
+                    g.get(&k("attention.sliding_window")).expect("read above"),
+                    "at least 1 key",
+                ));
+            }
+            Some(_) => swa_pattern(g, &k("attention.sliding_window_pattern"), pattern, layers)?,
+        };
+        let rope_base_swa = float(g, &k("rope.freq_base_swa"))?.unwrap_or(match arch {
+            Arch::Gemma3 => 10_000.0,
+            _ => rope_base,
+        });
+        let rope_scaling_swa = match arch {
+            Arch::Gemma3 => RopeScaling::None,
+            _ => rope_scaling.clone(),
+        };
+        // Gemma 2 and 3 at 27B scale q by the model width per head (Gemma's
+        // `query_pre_attn_scalar`), which GGUF does not store.
+        let attn_scale = match (arch, layers) {
+            (Arch::Gemma2, 46) | (Arch::Gemma3, 62) => Some(1.0 / ((hidden / heads) as f32).sqrt()),
+            _ => None,
+        };
         Ok(Config {
             arch,
             vocab,
@@ -250,10 +398,22 @@ impl Config {
             ffn,
             context,
             rms_eps: float(g, &k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
-            rope_base: float(g, &k("rope.freq_base"))?.unwrap_or(10_000.0),
+            rope_base,
             rope_dims,
             rope_scaling,
+            attn_scale,
+            attn_softcap,
+            final_softcap,
+            sliding_window,
+            swa_layers,
+            rope_base_swa,
+            rope_scaling_swa,
         })
+    }
+
+    /// Whether block `l` attends through the sliding window.
+    pub fn is_swa(&self, l: usize) -> bool {
+        self.swa_layers.get(l).copied().unwrap_or(false)
     }
 
     /// Weight elements a decode step reads (every matrix once, the

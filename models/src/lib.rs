@@ -29,7 +29,7 @@ pub mod synthetic;
 pub mod tokenizer;
 
 pub use chat::{Chat, StopStrings};
-pub use config::{Arch, Config};
+pub use config::{Arch, Config, RopeScaling};
 pub use error::{Error, Result};
 pub use generate::{Generation, GenerationStats};
 pub use llama::{KvCache, Llama, LoadOptions, Logits, StepGraphs};

@@ -1,4 +1,5 @@
-//! The Llama-family decoder (`llama`, `qwen2`, `qwen3`): loading from GGUF,
+//! The Llama-family decoder (`llama`, `qwen2`, `qwen3`, `gemma`, `gemma2`,
+//! `gemma3`): loading from GGUF,
 //! the KV cache, and the forward pass, every step an op of `ferrocm-ops`.
 //!
 //! One block, as llama.cpp's `llm_build_llama` and Hugging Face's
@@ -15,7 +16,16 @@
 //! ```
 //!
 //! and the logits `rms_norm(x) · output_norm · Woutᵀ` (`Wout` the embedding
-//! table when the file has no `output.weight`). Each residual add is fused
+//! table when the file has no `output.weight`).
+//!
+//! The Gemmas (llama.cpp's `gemma`, `gemma2`, `gemma3` graphs) change it
+//! here and there: `x` starts as the embedding times `sqrt(hidden)`; the
+//! gate is `gelu` (tanh form); Gemma 2 and 3 norm the attention's and the
+//! feed-forward's outputs before each residual add (`post_attention_norm`,
+//! `post_ffw_norm`) and let some blocks' queries see only the last
+//! `sliding_window` keys (Gemma 3's such blocks with their own rotary
+//! base); Gemma 2 softcaps the attention logits and the output
+//! (`cap · tanh(logit / cap)`); Gemma 3 norms q and k heads as qwen3. Each residual add is fused
 //! with the next norm ([`Tensor::add_rms_norm`]). `Wq`, `Wk`, `Wv` (and
 //! `Wg`, `Wu`) are stacked into one matrix at load when the file stores them
 //! in one type, so decode rounds x once and launches one product for them
@@ -66,8 +76,13 @@ struct Block<T: WithDType> {
     wo: Weight<T>,
     /// q, k, v biases back to back (qwen2).
     qkv_bias: Option<Tensor<T>>,
-    /// q and k per-head norms (qwen3).
+    /// q and k per-head norms (qwen3, gemma3).
     qk_norm: Option<[Tensor<T>; 2]>,
+    /// The attention's and the feed-forward's output norms (gemma2,
+    /// gemma3).
+    post_norms: Option<[Tensor<T>; 2]>,
+    /// Keys each query sees, for a sliding-window block.
+    window: Option<usize>,
     ffn_norm: Tensor<T>,
     /// gate and up.
     gate_up: Stacked<T>,
@@ -200,6 +215,9 @@ pub struct Llama<T: WithDType> {
     /// Rotary tables `[context, rope_dims / 2]`.
     cos: Tensor<T>,
     sin: Tensor<T>,
+    /// The sliding-window blocks' tables, where their rotation differs
+    /// (Gemma 3's base).
+    rope_swa: Option<(Tensor<T>, Tensor<T>)>,
 }
 
 /// The keys and values of every block for one sequence, preallocated on
@@ -503,9 +521,16 @@ impl<T: WithDType> Llama<T> {
                 }
                 false => None,
             };
-            let qk_norm = match c.arch {
-                Arch::Qwen3 => Some([vec("attn_q_norm.weight", d)?, vec("attn_k_norm.weight", d)?]),
-                _ => None,
+            let qk_norm = match c.arch.qk_norm() {
+                true => Some([vec("attn_q_norm.weight", d)?, vec("attn_k_norm.weight", d)?]),
+                false => None,
+            };
+            let post_norms = match c.arch.post_norms() {
+                true => Some([
+                    vec("post_attention_norm.weight", h)?,
+                    vec("post_ffw_norm.weight", h)?,
+                ]),
+                false => None,
             };
             blocks.push(Block {
                 attn_norm: vec("attn_norm.weight", h)?,
@@ -514,12 +539,17 @@ impl<T: WithDType> Llama<T> {
                 wo,
                 qkv_bias,
                 qk_norm,
+                post_norms,
+                window: c.sliding_window.filter(|_| c.is_swa(l)),
                 gate_up,
                 down,
             });
         }
         let norm = dense(g, "output_norm.weight", &[h], dev)?;
-        let tied = g.tensor_info("output.weight").is_none();
+        // Gemma and Gemma 2 always project by the embedding (llama.cpp
+        // ignores an `output.weight` there).
+        let tied = g.tensor_info("output.weight").is_none()
+            || matches!(c.arch, Arch::Gemma | Arch::Gemma2);
         let output = match tied {
             false => {
                 let w = weight(g, "output.weight", [c.vocab, h], dev)?;
@@ -528,7 +558,20 @@ impl<T: WithDType> Llama<T> {
             }
             true => embed.clone(), // the same storage
         };
-        let (cos, sin) = rope_tables(g, &c, context, dev)?;
+        let (cos, sin) = rope_tables(g, &c, c.rope_base, &c.rope_scaling, context, dev)?;
+        let rope_swa = match !c.swa_layers.is_empty()
+            && (c.rope_base_swa != c.rope_base || c.rope_scaling_swa != c.rope_scaling)
+        {
+            true => Some(rope_tables(
+                g,
+                &c,
+                c.rope_base_swa,
+                &c.rope_scaling_swa,
+                context,
+                dev,
+            )?),
+            false => None,
+        };
         progress(total, total);
         Ok(Llama {
             config: c,
@@ -541,6 +584,7 @@ impl<T: WithDType> Llama<T> {
             tied,
             cos,
             sin,
+            rope_swa,
         })
     }
 
@@ -581,6 +625,7 @@ impl<T: WithDType> Llama<T> {
                     + v(&b.ffn_norm)
                     + b.qkv_bias.as_ref().map_or(0, v)
                     + b.qk_norm.as_ref().map_or(0, |b| b.iter().map(v).sum())
+                    + b.post_norms.as_ref().map_or(0, |b| b.iter().map(v).sum())
             })
             .sum();
         let output = if self.tied { 0 } else { w(&self.output) };
@@ -761,7 +806,10 @@ impl<T: WithDType> Llama<T> {
             let mut chunk = || -> Result<()> {
                 for l in first..(first + per).min(last + 1) {
                     if l == 0 {
-                        let x0 = self.embed.embedding(ids)?;
+                        let mut x0 = self.embed.embedding(ids)?;
+                        if c.arch.is_gemma() {
+                            x0 = x0.affine((c.hidden as f32).sqrt(), 0.0)?;
+                        }
                         let first = &self.blocks[0];
                         h = Some(match q8(t, &first.qkv.weights()) {
                             true => Input::Q8(x0.rms_norm_q8(&first.attn_norm, c.rms_eps)?),
@@ -783,7 +831,11 @@ impl<T: WithDType> Llama<T> {
                         }
                         h => h,
                     };
-                    out = Some(project(&self.output, &h)?);
+                    let logits = project(&self.output, &h)?;
+                    out = Some(match c.final_softcap {
+                        Some(cap) => logits.affine(1.0 / cap, 0.0)?.tanh()?.affine(cap, 0.0)?,
+                        None => logits,
+                    });
                 }
                 Ok(())
             };
@@ -811,7 +863,11 @@ impl<T: WithDType> Llama<T> {
         logits: Logits,
     ) -> Result<(Tensor<T>, Input<T>)> {
         let (b, eps) = (&self.blocks[l], self.config.rms_eps);
-        let attn = self.attention(b, h, cache, l, pos)?;
+        let act_fn = self.activation();
+        let mut attn = self.attention(b, h, cache, l, pos)?;
+        if let Some([post, _]) = &b.post_norms {
+            attn = attn.rms_norm(post, eps)?;
+        }
         // Where a norm's output feeds only quantized products, it is
         // stored in their 8-bit form (decode).
         let (x, normed) = match q8(t, &b.gate_up.weights()) {
@@ -829,21 +885,24 @@ impl<T: WithDType> Llama<T> {
             Stacked::One(w, _) => match (w, &normed, q8(t, &[&b.down])) {
                 // Dense: the gated unit fused into the product (decode).
                 (Weight::Dense(w), Input::Dense(x), false) => {
-                    Input::Dense(x.linear_glu(w, Activation::Silu)?)
+                    Input::Dense(x.linear_glu(w, act_fn)?)
                 }
                 (w, normed, down_q8) => {
                     let y = project(w, normed)?;
                     match down_q8 {
-                        true => Input::Q8(y.glu_halves_q8(Activation::Silu)?),
-                        false => Input::Dense(y.glu_halves(Activation::Silu)?),
+                        true => Input::Q8(y.glu_halves_q8(act_fn)?),
+                        false => Input::Dense(y.glu_halves(act_fn)?),
                     }
                 }
             },
             Stacked::Parts(ws) => {
-                Input::Dense(project(&ws[0], &normed)?.swiglu(&project(&ws[1], &normed)?)?)
+                Input::Dense(project(&ws[0], &normed)?.glu(&project(&ws[1], &normed)?, act_fn)?)
             }
         };
-        let ffn = project(&b.down, &act)?;
+        let mut ffn = project(&b.down, &act)?;
+        if let Some([_, post]) = &b.post_norms {
+            ffn = ffn.rms_norm(post, eps)?;
+        }
         let (next, next_q8) = match self.blocks.get(l + 1) {
             Some(n) => (&n.attn_norm, q8(t, &n.qkv.weights())),
             None => (
@@ -861,6 +920,15 @@ impl<T: WithDType> Llama<T> {
                 (sum, Input::Dense(normed))
             }
         })
+    }
+
+    /// The feed-forward's gating activation: GELU (tanh) for Gemma, SiLU
+    /// for the others.
+    fn activation(&self) -> Activation {
+        match self.config.arch.is_gemma() {
+            true => Activation::Gelu,
+            false => Activation::Silu,
+        }
     }
 
     /// The attention sublayer of block `l` for `h` `[t, hidden]` at
@@ -898,11 +966,15 @@ impl<T: WithDType> Llama<T> {
             true => RopeMode::Interleaved,
             false => RopeMode::Halves,
         };
+        let (cos, sin) = match (&self.rope_swa, b.window) {
+            (Some((cos, sin)), Some(_)) => (cos, sin),
+            _ => (&self.cos, &self.sin),
+        };
         let q = q.rope_into_cache(
             &k,
             &v,
-            &self.cos,
-            &self.sin,
+            cos,
+            sin,
             pos,
             mode,
             &mut cache.k[l],
@@ -910,7 +982,11 @@ impl<T: WithDType> Llama<T> {
         )?;
         let keys = cache.k[l].narrow(2, 0, pos + t)?;
         let values = cache.v[l].narrow(2, 0, pos + t)?;
-        let o = q.attention(&keys, &values, &AttentionOptions::new().causal())?;
+        let mut opts = AttentionOptions::new().causal();
+        opts.scale = c.attn_scale;
+        opts.window = b.window;
+        opts.softcap = c.attn_softcap;
+        let o = q.attention(&keys, &values, &opts)?;
         let o = o
             .transpose(1, 2)?
             .contiguous()?
@@ -926,6 +1002,8 @@ impl<T: WithDType> Llama<T> {
 fn rope_tables<T: WithDType>(
     g: &Gguf,
     c: &Config,
+    base: f32,
+    scaling: &RopeScaling,
     context: usize,
     dev: &Device,
 ) -> Result<(Tensor<T>, Tensor<T>)> {
@@ -943,7 +1021,7 @@ fn rope_tables<T: WithDType>(
         }
         None => vec![1.0; half],
     };
-    let scale = match c.rope_scaling {
+    let scale = match *scaling {
         RopeScaling::None => 1.0,
         RopeScaling::Linear(f) => 1.0 / f as f64,
     };
@@ -951,7 +1029,7 @@ fn rope_tables<T: WithDType>(
     let mut sin = Vec::with_capacity(context * half);
     for p in 0..context {
         for (i, f) in factors.iter().enumerate() {
-            let theta = (c.rope_base as f64).powf(-2.0 * i as f64 / c.rope_dims as f64);
+            let theta = (base as f64).powf(-2.0 * i as f64 / c.rope_dims as f64);
             let a = p as f64 * scale * theta / f;
             cos.push(T::from_f64(a.cos()));
             sin.push(T::from_f64(a.sin()));

@@ -33,6 +33,10 @@ pub struct SamplingOptions {
     pub repeat_last_n: usize,
     /// The random generator's seed: one seed, one sequence of draws.
     pub seed: u64,
+    /// Tokens never chosen (their logits set to -inf first, as llama.cpp's
+    /// `--ignore-eos` does to the end-of-generation tokens); ids past the
+    /// vocabulary are ignored.
+    pub banned: Vec<u32>,
 }
 
 impl Default for SamplingOptions {
@@ -47,6 +51,7 @@ impl Default for SamplingOptions {
             repeat_penalty: 1.0,
             repeat_last_n: 64,
             seed: 0,
+            banned: Vec::new(),
         }
     }
 }
@@ -104,6 +109,9 @@ impl SamplingOptions {
 /// // With the penalty, token 1 (just generated) loses to token 3.
 /// let mut penalised = Sampler::new(SamplingOptions { repeat_penalty: 1.5, ..SamplingOptions::greedy() })?;
 /// assert_eq!(penalised.sample(&logits, &[1])?, 3);
+/// // A banned token is never chosen.
+/// let mut banned = Sampler::new(SamplingOptions { banned: vec![1], ..SamplingOptions::greedy() })?;
+/// assert_eq!(banned.sample(&logits, &[])?, 3);
 /// // top-k 1 leaves one candidate whatever the temperature.
 /// let mut one = Sampler::new(SamplingOptions { temperature: 5.0, top_k: 1, ..Default::default() })?;
 /// assert_eq!(one.sample(&logits, &[])?, 1);
@@ -150,6 +158,14 @@ impl Sampler {
         }
         let mut row = logits.reshape(&[vocab])?;
         let o = &self.opts;
+        let mut banned: Vec<u32> = o
+            .banned
+            .iter()
+            .copied()
+            .filter(|&id| (id as usize) < vocab)
+            .collect();
+        banned.sort_unstable();
+        banned.dedup();
         if o.repeat_penalty != 1.0 && o.repeat_last_n > 0 && !history.is_empty() {
             let mut recent: Vec<u32> = history[history.len().saturating_sub(o.repeat_last_n)..]
                 .iter()
@@ -172,6 +188,12 @@ impl Sampler {
                 let scaled = Tensor::from_vec(scaled, &[recent.len()], row.device())?;
                 row = row.scatter(0, &ids, &scaled)?;
             }
+        }
+        if !banned.is_empty() {
+            let ids = Tensor::from_slice(&banned, &[banned.len()], row.device())?;
+            let inf = vec![T::from_f64(f64::NEG_INFINITY); banned.len()];
+            let inf = Tensor::from_vec(inf, &[banned.len()], row.device())?;
+            row = row.scatter(0, &ids, &inf)?;
         }
         if o.temperature == 0.0 {
             return Ok(row.argmax(&[0], false)?.to_vec()?[0]);

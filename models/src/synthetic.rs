@@ -13,7 +13,10 @@ use ferrocm_ops::{DType, Device, DynTensor, QTensor, QuantFormat, Tensor};
 /// Llama 2 7B's shapes with Llama 3's grouped-query heads.
 #[derive(Clone, Debug)]
 pub struct SyntheticModel {
-    /// The architecture (qwen2 gets q/k/v biases, qwen3 q/k norms).
+    /// The architecture (qwen2 gets q/k/v biases, qwen3 q/k norms; the
+    /// Gemmas their norms, and for the tiny shapes softcaps and a window
+    /// small enough to bite within a 16-token prompt: see
+    /// [`SyntheticModel::to_gguf`]).
     pub arch: Arch,
     /// Vocabulary size.
     pub vocab: usize,
@@ -36,7 +39,8 @@ pub struct SyntheticModel {
     pub format: Option<QuantFormat>,
     /// The dense weights' dtype (f32, f16 or bf16).
     pub dense: DType,
-    /// No `output.weight`: the embedding table is the output projection.
+    /// No `output.weight`: the embedding table is the output projection
+    /// (always so for Gemma and Gemma 2, which have none).
     pub tied: bool,
     /// Seed of the weights.
     pub seed: u64,
@@ -93,8 +97,10 @@ impl SyntheticModel {
     }
 
     /// The model as a GGUF file: metadata as llama.cpp's converter writes
-    /// it, weights drawn from N(0, 1/in) (so activations stay near 1),
-    /// norms from 1 ± 0.2, biases from ± 0.2.
+    /// it, weights drawn from N(0, 1/in) (so activations stay near 1; the
+    /// embedding from N(0, 1), a Gemma's from N(0, 1/hidden)), norms from
+    /// 1 ± 0.2, biases from ± 0.2; a Gemma's output projections and post-norms
+    /// 6 times larger (its tied output would otherwise repeat a token).
     ///
     /// # Errors
     /// [`Error::Op`](crate::Error::Op) when the format cannot hold a row
@@ -119,6 +125,26 @@ impl SyntheticModel {
             .metadata(&k("attention.value_length"), u(self.head_dim))
             .metadata(&k("attention.layer_norm_rms_epsilon"), GgufValue::F32(1e-5))
             .metadata(&k("rope.freq_base"), GgufValue::F32(10_000.0));
+        // The Gemmas' own hyper-parameters, at values that change a tiny
+        // model's logits: caps near its logits' size (Gemma 2 ships 50 and
+        // 30), a window of 5 keys (Gemma ships 512 to 4096), the global
+        // blocks every other one (Gemma 3 ships one in six), and Gemma 3's
+        // global base and linear scaling (4B and up).
+        match self.arch {
+            Arch::Gemma2 => {
+                w.metadata(&k("attn_logit_softcapping"), GgufValue::F32(4.0))
+                    .metadata(&k("final_logit_softcapping"), GgufValue::F32(8.0))
+                    .metadata(&k("attention.sliding_window"), u(5));
+            }
+            Arch::Gemma3 => {
+                w.metadata(&k("attention.sliding_window"), u(5))
+                    .metadata(&k("attention.sliding_window_pattern"), u(2))
+                    .metadata(&k("rope.freq_base"), GgufValue::F32(1_000_000.0))
+                    .metadata(&k("rope.scaling.type"), GgufValue::String("linear".into()))
+                    .metadata(&k("rope.scaling.factor"), GgufValue::F32(8.0));
+            }
+            _ => {}
+        }
         synthetic_vocabulary(&mut w, self.vocab);
         let mut rng = Normal(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let (h, q, kv) = (
@@ -138,7 +164,14 @@ impl SyntheticModel {
                 };
                 Ok(())
             };
-        matrix(&mut w, "token_embd.weight", self.vocab, h, 1.0)?;
+        // A Gemma multiplies its embedding by sqrt(hidden) (and ties the
+        // output to it): drawn from N(0, 1/hidden), x starts near 1 and the
+        // logits stay near the untied models' size, as in Gemma's weights.
+        let embed_std = match self.arch.is_gemma() {
+            true => 1.0 / (h as f64).sqrt(),
+            false => 1.0,
+        };
+        matrix(&mut w, "token_embd.weight", self.vocab, h, embed_std)?;
         let mut uniform = Normal(self.seed.wrapping_add(17) | 1);
         let mut vector = |w: &mut GgufWriter, name: &str, len: usize, base: f32| -> Result<()> {
             let v: Vec<f32> = (0..len)
@@ -148,6 +181,15 @@ impl SyntheticModel {
             Ok(())
         };
         let inv = |n: usize| 1.0 / (n as f64).sqrt();
+        // A Gemma's output is its embedding table, so a token's own
+        // embedding, still in the residual stream at the end, would win the
+        // argmax at every step (random text repeats one token): its blocks
+        // add 6 times more to the stream (the output projections, or the
+        // post-norms that rescale them) so that the blocks' sum outweighs it.
+        let gain = match self.arch.is_gemma() {
+            true => 6.0,
+            false => 1.0,
+        };
         let blocks = if self.repeat_blocks {
             self.layers.min(1)
         } else {
@@ -164,15 +206,22 @@ impl SyntheticModel {
                 vector(&mut w, &n("attn_k.bias"), kv, 0.0)?;
                 vector(&mut w, &n("attn_v.bias"), kv, 0.0)?;
             }
-            if self.arch == Arch::Qwen3 {
+            if self.arch.qk_norm() {
                 vector(&mut w, &n("attn_q_norm.weight"), self.head_dim, 1.0)?;
                 vector(&mut w, &n("attn_k_norm.weight"), self.head_dim, 1.0)?;
             }
-            matrix(&mut w, &n("attn_output.weight"), h, q, inv(q))?;
+            matrix(&mut w, &n("attn_output.weight"), h, q, gain * inv(q))?;
+            if self.arch.post_norms() {
+                vector(&mut w, &n("post_attention_norm.weight"), h, gain as f32)?;
+            }
             vector(&mut w, &n("ffn_norm.weight"), h, 1.0)?;
             matrix(&mut w, &n("ffn_gate.weight"), self.ffn, h, inv(h))?;
             matrix(&mut w, &n("ffn_up.weight"), self.ffn, h, inv(h))?;
-            matrix(&mut w, &n("ffn_down.weight"), h, self.ffn, inv(self.ffn))?;
+            let down_std = gain * inv(self.ffn);
+            matrix(&mut w, &n("ffn_down.weight"), h, self.ffn, down_std)?;
+            if self.arch.post_norms() {
+                vector(&mut w, &n("post_ffw_norm.weight"), h, gain as f32)?;
+            }
         }
         if blocks < self.layers {
             let first = w.to_bytes()?;
@@ -190,7 +239,7 @@ impl SyntheticModel {
             }
         }
         vector(&mut w, "output_norm.weight", h, 1.0)?;
-        if !self.tied {
+        if !self.tied && !matches!(self.arch, Arch::Gemma | Arch::Gemma2) {
             matrix(&mut w, "output.weight", self.vocab, h, inv(h))?;
         }
         Ok(w)

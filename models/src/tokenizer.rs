@@ -559,7 +559,7 @@ impl Tokenizer {
         Ok(ids)
     }
 
-    /// The text of `ids`, control tokens left out, bytes joined into UTF-8
+    /// The text of `ids`, control and unknown tokens left out, bytes joined into UTF-8
     /// (an invalid sequence becomes U+FFFD). Ids past the vocabulary are
     /// skipped. Pieces are llama.cpp's `token_to_piece`: SentencePiece's
     /// `▁` is a space (the one put first included), byte tokens their byte.
@@ -568,8 +568,9 @@ impl Tokenizer {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
-    /// A token's bytes in the text (empty for control tokens and ids past
-    /// the vocabulary; one byte of a character for a byte token).
+    /// A token's bytes in the text (empty for control and unknown tokens
+    /// and ids past the vocabulary; one byte of a character for a byte
+    /// token).
     pub fn piece(&self, id: u32) -> &[u8] {
         self.pieces.get(id as usize).map_or(&[], Vec::as_slice)
     }
@@ -783,12 +784,13 @@ impl TextStream<'_> {
 }
 
 /// A token's bytes in the text, as llama.cpp's `token_to_piece` (special
-/// tokens not rendered) gives them.
+/// tokens not rendered) gives them: control and unknown tokens print
+/// nothing there (the `▅` it has for SentencePiece's unknown token is only
+/// for special tokens rendered).
 fn piece_bytes(kind: TokenizerKind, text: &str, ty: i32) -> Vec<u8> {
     match ty {
-        token_type::CONTROL => Vec::new(),
+        token_type::CONTROL | token_type::UNKNOWN => Vec::new(),
         token_type::USER_DEFINED => text.as_bytes().to_vec(),
-        token_type::UNKNOWN if kind == TokenizerKind::SentencePiece => "▅".as_bytes().to_vec(),
         token_type::BYTE => text
             .strip_prefix("<0x")
             .and_then(|h| h.strip_suffix('>'))

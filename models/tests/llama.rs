@@ -62,7 +62,7 @@ fn worst(got: &[Vec<f64>], want: &[Vec<f64>]) -> (f64, f64) {
 /// Every architecture, tied or not, in the formats models ship.
 fn models() -> Vec<SyntheticModel> {
     let mut v = Vec::new();
-    for arch in [Arch::Llama, Arch::Qwen2, Arch::Qwen3] {
+    for arch in Arch::ALL {
         v.push(SyntheticModel::new(arch));
         v.push(SyntheticModel {
             tied: true,
@@ -86,6 +86,18 @@ fn models() -> Vec<SyntheticModel> {
     v.push(SyntheticModel {
         format: Some(QuantFormat::Q5K),
         ..SyntheticModel::new(Arch::Qwen3)
+    });
+    // Gemma 2's caps and window and Gemma 3's two rotations through the
+    // quantized decode path.
+    v.push(SyntheticModel {
+        format: Some(QuantFormat::Q8_0),
+        seed: 4,
+        ..SyntheticModel::new(Arch::Gemma2)
+    });
+    v.push(SyntheticModel {
+        format: Some(QuantFormat::Q4K),
+        seed: 5,
+        ..SyntheticModel::new(Arch::Gemma3)
     });
     v
 }
@@ -219,6 +231,11 @@ fn devices_generate_the_cpus_tokens() {
             tied: true,
             ..SyntheticModel::new(Arch::Qwen2)
         },
+        SyntheticModel {
+            format: Some(QuantFormat::Q4_0),
+            ..SyntheticModel::new(Arch::Gemma2)
+        },
+        SyntheticModel::new(Arch::Gemma3),
     ] {
         let g = file(&m);
         let cpu = Llama::<f32>::load(&g, &Device::Cpu, &LoadOptions::default()).unwrap();
@@ -387,6 +404,114 @@ fn bad_files_are_typed_errors() {
         matches!(&e, Error::TensorShape { name, found, expected }
             if name == "blk.0.ffn_gate.weight" && found == &[512, 256] && expected == &[768, 256]),
         "{e}"
+    );
+}
+
+/// A Gemma's own metadata read as llama.cpp reads it: the 27B query scale
+/// by block count, the defaults of Gemma 2's caps and window, a flag per
+/// block for the window; bad values as typed errors.
+#[test]
+fn gemma_metadata() {
+    use ferrocm_models::{Config, RopeScaling};
+    use ferrocm_ops::quant::gguf::GgufValue;
+    let gemma = |arch: Arch, edit: &dyn Fn(&mut ferrocm_ops::quant::gguf::GgufWriter)| {
+        let mut w = SyntheticModel::new(arch).to_gguf().unwrap();
+        edit(&mut w);
+        Config::from_gguf(&Gguf::from_bytes(w.to_bytes().unwrap()).unwrap())
+    };
+    let c = gemma(Arch::Gemma3, &|_| {}).unwrap();
+    assert_eq!(c.swa_layers, [true, false]);
+    assert_eq!((c.sliding_window, c.attn_scale), (Some(5), None));
+    assert_eq!((c.rope_base, c.rope_base_swa), (1e6, 1e4));
+    assert_eq!(
+        (c.rope_scaling, c.rope_scaling_swa),
+        (RopeScaling::Linear(8.0), RopeScaling::None)
+    );
+    assert_eq!((c.attn_softcap, c.final_softcap), (None, None));
+    // 62 blocks is Gemma 3 27B: q scaled by 1 / sqrt(hidden / heads) = 1/8.
+    let c = gemma(Arch::Gemma3, &|w| {
+        w.metadata("gemma3.block_count", GgufValue::U32(62))
+            .metadata("gemma3.attention.head_count", GgufValue::U32(4))
+            .metadata("gemma3.attention.sliding_window_pattern", GgufValue::U32(6));
+    })
+    .unwrap();
+    assert_eq!(c.attn_scale, Some(0.125));
+    // Global blocks l % 6 == 5: 5, 11, .., 59.
+    assert_eq!(c.swa_layers.iter().filter(|&&s| !s).count(), 10);
+    assert!(!c.is_swa(5) && c.is_swa(60) && c.is_swa(61) && !c.is_swa(59));
+    // Gemma 2 without its keys: caps 50 and 30, a window of 4096 on even blocks.
+    let c = gemma(Arch::Gemma2, &|w| {
+        for key in [
+            "attn_logit_softcapping",
+            "final_logit_softcapping",
+            "attention.sliding_window",
+        ] {
+            w.metadata(&format!("gemma2.{key}"), GgufValue::F32(0.0));
+        }
+        w.metadata("gemma2.attention.sliding_window", GgufValue::U32(4096));
+    })
+    .unwrap();
+    assert_eq!((c.attn_softcap, c.final_softcap), (None, None)); // 0 is none
+    assert_eq!(
+        (c.sliding_window, c.swa_layers.clone()),
+        (Some(4096), vec![true, false])
+    );
+    // One flag a block.
+    let flags = |n: usize| GgufValue::Array {
+        item_type: 7,
+        items: (0..n).map(|i| GgufValue::Bool(i == 1)).collect(),
+    };
+    let c = gemma(Arch::Gemma3, &|w| {
+        w.metadata("gemma3.attention.sliding_window_pattern", flags(2));
+    })
+    .unwrap();
+    assert_eq!(c.swa_layers, [false, true]);
+    // Wrong flag count, a negative cap, a window of 0.
+    let e = gemma(Arch::Gemma3, &|w| {
+        w.metadata("gemma3.attention.sliding_window_pattern", flags(3));
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::BadMetadata { key, .. } if key == "gemma3.attention.sliding_window_pattern"),
+        "{e}"
+    );
+    let e = gemma(Arch::Gemma2, &|w| {
+        w.metadata("gemma2.attn_logit_softcapping", GgufValue::F32(-1.0));
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::BadMetadata { key, .. } if key == "gemma2.attn_logit_softcapping"),
+        "{e}"
+    );
+    let e = gemma(Arch::Gemma2, &|w| {
+        w.metadata("gemma2.attention.sliding_window", GgufValue::U32(0));
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::BadMetadata { key, .. } if key == "gemma2.attention.sliding_window"),
+        "{e}"
+    );
+    // A Gemma 2 file without its post-norms is a missing tensor.
+    let g = file(&SyntheticModel::new(Arch::Gemma2));
+    let mut stripped = ferrocm_ops::quant::gguf::GgufWriter::new();
+    for (k, v) in g.metadata() {
+        stripped.metadata(k, v.clone());
+    }
+    for t in g.tensors() {
+        if t.name != "blk.1.post_ffw_norm.weight" {
+            stripped
+                .raw(
+                    &t.name,
+                    &t.shape,
+                    t.ggml_type,
+                    g.tensor_bytes(&t.name).unwrap().to_vec(),
+                )
+                .unwrap();
+        }
+    }
+    let g = Gguf::from_bytes(stripped.to_bytes().unwrap()).unwrap();
+    assert!(
+        matches!(load_err(&g), Error::MissingTensor { name } if name == "blk.1.post_ffw_norm.weight")
     );
 }
 

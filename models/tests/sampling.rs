@@ -169,3 +169,31 @@ fn bad_options_and_logits_are_typed_errors() {
             .is_err()
     );
 }
+
+/// Banned tokens (llama.cpp's `--ignore-eos` on the end-of-generation
+/// ids) are never drawn: greedy takes the best of the rest, a draw follows
+/// the softmax over the rest, ids past the vocabulary are ignored; on the
+/// Cpu and the emulator.
+#[test]
+fn banned_tokens_are_never_chosen() {
+    for dev in [Device::Cpu, Device::emulator(WaveSize::Wave32)] {
+        let logits = Tensor::from_slice(&LOGITS, &[1, 6], &dev).unwrap();
+        let greedy = SamplingOptions {
+            banned: vec![3, 99, 3],
+            ..SamplingOptions::greedy()
+        };
+        assert_eq!(
+            Sampler::new(greedy).unwrap().sample(&logits, &[]).unwrap(),
+            5
+        );
+        let hot = SamplingOptions {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            banned: vec![3, 5],
+            ..SamplingOptions::default()
+        };
+        close(&freqs(hot, &dev, 20_000), &expected(1.0, &[0, 1, 2, 4]));
+    }
+}

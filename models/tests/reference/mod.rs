@@ -1,6 +1,7 @@
 //! A Llama-family forward pass written here in f64 from the architectures'
 //! definitions (llama.cpp's `llm_build_llama` / `llm_build_qwen2` /
-//! `llm_build_qwen3`, Hugging Face's modeling files), sharing nothing with
+//! `llm_build_qwen3` / `gemma`, `gemma2`, `gemma3`, Hugging Face's modeling
+//! files), sharing nothing with
 //! the crate but the GGUF reader and the dequantizer (both checked against
 //! independent references in the workspace's own tests).
 
@@ -41,11 +42,11 @@ fn rms_norm(x: &[f64], w: &[f64], eps: f64) -> Vec<f64> {
 }
 
 /// Rotates one head at position `p`: pairs `(2i, 2i+1)` when `interleaved`,
-/// else `(i, i + d/2)`; pair `i` turns by `p · base^(-2i/d)`.
-fn rope(x: &mut [f64], p: usize, base: f64, interleaved: bool) {
+/// else `(i, i + d/2)`; pair `i` turns by `p · scale · base^(-2i/d)`.
+fn rope(x: &mut [f64], p: usize, base: f64, scale: f64, interleaved: bool) {
     let d = x.len();
     for i in 0..d / 2 {
-        let a = p as f64 * base.powf(-2.0 * i as f64 / d as f64);
+        let a = p as f64 * scale * base.powf(-2.0 * i as f64 / d as f64);
         let (j0, j1) = if interleaved {
             (2 * i, 2 * i + 1)
         } else {
@@ -70,15 +71,51 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
     let d = m("attention.key_length") as usize;
     let eps = m("attention.layer_norm_rms_epsilon");
     let base = m("rope.freq_base");
+    let opt = |k: &str| meta(g, &format!("{a}.{k}"));
+    let gemma = a.starts_with("gemma");
+    // Linear rope scaling divides positions (global blocks only in Gemma 3).
+    let pos_scale = match g
+        .get(&format!("{a}.rope.scaling.type"))
+        .and_then(|v| v.as_str())
+    {
+        Some("linear") => 1.0 / opt("rope.scaling.factor").unwrap(),
+        _ => 1.0,
+    };
+    // Gemma 2: caps default 50 and 30, window 4096 on blocks l % 2 == 0;
+    // Gemma 3: no caps, a window only where the file gives one, on blocks
+    // l % n < n - 1 (n default 6), their base 10000 and unscaled.
+    let (attn_cap, final_cap) = match a {
+        "gemma2" => (
+            Some(opt("attn_logit_softcapping").unwrap_or(50.0)),
+            Some(opt("final_logit_softcapping").unwrap_or(30.0)),
+        ),
+        "gemma3" => (None, opt("final_logit_softcapping")),
+        _ => (None, None),
+    };
+    let window = match a {
+        "gemma2" => Some(opt("attention.sliding_window").unwrap_or(4096.0) as usize),
+        "gemma3" => opt("attention.sliding_window").map(|w| w as usize),
+        _ => None,
+    };
+    let pattern = opt("attention.sliding_window_pattern")
+        .map_or(if a == "gemma2" { 2 } else { 6 }, |n| n as usize);
+    let swa = |l: usize| window.is_some() && l % pattern < pattern - 1;
     let embed = values(g, "token_embd.weight");
+    // Gemma and Gemma 2 always project by the embedding table.
     let output = match g.tensor_info("output.weight") {
-        Some(_) => values(g, "output.weight"),
-        None => embed.clone(),
+        Some(_) if a != "gemma" && a != "gemma2" => values(g, "output.weight"),
+        _ => embed.clone(),
     };
     let n = tokens.len();
+    let embed_scale = if gemma { (hidden as f64).sqrt() } else { 1.0 };
     let mut x: Vec<Vec<f64>> = tokens
         .iter()
-        .map(|&t| embed[t as usize * hidden..][..hidden].to_vec())
+        .map(|&t| {
+            embed[t as usize * hidden..][..hidden]
+                .iter()
+                .map(|v| v * embed_scale)
+                .collect()
+        })
         .collect();
     for l in 0..layers {
         let w = |s: &str| values(g, &format!("blk.{l}.{s}"));
@@ -94,6 +131,13 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
         let qk_norm =
             has("attn_q_norm.weight").then(|| [w("attn_q_norm.weight"), w("attn_k_norm.weight")]);
         let attn_norm = w("attn_norm.weight");
+        let post = has("post_attention_norm.weight")
+            .then(|| [w("post_attention_norm.weight"), w("post_ffw_norm.weight")]);
+        let (base_l, scale_l) = match (a, swa(l)) {
+            ("gemma3", true) => (opt("rope.freq_base_swa").unwrap_or(10_000.0), 1.0),
+            (_, true) => (opt("rope.freq_base_swa").unwrap_or(base), pos_scale),
+            (_, false) => (base, pos_scale),
+        };
         let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
         for (p, xp) in x.iter().enumerate() {
             let h = rms_norm(xp, &attn_norm, eps);
@@ -107,7 +151,7 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
                         let y = rms_norm(s, &norms[which], eps);
                         s.copy_from_slice(&y);
                     }
-                    rope(s, p, base, arch == Arch::Llama);
+                    rope(s, p, base_l, scale_l, arch == Arch::Llama);
                 }
             }
             q.push(qp);
@@ -125,17 +169,31 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
             for hq in 0..heads {
                 let hk = hq / (heads / kv_heads);
                 let qi = &q[i][hq * d..][..d];
+                // A sliding-window block's query i sees keys j > i - window.
+                let first = match (swa(l), window) {
+                    (true, Some(w)) => (i + 1).saturating_sub(w),
+                    _ => 0,
+                };
                 let s: Vec<f64> = (0..=i)
                     .map(|j| {
-                        qi.iter()
+                        let logit = qi
+                            .iter()
                             .zip(&k[j][hk * d..][..d])
                             .map(|(a, b)| a * b)
                             .sum::<f64>()
-                            / (d as f64).sqrt()
+                            / (d as f64).sqrt();
+                        match attn_cap {
+                            Some(c) => c * (logit / c).tanh(),
+                            None => logit,
+                        }
                     })
                     .collect();
                 let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|v| (v - max).exp()).collect();
+                let e: Vec<f64> = s
+                    .iter()
+                    .enumerate()
+                    .map(|(j, v)| if j < first { 0.0 } else { (v - max).exp() })
+                    .collect();
                 let sum: f64 = e.iter().sum();
                 for (j, ej) in e.iter().enumerate() {
                     for c in 0..d {
@@ -143,7 +201,10 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
                     }
                 }
             }
-            let attn = linear(&wo, &o, None);
+            let mut attn = linear(&wo, &o, None);
+            if let Some([pa, _]) = &post {
+                attn = rms_norm(&attn, pa, eps);
+            }
             for (xv, a) in x[i].iter_mut().zip(attn) {
                 *xv += a;
             }
@@ -152,15 +213,38 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
             let act: Vec<f64> = g_
                 .iter()
                 .zip(&u)
-                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .map(|(&g, u)| {
+                    let act = match gemma {
+                        // GELU, tanh form.
+                        true => {
+                            0.5 * g
+                                * (1.0
+                                    + ((2.0 / std::f64::consts::PI).sqrt()
+                                        * (g + 0.044715 * g * g * g))
+                                        .tanh())
+                        }
+                        false => g / (1.0 + (-g).exp()),
+                    };
+                    act * u
+                })
                 .collect();
-            for (xv, f) in x[i].iter_mut().zip(linear(&down, &act, None)) {
+            let mut ffn = linear(&down, &act, None);
+            if let Some([_, pf]) = &post {
+                ffn = rms_norm(&ffn, pf, eps);
+            }
+            for (xv, f) in x[i].iter_mut().zip(ffn) {
                 *xv += f;
             }
         }
     }
     let norm = values(g, "output_norm.weight");
     x.iter()
-        .map(|xp| linear(&output, &rms_norm(xp, &norm, eps), None))
+        .map(|xp| {
+            let logits = linear(&output, &rms_norm(xp, &norm, eps), None);
+            match final_cap {
+                Some(c) => logits.iter().map(|v| c * (v / c).tanh()).collect(),
+                None => logits,
+            }
+        })
         .collect()
 }
