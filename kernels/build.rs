@@ -11,8 +11,9 @@ fn main() {
         .launch_bounds("gemm_mma_", 256, 2);
     // `qmatvec4_*` (QMATVEC_BLOCK = 256 workitems, 4 rows of x a pass):
     // ptxas left alone picks 70 to 104 registers for three workgroups an
-    // SM; held to two, it takes up to 128 and the 8-row product ran 5 to
-    // 12% faster on an H200 (docs/h100-bench.md). Q3_K, 128 registers
+    // SM; held to two, it takes up to 128 and the 8-row product ran 4 to
+    // 15% faster on an H200 for nine formats, within 2% for the others
+    // (docs/h100-bench.md). Q3_K, 128 registers
     // either way, spilled and ran 4% slower: left out.
     let formats = [
         "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "q2_k", "q4_k", "q5_k", "q6_k", "q8_k",

@@ -980,8 +980,12 @@ impl<T: WithDType> Llama<T> {
             &mut cache.k[l],
             &mut cache.v[l],
         )?;
-        let keys = cache.k[l].narrow(2, 0, pos + t)?;
-        let values = cache.v[l].narrow(2, 0, pos + t)?;
+        // A sliding-window block's first query (at pos) sees nothing before
+        // pos + 1 - window: the keys start there (positions are relative,
+        // as causal attention aligns queries to the keys' end).
+        let start = b.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let keys = cache.k[l].narrow(2, start, pos + t - start)?;
+        let values = cache.v[l].narrow(2, start, pos + t - start)?;
         let mut opts = AttentionOptions::new().causal();
         opts.scale = c.attn_scale;
         opts.window = b.window;
