@@ -25,10 +25,12 @@
 //! `post_ffw_norm`) and let some blocks' queries see only the last
 //! `sliding_window` keys (Gemma 3's such blocks with their own rotary
 //! base); Gemma 2 softcaps the attention logits and the output
-//! (`cap · tanh(logit / cap)`); Gemma 3 norms q and k heads as qwen3. Each residual add is fused
-//! with the next norm ([`Tensor::add_rms_norm`]). `Wq`, `Wk`, `Wv` (and
-//! `Wg`, `Wu`) are stacked into one matrix at load when the file stores them
-//! in one type, so decode rounds x once and launches one product for them
+//! (`cap · tanh(logit / cap)`); Gemma 3 norms q and k heads as qwen3.
+//!
+//! Each residual add is fused with the next norm ([`Tensor::add_rms_norm`];
+//! a Gemma's post-norms stay ops of their own). `Wq`, `Wk`, `Wv` (and `Wg`,
+//! `Wu`) are stacked into one matrix at load when the file stores them in
+//! one type, so decode rounds x once and launches one product for them
 //! (the Q4_K_M mix keeps `Wv` apart where it gives it Q6_K). In decode,
 //! a norm or gated unit whose output feeds only quantized products stores it
 //! in their 8-bit form ([`Tensor::add_rms_norm_q8`],
