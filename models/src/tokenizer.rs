@@ -645,7 +645,10 @@ impl Tokenizer {
     /// `messages` rendered with the file's chat template, as Hugging Face's
     /// `apply_chat_template` renders it (`trim_blocks`, `lstrip_blocks`;
     /// `bos_token`, `eos_token`, `add_generation_prompt`, `tools = none`;
-    /// `raise_exception`; Python's string methods).
+    /// `raise_exception`; Python's string methods). A template without a
+    /// system role (Gemma 1 and 2, Mistral's first) gets a leading system
+    /// message as llama.cpp gives it: in front of the next message's text,
+    /// a newline between (see [`render_chat_template`]).
     ///
     /// # Errors
     /// [`Error::Unsupported`] when the file has no template;
@@ -670,7 +673,12 @@ impl Tokenizer {
 }
 
 /// `messages` through a Jinja chat template (see
-/// [`Tokenizer::apply_chat_template`]).
+/// [`Tokenizer::apply_chat_template`]). Whether the template has a system
+/// role is found as llama.cpp finds it: a system message and a user one
+/// rendered, the system text must come out; where it does not (the
+/// template raises, or leaves it out), a leading system message is merged
+/// into the next message (`system + "\n" + content`), or dropped when it
+/// is the only one.
 ///
 /// ```
 /// use ferrocm_models::tokenizer::{render_chat_template, ChatMessage};
@@ -710,8 +718,8 @@ pub fn render_chat_template(
         },
     };
     let template = env.template_from_str(template).map_err(error)?;
-    template
-        .render(minijinja::context! {
+    let render = |messages: &[ChatMessage]| {
+        template.render(minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => bos_token,
@@ -719,7 +727,25 @@ pub fn render_chat_template(
             tools => (),
             documents => (),
         })
-        .map_err(error)
+    };
+    let mut merged;
+    let mut messages = messages;
+    if messages.first().is_some_and(|m| m.role == "system") {
+        let needle = "<ferrocm system probe>";
+        let probe = [
+            ChatMessage::new("system", needle),
+            ChatMessage::new("user", "User message"),
+        ];
+        let has_system_role = render(&probe).is_ok_and(|text| text.contains(needle));
+        if !has_system_role {
+            merged = messages[1..].to_vec();
+            if let Some(next) = merged.first_mut() {
+                next.content = format!("{}\n{}", messages[0].content, next.content);
+            }
+            messages = &merged;
+        }
+    }
+    render(messages).map_err(error)
 }
 
 /// Generated tokens to text as they come (see [`Tokenizer::stream`]).

@@ -265,6 +265,35 @@ fn chat_templates_render_as_the_model_cards_write_them() {
     );
 }
 
+/// A template without a system role: the system message goes in front of
+/// the first user message, as llama.cpp's chat code puts it. Template and
+/// expected text from llama.cpp's tests/test-chat-template.cpp
+/// (`google/gemma-7b-it`, its conversation, `expected_output_jinja`; the
+/// anchors' source at ggml 0.25.3).
+#[test]
+fn a_template_without_a_system_role_gets_it_merged_as_llama_cpp_does() {
+    const GEMMA_7B_IT: &str = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}";
+    let conversation = [
+        ChatMessage::new("system", "You are a helpful assistant"),
+        ChatMessage::new("user", "Hello"),
+        ChatMessage::new("assistant", "Hi there"),
+        ChatMessage::new("user", "Who are you"),
+        ChatMessage::new("assistant", "   I am an assistant   "),
+        ChatMessage::new("user", "Another question"),
+    ];
+    let text = render_chat_template(GEMMA_7B_IT, &conversation, true, "", "").unwrap();
+    assert_eq!(
+        text,
+        "<start_of_turn>user\nYou are a helpful assistant\nHello<end_of_turn>\n<start_of_turn>model\nHi there<end_of_turn>\n<start_of_turn>user\nWho are you<end_of_turn>\n<start_of_turn>model\nI am an assistant<end_of_turn>\n<start_of_turn>user\nAnother question<end_of_turn>\n<start_of_turn>model\n"
+    );
+    // A template with a system role keeps it.
+    let kept = render_chat_template(LLAMA3, &conversation[..2], false, "", "").unwrap();
+    assert!(
+        kept.contains("system<|end_header_id|>\n\nYou are a helpful assistant<|eot_id|>"),
+        "{kept}"
+    );
+}
+
 #[test]
 fn chat_template_errors_are_typed() {
     let two_users = [ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];
