@@ -100,7 +100,8 @@ impl SyntheticModel {
     /// it, weights drawn from N(0, 1/in) (so activations stay near 1; the
     /// embedding from N(0, 1), a Gemma's from N(0, 1/hidden)), norms from
     /// 1 ± 0.2, biases from ± 0.2; a Gemma's output projections and post-norms
-    /// 6 times larger (its tied output would otherwise repeat a token).
+    /// 6 times larger (its tied output would otherwise repeat one token from
+    /// the start).
     ///
     /// # Errors
     /// [`Error::Op`](crate::Error::Op) when the format cannot hold a row
@@ -185,7 +186,8 @@ impl SyntheticModel {
         // embedding, still in the residual stream at the end, would win the
         // argmax at every step (random text repeats one token): its blocks
         // add 6 times more to the stream (the output projections, or the
-        // post-norms that rescale them) so that the blocks' sum outweighs it.
+        // post-norms that rescale them), so that the first tokens vary
+        // (later ones still fall into runs of one token).
         let gain = match self.arch.is_gemma() {
             true => 6.0,
             false => 1.0,
