@@ -58,6 +58,26 @@ pub struct Library {
     pub status: std::result::Result<String, String>,
 }
 
+/// A copy to the host queued by [`GpuBackend::copy_dtoh_queued`]. Dropping
+/// it unwaited waits for the copy (the memory it lands in is reused).
+pub trait QueuedRead: Send {
+    /// Waits for the copy and returns its bytes.
+    ///
+    /// # Errors
+    /// The driver's error for the wait (a kernel fault of the driver's kind
+    /// surfaces here).
+    fn wait(self: Box<Self>) -> Result<Vec<u8>>;
+}
+
+/// A read that was done when it was queued.
+pub(crate) struct ReadDone(pub(crate) Vec<u8>);
+
+impl QueuedRead for ReadDone {
+    fn wait(self: Box<Self>) -> Result<Vec<u8>> {
+        Ok(self.0)
+    }
+}
+
 /// A GPU backend: one GPU, its stream, its loaded kernel modules, its
 /// caching allocator and its libraries.
 ///
@@ -132,6 +152,25 @@ pub trait GpuBackend: Send + Sync + fmt::Debug + 'static {
     /// # Errors
     /// The driver's error (a kernel fault of the driver's kind surfaces here).
     unsafe fn copy_dtoh(&self, src: u64, dst: &mut [u8]) -> Result<()>;
+
+    /// Queues a copy of `len` bytes at `src` to the host behind the queued
+    /// work and returns without waiting; [`QueuedRead::wait`] then waits for
+    /// that copy only, not for work queued after it. A decode loop reads a
+    /// step's token this way while the next step is already queued. The
+    /// default copies at once ([`GpuBackend::copy_dtoh`]).
+    ///
+    /// # Safety
+    /// `src..src + len` lies in a live allocation of this device, and the
+    /// caller keeps it alive until the copy is waited for (or dropped).
+    ///
+    /// # Errors
+    /// The driver's error.
+    unsafe fn copy_dtoh_queued(&self, src: u64, len: usize) -> Result<Box<dyn QueuedRead>> {
+        let mut bytes = vec![0u8; len];
+        // SAFETY: the caller's range.
+        unsafe { self.copy_dtoh(src, &mut bytes)? };
+        Ok(Box::new(ReadDone(bytes)))
+    }
 
     /// Copies `bytes` from `src` to `dst` on the device (queued).
     ///

@@ -48,12 +48,12 @@ pub mod ptx;
 pub mod rocm;
 
 pub use device::args::{Arg, In, Out, Param, Params};
-pub use device::buffer::{DeviceBuffer, RawBuffer};
+pub use device::buffer::{DeviceBuffer, QueuedDownload, RawBuffer};
 pub use device::fault::{FAULT_WORDS, FaultChannel, ID_OUT_OF_RANGE};
 pub use device::{Device, devices, gpus};
 pub use emulator::{EmulatorConfig, WaveSize};
 pub use error::{Error, Result};
-pub use gpu::{GpuBackend, GpuInfo};
+pub use gpu::{GpuBackend, GpuInfo, QueuedRead};
 pub use graph::{Graph, GraphLaunch, GraphStats};
 pub use launch::LaunchConfig;
 pub use memory::{MemoryStats, POISON, RED_ZONE};

@@ -5,9 +5,85 @@
 use super::CudaDevice;
 use super::driver::{Handle, describe};
 use crate::error::{Error, Result};
+use crate::gpu::{QueuedRead, ReadDone};
 use crate::memory::GpuMemory;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
+use std::sync::{Arc, Mutex};
+
+/// Page-locked host memory a queued read lands in (`cuMemAllocHost`). The
+/// device keeps the slots for reuse: allocating page-locked memory may
+/// wait for the device, which would undo the point of queueing the read.
+pub(super) struct PinnedSlot {
+    ptr: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: host memory owned by the slot, used by one read at a time.
+unsafe impl Send for PinnedSlot {}
+
+/// A device's free slots.
+pub(super) type PinnedSlots = Arc<Mutex<Vec<PinnedSlot>>>;
+
+/// Frees the free slots (the device's drop, its context current). A slot
+/// still held by a read that outlives the device is not freed.
+pub(super) fn free_slots(slots: &PinnedSlots) {
+    for s in slots.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        // SAFETY: from cuMemAllocHost, freed once. Errors are ignored.
+        let _ = unsafe { cu::free_host(s.ptr.cast()) };
+    }
+}
+
+/// A read queued by [`CudaDevice::copy_dtoh_queued_raw`]: the copy into a
+/// slot and an event recorded after it.
+struct CudaQueuedRead {
+    slot: Option<PinnedSlot>,
+    len: usize,
+    event: Handle<sys::CUevent>,
+    ctx: Handle<sys::CUcontext>,
+    slots: PinnedSlots,
+    label: String,
+}
+
+impl QueuedRead for CudaQueuedRead {
+    fn wait(mut self: Box<Self>) -> Result<Vec<u8>> {
+        // SAFETY: our context and event.
+        unsafe { cu::ctx::set_current(self.ctx.0) }
+            .and_then(|()| unsafe { cu::event::synchronize(self.event.0) })
+            .map_err(|e| Error::Cuda {
+                call: "cuEventSynchronize (a queued read)".into(),
+                device: self.label.clone(),
+                message: describe(&e),
+            })?;
+        let slot = self.slot.take().expect("held until waited");
+        // SAFETY: the copy into the slot's first `len` bytes has finished.
+        let bytes = unsafe { std::slice::from_raw_parts(slot.ptr, self.len) }.to_vec();
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(slot);
+        Ok(bytes)
+    }
+}
+
+impl Drop for CudaQueuedRead {
+    fn drop(&mut self) {
+        // SAFETY: our context and event; a slot whose copy may still be
+        // running (the wait failed) is not reused.
+        unsafe {
+            let _ = cu::ctx::set_current(self.ctx.0);
+            if let Some(slot) = self.slot.take()
+                && cu::event::synchronize(self.event.0).is_ok()
+            {
+                self.slots
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(slot);
+            }
+            let _ = cu::event::destroy(self.event.0);
+        }
+    }
+}
 
 /// Device memory of a [`CudaDevice`] (`cuMemAlloc`), freed on drop.
 pub struct CudaAlloc {
@@ -118,6 +194,73 @@ impl CudaDevice {
             "cuMemcpyDtoHAsync",
         )?;
         self.wait()
+    }
+
+    /// Queues a copy of `len` bytes at `src` into a page-locked slot and an
+    /// event after it (see [`crate::GpuBackend::copy_dtoh_queued`]).
+    ///
+    /// # Safety
+    /// `src..src + len` lies in a live allocation of this device, kept
+    /// alive until the read is waited for or dropped.
+    pub(super) unsafe fn copy_dtoh_queued_raw(
+        &self,
+        src: u64,
+        len: usize,
+    ) -> Result<Box<dyn QueuedRead>> {
+        if len == 0 {
+            return Ok(Box::new(ReadDone(Vec::new())));
+        }
+        self.current()?;
+        let free = {
+            let mut slots = self.read_slots.lock().unwrap_or_else(|e| e.into_inner());
+            let fit = slots.iter().position(|s| s.cap >= len);
+            fit.map(|i| slots.swap_remove(i))
+        };
+        let slot = match free {
+            Some(s) => s,
+            None => {
+                let cap = len.next_power_of_two().max(256);
+                // SAFETY: a plain allocation, owned by the slot.
+                let ptr = self.check(unsafe { cu::malloc_host(cap, 0) }, "cuMemAllocHost")?;
+                PinnedSlot {
+                    ptr: ptr.cast(),
+                    cap,
+                }
+            }
+        };
+        let event = match cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) {
+            Ok(e) => Handle(e),
+            Err(e) => {
+                self.read_slots
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(slot);
+                return Err(self.check::<()>(Err(e), "cuEventCreate").unwrap_err());
+            }
+        };
+        let dst = slot.ptr;
+        // From here the read's drop returns the slot and destroys the event.
+        let read = CudaQueuedRead {
+            slot: Some(slot),
+            len,
+            event,
+            ctx: self.ctx,
+            slots: self.read_slots.clone(),
+            label: self.label.clone(),
+        };
+        // SAFETY: the slot holds at least `len` bytes and is not reused
+        // before the read is waited; the caller's source range.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+        self.check(
+            unsafe { cu::memcpy_dtoh_async(out, src, self.stream.0) },
+            "cuMemcpyDtoHAsync",
+        )?;
+        // SAFETY: our event and stream.
+        self.check(
+            unsafe { cu::event::record(read.event.0, self.stream.0) },
+            "cuEventRecord",
+        )?;
+        Ok(Box::new(read))
     }
 
     /// Copies `bytes` from `src` to `dst` on the device (queued).

@@ -97,6 +97,8 @@ pub struct CudaDevice {
     functions: Mutex<HashMap<usize, launch::Function>>,
     resources: Mutex<HashMap<usize, KernelResources>>,
     pool: Pool,
+    /// Page-locked memory queued reads land in, kept for reuse.
+    read_slots: memory::PinnedSlots,
     info: GpuInfo,
     /// cuBLAS, created on first use on the stream (or why not). Dropped
     /// first, in `Drop`, while the context is alive.
@@ -201,6 +203,7 @@ impl CudaDevice {
             functions: Mutex::new(HashMap::new()),
             resources: Mutex::new(HashMap::new()),
             pool: Pool::new(),
+            read_slots: Default::default(),
             info,
             cublas: OnceLock::new(),
             cudnn: OnceLock::new(),
@@ -335,6 +338,15 @@ impl GpuBackend for CudaDevice {
         unsafe { self.copy_dtod_raw(dst, src, bytes) }
     }
 
+    unsafe fn copy_dtoh_queued(
+        &self,
+        src: u64,
+        len: usize,
+    ) -> Result<Box<dyn crate::gpu::QueuedRead>> {
+        // SAFETY: the caller's range, kept alive until the read is waited.
+        unsafe { self.copy_dtoh_queued_raw(src, len) }
+    }
+
     unsafe fn launch(&self, kernel: &KernelInfo, cfg: &LaunchConfig, args: &[u64]) -> Result<()> {
         // SAFETY: the caller's proof (see the trait).
         unsafe { self.launch_raw(kernel, cfg, args) }
@@ -412,6 +424,7 @@ impl Drop for CudaDevice {
         unsafe {
             let _ = cu::ctx::set_current(self.ctx.0);
             let _ = cu::stream::synchronize(self.stream.0);
+            memory::free_slots(&self.read_slots);
             // cuBLAS frees its workspace through this context: before it goes.
             drop(self.cublas.take());
             drop(self.cudnn.take());

@@ -191,6 +191,36 @@ impl RawBuffer {
         }
     }
 
+    /// Queues a copy of the bytes to the host behind the work queued so far
+    /// and returns without waiting for it (on the Cpu and the emulator the
+    /// bytes are copied at once): [`QueuedDownload::wait`] waits for that
+    /// copy only, so work queued after this call can run meanwhile. Unlike
+    /// [`RawBuffer::download_bytes`] the wait reports no kernel fault:
+    /// those surface at the next wait of the device.
+    ///
+    /// # Errors
+    /// A copy inside a graph recording; [`Error::Rocm`] / [`Error::Cuda`]
+    /// when queueing fails.
+    pub fn download_queued(&self) -> Result<QueuedDownload<u8>> {
+        self.device.pool().count_sync();
+        if let Some(b) = self.host_bytes() {
+            return Ok(QueuedDownload::done(b.to_vec()));
+        }
+        self.device.refuse_in_recording("a copy to the host")?;
+        let _turn = self.device.turn();
+        match self.device.gpu() {
+            // SAFETY: the buffer's own range. Its memory stays the
+            // buffer's or goes back to the device's cache, which hands it
+            // only to work queued after this copy on the same stream.
+            Some(gpu) => Ok(QueuedDownload {
+                read: Some(unsafe { gpu.copy_dtoh_queued(self.device_ptr(), self.len_bytes)? }),
+                done: Vec::new(),
+                elem: PhantomData,
+            }),
+            None => Ok(QueuedDownload::done(Vec::new())),
+        }
+    }
+
     /// Overwrites the bytes from the host and waits until the copy is done.
     ///
     /// # Errors
@@ -216,6 +246,59 @@ impl RawBuffer {
             Some(gpu) => unsafe { gpu.copy_htod(self.device_ptr(), src) },
             None => Ok(()),
         }
+    }
+}
+
+/// A copy to the host queued by [`DeviceBuffer::download_queued`] (or
+/// [`RawBuffer::download_queued`]); dropping it unwaited waits for the copy.
+pub struct QueuedDownload<T> {
+    read: Option<Box<dyn crate::gpu::QueuedRead>>,
+    done: Vec<u8>,
+    elem: PhantomData<T>,
+}
+
+impl<T: bytemuck::Pod> QueuedDownload<T> {
+    fn done(bytes: Vec<u8>) -> Self {
+        QueuedDownload {
+            read: None,
+            done: bytes,
+            elem: PhantomData,
+        }
+    }
+
+    fn retyped<U>(self) -> QueuedDownload<U> {
+        QueuedDownload {
+            read: self.read,
+            done: self.done,
+            elem: PhantomData,
+        }
+    }
+
+    /// Waits for the copy (not for work queued after it) and returns the
+    /// elements.
+    ///
+    /// # Errors
+    /// [`Error::Rocm`] / [`Error::Cuda`] when the wait fails (a kernel
+    /// fault of the driver's kind surfaces here).
+    pub fn wait(self) -> Result<Vec<T>> {
+        let bytes = match self.read {
+            Some(r) => r.wait()?,
+            None => self.done,
+        };
+        let mut v = vec![T::zeroed(); bytes.len() / size_of::<T>().max(1)];
+        bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&bytes);
+        Ok(v)
+    }
+}
+
+impl<T> std::fmt::Debug for QueuedDownload<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = if self.read.is_some() {
+            "queued"
+        } else {
+            "done"
+        };
+        write!(f, "QueuedDownload({state})")
     }
 }
 
@@ -426,6 +509,25 @@ impl<T: bytemuck::Pod> DeviceBuffer<T> {
         let mut v = vec![T::zeroed(); self.len()];
         self.raw.download_bytes(bytemuck::cast_slice_mut(&mut v))?;
         Ok(v)
+    }
+
+    /// Queues a copy of the buffer to the host and returns without waiting
+    /// (see [`RawBuffer::download_queued`]): a decode loop reads a step's
+    /// token while the next step runs.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// let b = Device::emulator(WaveSize::Wave32).upload(&[7u32, 8])?;
+    /// let queued = b.download_queued()?;
+    /// // ... more work queued here runs meanwhile on a GPU ...
+    /// assert_eq!(queued.wait()?, vec![7, 8]);
+    /// # Ok::<(), ferrocm_host::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`RawBuffer::download_queued`].
+    pub fn download_queued(&self) -> Result<QueuedDownload<T>> {
+        Ok(self.raw.download_queued()?.retyped())
     }
 
     /// [`DeviceBuffer::download`] without the fault check (for the status

@@ -5,10 +5,12 @@
 
 use super::{Event, RocmDevice, ffi};
 use crate::error::{Error, Result};
+use crate::gpu::{QueuedRead, ReadDone};
 use crate::memory::GpuMemory;
 use rocm_rs::hip::bindings as hb;
 use std::os::raw::{c_int, c_void};
 use std::ptr::null_mut;
+use std::sync::{Arc, Mutex};
 
 /// `hipMemcpyKind` values (`hipMemcpyHostToDevice`, ...), from rocm-rs.
 const HOST_TO_DEVICE: hb::hipMemcpyKind = hb::hipMemcpyKind_hipMemcpyHostToDevice;
@@ -72,6 +74,82 @@ impl Drop for StagingChunk {
         // copy still reads this memory. Errors are ignored.
         // SAFETY: from hipHostMalloc, freed once.
         unsafe { (self.hip.hipHostFree)(self.ptr.cast()) };
+    }
+}
+
+/// Pinned host memory a queued read lands in (`hipHostMalloc`), freed on
+/// drop. The device keeps the slots for reuse: allocating pinned memory
+/// may wait for the device, which would undo the point of queueing a read.
+pub(super) struct PinnedSlot {
+    ptr: *mut u8,
+    cap: usize,
+    hip: &'static ffi::Hip,
+}
+
+// SAFETY: pinned host memory owned by the slot, used by one read at a time.
+unsafe impl Send for PinnedSlot {}
+
+impl Drop for PinnedSlot {
+    fn drop(&mut self) {
+        // SAFETY: from hipHostMalloc, freed once. Errors are ignored.
+        unsafe { (self.hip.hipHostFree)(self.ptr.cast()) };
+    }
+}
+
+/// A device's free slots.
+pub(super) type PinnedSlots = Arc<Mutex<Vec<PinnedSlot>>>;
+
+/// A read queued by [`RocmDevice::copy_dtoh_queued_raw`]: the copy into a
+/// slot and an event recorded after it.
+struct RocmQueuedRead {
+    slot: Option<PinnedSlot>,
+    len: usize,
+    event: Event,
+    slots: PinnedSlots,
+    label: String,
+}
+
+// SAFETY: HIP events may be waited for and destroyed from any thread.
+unsafe impl Send for RocmQueuedRead {}
+
+impl QueuedRead for RocmQueuedRead {
+    fn wait(mut self: Box<Self>) -> Result<Vec<u8>> {
+        let hip = self.event.hip;
+        // SAFETY: our event.
+        let code = unsafe { (hip.hipEventSynchronize)(self.event.raw) };
+        super::hip_check(
+            hip,
+            code,
+            "hipEventSynchronize (a queued read)",
+            &self.label,
+        )?;
+        let slot = self.slot.take().expect("held until waited");
+        // SAFETY: the copy into the slot's first `len` bytes has finished.
+        let bytes = unsafe { std::slice::from_raw_parts(slot.ptr, self.len) }.to_vec();
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(slot);
+        Ok(bytes)
+    }
+}
+
+impl Drop for RocmQueuedRead {
+    fn drop(&mut self) {
+        // A slot whose copy may still be running (the wait failed) is freed
+        // only when the copy is known to be done: leaked otherwise.
+        if let Some(slot) = self.slot.take() {
+            // SAFETY: our event.
+            let code = unsafe { (self.event.hip.hipEventSynchronize)(self.event.raw) };
+            if code == hb::hipError_t_hipSuccess {
+                self.slots
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(slot);
+            } else {
+                std::mem::forget(slot);
+            }
+        }
     }
 }
 
@@ -173,6 +251,78 @@ impl RocmDevice {
         };
         self.check(code, "hipMemcpyAsync(device to host)")?;
         self.wait()
+    }
+
+    /// Queues a copy of `len` bytes at `src` into a pinned slot and an event
+    /// after it (see [`crate::GpuBackend::copy_dtoh_queued`]).
+    ///
+    /// # Safety
+    /// `src..src + len` lies in a live allocation of this device, kept
+    /// alive until the read is waited for or dropped.
+    pub(super) unsafe fn copy_dtoh_queued_raw(
+        &self,
+        src: u64,
+        len: usize,
+    ) -> Result<Box<dyn QueuedRead>> {
+        if len == 0 {
+            return Ok(Box::new(ReadDone(Vec::new())));
+        }
+        self.set_device()?;
+        let free = {
+            let mut slots = self.read_slots.lock().unwrap_or_else(|e| e.into_inner());
+            let fit = slots.iter().position(|s| s.cap >= len);
+            fit.map(|i| slots.swap_remove(i))
+        };
+        let slot = match free {
+            Some(s) => s,
+            None => {
+                let cap = len.next_power_of_two().max(256);
+                let mut p: *mut c_void = null_mut();
+                // SAFETY: writes one pointer; flags 0 is hipHostMallocDefault.
+                let code = unsafe { (self.hip.hipHostMalloc)(&mut p, cap, 0) };
+                self.check(code, "hipHostMalloc")?;
+                PinnedSlot {
+                    ptr: p.cast(),
+                    cap,
+                    hip: self.hip,
+                }
+            }
+        };
+        let event = match self.event() {
+            Ok(e) => e,
+            Err(e) => {
+                self.read_slots
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(slot);
+                return Err(e);
+            }
+        };
+        let dst = slot.ptr;
+        // From here the read's drop returns the slot and destroys the event.
+        let read = RocmQueuedRead {
+            slot: Some(slot),
+            len,
+            event,
+            slots: self.read_slots.clone(),
+            label: self.label.clone(),
+        };
+        // SAFETY: the slot holds at least `len` bytes and is not reused
+        // before the read is waited; the caller's source range.
+        let code = unsafe {
+            (self.hip.hipMemcpyAsync)(
+                dst.cast(),
+                src as *const c_void,
+                len,
+                DEVICE_TO_HOST,
+                self.stream.raw,
+            )
+        };
+        self.check(code, "hipMemcpyAsync(device to host, queued read)")?;
+        // SAFETY: our event and stream.
+        let code = unsafe { (self.hip.hipEventRecord)(read.event.raw, self.stream.raw) };
+        self.check(code, "hipEventRecord")?;
+        Ok(Box::new(read))
     }
 
     /// Copies `bytes` from `src` to `dst` (queued on the stream).

@@ -245,6 +245,8 @@ pub struct RocmDevice {
     pool: Pool,
     /// Pinned host memory that asynchronous uploads are staged in.
     staging: Mutex<Staging>,
+    /// Pinned host memory queued reads land in, kept for reuse.
+    read_slots: memory::PinnedSlots,
     /// Serialises the lazy creation of the handles below.
     handle_init: Mutex<()>,
     // Drop order is field order: the handles (bound to the stream) go first,
@@ -367,6 +369,7 @@ impl RocmDevice {
             functions: Mutex::new(HashMap::new()),
             pool: Pool::new(),
             staging: Mutex::new(Staging::default()),
+            read_slots: Default::default(),
             handle_init: Mutex::new(()),
             rocblas: OnceLock::new(),
             miopen: OnceLock::new(),
@@ -500,6 +503,15 @@ impl GpuBackend for RocmDevice {
     unsafe fn copy_dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
         // SAFETY: the caller's ranges.
         unsafe { self.copy_dtod_raw(dst, src, bytes) }
+    }
+
+    unsafe fn copy_dtoh_queued(
+        &self,
+        src: u64,
+        len: usize,
+    ) -> Result<Box<dyn crate::gpu::QueuedRead>> {
+        // SAFETY: the caller's range, kept alive until the read is waited.
+        unsafe { self.copy_dtoh_queued_raw(src, len) }
     }
 
     unsafe fn launch(&self, kernel: &KernelInfo, cfg: &LaunchConfig, args: &[u64]) -> Result<()> {
