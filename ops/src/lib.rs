@@ -57,6 +57,6 @@ pub use matmul::Activation;
 pub use quant::{QTensor, QuantFormat};
 pub use reduce::Reduce;
 pub use storage::{Format, Storage};
-pub use tensor::Tensor;
+pub use tensor::{QueuedVec, Tensor};
 pub use ternary::MaskType;
 pub use unary::Unary;

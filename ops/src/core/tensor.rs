@@ -533,6 +533,34 @@ impl<T: WithDType> Tensor<T> {
         Ok(all[t.layout.offset()..t.layout.offset() + n].to_vec())
     }
 
+    /// Queues a copy of the elements to the host behind the work queued so
+    /// far and returns without waiting ([`QueuedVec::wait`] waits for that
+    /// copy only): a decode loop reads step `i`'s token while step `i + 1`
+    /// already runs. On the Cpu and the emulator the copy is done at once.
+    /// Unlike [`Tensor::to_vec`], a kernel fault is not reported by the
+    /// wait but by the device's next wait ([`Device::synchronize`]).
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let t = Tensor::from_slice(&[3u32, 1, 2], &[3], &Device::Cpu)?;
+    /// let queued = t.argmax(&[0], false)?.to_vec_queued()?;
+    /// // ... more work queued here runs meanwhile on a GPU ...
+    /// assert_eq!(queued.wait()?, vec![0]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Host`] when the copy of a strided view or queueing the read
+    /// fails (inside a graph recording, for one).
+    pub fn to_vec_queued(&self) -> Result<QueuedVec<T>> {
+        let t = self.contiguous()?;
+        let start = t.layout.offset();
+        Ok(QueuedVec {
+            read: t.buf().download_queued()?,
+            range: start..start + t.elem_count(),
+        })
+    }
+
     /// A copy on `device`.
     ///
     /// ```
@@ -1044,4 +1072,27 @@ fn display_dim(
         }
     }
     write!(f, "]")
+}
+
+/// A copy to the host queued by [`Tensor::to_vec_queued`]; dropping it
+/// unwaited waits for the copy.
+#[derive(Debug)]
+pub struct QueuedVec<T> {
+    read: ferrocm_host::QueuedDownload<T>,
+    range: std::ops::Range<usize>,
+}
+
+impl<T: WithDType> QueuedVec<T> {
+    /// Waits for the copy (not for work queued after it) and returns the
+    /// elements, in the tensor's logical order.
+    ///
+    /// # Errors
+    /// [`Error::Host`] when the wait fails.
+    pub fn wait(self) -> Result<Vec<T>> {
+        let all = self.read.wait()?;
+        if self.range == (0..all.len()) {
+            return Ok(all);
+        }
+        Ok(all[self.range].to_vec())
+    }
 }
