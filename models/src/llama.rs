@@ -731,16 +731,7 @@ impl<T: WithDType> Llama<T> {
         logits: Logits,
         graphs: &mut StepGraphs,
     ) -> Result<Tensor<T>> {
-        if graphs.blocks != self.blocks.len() {
-            return Err(Error::BadRequest {
-                op: "Llama::forward_graph",
-                what: format!(
-                    "graphs for {} blocks, a model of {}",
-                    graphs.blocks,
-                    self.blocks.len()
-                ),
-            });
-        }
+        self.check_graphs(graphs)?;
         // The ids go up before the recording: a graph cannot hold a copy
         // from the host.
         let ids = self.token_ids(tokens, cache)?;
@@ -752,18 +743,81 @@ impl<T: WithDType> Llama<T> {
         out
     }
 
+    /// [`Llama::forward`] (with `graphs`, [`Llama::forward_graph`]) of token
+    /// ids already on the model's device: a 1-D `u32` tensor, such as the
+    /// token [`Sampler::choose_on_device`](crate::Sampler::choose_on_device)
+    /// picked from the last step's logits, so that the step is queued
+    /// before the host has read that token. An id past the vocabulary is
+    /// not seen here: the embedding's lookup reports it at the device's
+    /// next wait ([`ferrocm_ops::Error`]'s `IdOutOfRange`).
+    ///
+    /// ```
+    /// use ferrocm_models::{synthetic::SyntheticModel, Arch, Llama, Logits};
+    /// use ferrocm_ops::{quant::gguf::Gguf, Device, Tensor};
+    /// let file = Gguf::from_bytes(SyntheticModel::new(Arch::Llama).to_gguf()?.to_bytes()?)?;
+    /// let model = Llama::<f32>::load(&file, &Device::Cpu, &Default::default())?;
+    /// let (mut a, mut b) = (model.new_cache(8)?, model.new_cache(8)?);
+    /// let ids = Tensor::from_slice(&[1u32, 2], &[2], &Device::Cpu)?;
+    /// let on_device = model.forward_ids(&ids, &mut a, Logits::Last, None)?;
+    /// let from_host = model.forward(&[1, 2], &mut b, Logits::Last)?;
+    /// assert_eq!(on_device.to_vec()?, from_host.to_vec()?);
+    /// # Ok::<(), ferrocm_models::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for ids that are not a non-empty 1-D tensor
+    /// on the model's device; otherwise as [`Llama::forward_graph`].
+    pub fn forward_ids(
+        &self,
+        ids: &Tensor<u32>,
+        cache: &mut KvCache<T>,
+        logits: Logits,
+        graphs: Option<&mut StepGraphs>,
+    ) -> Result<Tensor<T>> {
+        if ids.rank() != 1 || ids.device() != &self.device {
+            return Err(Error::BadRequest {
+                op: "Llama::forward_ids",
+                what: format!(
+                    "ids of shape {:?} on {} (1-D, on the model's {})",
+                    ids.shape(),
+                    ids.device(),
+                    self.device
+                ),
+            });
+        }
+        self.check_pass(ids.elem_count(), cache)?;
+        match graphs {
+            Some(graphs) => {
+                self.check_graphs(graphs)?;
+                let pos = cache.len;
+                let out = self.run(ids, cache, logits, Some(graphs));
+                if out.is_err() {
+                    cache.len = pos;
+                }
+                out
+            }
+            None => self.run(ids, cache, logits, None),
+        }
+    }
+
     /// The checked token ids of a pass, on the device.
     fn token_ids(&self, tokens: &[u32], cache: &KvCache<T>) -> Result<Tensor<u32>> {
         let c = &self.config;
-        let t = tokens.len();
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.vocab) {
+            return Err(Error::BadToken { id, vocab: c.vocab });
+        }
+        self.check_pass(tokens.len(), cache)?;
+        Ok(Tensor::from_slice(tokens, &[tokens.len()], &self.device)?)
+    }
+
+    /// Whether a pass of `t` tokens may run on `cache`.
+    fn check_pass(&self, t: usize, cache: &KvCache<T>) -> Result<()> {
+        let c = &self.config;
         if t == 0 {
             return Err(Error::BadRequest {
                 op: "Llama::forward",
                 what: "no tokens".into(),
             });
-        }
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.vocab) {
-            return Err(Error::BadToken { id, vocab: c.vocab });
         }
         let pos = cache.len;
         if pos + t > cache.capacity {
@@ -782,7 +836,22 @@ impl<T: WithDType> Llama<T> {
                 ),
             });
         }
-        Ok(Tensor::from_slice(tokens, &[t], &self.device)?)
+        Ok(())
+    }
+
+    /// Whether `graphs` were made for this model.
+    fn check_graphs(&self, graphs: &StepGraphs) -> Result<()> {
+        if graphs.blocks != self.blocks.len() {
+            return Err(Error::BadRequest {
+                op: "Llama::forward_graph",
+                what: format!(
+                    "graphs for {} blocks, a model of {}",
+                    graphs.blocks,
+                    self.blocks.len()
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The pass of checked `ids` at the cache's next positions; with

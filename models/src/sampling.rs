@@ -2,7 +2,9 @@
 //! id read back) or llama.cpp's default chain — repetition penalty, top-k,
 //! top-p, min-p, temperature, then a seeded draw.
 //!
-//! What crosses to the host: greedy reads one `u32`; with top-k the `k`
+//! What crosses to the host: greedy reads one `u32` (and without the
+//! penalty [`Sampler::choose_on_device`] leaves it on the device, for a
+//! decode loop that queues the next step before reading it); with top-k the `k`
 //! best logits and their ids come back (found on the device); without
 //! top-k the whole row is read. The penalty touches the recent tokens'
 //! logits only: gathered on the device, read back (at most
@@ -121,6 +123,9 @@ impl SamplingOptions {
 pub struct Sampler {
     opts: SamplingOptions,
     rng: StdRng,
+    /// The banned ids below a vocabulary size, on a device: uploaded once
+    /// (an upload waits for the device's queued work).
+    banned_ids: Option<(usize, Tensor<u32>)>,
 }
 
 impl Sampler {
@@ -133,7 +138,90 @@ impl Sampler {
     pub fn new(opts: SamplingOptions) -> Result<Self> {
         opts.check()?;
         let rng = StdRng::seed_from_u64(opts.seed);
-        Ok(Self { opts, rng })
+        Ok(Self {
+            opts,
+            rng,
+            banned_ids: None,
+        })
+    }
+
+    /// Whether [`Sampler::choose_on_device`] applies: greedy choice without
+    /// the repetition penalty (which reads the recent tokens' logits back).
+    ///
+    /// ```
+    /// use ferrocm_models::{Sampler, SamplingOptions};
+    /// assert!(Sampler::new(SamplingOptions::greedy())?.chooses_on_device());
+    /// assert!(!Sampler::new(SamplingOptions::default())?.chooses_on_device());
+    /// # Ok::<(), ferrocm_models::Error>(())
+    /// ```
+    pub fn chooses_on_device(&self) -> bool {
+        let o = &self.opts;
+        o.temperature == 0.0 && (o.repeat_penalty == 1.0 || o.repeat_last_n == 0)
+    }
+
+    /// The next token chosen on the logits' device and left there, as a
+    /// one-element `u32` tensor: the argmax with the banned tokens at -inf,
+    /// the token [`Sampler::sample`] returns for the same logits. Nothing
+    /// is read back, so a decode loop can feed it to the next step before
+    /// reading it ([`Tensor::to_vec_queued`]).
+    ///
+    /// ```
+    /// use ferrocm_models::{Sampler, SamplingOptions};
+    /// use ferrocm_ops::{Device, Tensor};
+    /// let logits = Tensor::from_slice(&[0.5f32, 3.0, -1.0, 2.9], &[1, 4], &Device::Cpu)?;
+    /// let mut s = Sampler::new(SamplingOptions { banned: vec![1], ..SamplingOptions::greedy() })?;
+    /// assert_eq!(s.choose_on_device(&logits)?.to_vec()?, vec![3]);
+    /// # Ok::<(), ferrocm_models::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for logits of another shape, or where
+    /// [`Sampler::chooses_on_device`] is false; [`Error::Op`] when an op
+    /// fails.
+    pub fn choose_on_device<T: WithDType>(&mut self, logits: &Tensor<T>) -> Result<Tensor<u32>> {
+        let op = "Sampler::choose_on_device";
+        if !self.chooses_on_device() {
+            return Err(Error::BadRequest {
+                op,
+                what: format!(
+                    "temperature {} and repeat_penalty {} choose on the host",
+                    self.opts.temperature, self.opts.repeat_penalty
+                ),
+            });
+        }
+        let row = self.without_banned(one_row(op, logits)?)?;
+        Ok(row.argmax(&[0], false)?.reshape(&[1])?)
+    }
+
+    /// `row` with the banned tokens' logits set to -inf (on its device).
+    fn without_banned<T: WithDType>(&mut self, row: Tensor<T>) -> Result<Tensor<T>> {
+        let vocab = row.elem_count();
+        let ids = match &self.banned_ids {
+            Some((v, ids)) if *v == vocab && ids.device() == row.device() => ids.clone(),
+            _ => {
+                let mut banned: Vec<u32> = self
+                    .opts
+                    .banned
+                    .iter()
+                    .copied()
+                    .filter(|&id| (id as usize) < vocab)
+                    .collect();
+                banned.sort_unstable();
+                banned.dedup();
+                if banned.is_empty() {
+                    return Ok(row);
+                }
+                let ids = Tensor::from_slice(&banned, &[banned.len()], row.device())?;
+                self.banned_ids = Some((vocab, ids.clone()));
+                ids
+            }
+        };
+        let inf = Tensor::full(
+            T::from_f64(f64::NEG_INFINITY),
+            &[ids.elem_count()],
+            row.device(),
+        )?;
+        Ok(row.scatter(0, &ids, &inf)?)
     }
 
     /// The options.
@@ -149,23 +237,9 @@ impl Sampler {
     /// holding NaN; [`Error::Op`] when an op fails.
     pub fn sample<T: WithDType>(&mut self, logits: &Tensor<T>, history: &[u32]) -> Result<u32> {
         let op = "Sampler::sample";
-        let vocab = *logits.shape().last().unwrap_or(&0);
-        if logits.elem_count() != vocab || vocab == 0 {
-            return Err(Error::BadRequest {
-                op,
-                what: format!("logits of shape {:?} (one row expected)", logits.shape()),
-            });
-        }
-        let mut row = logits.reshape(&[vocab])?;
+        let mut row = one_row(op, logits)?;
+        let vocab = row.elem_count();
         let o = &self.opts;
-        let mut banned: Vec<u32> = o
-            .banned
-            .iter()
-            .copied()
-            .filter(|&id| (id as usize) < vocab)
-            .collect();
-        banned.sort_unstable();
-        banned.dedup();
         if o.repeat_penalty != 1.0 && o.repeat_last_n > 0 && !history.is_empty() {
             let mut recent: Vec<u32> = history[history.len().saturating_sub(o.repeat_last_n)..]
                 .iter()
@@ -189,12 +263,8 @@ impl Sampler {
                 row = row.scatter(0, &ids, &scaled)?;
             }
         }
-        if !banned.is_empty() {
-            let ids = Tensor::from_slice(&banned, &[banned.len()], row.device())?;
-            let inf = vec![T::from_f64(f64::NEG_INFINITY); banned.len()];
-            let inf = Tensor::from_vec(inf, &[banned.len()], row.device())?;
-            row = row.scatter(0, &ids, &inf)?;
-        }
+        let row = self.without_banned(row)?;
+        let o = &self.opts;
         if o.temperature == 0.0 {
             return Ok(row.argmax(&[0], false)?.to_vec()?[0]);
         }
@@ -251,6 +321,19 @@ impl Sampler {
         }
         Ok(cand.last().expect("at least one candidate").1)
     }
+}
+
+/// `logits` (`[vocab]` or `[1, vocab]`) as one row, or the error naming
+/// `op` and the shape.
+fn one_row<T: WithDType>(op: &'static str, logits: &Tensor<T>) -> Result<Tensor<T>> {
+    let vocab = *logits.shape().last().unwrap_or(&0);
+    if logits.elem_count() != vocab || vocab == 0 {
+        return Err(Error::BadRequest {
+            op,
+            what: format!("logits of shape {:?} (one row expected)", logits.shape()),
+        });
+    }
+    Ok(logits.reshape(&[vocab])?)
 }
 
 /// `softmax(logits / temperature)` in f64 (the first logit is the largest;

@@ -651,6 +651,91 @@ fn generation_continues_and_stops() {
     );
 }
 
+/// Pipelined decode (each step queued from the last one's token on the
+/// device, before the host reads it) gives the plain loop's tokens, stats
+/// and cache in every way a generation ends: the token limit, a stop token
+/// (the step queued after it dropped from the cache), the callback, a
+/// banned token, continued calls; on the Cpu, the emulator and any GPU.
+#[test]
+fn pipelined_decode_matches_the_plain_loop() {
+    let g = file(&SyntheticModel::new(Arch::Qwen2));
+    let mut devs = vec![Device::Cpu];
+    devs.extend(
+        devices()
+            .into_iter()
+            .filter(|d| !matches!(d, Device::Emulator(c) if c.wave_size == WaveSize::Wave64)),
+    );
+    for dev in devs {
+        let model = Llama::<f32>::load(&g, &dev, &LoadOptions::default()).unwrap();
+        let new = |pipelined: bool, opts: SamplingOptions| {
+            let mut g = Generation::with_capacity(&model, opts, 64).unwrap();
+            g.pipeline(pipelined);
+            assert_eq!(g.pipelines(), pipelined, "{dev}");
+            g
+        };
+        let greedy = SamplingOptions::greedy;
+        // Each case: a generation's calls (prompt, limit), a stop token, a
+        // callback limit.
+        let all = new(false, greedy())
+            .generate(&PROMPT, 12, |_| true)
+            .unwrap();
+        type Case<'a> = (&'a [(&'a [u32], usize)], Option<u32>, usize);
+        let cases: [Case; 6] = [
+            (&[(&PROMPT, 12)], None, usize::MAX),
+            (&[(&PROMPT, 1), (&[], 2), (&[9, 4], 5)], None, usize::MAX),
+            (&[(&PROMPT, 12), (&[7, 8], 6)], Some(all[4]), usize::MAX),
+            (&[(&PROMPT, 12), (&[], 4)], None, 3),
+            (&[(&PROMPT, 2), (&[], 12)], Some(all[7]), usize::MAX),
+            (&[(&PROMPT, 12), (&[], 5)], Some(all[0]), usize::MAX),
+        ];
+        for (i, (calls, stop, cut)) in cases.into_iter().enumerate() {
+            let mut runs = Vec::new();
+            for pipelined in [false, true] {
+                let mut g = new(pipelined, greedy());
+                if let Some(t) = stop {
+                    g.stop_at(&[t]);
+                }
+                let mut seen = Vec::new();
+                for (c, &(prompt, limit)) in calls.iter().enumerate() {
+                    let mut n = 0;
+                    let out = g
+                        .generate(prompt, limit, |_| {
+                            n += 1;
+                            n < cut
+                        })
+                        .unwrap();
+                    let s = g.stats();
+                    let steps = s.decode_tokens;
+                    if c == 0 {
+                        assert_eq!(s.pipelined, pipelined, "{dev} case {i}");
+                    }
+                    seen.push((out, steps, g.cache().len(), g.tokens().to_vec()));
+                }
+                runs.push(seen);
+            }
+            assert_eq!(runs[1], runs[0], "{dev} case {i}: pipelined against plain");
+        }
+        // A banned token (the first the plain loop picks) is never chosen.
+        let banned = || SamplingOptions {
+            banned: vec![all[0], all[2]],
+            ..greedy()
+        };
+        let want = new(false, banned())
+            .generate(&PROMPT, 10, |_| true)
+            .unwrap();
+        assert!(!want.contains(&all[0]) && !want.contains(&all[2]), "{dev}");
+        assert_eq!(
+            new(true, banned()).generate(&PROMPT, 10, |_| true).unwrap(),
+            want,
+            "{dev}"
+        );
+        // A sampler that needs the host never pipelines.
+        let mut drawn = new(false, SamplingOptions::default());
+        drawn.pipeline(true);
+        assert!(!drawn.pipelines());
+    }
+}
+
 /// A rewound cache (`truncate`) runs a different continuation exactly as a
 /// cache that never saw the first one: the positions past the new length
 /// are overwritten, not read.
