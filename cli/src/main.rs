@@ -178,8 +178,14 @@ struct RunArgs {
     ignore_eos: bool,
     /// Blocks recorded into each graph of a decode step on a GPU (CUDA or
     /// HIP graphs; the same tokens): 0 queues every kernel one by one.
-    #[arg(long, value_name = "N", default_value_t = ferrocm_models::StepGraphs::DEFAULT_BLOCKS)]
-    graph_blocks: usize,
+    /// Default: the whole step when decode is pipelined, 2 otherwise.
+    #[arg(long, value_name = "N")]
+    graph_blocks: Option<usize>,
+    /// Read each decode step's token before queueing the next step (by
+    /// default, with greedy sampling on a GPU, the next step is queued
+    /// first, from the token on the device; the same tokens).
+    #[arg(long)]
+    no_pipeline: bool,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// One JSON object at the end instead of the streamed text and summary.
@@ -461,6 +467,7 @@ fn run_model(a: RunArgs) -> ExitCode {
         ignore_eos: a.ignore_eos || a.random_prompt.is_some(),
         ban_eos: a.ignore_eos,
         graph_blocks: a.graph_blocks,
+        pipeline: !a.no_pipeline,
     };
     let bar = load_bar();
     let result = run(&req, &device, |done, total| {
@@ -483,7 +490,7 @@ fn run_model(a: RunArgs) -> ExitCode {
                 r.cache_bytes as f64 / 1048576.0
             );
             eprintln!(
-                "prefill {} tokens: {:.1} tokens/s (first token {:.3} s); decode {} tokens: {:.1} tokens/s ({:.0} GB/s of weights, {:.0} launches a token, {:.0}% of it queueing on the host, {} steps as graphs); peak device memory {:.1} MiB",
+                "prefill {} tokens: {:.1} tokens/s (first token {:.3} s); decode {} tokens: {:.1} tokens/s ({:.0} GB/s of weights, {:.0} launches a token, {:.0}% of it queueing on the host, {} steps as graphs{}); peak device memory {:.1} MiB",
                 r.prompt_tokens,
                 r.prefill_tps,
                 r.first_token_s,
@@ -493,6 +500,7 @@ fn run_model(a: RunArgs) -> ExitCode {
                 r.launches_per_token,
                 100.0 * r.decode_queueing_share,
                 r.decode_graphs,
+                if r.pipelined { ", pipelined" } else { "" },
                 r.peak_bytes as f64 / 1048576.0
             );
             if let Some(why) = &r.graphs_off {

@@ -47,8 +47,10 @@ pub struct RunRequest {
     /// llama.cpp's `--ignore-eos`: the tokens' logits set to -inf).
     pub ban_eos: bool,
     /// Blocks a graph of a decode step, where the device records graphs
-    /// ([`Generation::record_graphs`]; 0: none).
-    pub graph_blocks: usize,
+    /// ([`Generation::record_graphs`]; 0: none; `None`: the default).
+    pub graph_blocks: Option<usize>,
+    /// Whether decode may be pipelined ([`Generation::pipeline`]).
+    pub pipeline: bool,
 }
 
 /// What a run measured.
@@ -88,6 +90,8 @@ pub struct RunReport {
     pub decode_graphs: usize,
     /// Why decode steps stopped being recorded as graphs, if they did.
     pub graphs_off: Option<String>,
+    /// Whether decode was pipelined.
+    pub pipelined: bool,
     /// The generated ids.
     pub tokens: Vec<u32>,
     /// Their text (when the file has a tokenizer), cut at a stop string.
@@ -114,6 +118,7 @@ impl RunReport {
             "launches_per_token": self.launches_per_token,
             "decode_graphs": self.decode_graphs,
             "graphs_off": self.graphs_off,
+            "decode_pipelined": self.pipelined,
             "tokens": self.tokens,
             "text": self.text,
         })
@@ -249,7 +254,12 @@ fn run_typed<T: WithDType>(
     if let (Some(t), false) = (&tokenizer, req.ignore_eos) {
         generation.stop_at(t.end_of_generation());
     }
-    generation.record_graphs(req.graph_blocks);
+    if !req.pipeline {
+        generation.pipeline(false);
+    }
+    if let Some(n) = req.graph_blocks {
+        generation.record_graphs(n);
+    }
     // A GPU compiles (or loads) each kernel at its first launch: do that
     // for the prompt's shapes and a decode step before the clock starts.
     let mut warmup_s = 0.0;
@@ -335,6 +345,7 @@ fn run_typed<T: WithDType>(
         launches_per_token: launches as f64 / s.decode_tokens.max(1) as f64,
         decode_graphs: s.decode_graphs,
         graphs_off: s.graphs_off.clone(),
+        pipelined: s.pipelined,
         tokens,
         text: tokenizer.as_ref().map(|_| text),
     })
