@@ -193,9 +193,11 @@ impl<'m, T: WithDType> Generation<'m, T> {
     /// HIP graphs, each of `blocks_per_graph` blocks: see
     /// [`Llama::forward_graph`]; 0 records none), which spares the host a
     /// driver call per kernel. On by default where the device records
-    /// graphs, [`StepGraphs::DEFAULT_BLOCKS`] a graph; the tokens are the
-    /// same either way. A step that cannot be recorded runs as queued, and
-    /// so do the rest ([`GenerationStats::graphs_off`] says why).
+    /// graphs: the whole step a graph when decode is pipelined
+    /// ([`Generation::pipelines`]), [`StepGraphs::DEFAULT_BLOCKS`] a graph
+    /// otherwise; the tokens are the same either way. A step that cannot be
+    /// recorded runs as queued, and so do the rest
+    /// ([`GenerationStats::graphs_off`] says why).
     pub fn record_graphs(&mut self, blocks_per_graph: usize) -> &mut Self {
         self.graph_blocks = Some(blocks_per_graph);
         self.make_graphs();

@@ -294,7 +294,10 @@ impl StepGraphs {
     /// Blocks a graph by default: on an H100 decoding a 7B model, graphs
     /// of 1 or 2 blocks were 2% faster than no graphs, of 4 as fast, and of
     /// 32 (the whole step: the GPU idles while the host records) 20%
-    /// slower (docs/h100-bench.md).
+    /// slower (docs/h100-bench.md). That is when the host reads each token
+    /// before it records the next step; pipelined decode records a step
+    /// while the GPU runs the last, and takes whole steps
+    /// ([`Generation::pipelines`](crate::Generation::pipelines)).
     pub const DEFAULT_BLOCKS: usize = 2;
 
     /// Graphs of [`StepGraphs::DEFAULT_BLOCKS`] blocks each for `model`,
