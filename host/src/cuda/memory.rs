@@ -3,17 +3,17 @@
 //! caller (`Device`); these are the driver calls.
 
 use super::CudaDevice;
+use super::driver::Event;
 use super::driver::{Handle, describe};
 use crate::error::{Error, Result};
-use crate::gpu::{QueuedRead, ReadDone};
+use crate::gpu::{HostSlot, QueuedRead, ReadDone, ReadSlots};
 use crate::memory::GpuMemory;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
-use std::sync::{Arc, Mutex};
 
-/// Page-locked host memory a queued read lands in (`cuMemAllocHost`). The
-/// device keeps the slots for reuse: allocating page-locked memory may
-/// wait for the device, which would undo the point of queueing the read.
+/// Page-locked host memory a queued read lands in (`cuMemAllocHost`),
+/// freed by the device's drop (a slot held by a read that outlives the
+/// device is not freed).
 pub(super) struct PinnedSlot {
     ptr: *mut u8,
     cap: usize,
@@ -22,31 +22,37 @@ pub(super) struct PinnedSlot {
 // SAFETY: host memory owned by the slot, used by one read at a time.
 unsafe impl Send for PinnedSlot {}
 
-/// A device's free slots.
-pub(super) type PinnedSlots = Arc<Mutex<Vec<PinnedSlot>>>;
+impl HostSlot for PinnedSlot {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn cap(&self) -> usize {
+        self.cap
+    }
+}
 
-/// Frees the free slots (the device's drop, its context current). A slot
-/// still held by a read that outlives the device is not freed.
-pub(super) fn free_slots(slots: &PinnedSlots) {
-    for s in slots.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+/// Frees the free slots (the device's drop, its context current).
+pub(super) fn free_slots(slots: &ReadSlots<PinnedSlot>) {
+    for s in slots.drain() {
         // SAFETY: from cuMemAllocHost, freed once. Errors are ignored.
         let _ = unsafe { cu::free_host(s.ptr.cast()) };
     }
 }
 
-/// A read queued by [`CudaDevice::copy_dtoh_queued_raw`]: the copy into a
-/// slot and an event recorded after it.
-struct CudaQueuedRead {
-    slot: Option<PinnedSlot>,
-    len: usize,
-    event: Handle<sys::CUevent>,
+/// The event recorded after a queued read's copy, with what waiting for it
+/// needs.
+struct ReadEvent {
+    event: Event,
     ctx: Handle<sys::CUcontext>,
-    slots: PinnedSlots,
     label: String,
 }
 
-impl QueuedRead for CudaQueuedRead {
-    fn wait(mut self: Box<Self>) -> Result<Vec<u8>> {
+// SAFETY: a CUDA event may be waited for and destroyed from any thread once
+// its context is current (the wait sets it).
+unsafe impl Send for ReadEvent {}
+
+impl ReadEvent {
+    fn wait(&self) -> Result<()> {
         // SAFETY: our context and event.
         unsafe { cu::ctx::set_current(self.ctx.0) }
             .and_then(|()| unsafe { cu::event::synchronize(self.event.0) })
@@ -54,34 +60,7 @@ impl QueuedRead for CudaQueuedRead {
                 call: "cuEventSynchronize (a queued read)".into(),
                 device: self.label.clone(),
                 message: describe(&e),
-            })?;
-        let slot = self.slot.take().expect("held until waited");
-        // SAFETY: the copy into the slot's first `len` bytes has finished.
-        let bytes = unsafe { std::slice::from_raw_parts(slot.ptr, self.len) }.to_vec();
-        self.slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(slot);
-        Ok(bytes)
-    }
-}
-
-impl Drop for CudaQueuedRead {
-    fn drop(&mut self) {
-        // SAFETY: our context and event; a slot whose copy may still be
-        // running (the wait failed) is not reused.
-        unsafe {
-            let _ = cu::ctx::set_current(self.ctx.0);
-            if let Some(slot) = self.slot.take()
-                && cu::event::synchronize(self.event.0).is_ok()
-            {
-                self.slots
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(slot);
-            }
-            let _ = cu::event::destroy(self.event.0);
-        }
+            })
     }
 }
 
@@ -211,43 +190,28 @@ impl CudaDevice {
             return Ok(Box::new(ReadDone(Vec::new())));
         }
         self.current()?;
-        let free = {
-            let mut slots = self.read_slots.lock().unwrap_or_else(|e| e.into_inner());
-            let fit = slots.iter().position(|s| s.cap >= len);
-            fit.map(|i| slots.swap_remove(i))
-        };
-        let slot = match free {
-            Some(s) => s,
-            None => {
-                let cap = len.next_power_of_two().max(256);
-                // SAFETY: a plain allocation, owned by the slot.
-                let ptr = self.check(unsafe { cu::malloc_host(cap, 0) }, "cuMemAllocHost")?;
-                PinnedSlot {
-                    ptr: ptr.cast(),
-                    cap,
-                }
-            }
-        };
+        let slot = self.read_slots.take(len, |cap| {
+            // SAFETY: a plain allocation, owned by the slot.
+            let ptr = self.check(unsafe { cu::malloc_host(cap, 0) }, "cuMemAllocHost")?;
+            Ok(PinnedSlot {
+                ptr: ptr.cast(),
+                cap,
+            })
+        })?;
         let event = match cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING) {
-            Ok(e) => Handle(e),
+            Ok(e) => ReadEvent {
+                event: Event(e),
+                ctx: self.ctx,
+                label: self.label.clone(),
+            },
             Err(e) => {
-                self.read_slots
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(slot);
+                self.read_slots.give(slot);
                 return Err(self.check::<()>(Err(e), "cuEventCreate").unwrap_err());
             }
         };
-        let dst = slot.ptr;
-        // From here the read's drop returns the slot and destroys the event.
-        let read = CudaQueuedRead {
-            slot: Some(slot),
-            len,
-            event,
-            ctx: self.ctx,
-            slots: self.read_slots.clone(),
-            label: self.label.clone(),
-        };
+        let (dst, raw_event) = (slot.ptr, event.event.0);
+        // From here the read's drop waits for the event and keeps the slot.
+        let read = self.read_slots.read(slot, len, move || event.wait());
         // SAFETY: the slot holds at least `len` bytes and is not reused
         // before the read is waited; the caller's source range.
         let out = unsafe { std::slice::from_raw_parts_mut(dst, len) };
@@ -256,10 +220,15 @@ impl CudaDevice {
             "cuMemcpyDtoHAsync",
         )?;
         // SAFETY: our event and stream.
-        self.check(
-            unsafe { cu::event::record(read.event.0, self.stream.0) },
+        let recorded = self.check(
+            unsafe { cu::event::record(raw_event, self.stream.0) },
             "cuEventRecord",
-        )?;
+        );
+        if recorded.is_err() {
+            // The read's drop would not wait for the copy: the stream does.
+            let _ = self.wait();
+        }
+        recorded?;
         Ok(Box::new(read))
     }
 

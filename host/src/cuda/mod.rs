@@ -98,7 +98,7 @@ pub struct CudaDevice {
     resources: Mutex<HashMap<usize, KernelResources>>,
     pool: Pool,
     /// Page-locked memory queued reads land in, kept for reuse.
-    read_slots: memory::PinnedSlots,
+    read_slots: crate::gpu::ReadSlots<memory::PinnedSlot>,
     info: GpuInfo,
     /// cuBLAS, created on first use on the stream (or why not). Dropped
     /// first, in `Drop`, while the context is alive.

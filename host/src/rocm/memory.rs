@@ -5,12 +5,11 @@
 
 use super::{Event, RocmDevice, ffi};
 use crate::error::{Error, Result};
-use crate::gpu::{QueuedRead, ReadDone};
+use crate::gpu::{HostSlot, QueuedRead, ReadDone};
 use crate::memory::GpuMemory;
 use rocm_rs::hip::bindings as hb;
 use std::os::raw::{c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::{Arc, Mutex};
 
 /// `hipMemcpyKind` values (`hipMemcpyHostToDevice`, ...), from rocm-rs.
 const HOST_TO_DEVICE: hb::hipMemcpyKind = hb::hipMemcpyKind_hipMemcpyHostToDevice;
@@ -78,8 +77,7 @@ impl Drop for StagingChunk {
 }
 
 /// Pinned host memory a queued read lands in (`hipHostMalloc`), freed on
-/// drop. The device keeps the slots for reuse: allocating pinned memory
-/// may wait for the device, which would undo the point of queueing a read.
+/// drop.
 pub(super) struct PinnedSlot {
     ptr: *mut u8,
     cap: usize,
@@ -89,6 +87,15 @@ pub(super) struct PinnedSlot {
 // SAFETY: pinned host memory owned by the slot, used by one read at a time.
 unsafe impl Send for PinnedSlot {}
 
+impl HostSlot for PinnedSlot {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn cap(&self) -> usize {
+        self.cap
+    }
+}
+
 impl Drop for PinnedSlot {
     fn drop(&mut self) {
         // SAFETY: from hipHostMalloc, freed once. Errors are ignored.
@@ -96,24 +103,17 @@ impl Drop for PinnedSlot {
     }
 }
 
-/// A device's free slots.
-pub(super) type PinnedSlots = Arc<Mutex<Vec<PinnedSlot>>>;
-
-/// A read queued by [`RocmDevice::copy_dtoh_queued_raw`]: the copy into a
-/// slot and an event recorded after it.
-struct RocmQueuedRead {
-    slot: Option<PinnedSlot>,
-    len: usize,
+/// The event recorded after a queued read's copy.
+struct ReadEvent {
     event: Event,
-    slots: PinnedSlots,
     label: String,
 }
 
 // SAFETY: HIP events may be waited for and destroyed from any thread.
-unsafe impl Send for RocmQueuedRead {}
+unsafe impl Send for ReadEvent {}
 
-impl QueuedRead for RocmQueuedRead {
-    fn wait(mut self: Box<Self>) -> Result<Vec<u8>> {
+impl ReadEvent {
+    fn wait(&self) -> Result<()> {
         let hip = self.event.hip;
         // SAFETY: our event.
         let code = unsafe { (hip.hipEventSynchronize)(self.event.raw) };
@@ -122,34 +122,7 @@ impl QueuedRead for RocmQueuedRead {
             code,
             "hipEventSynchronize (a queued read)",
             &self.label,
-        )?;
-        let slot = self.slot.take().expect("held until waited");
-        // SAFETY: the copy into the slot's first `len` bytes has finished.
-        let bytes = unsafe { std::slice::from_raw_parts(slot.ptr, self.len) }.to_vec();
-        self.slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(slot);
-        Ok(bytes)
-    }
-}
-
-impl Drop for RocmQueuedRead {
-    fn drop(&mut self) {
-        // A slot whose copy may still be running (the wait failed) is freed
-        // only when the copy is known to be done: leaked otherwise.
-        if let Some(slot) = self.slot.take() {
-            // SAFETY: our event.
-            let code = unsafe { (self.event.hip.hipEventSynchronize)(self.event.raw) };
-            if code == hb::hipError_t_hipSuccess {
-                self.slots
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(slot);
-            } else {
-                std::mem::forget(slot);
-            }
-        }
+        )
     }
 }
 
@@ -268,45 +241,30 @@ impl RocmDevice {
             return Ok(Box::new(ReadDone(Vec::new())));
         }
         self.set_device()?;
-        let free = {
-            let mut slots = self.read_slots.lock().unwrap_or_else(|e| e.into_inner());
-            let fit = slots.iter().position(|s| s.cap >= len);
-            fit.map(|i| slots.swap_remove(i))
-        };
-        let slot = match free {
-            Some(s) => s,
-            None => {
-                let cap = len.next_power_of_two().max(256);
-                let mut p: *mut c_void = null_mut();
-                // SAFETY: writes one pointer; flags 0 is hipHostMallocDefault.
-                let code = unsafe { (self.hip.hipHostMalloc)(&mut p, cap, 0) };
-                self.check(code, "hipHostMalloc")?;
-                PinnedSlot {
-                    ptr: p.cast(),
-                    cap,
-                    hip: self.hip,
-                }
-            }
-        };
+        let slot = self.read_slots.take(len, |cap| {
+            let mut p: *mut c_void = null_mut();
+            // SAFETY: writes one pointer; flags 0 is hipHostMallocDefault.
+            let code = unsafe { (self.hip.hipHostMalloc)(&mut p, cap, 0) };
+            self.check(code, "hipHostMalloc")?;
+            Ok(PinnedSlot {
+                ptr: p.cast(),
+                cap,
+                hip: self.hip,
+            })
+        })?;
         let event = match self.event() {
-            Ok(e) => e,
+            Ok(event) => ReadEvent {
+                event,
+                label: self.label.clone(),
+            },
             Err(e) => {
-                self.read_slots
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(slot);
+                self.read_slots.give(slot);
                 return Err(e);
             }
         };
-        let dst = slot.ptr;
-        // From here the read's drop returns the slot and destroys the event.
-        let read = RocmQueuedRead {
-            slot: Some(slot),
-            len,
-            event,
-            slots: self.read_slots.clone(),
-            label: self.label.clone(),
-        };
+        let (dst, raw_event) = (slot.ptr, event.event.raw);
+        // From here the read's drop waits for the event and keeps the slot.
+        let read = self.read_slots.read(slot, len, move || event.wait());
         // SAFETY: the slot holds at least `len` bytes and is not reused
         // before the read is waited; the caller's source range.
         let code = unsafe {
@@ -320,8 +278,13 @@ impl RocmDevice {
         };
         self.check(code, "hipMemcpyAsync(device to host, queued read)")?;
         // SAFETY: our event and stream.
-        let code = unsafe { (self.hip.hipEventRecord)(read.event.raw, self.stream.raw) };
-        self.check(code, "hipEventRecord")?;
+        let code = unsafe { (self.hip.hipEventRecord)(raw_event, self.stream.raw) };
+        let recorded = self.check(code, "hipEventRecord");
+        if recorded.is_err() {
+            // The read's drop would not wait for the copy: the stream does.
+            let _ = self.wait();
+        }
+        recorded?;
         Ok(Box::new(read))
     }
 

@@ -246,7 +246,7 @@ pub struct RocmDevice {
     /// Pinned host memory that asynchronous uploads are staged in.
     staging: Mutex<Staging>,
     /// Pinned host memory queued reads land in, kept for reuse.
-    read_slots: memory::PinnedSlots,
+    read_slots: crate::gpu::ReadSlots<memory::PinnedSlot>,
     /// Serialises the lazy creation of the handles below.
     handle_init: Mutex<()>,
     // Drop order is field order: the handles (bound to the stream) go first,
