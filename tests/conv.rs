@@ -457,6 +457,12 @@ fn cases() -> Vec<Case> {
             .pad(&[(2, 2), (0, 3)]),
         Case::new(1, 8, 16, &[4, 5, 6], &[3, 3, 3]).pad(&[(1, 1), (1, 1), (1, 1)]),
         Case::new(3, 32, 24, &[7, 6], &[1, 1]).no_bias(),
+        // Outputs the Cpu cuts into blocks of lines (several tasks per
+        // image, the last block short; 3-d blocks across depth slices).
+        Case::new(1, 3, 16, &[47, 37], &[3, 3]).pad(&[(1, 1), (2, 0)]),
+        Case::new(2, 4, 32, &[5, 9, 40], &[3, 3, 3])
+            .groups(2)
+            .pad(&[(1, 1), (0, 1), (1, 1)]),
     ]
 }
 

@@ -12,9 +12,10 @@
 //! Kernel devices run `conv_gemm_{dtype}` (an implicit GEMM: no column
 //! buffer in memory) when a group has at least [`CONV_GEMM_MIN_COUT_G`]
 //! output channels, else `conv_direct_{dtype}` (a workitem per output, as a
-//! depthwise convolution wants). The Cpu builds each image's columns (im2col)
-//! and multiplies them on the tuned CPU GEMM, or sums windows directly for
-//! the same few-channel groups.
+//! depthwise convolution wants). The Cpu builds the columns (im2col) of a
+//! block of output lines at a time, in a buffer that stays in the cache, and
+//! multiplies them on the tuned CPU GEMM, a block per task on its own
+//! thread; or sums windows directly for the same few-channel groups.
 //!
 //! A transposed convolution runs on kernel devices as one convolution per
 //! output phase (the output position modulo the stride, per dim): the
@@ -31,7 +32,7 @@ use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
 use crate::engine::{self, Libraries, Op, Vendor};
-use crate::matmul::dense::sgemm;
+use crate::matmul::dense::{sgemm, sgemm_rows};
 use ferrocm_host::dnn::{ConvProblem, DnnConv, DnnType};
 use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
@@ -44,6 +45,7 @@ use ferrocm_kernels::matmul::{
 };
 use rayon::prelude::*;
 use std::borrow::Cow;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{elems, narrow, out_strides, per_dim, widen};
@@ -783,45 +785,140 @@ struct Conv<'a, T: WithDType> {
 }
 
 impl<T: WithDType> Conv<'_, T> {
-    /// Group `g`'s columns of images `n0..n0 + nb`: `[K, nb * positions]`
-    /// f32 (image by image along a row), zero in the padding. Each row
-    /// (one tap) is filled line by line: the outputs whose tap lands
-    /// inside the input copied, the rest zeroed.
-    fn im2col(&self, xh: &[T], (n0, nb): (usize, usize), g: usize, cols: &mut [f32]) {
+    /// Image `n`'s columns for group `g` over the output lines `l0..l1`
+    /// (a line: one `(z, y)`, `ow` outputs): `[K, (l1 - l0) * ow]` f32,
+    /// zero where the tap falls in the padding.
+    fn im2col_lines(
+        &self,
+        xh: &[T],
+        (n, g): (usize, usize),
+        (l0, l1): (usize, usize),
+        cols: &mut [f32],
+    ) {
         let p = &self.plan;
-        let positions = p.positions();
         let [od, oh, ow] = p.out;
-        cols.par_chunks_mut(nb * positions)
-            .enumerate()
-            .for_each(|(k, row)| {
-                let (ci, tap) = p.tap(k);
-                let at = |d: usize, o: usize| o * p.stride[d] + tap[d] * p.dilation[d] - p.pad[d];
-                let (zr, yr, (x0, x1)) = (
-                    p.inside(0, tap[0], od),
-                    p.inside(1, tap[1], oh),
-                    p.inside(2, tap[2], ow),
-                );
-                let step = p.stride[2] * p.xs[4];
-                for (i, img) in row.chunks_mut(positions).enumerate() {
-                    img.fill(0.0);
-                    if x0 >= x1 {
-                        continue;
-                    }
-                    let base = (n0 + i) * p.xs[0] + (g * p.cin_g() + ci) * p.xs[1];
-                    for z in zr.0..zr.1 {
-                        for y in yr.0..yr.1 {
-                            let first = base
-                                + at(0, z) * p.xs[2]
-                                + at(1, y) * p.xs[3]
-                                + at(2, x0) * p.xs[4];
-                            let line = &mut img[(z * oh + y) * ow..][x0..x1];
-                            for (j, v) in line.iter_mut().enumerate() {
-                                *v = widen(xh[first + j * step]);
-                            }
-                        }
+        let step = p.stride[2] * p.xs[4];
+        for (k, row) in cols.chunks_mut((l1 - l0) * ow).enumerate() {
+            let (ci, tap) = p.tap(k);
+            let at = |d: usize, o: usize| o * p.stride[d] + tap[d] * p.dilation[d] - p.pad[d];
+            let (zr, yr, (x0, x1)) = (
+                p.inside(0, tap[0], od),
+                p.inside(1, tap[1], oh),
+                p.inside(2, tap[2], ow),
+            );
+            let base = n * p.xs[0] + (g * p.cin_g() + ci) * p.xs[1];
+            for (l, line) in (l0..l1).zip(row.chunks_mut(ow)) {
+                let (z, y) = (l / oh, l % oh);
+                if x0 >= x1 || !(zr.0..zr.1).contains(&z) || !(yr.0..yr.1).contains(&y) {
+                    line.fill(0.0);
+                    continue;
+                }
+                line[..x0].fill(0.0);
+                line[x1..].fill(0.0);
+                let first = base + at(0, z) * p.xs[2] + at(1, y) * p.xs[3] + at(2, x0) * p.xs[4];
+                let inside = &mut line[x0..x1];
+                if step == 1 {
+                    let src = &xh[first..first + inside.len()];
+                    inside.iter_mut().zip(src).for_each(|(v, &s)| *v = widen(s));
+                } else {
+                    for (j, v) in inside.iter_mut().enumerate() {
+                        *v = widen(xh[first + j * step]);
                     }
                 }
-            });
+            }
+        }
+    }
+
+    /// The convolution's f32 sums (bias added) into `sums` (NC-spatial rows)
+    /// on the tuned CPU GEMM: tasks of one image, group and block of output
+    /// lines, each building its columns (im2col) in its thread's buffer,
+    /// sized to stay in the cache, and multiplying them into its place in
+    /// `sums` on one thread. Blocks are cut small enough to give every
+    /// thread several tasks.
+    fn gemm_sums(&self, xh: &[T], w: &[f32], bias: &[f32], sums: &mut [f32]) {
+        let p = &self.plan;
+        let (k, cout_g, positions) = (p.k(), p.cout_g(), p.positions());
+        let [od, oh, ow] = p.out;
+        let lines = od * oh;
+        let threads = rayon::current_num_threads();
+        let images = p.batch * p.groups;
+        let by_cache = CPU_COLS_BLOCK / (k * ow).max(1);
+        let by_balance = (images * lines) / (4 * threads);
+        let block = by_cache
+            .min(by_balance)
+            .max(CPU_MIN_BLOCK_COLUMNS.div_ceil(ow))
+            .clamp(1, lines);
+        let blocks = lines.div_ceil(block);
+        let buffers: Vec<Mutex<Vec<f32>>> = (0..threads).map(|_| Mutex::default()).collect();
+        let out = SharedRows(sums.as_mut_ptr(), sums.len());
+        (0..images * blocks).into_par_iter().for_each(|task| {
+            let (n, g) = (task / blocks / p.groups, task / blocks % p.groups);
+            let l0 = task % blocks * block;
+            let l1 = (l0 + block).min(lines);
+            let width = (l1 - l0) * ow;
+            let slot = rayon::current_thread_index().unwrap_or(0) % buffers.len();
+            let mut buffer = buffers[slot].lock().unwrap_or_else(|e| e.into_inner());
+            if buffer.len() < k * width {
+                buffer.resize(k * width, 0.0);
+            }
+            let cols = &mut buffer[..k * width];
+            self.im2col_lines(xh, (n, g), (l0, l1), cols);
+            let c0 = g * cout_g;
+            let first = (n * p.cout + c0) * positions + l0 * ow;
+            // SAFETY: this task's block, rows `first + c * positions` for
+            // `c < cout_g`, `width` long, lies inside `sums` (the last
+            // row ends at most at `(n * cout + c0 + cout_g) * positions`)
+            // and no other task's block overlaps it (tasks differ in the
+            // image, the group's rows or the lines).
+            unsafe {
+                let dst = out.at(first, (cout_g - 1) * positions + width);
+                let wg = &w[c0 * k..(c0 + cout_g) * k];
+                sgemm_rows(
+                    (cout_g, width, k),
+                    dst,
+                    positions,
+                    wg,
+                    (k, 1),
+                    cols,
+                    (width, 1),
+                    1,
+                );
+                for (c, &b) in bias[c0..c0 + cout_g].iter().enumerate() {
+                    std::slice::from_raw_parts_mut(dst.add(c * positions), width)
+                        .iter_mut()
+                        .for_each(|v| *v += b);
+                }
+            }
+        });
+    }
+}
+
+/// At most this many f32 in one task's columns (`K x` its outputs): 4 MiB,
+/// which the product reads back from the cache.
+const CPU_COLS_BLOCK: usize = 1 << 20;
+
+/// At least this many outputs (columns) in one task's product, where the
+/// output has them: narrower products run the GEMM's edge paths.
+const CPU_MIN_BLOCK_COLUMNS: usize = 128;
+
+/// `sums` shared by the tasks of [`Conv::gemm_sums`], each writing its own
+/// block.
+struct SharedRows(*mut f32, usize);
+
+// SAFETY: the tasks write disjoint blocks (see `gemm_sums`).
+unsafe impl Sync for SharedRows {}
+
+impl SharedRows {
+    /// The address of element `first`, checking that `len` elements from it
+    /// lie inside.
+    fn at(&self, first: usize, len: usize) -> *mut f32 {
+        assert!(
+            first + len <= self.1,
+            "conv sums: block {first}+{len} past {}",
+            self.1
+        );
+        // SAFETY: inside the allocation (checked).
+        unsafe { self.0.add(first) }
     }
 }
 
@@ -993,43 +1090,7 @@ impl<T: WithDType> Op for Conv<'_, T> {
                 .for_each(|(r, row)| row.fill(bias[r % p.cout]));
             self.transposed_sums(xh, &w, &mut sums)?;
         } else if cout_g >= CONV_GEMM_MIN_COUT_G && k > 0 {
-            // Images in batches whose columns fit 256 MiB: one product per
-            // batch and group (N = the batch's positions), then each image's
-            // rows moved to its place.
-            let threads = rayon::current_num_threads();
-            let per_image = k * positions;
-            let nb = ((64usize << 20) / per_image.max(1)).clamp(1, p.batch);
-            let mut cols = vec![0.0f32; nb * per_image];
-            let mut prod = vec![0.0f32; cout_g * nb * positions];
-            for n0 in (0..p.batch).step_by(nb) {
-                let nb = nb.min(p.batch - n0);
-                let ncols = nb * positions;
-                for g in 0..p.groups {
-                    let cols = &mut cols[..k * ncols];
-                    self.im2col(xh, (n0, nb), g, cols);
-                    let c0 = g * cout_g;
-                    let wg = &w[c0 * k..(c0 + cout_g) * k];
-                    let dst = &mut prod[..cout_g * ncols];
-                    sgemm(
-                        (cout_g, ncols, k),
-                        dst,
-                        wg,
-                        (k, 1),
-                        cols,
-                        (ncols, 1),
-                        threads,
-                    );
-                    for (c, row) in dst.chunks(ncols).enumerate() {
-                        for (i, img) in row.chunks(positions).enumerate() {
-                            let at = ((n0 + i) * p.cout + c0 + c) * positions;
-                            sums[at..at + positions].copy_from_slice(img);
-                        }
-                    }
-                }
-            }
-            sums.par_chunks_mut(positions)
-                .enumerate()
-                .for_each(|(r, row)| row.iter_mut().for_each(|v| *v += bias[r % p.cout]));
+            self.gemm_sums(xh, &w, &bias, &mut sums);
         } else {
             // Tap by tap over the whole output row (each output's sum still
             // in reduction order, as the kernel's), compiled for AVX2/FMA.

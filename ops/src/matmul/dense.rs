@@ -667,26 +667,55 @@ pub(crate) fn sgemm(
     sb: (usize, usize),
     threads: usize,
 ) {
+    assert!(
+        dst.len() >= m * n,
+        "sgemm: dst holds {} < {m} x {n}",
+        dst.len()
+    );
+    // SAFETY: dst holds m rows of n (checked above), borrowed exclusively.
+    unsafe { sgemm_rows((m, n, k), dst.as_mut_ptr(), n, a, sa, b, sb, threads) }
+}
+
+/// [`sgemm`] into rows `dst_rs` elements apart: `dst[i * dst_rs + j]` for
+/// `i < m`, `j < n` (a block of a larger matrix).
+///
+/// # Safety
+/// `dst` is valid for writes at every such element, and nothing else reads
+/// or writes them during the call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm_rows(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    dst_rs: usize,
+    a: &[f32],
+    sa: (usize, usize),
+    b: &[f32],
+    sb: (usize, usize),
+    threads: usize,
+) {
     let parallelism = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
     };
     if k == 0 {
-        dst.fill(0.0);
+        for i in 0..m {
+            // SAFETY: row i's n elements are the caller's (above).
+            unsafe { std::slice::from_raw_parts_mut(dst.add(i * dst_rs), n) }.fill(0.0);
+        }
         return;
     }
-    // SAFETY: dst is m x n contiguous; a's elements (i, j) at i*sa.0 +
-    // j*sa.1 < a.len() for i < m, j < k (the plan's strides over a view
-    // whose storage holds them), and b's likewise.
+    // SAFETY: dst's elements as the caller promised; a's elements (i, j)
+    // at i*sa.0 + j*sa.1 < a.len() for i < m, j < k (the plan's strides
+    // over a view whose storage holds them), and b's likewise.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             1,
-            n as isize,
+            dst_rs as isize,
             false,
             a.as_ptr(),
             sa.1 as isize,
