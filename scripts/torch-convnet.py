@@ -111,9 +111,16 @@ def bench():
         x, ww, bb = sd.to(dt), w.to(dt), b.to(dt)
         ms = timed(lambda: F.group_norm(x, 32, ww, bb, 1e-5))
         print(f"group_norm(32) sd b2 {label}: {ms:.4f} ms, {2 * copy(x) / (ms * 1e-3) / 1e9:.0f} GB/s")
+    xb = sd.to(torch.bfloat16)
+    rm, rv = torch.randn(320, device=dev) * 0.1, torch.rand(320, device=dev) + 0.5
+    ms = timed(lambda: F.batch_norm(xb, rm, rv, w, b, training=False, eps=1e-5))
+    print(f"batch_norm sd b2 bf16 (f32 statistics): {ms:.4f} ms, {2 * copy(xb) / (ms * 1e-3) / 1e9:.0f} GB/s")
     stem = torch.randn(1, 64, 112, 112, device=dev, generator=g)
     ms = timed(lambda: F.max_pool2d(stem, 3, 2, 1))
     print(f"max_pool 3x3/2 stem f32: {ms:.4f} ms, {(copy(stem) * 1.25) / (ms * 1e-3) / 1e9:.0f} GB/s")
+    sdb = sd.to(torch.bfloat16)
+    ms = timed(lambda: F.avg_pool2d(sdb, 2))
+    print(f"avg_pool 2x2/2 sd b2 bf16: {ms:.4f} ms, {(copy(sdb) * 1.25) / (ms * 1e-3) / 1e9:.0f} GB/s")
     small = torch.randn(2, 320, 32, 32, device=dev, generator=g).to(torch.bfloat16)
     for mode in ["nearest", "bilinear"]:
         kw = {} if mode == "nearest" else {"align_corners": False}

@@ -928,6 +928,31 @@ fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<B
         };
         rows.push(row);
     }
+    // Batch norm (inference) on the same activation, bf16.
+    let build = |d: &Device| -> Result<[Tensor<bf16>; 5]> {
+        let v = |seed, mean| Tensor::<f32>::randn(&[sd[1]], mean, 0.1, seed, d)?.to_dtype::<bf16>();
+        Ok([
+            Tensor::<f32>::randn(&sd, 0.0, 1.0, 49, d)?.to_dtype::<bf16>()?,
+            v(50, 0.0)?,
+            v(51, 1.0)?,
+            v(52, 1.0)?,
+            v(53, 0.0)?,
+        ])
+    };
+    let cpu_in = if cpu {
+        Some(build(&Device::Cpu)?)
+    } else {
+        None
+    };
+    let inputs = build(dev)?;
+    let batch_norm = |name: &str| {
+        let bytes = (2 * elems(&sd) * 2) as u64;
+        timed.row(name, sd.to_vec(), bytes, &inputs, cpu_in.as_ref(), |i| {
+            i[0].batch_norm(&i[1], &i[2], Some(&i[3]), Some(&i[4]), 1e-5)
+                .map(drop)
+        })
+    };
+    rows.extend(with_kernel_twin(dev, "batch_norm sd b2 bf16", batch_norm)?);
     let stem = [1, c(64), c(112), c(112)];
     let out = (stem[2] + 2 - 3) / 2 + 1;
     let bytes = ((elems(&stem) + stem[1] * out * out) * 4) as u64;
@@ -937,16 +962,33 @@ fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<B
     } else {
         None
     };
-    rows.push(timed.row(
-        "max_pool 3x3/2 stem f32",
-        stem.to_vec(),
-        bytes,
-        &build(dev)?,
-        cpu_in.as_ref(),
-        |x| {
+    let x = build(dev)?;
+    let max_pool = |name: &str| {
+        timed.row(name, stem.to_vec(), bytes, &x, cpu_in.as_ref(), |x| {
             x.max_pool2d(&PoolOptions::new(&[3]).stride(&[2]).padding(&[1]))
                 .map(drop)
-        },
+        })
+    };
+    rows.extend(with_kernel_twin(dev, "max_pool 3x3/2 stem f32", max_pool)?);
+    // A 2x2 average (a downsampling layer) on the Stable-Diffusion
+    // activation, bf16.
+    let bytes = (elems(&sd) * 5 / 4 * 2) as u64;
+    let build = |d: &Device| Tensor::<f32>::randn(&sd, 0.0, 1.0, 48, d)?.to_dtype::<bf16>();
+    let cpu_in = if cpu {
+        Some(build(&Device::Cpu)?)
+    } else {
+        None
+    };
+    let x = build(dev)?;
+    let avg_pool = |name: &str| {
+        timed.row(name, sd.to_vec(), bytes, &x, cpu_in.as_ref(), |x| {
+            x.avg_pool2d(&PoolOptions::new(&[2])).map(drop)
+        })
+    };
+    rows.extend(with_kernel_twin(
+        dev,
+        "avg_pool 2x2/2 sd b2 bf16",
+        avg_pool,
     )?);
     let small = [2, c(320), c(32), c(32)];
     let bytes = (5 * elems(&small) * 2) as u64;
@@ -976,6 +1018,24 @@ fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<B
                 .map(drop)
         },
     )?);
+    Ok(rows)
+}
+
+/// The row `row(name)` and, where the device has a DNN library (which the
+/// op may run), the same timed on ferrocm's kernels, named `name
+/// (kernel)`.
+fn with_kernel_twin(
+    dev: &Device,
+    name: &str,
+    row: impl Fn(&str) -> Result<BenchRow>,
+) -> Result<Vec<BenchRow>> {
+    let mut rows = vec![row(name)?];
+    if dev.dnn().is_some() {
+        ferrocm_ops::conv::set_vendor_dnn(false);
+        let kernel = row(&format!("{name} (kernel)"));
+        ferrocm_ops::conv::set_vendor_dnn(true);
+        rows.push(kernel?);
+    }
     Ok(rows)
 }
 

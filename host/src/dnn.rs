@@ -53,6 +53,46 @@ pub trait Dnn: Send + Sync {
     /// # Errors
     /// The library's status.
     unsafe fn conv(&self, p: &ConvProblem, at: ConvAddresses) -> Result<bool>;
+
+    /// Queues the pooling `p` from the input at device address `x` into the
+    /// output at `y`: `Ok(true)` when queued, `Ok(false)` when the library
+    /// declines the problem (nothing queued; the caller runs its own
+    /// kernels). The default declines.
+    ///
+    /// # Safety
+    /// `p` passed [`PoolProblem::validate`], and `x` and `y` address live
+    /// device memory of this device holding [`PoolProblem::extents`]
+    /// elements each.
+    ///
+    /// # Errors
+    /// The library's status when the call fails for another reason than not
+    /// taking the problem.
+    unsafe fn pool(&self, p: &PoolProblem, x: u64, y: u64) -> Result<bool> {
+        let _ = (p, x, y);
+        Ok(false)
+    }
+
+    /// Queues the batch normalisation `p` with `epsilon` (at least 0):
+    /// `Ok(true)` when queued, `Ok(false)` when the library declines it
+    /// (nothing queued). The default declines.
+    ///
+    /// # Safety
+    /// `p` passed [`BatchNormProblem::validate`]; `at.x` and `at.y` address
+    /// live device memory of this device holding [`BatchNormProblem::elements`]
+    /// elements each, and the four vectors `channels` f32 each.
+    ///
+    /// # Errors
+    /// The library's status when the call fails for another reason than not
+    /// taking the problem.
+    unsafe fn batch_norm(
+        &self,
+        p: &BatchNormProblem,
+        at: BatchNormAddresses,
+        epsilon: f64,
+    ) -> Result<bool> {
+        let _ = (p, at, epsilon);
+        Ok(false)
+    }
 }
 
 /// Element types a DNN call takes (f32 accumulation for all three).
@@ -305,27 +345,270 @@ impl ConvProblem {
     /// the stored layout (of a problem that passed
     /// [`ConvProblem::validate`]; values past `int` saturate).
     pub fn tensor_dims(&self, channels: usize, spatial: &[usize]) -> (Vec<i32>, Vec<i32>) {
-        let mut dims = vec![self.batch, channels];
-        dims.extend_from_slice(spatial);
-        let n = dims.len();
-        // Memory order: N, C, spatial.. or N, spatial.., C.
-        let order: Vec<usize> = if self.channels_last {
-            [0].into_iter().chain(2..n).chain([1]).collect()
-        } else {
-            (0..n).collect()
-        };
-        let mut strides = vec![0usize; n];
-        let mut step = 1usize;
-        for &d in order.iter().rev() {
-            strides[d] = step;
-            step = step.saturating_mul(dims[d]);
+        dense_dims(self.batch, channels, spatial, self.channels_last)
+    }
+}
+
+/// Dims and strides (`int`s, saturating) of a dense `(batch, channels,
+/// spatial..)` tensor stored NC.. or, `channels_last`, N..C.
+fn dense_dims(
+    batch: usize,
+    channels: usize,
+    spatial: &[usize],
+    channels_last: bool,
+) -> (Vec<i32>, Vec<i32>) {
+    let mut dims = vec![batch, channels];
+    dims.extend_from_slice(spatial);
+    let n = dims.len();
+    // Memory order: N, C, spatial.. or N, spatial.., C.
+    let order: Vec<usize> = if channels_last {
+        [0].into_iter().chain(2..n).chain([1]).collect()
+    } else {
+        (0..n).collect()
+    };
+    let mut strides = vec![0usize; n];
+    let mut step = 1usize;
+    for &d in order.iter().rev() {
+        strides[d] = step;
+        step = step.saturating_mul(dims[d]);
+    }
+    let ints = |v: Vec<usize>| {
+        v.into_iter()
+            .map(|x| i32::try_from(x).unwrap_or(i32::MAX))
+            .collect()
+    };
+    (ints(dims), ints(strides))
+}
+
+/// How a pooling window is reduced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PoolMode {
+    /// The largest element; a NaN in the window gives NaN (PyTorch's rule).
+    Max,
+    /// The window's sum over its size, the padding's zeros counted.
+    AvgIncludePad,
+    /// The sum over the number of the window's elements inside the input.
+    AvgExcludePad,
+}
+
+/// A pooling forward of a dense tensor in the libraries' terms: input
+/// `(N, C, input..)`, output `(N, C, output..)`, both stored NC(D)HW or,
+/// `channels_last`, N(D)HWC; per spatial dim a window, a stride and a
+/// padding on both sides (below the window), the output
+/// `(input + 2·padding - window) / stride + 1` (rounded down). No dilation,
+/// no indices.
+///
+/// ```
+/// use ferrocm_host::dnn::{DnnType, PoolMode, PoolProblem};
+/// let p = PoolProblem {
+///     dtype: DnnType::F32, mode: PoolMode::Max, batch: 1, channels: 64,
+///     input: vec![112, 112], window: vec![3, 3], output: vec![56, 56],
+///     stride: vec![2, 2], padding: vec![1, 1], channels_last: false,
+/// };
+/// p.validate().unwrap();
+/// assert_eq!(p.extents(), [64 * 112 * 112, 64 * 56 * 56]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PoolProblem {
+    /// Element type of input and output.
+    pub dtype: DnnType,
+    /// The reduction.
+    pub mode: PoolMode,
+    /// N.
+    pub batch: usize,
+    /// C.
+    pub channels: usize,
+    /// Input spatial dims (1 to 3).
+    pub input: Vec<usize>,
+    /// Window per spatial dim.
+    pub window: Vec<usize>,
+    /// Output spatial dims.
+    pub output: Vec<usize>,
+    /// Stride per spatial dim.
+    pub stride: Vec<usize>,
+    /// Padding per spatial dim, the same before and after.
+    pub padding: Vec<usize>,
+    /// N(D)HWC memory for both tensors.
+    pub channels_last: bool,
+}
+
+impl PoolProblem {
+    /// Checks that the problem is one pooling the libraries take: 1 to 3
+    /// spatial dims given for every list, every size, window and stride at
+    /// least 1, padding below the window, each output dim the one the
+    /// others give, every dim and element count within `int`.
+    ///
+    /// # Errors
+    /// What is wrong, with the values.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let sd = self.input.len();
+        if !(1..=3).contains(&sd) {
+            return Err(format!("{sd} spatial dims; 1 to 3 are supported"));
         }
-        let ints = |v: Vec<usize>| {
-            v.into_iter()
-                .map(|x| i32::try_from(x).unwrap_or(i32::MAX))
-                .collect()
+        let lists = [&self.window, &self.output, &self.stride, &self.padding];
+        if lists.iter().any(|l| l.len() != sd) {
+            return Err(format!(
+                "every per-dim list must have {sd} entries: {self:?}"
+            ));
+        }
+        let spatial = [&self.input, &self.window, &self.stride];
+        if self.batch == 0 || self.channels == 0 || spatial.iter().any(|l| l.contains(&0)) {
+            return Err(format!("a size, window or stride of 0: {self:?}"));
+        }
+        for d in 0..sd {
+            if self.padding[d] >= self.window[d] {
+                return Err(format!(
+                    "padding {} must be below the window {} (dim {d})",
+                    self.padding[d], self.window[d]
+                ));
+            }
+            let padded = self.padding[d]
+                .checked_mul(2)
+                .and_then(|p| p.checked_add(self.input[d]));
+            let out = match padded {
+                Some(p) if p >= self.window[d] => (p - self.window[d]) / self.stride[d] + 1,
+                _ => 0,
+            };
+            if out != self.output[d] {
+                return Err(format!(
+                    "output dim {d} is {} but input {}, window {}, stride {}, padding {} give {out}",
+                    self.output[d], self.input[d], self.window[d], self.stride[d], self.padding[d]
+                ));
+            }
+        }
+        let fits = |v: usize| i32::try_from(v).is_ok();
+        let all = [self.batch, self.channels]
+            .into_iter()
+            .chain(lists.into_iter().flatten().copied())
+            .chain(self.input.iter().copied());
+        let counts = self.checked_extents();
+        if !all.into_iter().all(fits) || !counts.is_some_and(|c| c.iter().all(|&v| fits(v))) {
+            return Err(format!("a dim or element count past i32: {self:?}"));
+        }
+        Ok(())
+    }
+
+    /// Elements of the input and the output.
+    ///
+    /// # Panics
+    /// When a count overflows `usize` (a problem that passed
+    /// [`PoolProblem::validate`] does not).
+    pub fn extents(&self) -> [usize; 2] {
+        self.checked_extents().expect("validated problem")
+    }
+
+    fn checked_extents(&self) -> Option<[usize; 2]> {
+        let product = |l: &[usize]| {
+            l.iter()
+                .try_fold(self.batch.checked_mul(self.channels)?, |acc, &v| {
+                    acc.checked_mul(v)
+                })
         };
-        (ints(dims), ints(strides))
+        Some([product(&self.input)?, product(&self.output)?])
+    }
+
+    /// The problem with at least two spatial dims (1-d as 2-d of height 1).
+    pub fn at_least_2d(&self) -> PoolProblem {
+        if self.input.len() >= 2 {
+            return self.clone();
+        }
+        let lift = |l: &[usize], one: usize| [&[one][..], l].concat();
+        PoolProblem {
+            input: lift(&self.input, 1),
+            window: lift(&self.window, 1),
+            output: lift(&self.output, 1),
+            stride: lift(&self.stride, 1),
+            padding: lift(&self.padding, 0),
+            ..self.clone()
+        }
+    }
+
+    /// Dims and strides (`int`s) of the input (`spatial = input`) or the
+    /// output, NC.. order, for the stored layout.
+    pub fn tensor_dims(&self, spatial: &[usize]) -> (Vec<i32>, Vec<i32>) {
+        dense_dims(self.batch, self.channels, spatial, self.channels_last)
+    }
+}
+
+/// Batch normalisation in inference form (`cudnnBatchNormalizationForwardInference`,
+/// `miopenBatchNormalizationForwardInference`, spatial mode) over a dense
+/// `(N, C, positions)` tensor (its spatial dims merged), stored NC.. or,
+/// `channels_last`, N..C: `y = (x - mean[c]) / sqrt(var[c] + epsilon) ·
+/// scale[c] + bias[c]`, the four per-channel vectors f32, the epsilon given
+/// with the call.
+///
+/// ```
+/// use ferrocm_host::dnn::{BatchNormProblem, DnnType};
+/// let p = BatchNormProblem {
+///     dtype: DnnType::Bf16, batch: 2, channels: 320, positions: 64 * 64, channels_last: false,
+/// };
+/// p.validate().unwrap();
+/// assert_eq!(p.elements(), 2 * 320 * 4096);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BatchNormProblem {
+    /// Element type of input and output.
+    pub dtype: DnnType,
+    /// N.
+    pub batch: usize,
+    /// C.
+    pub channels: usize,
+    /// The spatial dims' product (1 for an `(N, C)` input).
+    pub positions: usize,
+    /// N..C memory for both tensors.
+    pub channels_last: bool,
+}
+
+/// Where a [`Dnn::batch_norm`] reads and writes (device addresses).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchNormAddresses {
+    /// The input's first element.
+    pub x: u64,
+    /// The output's first element.
+    pub y: u64,
+    /// Per channel, f32: the scale (weight).
+    pub scale: u64,
+    /// The bias.
+    pub bias: u64,
+    /// The running mean.
+    pub mean: u64,
+    /// The running variance.
+    pub var: u64,
+}
+
+impl BatchNormProblem {
+    /// Checks that every size is at least 1 and every dim and the element
+    /// count fit the libraries' `int`.
+    ///
+    /// # Errors
+    /// What is wrong, with the values.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let dims = [self.batch, self.channels, self.positions];
+        if dims.contains(&0) {
+            return Err(format!("a size of 0: {self:?}"));
+        }
+        let count = dims.iter().try_fold(1usize, |a, &v| a.checked_mul(v));
+        if !count.is_some_and(|c| i32::try_from(c).is_ok()) {
+            return Err(format!("an element count past i32: {self:?}"));
+        }
+        Ok(())
+    }
+
+    /// Elements of the input (and the output).
+    pub fn elements(&self) -> usize {
+        self.batch * self.channels * self.positions
+    }
+
+    /// Dims and strides (`int`s) of input and output as the 4-d tensors
+    /// the libraries take: `(N, C, positions, 1)`.
+    pub fn tensor_dims(&self) -> (Vec<i32>, Vec<i32>) {
+        dense_dims(
+            self.batch,
+            self.channels,
+            &[self.positions, 1],
+            self.channels_last,
+        )
     }
 }
 
@@ -486,6 +769,190 @@ mod tests {
         assert_eq!(
             (two.stride, two.padding, two.dilation),
             (vec![1, 2], vec![0, 1], vec![1, 2])
+        );
+    }
+
+    fn pool_problem() -> PoolProblem {
+        PoolProblem {
+            dtype: DnnType::F32,
+            mode: PoolMode::AvgExcludePad,
+            batch: 2,
+            channels: 3,
+            input: vec![7, 8],
+            window: vec![3, 2],
+            output: vec![4, 5],
+            stride: vec![2, 2],
+            padding: vec![1, 1],
+            channels_last: false,
+        }
+    }
+
+    /// A pooling problem: each broken field refused with its values; the
+    /// output rounded down; 1-d lifted to 2-d; NCHW and NHWC strides.
+    #[test]
+    fn pool_problems_validate_and_describe() {
+        let p = pool_problem();
+        p.validate().unwrap();
+        assert_eq!(p.extents(), [2 * 3 * 56, 2 * 3 * 20]);
+        let broken = [
+            (
+                PoolProblem {
+                    output: vec![5, 5],
+                    ..p.clone()
+                },
+                "output dim 0 is 5 but input 7, window 3, stride 2, padding 1 give 4",
+            ),
+            (
+                PoolProblem {
+                    padding: vec![3, 1],
+                    ..p.clone()
+                },
+                "padding 3 must be below the window 3",
+            ),
+            (
+                PoolProblem {
+                    stride: vec![0, 2],
+                    ..p.clone()
+                },
+                "of 0",
+            ),
+            (
+                PoolProblem {
+                    window: vec![3],
+                    ..p.clone()
+                },
+                "2 entries",
+            ),
+            (
+                PoolProblem {
+                    input: vec![1; 4],
+                    ..p.clone()
+                },
+                "4 spatial dims",
+            ),
+            (
+                PoolProblem {
+                    batch: 1 << 31,
+                    ..p.clone()
+                },
+                "past i32",
+            ),
+        ];
+        for (q, want) in broken {
+            let e = q.validate().unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+        let one = PoolProblem {
+            input: vec![9],
+            window: vec![3],
+            output: vec![4],
+            stride: vec![2],
+            padding: vec![0],
+            ..p.clone()
+        };
+        one.validate().unwrap();
+        let two = one.at_least_2d();
+        two.validate().unwrap();
+        assert_eq!(
+            (two.input, two.window, two.output),
+            (vec![1, 9], vec![1, 3], vec![1, 4])
+        );
+        assert_eq!((two.stride, two.padding), (vec![1, 2], vec![0, 0]));
+        let last = PoolProblem {
+            channels_last: true,
+            ..p.clone()
+        };
+        assert_eq!(
+            last.tensor_dims(&[4, 5]),
+            (vec![2, 3, 4, 5], vec![60, 1, 15, 3])
+        );
+        assert_eq!(
+            p.tensor_dims(&[4, 5]),
+            (vec![2, 3, 4, 5], vec![60, 20, 5, 1])
+        );
+    }
+
+    /// `Device::dnn_pool` refuses bad calls before it looks for a library,
+    /// and declines where there is none.
+    #[test]
+    fn dnn_pool_checks_before_declining() {
+        let p = pool_problem();
+        let [nx, ny] = p.extents();
+        let dev = Device::emulator(WaveSize::Wave32);
+        let (x, y) = (dev.alloc::<f32>(nx).unwrap(), dev.alloc::<f32>(ny).unwrap());
+        assert!(!dev.dnn_pool(&p, &x, 0, &y).unwrap());
+        let refused = |r: crate::Result<bool>, want: &str| match r {
+            Err(Error::BadDnnCall { why, .. }) => assert!(why.contains(want), "{why}"),
+            other => panic!("expected BadDnnCall ({want}), got {other:?}"),
+        };
+        refused(dev.dnn_pool(&p, &x, 1, &y), "from element 1");
+        let short = dev.alloc::<f32>(ny - 1).unwrap();
+        refused(dev.dnn_pool(&p, &x, 0, &short), "need");
+        let h = dev.alloc::<u16>(nx).unwrap();
+        let hy = dev.alloc::<u16>(ny).unwrap();
+        refused(dev.dnn_pool(&p, &h, 0, &hy), "2-byte elements");
+        let bad = PoolProblem {
+            output: vec![1, 1],
+            ..p.clone()
+        };
+        refused(dev.dnn_pool(&bad, &x, 0, &y), "output dim");
+        let cpu = Device::Cpu.alloc::<f32>(ny).unwrap();
+        refused(dev.dnn_pool(&p, &x, 0, &cpu), "another device");
+    }
+
+    /// `Device::dnn_batch_norm` refuses bad calls before it looks for a
+    /// library, and declines where there is none.
+    #[test]
+    fn dnn_batch_norm_checks_before_declining() {
+        let p = BatchNormProblem {
+            dtype: DnnType::F32,
+            batch: 2,
+            channels: 3,
+            positions: 5,
+            channels_last: true,
+        };
+        assert_eq!(p.tensor_dims(), (vec![2, 3, 5, 1], vec![15, 1, 3, 3]));
+        let dev = Device::emulator(WaveSize::Wave32);
+        let (x, y) = (dev.alloc::<f32>(30).unwrap(), dev.alloc::<f32>(30).unwrap());
+        let v = dev.alloc::<f32>(4).unwrap();
+        let vs = [(&v, 0); 4];
+        assert!(!dev.dnn_batch_norm(&p, &x, 0, &y, vs, 1e-5).unwrap());
+        let refused = |r: crate::Result<bool>, want: &str| match r {
+            Err(Error::BadDnnCall { why, .. }) => assert!(why.contains(want), "{why}"),
+            other => panic!("expected BadDnnCall ({want}), got {other:?}"),
+        };
+        refused(
+            dev.dnn_batch_norm(&p, &x, 1, &y, vs, 1e-5),
+            "from element 1",
+        );
+        refused(dev.dnn_batch_norm(&p, &x, 0, &y, vs, -1.0), "epsilon -1");
+        refused(
+            dev.dnn_batch_norm(&p, &x, 0, &y, vs, f64::NAN),
+            "epsilon NaN",
+        );
+        let mut short = vs;
+        short[3] = (&v, 2);
+        refused(
+            dev.dnn_batch_norm(&p, &x, 0, &y, short, 1e-5),
+            "the var needs 3 elements; its buffer holds 4 (from element 2)",
+        );
+        let empty = BatchNormProblem {
+            positions: 0,
+            ..p.clone()
+        };
+        refused(
+            dev.dnn_batch_norm(&empty, &x, 0, &y, vs, 1e-5),
+            "a size of 0",
+        );
+        let h = dev.alloc::<u16>(30).unwrap();
+        refused(
+            dev.dnn_batch_norm(&p, &h, 0, &h, vs, 1e-5),
+            "2-byte elements",
+        );
+        let cpu = Device::Cpu.alloc::<f32>(4).unwrap();
+        refused(
+            dev.dnn_batch_norm(&p, &x, 0, &y, [(&cpu, 0); 4], 1e-5),
+            "another device",
         );
     }
 

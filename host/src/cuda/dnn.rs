@@ -52,8 +52,12 @@
 //! cudarc's binding of it at compile time.
 
 use super::driver::{Handle, describe};
-use crate::dnn::{ConvAddresses, ConvProblem, Dnn, DnnGuard, DnnType};
+use crate::dnn::{
+    BatchNormAddresses, BatchNormProblem, ConvAddresses, ConvProblem, Dnn, DnnGuard, DnnType,
+    PoolMode, PoolProblem,
+};
 use crate::error::{Error, Result};
+use cudarc::cudnn::sys as cudnn_sys;
 use cudarc::driver::{result as cu, sys};
 use libloading::Library;
 use std::collections::HashMap;
@@ -107,6 +111,14 @@ const DIRECT_SUM_ALGOS: [c_int; 4] = [0, 1, 2, 3];
 /// may vary between runs; requiring determinism left only ALGO_1 on the
 /// H200, at 1.48 ms where ALGO_0 takes 0.25 and our kernels 0.84.
 const DIRECT_SUM_BWD_DATA_ALGOS: [c_int; 2] = [0, 1];
+/// Pooling modes and the NaN rule, as cuDNN's header numbers them.
+const POOLING_MAX: c_int = cudnn_sys::cudnnPoolingMode_t::CUDNN_POOLING_MAX as c_int;
+const POOLING_AVG_INCLUDE_PAD: c_int =
+    cudnn_sys::cudnnPoolingMode_t::CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING as c_int;
+const POOLING_AVG_EXCLUDE_PAD: c_int =
+    cudnn_sys::cudnnPoolingMode_t::CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING as c_int;
+const PROPAGATE_NAN: c_int = cudnn_sys::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN as c_int;
+const BATCHNORM_SPATIAL: c_int = cudnn_sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL as c_int;
 
 macro_rules! cudnn_api {
     ($($field:ident = $name:literal: fn($($t:ty),*) -> $r:ty;)*) => {
@@ -180,6 +192,17 @@ cudnn_api! {
     forward = "cudnnConvolutionForward": fn(
         Ptr, *const c_void, Ptr, *const c_void, Ptr, *const c_void, Ptr, c_int, Ptr, usize,
         *const c_void, Ptr, Ptr
+    ) -> Status;
+    create_pool = "cudnnCreatePoolingDescriptor": fn(*mut Ptr) -> Status;
+    set_pool = "cudnnSetPoolingNdDescriptor":
+        fn(Ptr, c_int, c_int, c_int, *const c_int, *const c_int, *const c_int) -> Status;
+    pool_output_dims = "cudnnGetPoolingNdForwardOutputDim": fn(Ptr, Ptr, c_int, *mut c_int) -> Status;
+    pool_forward = "cudnnPoolingForward":
+        fn(Ptr, Ptr, *const c_void, Ptr, *const c_void, *const c_void, Ptr, Ptr) -> Status;
+    destroy_pool = "cudnnDestroyPoolingDescriptor": fn(Ptr) -> Status;
+    derive_bn = "cudnnDeriveBNTensorDescriptor": fn(Ptr, Ptr, c_int) -> Status;
+    bn_inference = "cudnnBatchNormalizationForwardInference": fn(
+        Ptr, c_int, *const c_void, *const c_void, Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, f64
     ) -> Status;
 }
 
@@ -292,6 +315,10 @@ pub struct CudnnHandle {
     lock: Mutex<()>,
     /// Per problem: its plan, or `None` when cuDNN declined it.
     plans: Mutex<HashMap<ConvProblem, Option<Plan>>>,
+    /// Per pooling problem: its descriptors, or `None` when declined.
+    pools: Mutex<HashMap<PoolProblem, Option<PoolPlan>>>,
+    /// Per batch-norm problem: its descriptors, or `None` when declined.
+    norms: Mutex<HashMap<BatchNormProblem, Option<NormPlan>>>,
     lib: &'static Cudnn,
     /// The stream the handle runs on (timing the graph path's candidates).
     stream: Handle<sys::CUstream>,
@@ -331,6 +358,8 @@ impl CudnnHandle {
             raw,
             lock: Mutex::new(()),
             plans: Mutex::new(HashMap::new()),
+            pools: Mutex::new(HashMap::new()),
+            norms: Mutex::new(HashMap::new()),
             lib,
             stream: Handle(stream.cast()),
             ctx,
@@ -423,11 +452,7 @@ impl CudnnHandle {
         };
         let p = p.at_least_2d();
         let nd = p.input.len() as c_int + 2;
-        let dtype = match p.dtype {
-            DnnType::F32 => DATA_FLOAT,
-            DnnType::F16 => DATA_HALF,
-            DnnType::Bf16 => DATA_BFLOAT16,
-        };
+        let dtype = data_type(p.dtype);
         let ints = |v: &[usize]| v.iter().map(|&x| x as c_int).collect::<Vec<_>>();
         let mut d = Descriptors {
             lib,
@@ -621,6 +646,187 @@ impl CudnnHandle {
     }
 }
 
+/// One pooling problem's descriptors (input, output, pooling), destroyed
+/// when dropped.
+struct PoolPlan {
+    lib: &'static Cudnn,
+    x: Ptr,
+    y: Ptr,
+    pool: Ptr,
+}
+
+impl Drop for PoolPlan {
+    fn drop(&mut self) {
+        // SAFETY: each one null or created by its create call, destroyed once.
+        unsafe {
+            for t in [self.x, self.y] {
+                if !t.is_null() {
+                    (self.lib.destroy_tensor)(t);
+                }
+            }
+            if !self.pool.is_null() {
+                (self.lib.destroy_pool)(self.pool);
+            }
+        }
+    }
+}
+
+impl CudnnHandle {
+    /// Builds the pooling `p`'s descriptors: tensors at their layout's
+    /// strides, the window, padding and stride, max pooling with NaN
+    /// propagated (PyTorch's rule); cuDNN's output dims checked against
+    /// ours.
+    fn plan_pool(&self, p: &PoolProblem) -> std::result::Result<PoolPlan, Stop> {
+        let lib = self.lib;
+        let step = |status: Status, call: &str| -> std::result::Result<(), Stop> {
+            match status {
+                SUCCESS => Ok(()),
+                s if declines(s) => Err(Stop::Declined),
+                s => Err(Stop::Failed(status_error(lib, s, call, &self.device))),
+            }
+        };
+        let p = p.at_least_2d();
+        let nd = p.input.len() as c_int + 2;
+        let ints = |v: &[usize]| v.iter().map(|&x| x as c_int).collect::<Vec<_>>();
+        let mode = match p.mode {
+            PoolMode::Max => POOLING_MAX,
+            PoolMode::AvgIncludePad => POOLING_AVG_INCLUDE_PAD,
+            PoolMode::AvgExcludePad => POOLING_AVG_EXCLUDE_PAD,
+        };
+        let mut plan = PoolPlan {
+            lib,
+            x: null_mut(),
+            y: null_mut(),
+            pool: null_mut(),
+        };
+        let (xd, xs) = p.tensor_dims(&p.input);
+        let (yd, ys) = p.tensor_dims(&p.output);
+        let (window, pad, stride) = (ints(&p.window), ints(&p.padding), ints(&p.stride));
+        let mut out = vec![0 as c_int; nd as usize];
+        // SAFETY: each call gets a descriptor it created (or writes one),
+        // and arrays of `nd` (or `nd - 2`) ints that outlive it.
+        unsafe {
+            step(
+                (lib.create_tensor)(&mut plan.x),
+                "cudnnCreateTensorDescriptor",
+            )?;
+            step(
+                (lib.create_tensor)(&mut plan.y),
+                "cudnnCreateTensorDescriptor",
+            )?;
+            step(
+                (lib.create_pool)(&mut plan.pool),
+                "cudnnCreatePoolingDescriptor",
+            )?;
+            let dtype = data_type(p.dtype);
+            step(
+                (lib.set_tensor)(plan.x, dtype, nd, xd.as_ptr(), xs.as_ptr()),
+                "cudnnSetTensorNdDescriptor",
+            )?;
+            step(
+                (lib.set_tensor)(plan.y, dtype, nd, yd.as_ptr(), ys.as_ptr()),
+                "cudnnSetTensorNdDescriptor",
+            )?;
+            step(
+                (lib.set_pool)(
+                    plan.pool,
+                    mode,
+                    PROPAGATE_NAN,
+                    nd - 2,
+                    window.as_ptr(),
+                    pad.as_ptr(),
+                    stride.as_ptr(),
+                ),
+                "cudnnSetPoolingNdDescriptor",
+            )?;
+            step(
+                (lib.pool_output_dims)(plan.pool, plan.x, nd, out.as_mut_ptr()),
+                "cudnnGetPoolingNdForwardOutputDim",
+            )?;
+        }
+        if out != yd {
+            return Err(Stop::Failed(Error::Cuda {
+                call: "cudnnGetPoolingNdForwardOutputDim".into(),
+                device: self.device.clone(),
+                message: format!("cuDNN derives output dims {out:?}, ferrocm {yd:?}"),
+            }));
+        }
+        Ok(plan)
+    }
+}
+
+/// One batch-norm problem's descriptors: input, output and the
+/// per-channel vectors' (derived from the input's), destroyed when dropped.
+struct NormPlan {
+    lib: &'static Cudnn,
+    x: Ptr,
+    y: Ptr,
+    vectors: Ptr,
+}
+
+impl Drop for NormPlan {
+    fn drop(&mut self) {
+        // SAFETY: each one null or created by its create call, destroyed once.
+        unsafe {
+            for t in [self.x, self.y, self.vectors] {
+                if !t.is_null() {
+                    (self.lib.destroy_tensor)(t);
+                }
+            }
+        }
+    }
+}
+
+impl CudnnHandle {
+    /// Builds the batch norm `p`'s descriptors: 4-d `(N, C, positions, 1)`
+    /// tensors at their layout's strides, the vectors' derived for spatial
+    /// mode (f32 for every input type).
+    fn plan_norm(&self, p: &BatchNormProblem) -> std::result::Result<NormPlan, Stop> {
+        let lib = self.lib;
+        let step = |status: Status, call: &str| -> std::result::Result<(), Stop> {
+            match status {
+                SUCCESS => Ok(()),
+                s if declines(s) => Err(Stop::Declined),
+                s => Err(Stop::Failed(status_error(lib, s, call, &self.device))),
+            }
+        };
+        let mut plan = NormPlan {
+            lib,
+            x: null_mut(),
+            y: null_mut(),
+            vectors: null_mut(),
+        };
+        let (dims, strides) = p.tensor_dims();
+        // SAFETY: each call gets a descriptor it created (or writes one),
+        // and arrays of 4 ints that outlive it.
+        unsafe {
+            for t in [&mut plan.x, &mut plan.y, &mut plan.vectors] {
+                step((lib.create_tensor)(t), "cudnnCreateTensorDescriptor")?;
+            }
+            for t in [plan.x, plan.y] {
+                step(
+                    (lib.set_tensor)(t, data_type(p.dtype), 4, dims.as_ptr(), strides.as_ptr()),
+                    "cudnnSetTensorNdDescriptor",
+                )?;
+            }
+            step(
+                (lib.derive_bn)(plan.vectors, plan.x, BATCHNORM_SPATIAL),
+                "cudnnDeriveBNTensorDescriptor",
+            )?;
+        }
+        Ok(plan)
+    }
+}
+
+/// cuDNN's data type for ours.
+fn data_type(t: DnnType) -> c_int {
+    match t {
+        DnnType::F32 => DATA_FLOAT,
+        DnnType::F16 => DATA_HALF,
+        DnnType::Bf16 => DATA_BFLOAT16,
+    }
+}
+
 fn status_error(lib: &Cudnn, status: Status, call: &str, device: &str) -> Error {
     // SAFETY: returns a static string (or null).
     let text = unsafe {
@@ -796,6 +1002,148 @@ impl Dnn for CudnnHandle {
         // The legacy API adds no bias: the caller does.
         check(self.lib, status, call, &self.device).map(|()| false)
     }
+
+    unsafe fn pool(&self, p: &PoolProblem, x: u64, y: u64) -> Result<bool> {
+        p.validate().map_err(|why| Error::BadDnnCall {
+            device: self.device.clone(),
+            why,
+        })?;
+        let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        self.current()?;
+        if !pools.contains_key(p) {
+            // As for convolutions: a failure other than "not this problem"
+            // is said once and declines too.
+            let plan = match self.plan_pool(p) {
+                Ok(plan) => Some(plan),
+                Err(Stop::Declined) => None,
+                Err(Stop::Failed(e)) => {
+                    eprintln!("ferrocm: cuDNN could not plan {p:?}: {e}; ferrocm's kernels run it");
+                    None
+                }
+            };
+            if verbose() {
+                eprintln!("ferrocm: cuDNN pooling {p:?}: planned {}", plan.is_some());
+            }
+            pools.insert(p.clone(), plan);
+        }
+        let Some(Some(plan)) = pools.get(p) else {
+            return Ok(false);
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let addr = |a: u64| a as usize as Ptr;
+        // SAFETY: the plan's descriptors describe `p`, whose tensors the
+        // caller proved inside live buffers at `x` and `y`; alpha and beta
+        // are host f32 (the scaling type for f32, f16 and bf16 data).
+        let status = unsafe {
+            (self.lib.pool_forward)(
+                self.raw,
+                plan.pool,
+                (&alpha as *const f32).cast(),
+                plan.x,
+                addr(x),
+                (&beta as *const f32).cast(),
+                plan.y,
+                addr(y),
+            )
+        };
+        match status {
+            SUCCESS => Ok(true),
+            // Refused before anything was queued (a type or layout this
+            // cuDNN's pooling does not take): ours from now on.
+            s if declines(s) => {
+                if verbose() {
+                    eprintln!("ferrocm: cuDNN declines pooling {p:?} at the call (status {s})");
+                }
+                pools.insert(p.clone(), None);
+                Ok(false)
+            }
+            s => Err(status_error(
+                self.lib,
+                s,
+                "cudnnPoolingForward",
+                &self.device,
+            )),
+        }
+    }
+
+    unsafe fn batch_norm(
+        &self,
+        p: &BatchNormProblem,
+        at: BatchNormAddresses,
+        epsilon: f64,
+    ) -> Result<bool> {
+        p.validate().map_err(|why| Error::BadDnnCall {
+            device: self.device.clone(),
+            why,
+        })?;
+        let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut norms = self.norms.lock().unwrap_or_else(|e| e.into_inner());
+        self.current()?;
+        if !norms.contains_key(p) {
+            let plan = match self.plan_norm(p) {
+                Ok(plan) => Some(plan),
+                Err(Stop::Declined) => None,
+                Err(Stop::Failed(e)) => {
+                    eprintln!("ferrocm: cuDNN could not plan {p:?}: {e}; ferrocm's kernels run it");
+                    None
+                }
+            };
+            if verbose() {
+                eprintln!(
+                    "ferrocm: cuDNN batch norm {p:?}: planned {}",
+                    plan.is_some()
+                );
+            }
+            norms.insert(p.clone(), plan);
+        }
+        let Some(Some(plan)) = norms.get(p) else {
+            return Ok(false);
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let addr = |a: u64| a as usize as Ptr;
+        // SAFETY: the plan's descriptors describe `p`, whose tensors and
+        // vectors the caller proved inside live buffers at `at`; alpha and
+        // beta are host f32.
+        let status = unsafe {
+            (self.lib.bn_inference)(
+                self.raw,
+                BATCHNORM_SPATIAL,
+                (&alpha as *const f32).cast(),
+                (&beta as *const f32).cast(),
+                plan.x,
+                addr(at.x),
+                plan.y,
+                addr(at.y),
+                plan.vectors,
+                addr(at.scale),
+                addr(at.bias),
+                addr(at.mean),
+                addr(at.var),
+                epsilon,
+            )
+        };
+        match status {
+            SUCCESS => Ok(true),
+            // Refused before anything was queued (an epsilon below
+            // CUDNN_BN_MIN_EPSILON, a type it does not take): ours, for this
+            // call; a later call with another epsilon may run.
+            s if declines(s) => {
+                if verbose() {
+                    eprintln!(
+                        "ferrocm: cuDNN declines batch norm {p:?}, epsilon {epsilon} (status {s})"
+                    );
+                }
+                Ok(false)
+            }
+            s => Err(status_error(
+                self.lib,
+                s,
+                "cudnnBatchNormalizationForwardInference",
+                &self.device,
+            )),
+        }
+    }
 }
 
 impl Drop for CudnnHandle {
@@ -817,6 +1165,14 @@ impl Drop for CudnnHandle {
                 });
             }
         }
+        self.pools
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.norms
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         // SAFETY: created by cudnnCreate, destroyed once; errors ignored.
         unsafe { (lib.destroy)(self.raw) };
     }

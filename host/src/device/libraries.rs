@@ -1,11 +1,14 @@
 //! The vendor libraries behind one checked entry each: the BLAS GEMM
 //! ([`Device::blas_gemm`]), the DNN library's convolution
-//! ([`Device::dnn_conv`]) and its handle ([`Device::dnn`]).
+//! ([`Device::dnn_conv`]), pooling ([`Device::dnn_pool`]) and batch norm
+//! ([`Device::dnn_batch_norm`]), and its handle ([`Device::dnn`]).
 
 use super::Device;
 use super::buffer::DeviceBuffer;
 use crate::blas::{Gemm, GemmOperand};
-use crate::dnn::{ConvAddresses, ConvProblem, Dnn, DnnConv};
+use crate::dnn::{
+    BatchNormAddresses, BatchNormProblem, ConvAddresses, ConvProblem, Dnn, DnnConv, PoolProblem,
+};
 use crate::error::{Error, Result};
 
 impl Device {
@@ -201,6 +204,170 @@ impl Device {
 }
 
 impl Device {
+    /// Runs the pooling `p` with the device's DNN library (MIOpen, cuDNN) on
+    /// its stream, from `x` (its first element at `x_offset`) into `y`:
+    /// `Ok(false)` without running anything when the device has no such
+    /// library or the library declines `p`; the caller then uses its own
+    /// kernels.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// use ferrocm_host::dnn::{DnnType, PoolMode, PoolProblem};
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// let p = PoolProblem {
+    ///     dtype: DnnType::F32, mode: PoolMode::AvgIncludePad, batch: 1, channels: 1,
+    ///     input: vec![4], window: vec![2], output: vec![2], stride: vec![2],
+    ///     padding: vec![0], channels_last: false,
+    /// };
+    /// let x = dev.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    /// let y = dev.alloc::<f32>(2).unwrap();
+    /// assert!(!dev.dnn_pool(&p, &x, 0, &y).unwrap()); // no DNN library here
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadDnnCall`] when `p` is not a valid problem, its element
+    /// type is not `T`'s size, a tensor reaches past its buffer, or a
+    /// buffer is on another device; the library's status otherwise.
+    pub fn dnn_pool<T: bytemuck::Pod>(
+        &self,
+        p: &PoolProblem,
+        x: &DeviceBuffer<T>,
+        x_offset: usize,
+        y: &DeviceBuffer<T>,
+    ) -> Result<bool> {
+        let bad = |why: String| Error::BadDnnCall {
+            device: self.to_string(),
+            why,
+        };
+        if [x.device(), y.device()]
+            .iter()
+            .any(|d| !d.same_device(self))
+        {
+            return Err(bad("a buffer of another device".into()));
+        }
+        p.validate().map_err(bad)?;
+        if p.dtype.size() != size_of::<T>() {
+            return Err(bad(format!(
+                "{:?} elements in buffers of {}-byte elements",
+                p.dtype,
+                size_of::<T>()
+            )));
+        }
+        let [nx, ny] = p.extents();
+        if x_offset > x.len() || x.len() - x_offset < nx || y.len() < ny {
+            return Err(bad(format!(
+                "input and output need {:?} elements; the buffers hold {:?} (input from element {x_offset})",
+                [nx, ny],
+                [x.len(), y.len()]
+            )));
+        }
+        let Some(dnn) = self.dnn() else {
+            return Ok(false);
+        };
+        let _turn = self.turn();
+        // SAFETY: `validate` and the length checks proved both tensors
+        // inside their buffers (this device's, borrowed for the call).
+        unsafe {
+            dnn.pool(
+                p,
+                x.device_ptr() + (x_offset * size_of::<T>()) as u64,
+                y.device_ptr(),
+            )
+        }
+    }
+
+    /// Runs the batch normalisation `p` (inference form, `epsilon`) with the
+    /// device's DNN library on its stream, from `x` (its first element at
+    /// `x_offset`) into `y`, with the per-channel f32 `scale`, `bias`,
+    /// `mean` and `var` (each a buffer and its first element): `Ok(false)`
+    /// without running anything when the device has no such library or the
+    /// library declines `p`.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// use ferrocm_host::dnn::{BatchNormProblem, DnnType};
+    /// let dev = Device::emulator(WaveSize::Wave32);
+    /// let p = BatchNormProblem {
+    ///     dtype: DnnType::F32, batch: 1, channels: 2, positions: 3, channels_last: false,
+    /// };
+    /// let x = dev.upload(&[1.0f32; 6]).unwrap();
+    /// let y = dev.alloc::<f32>(6).unwrap();
+    /// let v = dev.upload(&[1.0f32, 1.0]).unwrap();
+    /// let s = [(&v, 0), (&v, 0), (&v, 0), (&v, 0)];
+    /// assert!(!dev.dnn_batch_norm(&p, &x, 0, &y, s, 1e-5).unwrap()); // no DNN library here
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadDnnCall`] when `p` is not a valid problem, its element
+    /// type is not `T`'s size, a tensor or vector reaches past its buffer,
+    /// a buffer is on another device, or `epsilon` is negative or not
+    /// finite; the library's status otherwise.
+    pub fn dnn_batch_norm<T: bytemuck::Pod>(
+        &self,
+        p: &BatchNormProblem,
+        x: &DeviceBuffer<T>,
+        x_offset: usize,
+        y: &DeviceBuffer<T>,
+        [scale, bias, mean, var]: [(&DeviceBuffer<f32>, usize); 4],
+        epsilon: f64,
+    ) -> Result<bool> {
+        let bad = |why: String| Error::BadDnnCall {
+            device: self.to_string(),
+            why,
+        };
+        let vectors = [scale, bias, mean, var];
+        if [x.device(), y.device()]
+            .into_iter()
+            .chain(vectors.iter().map(|(b, _)| b.device()))
+            .any(|d| !d.same_device(self))
+        {
+            return Err(bad("a buffer of another device".into()));
+        }
+        p.validate().map_err(bad)?;
+        if p.dtype.size() != size_of::<T>() {
+            return Err(bad(format!(
+                "{:?} elements in buffers of {}-byte elements",
+                p.dtype,
+                size_of::<T>()
+            )));
+        }
+        if !(epsilon.is_finite() && epsilon >= 0.0) {
+            return Err(bad(format!("epsilon {epsilon}")));
+        }
+        let n = p.elements();
+        if x_offset > x.len() || x.len() - x_offset < n || y.len() < n {
+            return Err(bad(format!(
+                "input and output need {n} elements; the buffers hold {:?} (input from element {x_offset})",
+                [x.len(), y.len()]
+            )));
+        }
+        for (name, (b, offset)) in ["scale", "bias", "mean", "var"].iter().zip(vectors) {
+            if offset > b.len() || b.len() - offset < p.channels {
+                return Err(bad(format!(
+                    "the {name} needs {} elements; its buffer holds {} (from element {offset})",
+                    p.channels,
+                    b.len()
+                )));
+            }
+        }
+        let Some(dnn) = self.dnn() else {
+            return Ok(false);
+        };
+        let at = |b: &DeviceBuffer<f32>, offset: usize| b.device_ptr() + (offset * 4) as u64;
+        let addresses = BatchNormAddresses {
+            x: x.device_ptr() + (x_offset * size_of::<T>()) as u64,
+            y: y.device_ptr(),
+            scale: at(scale.0, scale.1),
+            bias: at(bias.0, bias.1),
+            mean: at(mean.0, mean.1),
+            var: at(var.0, var.1),
+        };
+        let _turn = self.turn();
+        // SAFETY: `validate` and the length checks proved every tensor and
+        // vector inside its buffer (this device's, borrowed for the call).
+        unsafe { dnn.batch_norm(p, addresses, epsilon) }
+    }
+
     /// The device's DNN library (MIOpen on ROCm, cuDNN on CUDA), bound to its stream, when
     /// it loads; `None` on the Cpu, the emulator and a GPU without one.
     ///

@@ -29,7 +29,10 @@
 //! failure of the run is `Error::Rocm` with MIOpen's message.
 
 use super::{RocmDevice, ffi, hip_check};
-use crate::dnn::{ConvAddresses, ConvProblem, Dnn, DnnGuard, DnnType};
+use crate::dnn::{
+    BatchNormAddresses, BatchNormProblem, ConvAddresses, ConvProblem, Dnn, DnnGuard, DnnType,
+    PoolMode, PoolProblem,
+};
 use crate::error::{Error, Result};
 use rocm_rs::miopen::ffi as mf;
 use std::collections::HashMap;
@@ -86,6 +89,10 @@ pub struct MiopenHandle {
     lock: Mutex<()>,
     /// Per problem: its plan, or `None` when MIOpen declined it.
     plans: Mutex<HashMap<ConvProblem, Option<ConvPlan>>>,
+    /// Per pooling problem: its descriptors, or `None` when declined.
+    pools: Mutex<HashMap<PoolProblem, Option<PoolPlan>>>,
+    /// Per batch-norm problem: its descriptors, or `None` when declined.
+    norms: Mutex<HashMap<BatchNormProblem, Option<NormPlan>>>,
     lib: &'static ffi::Miopen,
     hip: &'static ffi::Hip,
     /// The device's HIP id, made current before each call.
@@ -104,6 +111,62 @@ unsafe impl Sync for MiopenHandle {}
 enum Stop {
     Declined,
     Failed(Error),
+}
+
+/// One pooling problem's descriptors (input, output, pooling), destroyed
+/// when dropped.
+struct PoolPlan {
+    lib: &'static ffi::Miopen,
+    x: mf::miopenTensorDescriptor_t,
+    y: mf::miopenTensorDescriptor_t,
+    pool: mf::miopenPoolingDescriptor_t,
+}
+
+impl Drop for PoolPlan {
+    fn drop(&mut self) {
+        // SAFETY: each one null or created by its create call, destroyed once.
+        unsafe {
+            for t in [self.x, self.y] {
+                if !t.is_null() {
+                    (self.lib.miopenDestroyTensorDescriptor)(t);
+                }
+            }
+            if !self.pool.is_null() {
+                (self.lib.miopenDestroyPoolingDescriptor)(self.pool);
+            }
+        }
+    }
+}
+
+/// One batch-norm problem's descriptors: input, output and the
+/// per-channel vectors' (derived from the input's), destroyed when dropped.
+struct NormPlan {
+    lib: &'static ffi::Miopen,
+    x: mf::miopenTensorDescriptor_t,
+    y: mf::miopenTensorDescriptor_t,
+    vectors: mf::miopenTensorDescriptor_t,
+}
+
+impl Drop for NormPlan {
+    fn drop(&mut self) {
+        // SAFETY: each one null or created by its create call, destroyed once.
+        unsafe {
+            for t in [self.x, self.y, self.vectors] {
+                if !t.is_null() {
+                    (self.lib.miopenDestroyTensorDescriptor)(t);
+                }
+            }
+        }
+    }
+}
+
+/// MIOpen's data type for ours.
+fn data_type(t: DnnType) -> mf::miopenDataType_t {
+    match t {
+        DnnType::F32 => mf::miopenDataType_t_miopenFloat,
+        DnnType::F16 => mf::miopenDataType_t_miopenHalf,
+        DnnType::Bf16 => mf::miopenDataType_t_miopenBFloat16,
+    }
 }
 
 fn status_error(lib: &ffi::Miopen, status: mf::miopenStatus_t, call: &str, device: &str) -> Error {
@@ -150,6 +213,8 @@ impl MiopenHandle {
             raw,
             lock: Mutex::new(()),
             plans: Mutex::new(HashMap::new()),
+            pools: Mutex::new(HashMap::new()),
+            norms: Mutex::new(HashMap::new()),
             lib,
             hip: dev.hip,
             ordinal: dev.ordinal as c_int,
@@ -161,6 +226,148 @@ impl MiopenHandle {
         // SAFETY: plain call.
         let code = unsafe { (self.hip.hipSetDevice)(self.ordinal) };
         hip_check(self.hip, code, "hipSetDevice", &self.device)
+    }
+
+    /// Builds the pooling `p`'s descriptors (NCHW tensors, the window,
+    /// padding and stride) and checks MIOpen's output dims against ours.
+    /// Declined: max pooling (MIOpen documents no NaN rule, and PyTorch's,
+    /// which ours keeps, lets a NaN win) and channels-last memory (as for
+    /// convolutions).
+    fn plan_pool(&self, p: &PoolProblem) -> std::result::Result<PoolPlan, Stop> {
+        let lib = self.lib;
+        let step = |status: mf::miopenStatus_t, call: &str| -> std::result::Result<(), Stop> {
+            if status == mf::miopenStatus_t_miopenStatusSuccess {
+                Ok(())
+            } else if declines(status) {
+                Err(Stop::Declined)
+            } else {
+                Err(Stop::Failed(status_error(lib, status, call, &self.device)))
+            }
+        };
+        let mode = match p.mode {
+            PoolMode::Max => return Err(Stop::Declined),
+            PoolMode::AvgIncludePad => mf::miopenPoolingMode_t_miopenPoolingAverageInclusive,
+            PoolMode::AvgExcludePad => mf::miopenPoolingMode_t_miopenPoolingAverage,
+        };
+        if p.channels_last {
+            return Err(Stop::Declined);
+        }
+        let p = p.at_least_2d();
+        let nd = p.input.len() as c_int + 2;
+        let ints = |v: &[usize]| v.iter().map(|&x| x as c_int).collect::<Vec<_>>();
+        let mut plan = PoolPlan {
+            lib,
+            x: null_mut(),
+            y: null_mut(),
+            pool: null_mut(),
+        };
+        let (xd, xs) = p.tensor_dims(&p.input);
+        let (yd, ys) = p.tensor_dims(&p.output);
+        let (window, pad, stride) = (ints(&p.window), ints(&p.padding), ints(&p.stride));
+        let mut out = vec![0 as c_int; nd as usize];
+        // SAFETY: each call gets a descriptor it created (or writes one),
+        // and arrays of `nd` (or `nd - 2`) ints that outlive it.
+        unsafe {
+            step(
+                (lib.miopenCreateTensorDescriptor)(&mut plan.x),
+                "miopenCreateTensorDescriptor",
+            )?;
+            step(
+                (lib.miopenCreateTensorDescriptor)(&mut plan.y),
+                "miopenCreateTensorDescriptor",
+            )?;
+            step(
+                (lib.miopenCreatePoolingDescriptor)(&mut plan.pool),
+                "miopenCreatePoolingDescriptor",
+            )?;
+            let dtype = data_type(p.dtype);
+            for (t, dims, strides) in [(plan.x, &xd, &xs), (plan.y, &yd, &ys)] {
+                step(
+                    (lib.miopenSetTensorDescriptor)(t, dtype, nd, dims.as_ptr(), strides.as_ptr()),
+                    "miopenSetTensorDescriptor",
+                )?;
+            }
+            step(
+                (lib.miopenSetNdPoolingDescriptor)(
+                    plan.pool,
+                    mode,
+                    nd - 2,
+                    window.as_ptr(),
+                    pad.as_ptr(),
+                    stride.as_ptr(),
+                ),
+                "miopenSetNdPoolingDescriptor",
+            )?;
+            step(
+                (lib.miopenGetPoolingNdForwardOutputDim)(plan.pool, plan.x, nd, out.as_mut_ptr()),
+                "miopenGetPoolingNdForwardOutputDim",
+            )?;
+        }
+        if out != yd {
+            return Err(Stop::Failed(Error::Rocm {
+                call: "miopenGetPoolingNdForwardOutputDim".into(),
+                device: self.device.clone(),
+                message: format!("MIOpen derives output dims {out:?}, ferrocm {yd:?}"),
+            }));
+        }
+        Ok(plan)
+    }
+
+    /// Builds the batch norm `p`'s descriptors: 4-d `(N, C, positions, 1)`
+    /// NCHW tensors, the vectors' derived for spatial mode (f32 for every
+    /// input type). Channels-last memory is declined (as for convolutions).
+    fn plan_norm(&self, p: &BatchNormProblem) -> std::result::Result<NormPlan, Stop> {
+        let lib = self.lib;
+        let step = |status: mf::miopenStatus_t, call: &str| -> std::result::Result<(), Stop> {
+            if status == mf::miopenStatus_t_miopenStatusSuccess {
+                Ok(())
+            } else if declines(status) {
+                Err(Stop::Declined)
+            } else {
+                Err(Stop::Failed(status_error(lib, status, call, &self.device)))
+            }
+        };
+        if p.channels_last {
+            return Err(Stop::Declined);
+        }
+        let mut plan = NormPlan {
+            lib,
+            x: null_mut(),
+            y: null_mut(),
+            vectors: null_mut(),
+        };
+        let (dims, strides) = p.tensor_dims();
+        // SAFETY: each call gets a descriptor it created (or writes one),
+        // and arrays of 4 ints that outlive it.
+        unsafe {
+            for t in [&mut plan.x, &mut plan.y, &mut plan.vectors] {
+                step(
+                    (lib.miopenCreateTensorDescriptor)(t),
+                    "miopenCreateTensorDescriptor",
+                )?;
+            }
+            for t in [plan.x, plan.y] {
+                step(
+                    (lib.miopenSetTensorDescriptor)(
+                        t,
+                        data_type(p.dtype),
+                        4,
+                        dims.as_ptr(),
+                        strides.as_ptr(),
+                    ),
+                    "miopenSetTensorDescriptor",
+                )?;
+            }
+            step(
+                (lib.miopenDeriveBNTensorDescriptor)(
+                    plan.vectors,
+                    plan.x,
+                    mf::miopenBatchNormMode_t_miopenBNSpatial,
+                ),
+                "miopenDeriveBNTensorDescriptor",
+            )?;
+        }
+        Ok(plan)
     }
 
     /// Builds `p`'s descriptors and picks its solution.
@@ -180,11 +387,7 @@ impl MiopenHandle {
         }
         let p = p.at_least_2d();
         let nd = p.input.len() as c_int + 2;
-        let dtype = match p.dtype {
-            DnnType::F32 => mf::miopenDataType_t_miopenFloat,
-            DnnType::F16 => mf::miopenDataType_t_miopenHalf,
-            DnnType::Bf16 => mf::miopenDataType_t_miopenBFloat16,
-        };
+        let dtype = data_type(p.dtype);
         let ints = |v: &[usize]| v.iter().map(|&x| x as c_int).collect::<Vec<_>>();
         let mut d = Descriptors {
             lib,
@@ -484,6 +687,135 @@ impl Dnn for MiopenHandle {
         // Immediate mode has no fused bias: the caller adds it.
         Ok(false)
     }
+
+    unsafe fn pool(&self, p: &PoolProblem, x: u64, y: u64) -> Result<bool> {
+        p.validate().map_err(|why| Error::BadDnnCall {
+            device: self.device.clone(),
+            why,
+        })?;
+        let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        self.set_device()?;
+        if !pools.contains_key(p) {
+            let plan = match self.plan_pool(p) {
+                Ok(plan) => Some(plan),
+                Err(Stop::Declined) => None,
+                Err(Stop::Failed(e)) => {
+                    eprintln!(
+                        "ferrocm: MIOpen could not plan {p:?}: {e}; ferrocm's kernels run it"
+                    );
+                    None
+                }
+            };
+            pools.insert(p.clone(), plan);
+        }
+        let Some(Some(plan)) = pools.get(p) else {
+            return Ok(false);
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let addr = |a: u64| a as usize as *mut c_void;
+        // SAFETY: the plan's descriptors describe `p`, whose tensors the
+        // caller proved inside live buffers at `x` and `y`; alpha and beta
+        // are host f32 (MIOpen's scaling type for f32, f16 and bf16). No
+        // indices are kept (`do_backward` false), so no workspace.
+        let status = unsafe {
+            (self.lib.miopenPoolingForward)(
+                self.raw,
+                plan.pool,
+                (&alpha as *const f32).cast(),
+                plan.x,
+                addr(x),
+                (&beta as *const f32).cast(),
+                plan.y,
+                addr(y),
+                false,
+                null_mut(),
+                0,
+            )
+        };
+        if status == mf::miopenStatus_t_miopenStatusSuccess {
+            Ok(true)
+        } else if declines(status) {
+            // Refused before anything was queued (a type this MIOpen's
+            // pooling does not take): ours from now on.
+            pools.insert(p.clone(), None);
+            Ok(false)
+        } else {
+            Err(status_error(
+                self.lib,
+                status,
+                "miopenPoolingForward",
+                &self.device,
+            ))
+        }
+    }
+
+    unsafe fn batch_norm(
+        &self,
+        p: &BatchNormProblem,
+        at: BatchNormAddresses,
+        epsilon: f64,
+    ) -> Result<bool> {
+        p.validate().map_err(|why| Error::BadDnnCall {
+            device: self.device.clone(),
+            why,
+        })?;
+        let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut norms = self.norms.lock().unwrap_or_else(|e| e.into_inner());
+        self.set_device()?;
+        if !norms.contains_key(p) {
+            let plan = match self.plan_norm(p) {
+                Ok(plan) => Some(plan),
+                Err(Stop::Declined) => None,
+                Err(Stop::Failed(e)) => {
+                    eprintln!(
+                        "ferrocm: MIOpen could not plan {p:?}: {e}; ferrocm's kernels run it"
+                    );
+                    None
+                }
+            };
+            norms.insert(p.clone(), plan);
+        }
+        let Some(Some(plan)) = norms.get(p) else {
+            return Ok(false);
+        };
+        let (mut alpha, mut beta) = (1.0f32, 0.0f32);
+        let addr = |a: u64| a as usize as *mut c_void;
+        // SAFETY: the plan's descriptors describe `p`, whose tensors and
+        // vectors the caller proved inside live buffers at `at`; alpha and
+        // beta are host f32 (MIOpen reads them only).
+        let status = unsafe {
+            (self.lib.miopenBatchNormalizationForwardInference)(
+                self.raw,
+                mf::miopenBatchNormMode_t_miopenBNSpatial,
+                (&mut alpha as *mut f32).cast(),
+                (&mut beta as *mut f32).cast(),
+                plan.x,
+                addr(at.x),
+                plan.y,
+                addr(at.y),
+                plan.vectors,
+                addr(at.scale),
+                addr(at.bias),
+                addr(at.mean),
+                addr(at.var),
+                epsilon,
+            )
+        };
+        if status == mf::miopenStatus_t_miopenStatusSuccess {
+            Ok(true)
+        } else if declines(status) {
+            // Refused before anything was queued: ours for this call.
+            Ok(false)
+        } else {
+            Err(status_error(
+                self.lib,
+                status,
+                "miopenBatchNormalizationForwardInference",
+                &self.device,
+            ))
+        }
+    }
 }
 
 /// The plan cache's key: MIOpen's plan is the same with or without a bias
@@ -514,6 +846,14 @@ impl Drop for MiopenHandle {
                 });
             }
         }
+        self.pools
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.norms
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         // SAFETY: created by miopenCreateWithStream, destroyed once. Errors ignored.
         unsafe { (self.lib.miopenDestroy)(self.raw) };
     }

@@ -281,6 +281,40 @@ entry_points! {
             y_desc: mf::miopenTensorDescriptor_t, y: *mut c_void, workspace: *mut c_void,
             workspace_bytes: usize, solution: u64,
         ) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenCreatePoolingDescriptor(desc: *mut mf::miopenPoolingDescriptor_t) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenSetNdPoolingDescriptor(
+            desc: mf::miopenPoolingDescriptor_t, mode: mf::miopenPoolingMode_t, dims: c_int,
+            window: *const c_int, pad: *const c_int, stride: *const c_int,
+        ) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenGetPoolingNdForwardOutputDim(
+            desc: mf::miopenPoolingDescriptor_t, x: mf::miopenTensorDescriptor_t, dims: c_int,
+            lens: *mut c_int,
+        ) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenPoolingForward(
+            handle: mf::miopenHandle_t, desc: mf::miopenPoolingDescriptor_t, alpha: *const c_void,
+            x_desc: mf::miopenTensorDescriptor_t, x: *const c_void, beta: *const c_void,
+            y_desc: mf::miopenTensorDescriptor_t, y: *mut c_void, do_backward: bool,
+            workspace: *mut c_void, workspace_bytes: usize,
+        ) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenDestroyPoolingDescriptor(desc: mf::miopenPoolingDescriptor_t) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenDeriveBNTensorDescriptor(
+            derived: mf::miopenTensorDescriptor_t, x: mf::miopenTensorDescriptor_t,
+            mode: mf::miopenBatchNormMode_t,
+        ) -> mf::miopenStatus_t;
+        #[check(mf)]
+        fn miopenBatchNormalizationForwardInference(
+            handle: mf::miopenHandle_t, mode: mf::miopenBatchNormMode_t, alpha: *mut c_void,
+            beta: *mut c_void, x_desc: mf::miopenTensorDescriptor_t, x: *const c_void,
+            y_desc: mf::miopenTensorDescriptor_t, y: *mut c_void,
+            vectors: mf::miopenTensorDescriptor_t, scale: *mut c_void, bias: *mut c_void,
+            mean: *mut c_void, var: *mut c_void, epsilon: f64,
+        ) -> mf::miopenStatus_t;
     }
 }
 

@@ -154,7 +154,7 @@ fn vendor_dnn_from_env() {
     });
 }
 
-/// Whether convolutions may use the GPU's DNN library (MIOpen, cuDNN)
+/// Whether convolutions and pools may use the GPU's DNN library (MIOpen, cuDNN)
 /// where it is loaded (the default; `FERROCM_VENDOR_DNN=0` in the
 /// environment turns it off from the start), or always ferrocm's kernels
 /// (benches time both in one run). Process-wide.

@@ -12,10 +12,12 @@
 //! the kernels (`pool_max_*`, `pool_avg_*`) and the Cpu path below both
 //! walk it, so the two cannot disagree about a window.
 
+use crate::core::dtype::DType;
 use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
-use crate::engine::{self, Op};
+use crate::engine::{self, Libraries, Op, Vendor};
+use ferrocm_host::dnn::{DnnType, PoolMode, PoolProblem};
 use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::pool::{
@@ -24,7 +26,9 @@ use ferrocm_kernels::conv::pool::{
 };
 use rayon::prelude::*;
 
-use super::{is_channels_last, narrow, out_strides, per_dim, spatial_output, store_rows, widen};
+use super::{
+    is_channels_last, narrow, out_strides, per_dim, spatial_output, store_rows, vendor_dnn, widen,
+};
 
 /// The parameters of a max or average pool: PyTorch's `kernel_size`,
 /// `stride` (default: the kernel), `padding`, `dilation` (max pools only),
@@ -563,6 +567,9 @@ impl<T: WithDType> Tensor<T> {
         let (plan, shape) = plan(op, kind, &x, sd, options, sizes)?;
         let n_out = crate::core::layout::checked_count(op, &shape, size_of::<T>())?;
         let channels_last = is_channels_last(&x);
+        let dnn = options
+            .filter(|_| !indices)
+            .and_then(|o| dnn_problem(kind, &x, o, &shape, channels_last));
         let dev = x.device().clone();
         let out = dev.alloc::<T>(n_out)?;
         let idx = if indices {
@@ -578,6 +585,7 @@ impl<T: WithDType> Tensor<T> {
                 x: &x,
                 plan,
                 channels_last,
+                dnn,
                 out,
                 idx,
             },
@@ -666,12 +674,93 @@ struct Pool<'a, T: WithDType> {
     x: &'a Tensor<T>,
     plan: Plan,
     channels_last: bool,
+    /// The pool in a DNN library's terms, where one could run it.
+    dnn: Option<PoolProblem>,
     out: DeviceBuffer<T>,
     idx: Option<DeviceBuffer<i64>>,
 }
 
+/// The pool as a [`PoolProblem`] where the DNN libraries compute exactly
+/// what the op promises: a max or average pool of a float dtype without
+/// dilation or a divisor override, whose output is the library's (rounded
+/// down: a `ceil_mode` that adds no window is the same pool), of a dense
+/// NC.. or channels-last input starting 16-byte aligned (as the output
+/// is). Indices are never asked of a library (the caller filters them).
+fn dnn_problem<T: WithDType>(
+    kind: Kind,
+    x: &Tensor<T>,
+    o: &PoolOptions,
+    shape: &[usize],
+    channels_last: bool,
+) -> Option<PoolProblem> {
+    let dtype = match T::DTYPE {
+        DType::F32 => DnnType::F32,
+        DType::F16 => DnnType::F16,
+        DType::BF16 => DnnType::Bf16,
+        _ => return None,
+    };
+    let mode = match kind {
+        Kind::Max => PoolMode::Max,
+        Kind::Avg if o.count_include_pad => PoolMode::AvgIncludePad,
+        Kind::Avg => PoolMode::AvgExcludePad,
+        _ => return None,
+    };
+    let sd = x.rank() - 2;
+    let window = per_dim("pool", "kernel", &o.kernel, sd).ok()?;
+    let stride = match o.stride.is_empty() {
+        true => window.clone(),
+        false => per_dim("pool", "stride", &o.stride, sd).ok()?,
+    };
+    let padding = per_dim("pool", "padding", &o.padding, sd).ok()?;
+    let dilation = per_dim("pool", "dilation", &o.dilation, sd).ok()?;
+    let dense = if channels_last {
+        x.layout().strides() == out_strides(x.shape(), true).as_slice()
+    } else {
+        x.is_contiguous()
+    };
+    if o.divisor_override.is_some()
+        || dilation.iter().any(|&d| d != 1)
+        || !dense
+        || !(x.layout().offset() * size_of::<T>()).is_multiple_of(16)
+    {
+        return None;
+    }
+    let p = PoolProblem {
+        dtype,
+        mode,
+        batch: x.shape()[0],
+        channels: x.shape()[1],
+        input: x.shape()[2..].to_vec(),
+        window,
+        output: shape[2..].to_vec(),
+        stride,
+        padding,
+        channels_last,
+    };
+    // `validate` compares the output with the rounded-down size.
+    p.validate().is_ok().then_some(p)
+}
+
 impl<T: WithDType> Op for Pool<'_, T> {
     type Output = (DeviceBuffer<T>, Option<DeviceBuffer<i64>>);
+
+    fn vendor(self, libs: &Libraries) -> Vendor<Self> {
+        let Some(p) = self.dnn.as_ref() else {
+            return Vendor::Fallback(self);
+        };
+        if !vendor_dnn() || libs.dnn().is_none() {
+            return Vendor::Fallback(self);
+        }
+        let x = self.x;
+        match libs
+            .device()
+            .dnn_pool(p, x.buf(), x.layout().offset(), &self.out)
+        {
+            Ok(true) => Vendor::Done(Ok((self.out, self.idx))),
+            Ok(false) => Vendor::Fallback(self),
+            Err(e) => Vendor::Done(Err(e.into())),
+        }
+    }
 
     fn cpu(mut self) -> Result<Self::Output> {
         let p = &self.plan;

@@ -13,10 +13,12 @@
 //! the Cpu and in the kernels (`channel_stats_*`, `channel_norm_*`).
 
 use crate::conv::{elems, is_channels_last, narrow, out_strides, spatial_output, widen};
+use crate::core::dtype::DType;
 use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
-use crate::engine::{self, Op};
+use crate::engine::{self, Libraries, Op, Vendor};
+use ferrocm_host::dnn::{BatchNormProblem, DnnType};
 use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::nn::channel_norm::{
@@ -194,14 +196,17 @@ impl<T: WithDType> Tensor<T> {
                 });
             }
         }
-        // Per channel, in f32: the mean, and 1 / sqrt(var + eps).
+        // Per channel, in f32: the mean, and 1 / sqrt(var + eps) (the
+        // variance and eps kept for a DNN library, which takes them).
         let mean = running_mean.to_dtype::<f32>()?.contiguous()?;
-        let rstd = running_var
-            .to_dtype::<f32>()?
-            .affine(1.0, eps)?
-            .rsqrt()?
-            .contiguous()?;
-        self.channel_norm(op, Stats::Given { mean, rstd }, weight, bias)
+        let var = running_var.to_dtype::<f32>()?.contiguous()?;
+        let rstd = var.affine(1.0, eps)?.rsqrt()?.contiguous()?;
+        let stats = Stats::Given {
+            mean,
+            rstd,
+            var: Some((var, eps)),
+        };
+        self.channel_norm(op, stats, weight, bias)
     }
 
     fn check_channel_norm(
@@ -290,7 +295,7 @@ impl<T: WithDType> Tensor<T> {
         if n_out == 0 {
             return spatial_output(out, &shape, channels_last);
         }
-        let (mean, rstd) = match stats {
+        let (mean, rstd, var) = match stats {
             Stats::Input { eps, .. } => {
                 let rows = batch * stats_per_image;
                 let (m, r) = engine::run(
@@ -307,9 +312,10 @@ impl<T: WithDType> Tensor<T> {
                 (
                     Tensor::from_parts(m, &[rows]),
                     Tensor::from_parts(r, &[rows]),
+                    None,
                 )
             }
-            Stats::Given { mean, rstd } => (mean, rstd),
+            Stats::Given { mean, rstd, var } => (mean, rstd, var),
         };
         let weight = weight.map(|w| w.contiguous()).transpose()?;
         let bias = bias.map(|b| b.contiguous()).transpose()?;
@@ -323,6 +329,8 @@ impl<T: WithDType> Tensor<T> {
                 rstd: &rstd,
                 w: weight.as_ref(),
                 b: bias.as_ref(),
+                var: var.as_ref().map(|(v, eps)| (v, *eps)),
+                channels_last,
                 out,
             },
         )?;
@@ -358,10 +366,12 @@ impl crate::DynTensor {
 enum Stats {
     /// Each image's groups, computed.
     Input { groups: usize, eps: f32 },
-    /// Per channel, given: the mean and `1 / sqrt(var + eps)`, f32.
+    /// Per channel, given: the mean and `1 / sqrt(var + eps)`, f32; a
+    /// batch norm's variance and eps too.
     Given {
         mean: Tensor<f32>,
         rstd: Tensor<f32>,
+        var: Option<(Tensor<f32>, f32)>,
     },
 }
 
@@ -452,11 +462,77 @@ struct ChannelNorm<'a, T: WithDType> {
     rstd: &'a Tensor<f32>,
     w: Option<&'a Tensor<T>>,
     b: Option<&'a Tensor<T>>,
+    /// A batch norm's variance and eps (a DNN library may run it).
+    var: Option<(&'a Tensor<f32>, f32)>,
+    channels_last: bool,
     out: DeviceBuffer<T>,
+}
+
+impl<T: WithDType> ChannelNorm<'_, T> {
+    /// The batch norm as a library problem: a float dtype, the input dense
+    /// (NC.. or channels-last, as the output is) from a 16-byte aligned
+    /// start.
+    fn dnn_problem(&self) -> Option<BatchNormProblem> {
+        let dtype = match T::DTYPE {
+            DType::F32 => DnnType::F32,
+            DType::F16 => DnnType::F16,
+            DType::BF16 => DnnType::Bf16,
+            _ => return None,
+        };
+        let g = &self.geom;
+        let dense = match self.channels_last {
+            true => g.xs == [g.positions * g.channels, 1, g.channels],
+            false => g.xs == [g.channels * g.positions, g.positions, 1] || g.positions == 1,
+        };
+        let aligned = (self.x.layout().offset() * size_of::<T>()).is_multiple_of(16);
+        let p = BatchNormProblem {
+            dtype,
+            batch: g.batch,
+            channels: g.channels,
+            positions: g.positions,
+            channels_last: self.channels_last,
+        };
+        (dense && aligned && g.xs == g.ys && p.validate().is_ok()).then_some(p)
+    }
 }
 
 impl<T: WithDType> Op for ChannelNorm<'_, T> {
     type Output = DeviceBuffer<T>;
+
+    fn vendor(self, libs: &Libraries) -> Vendor<Self> {
+        let (Some((var, eps)), Some(p)) = (self.var, self.dnn_problem()) else {
+            return Vendor::Fallback(self);
+        };
+        if !crate::conv::vendor_dnn() || libs.dnn().is_none() {
+            return Vendor::Fallback(self);
+        }
+        let dev = libs.device();
+        // The library takes f32 vectors: the affine ones widened, or 1 and 0.
+        let vector = |t: Option<&Tensor<T>>, fill: f32| match t {
+            Some(t) => t.to_dtype::<f32>()?.contiguous(),
+            None => Tensor::full(fill, &[p.channels], dev),
+        };
+        let (scale, bias) = match (vector(self.w, 1.0), vector(self.b, 0.0)) {
+            (Ok(s), Ok(b)) => (s, b),
+            (Err(e), _) | (_, Err(e)) => return Vendor::Done(Err(e)),
+        };
+        fn at(t: &Tensor<f32>) -> (&DeviceBuffer<f32>, usize) {
+            (t.buf(), t.layout().offset())
+        }
+        let x = self.x;
+        match dev.dnn_batch_norm(
+            &p,
+            x.buf(),
+            x.layout().offset(),
+            &self.out,
+            [at(&scale), at(&bias), at(self.mean), at(var)],
+            f64::from(eps),
+        ) {
+            Ok(true) => Vendor::Done(Ok(self.out)),
+            Ok(false) => Vendor::Fallback(self),
+            Err(e) => Vendor::Done(Err(e.into())),
+        }
+    }
 
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let g = self.geom;
