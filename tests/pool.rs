@@ -517,6 +517,41 @@ fn pools_handle_nan_inf_and_ties() {
     }
 }
 
+/// More images x channels than the kernels' grid has rows of workgroups
+/// (each workitem then loops over several): the same as the Cpu's loops,
+/// which the reference tests check.
+#[test]
+fn pools_and_resizes_loop_over_many_rows() {
+    let shape = [1, 2100, 3, 5];
+    let data = values(shape.iter().product(), 11);
+    let cpu = Tensor::<f32>::from_vec(
+        data.iter().map(|&v| v as f32).collect(),
+        &shape,
+        &Device::Cpu,
+    )
+    .unwrap();
+    let o = PoolOptions::new(&[2]).stride(&[1]).padding(&[1]);
+    let run = |t: &Tensor<f32>| {
+        [
+            t.max_pool_with_indices(2, &o).unwrap().0,
+            t.adaptive_avg_pool2d([2, 3]).unwrap(),
+            t.upsample_nearest2d(Resize::Scale([2.0, 3.0])).unwrap(),
+            t.upsample_bilinear2d(Resize::Size([4, 7]), true).unwrap(),
+        ]
+        .map(|y| y.to_vec().unwrap())
+    };
+    let want = run(&cpu);
+    for dev in common::devices() {
+        let x = Tensor::<f32>::from_vec(cpu.to_vec().unwrap(), &shape, &dev).unwrap();
+        for (i, (g, w)) in run(&x).iter().zip(&want).enumerate() {
+            assert_eq!(g.len(), w.len());
+            for (a, b) in g.iter().zip(w) {
+                assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{dev} op {i}: {a} vs {b}");
+            }
+        }
+    }
+}
+
 /// Views at odd offsets and transposed spatial views read in place;
 /// empty batches and channels give empty outputs.
 #[test]

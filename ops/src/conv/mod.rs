@@ -151,3 +151,15 @@ impl<T: WithDType> Tensor<T> {
         Tensor::from_storage(self.shared_storage().clone(), layout)
     }
 }
+
+/// Workgroups along y for a kernel of `blocks` position blocks (x) that
+/// loops over `rows` images x channels (y): about eight rows per workitem,
+/// which reads the geometry and its window table once for all of them, yet
+/// at least 1024 workgroups in all where the rows allow (a wave of them on
+/// a large GPU), and within the grid's y limit.
+pub(crate) fn row_groups(rows: usize, blocks: usize) -> u32 {
+    let wanted = rows.div_ceil(8).max(1024usize.div_ceil(blocks.max(1)));
+    wanted
+        .min(rows)
+        .min(ferrocm_host::launch::MAX_GRID_YZ as usize) as u32
+}

@@ -18,7 +18,7 @@ use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
 use crate::engine::{self, Libraries, Op, Vendor};
 use ferrocm_host::dnn::{DnnType, PoolMode, PoolProblem};
-use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
+use ferrocm_host::launch::MAX_GRID_X;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::pool::{
     P_CHANNELS, P_DILATION, P_DIVISOR, P_IN_HW, P_OUT, P_POSITIONS, P_ROWS, P_TABLE, P_X_STRIDES,
@@ -890,7 +890,7 @@ impl<T: WithDType> Op for Pool<'_, T> {
             });
         }
         let cfg = LaunchConfig {
-            grid: [blocks as u32, rows.min(MAX_GRID_YZ as usize) as u32, 1],
+            grid: [blocks as u32, super::row_groups(rows, blocks), 1],
             block: [BLOCK as u32, 1, 1],
             lds_bytes: 0,
             early_start: false,

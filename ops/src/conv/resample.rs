@@ -13,7 +13,7 @@ use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
 use crate::engine::{self, Op};
-use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
+use ferrocm_host::launch::MAX_GRID_X;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::resample::{
     R_CHANNELS, R_OUT, R_ROWS, R_TABLE, R_X_STRIDES, R_Y_STRIDES, ResampleKernels, bilinear_blend,
@@ -335,7 +335,7 @@ impl<T: WithDType> Op for Resample<'_, T> {
             dtype: T::DTYPE,
         })?;
         let cfg = LaunchConfig {
-            grid: [blocks as u32, rows.min(MAX_GRID_YZ as usize) as u32, 1],
+            grid: [blocks as u32, super::row_groups(rows, blocks), 1],
             block: [256, 1, 1],
             lds_bytes: 0,
             early_start: false,
