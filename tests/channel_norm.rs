@@ -130,7 +130,7 @@ fn check<T: WithDType>(got: &Tensor<T>, want: &[(f64, f64, f64)], what: &str) {
 }
 
 fn run<T: WithDType>(dev: &Device) {
-    let cases: [(Norm, &[usize], bool, f64); 8] = [
+    let cases: [(Norm, &[usize], bool, f64); 13] = [
         (Norm::Group(2), &[3, 4, 5, 7], true, 0.0),
         (Norm::Group(1), &[1, 6, 3, 3], false, 0.0),
         (Norm::Group(3), &[2, 9, 17], true, 100.0),
@@ -139,6 +139,15 @@ fn run<T: WithDType>(dev: &Device) {
         (Norm::Instance, &[2, 3, 4, 6], true, 0.0),
         (Norm::Instance, &[1, 4, 13], false, -50.0),
         (Norm::Batch, &[3, 4, 5, 6], true, 0.0),
+        // Few long stat rows (each workitem sums many elements), rows and
+        // positions that fill no whole workgroup.
+        (Norm::Group(2), &[2, 4, 64, 64], true, 0.0),
+        (Norm::Group(1), &[1, 4, 67, 67], false, 100.0),
+        (Norm::Instance, &[1, 2, 97, 97], true, -50.0),
+        // More images x channels than the grid has rows of workgroups:
+        // each workitem normalises several.
+        (Norm::Batch, &[2, 1030, 2, 3], true, 0.0),
+        (Norm::Group(4), &[1, 2052, 3], true, 0.0),
     ];
     for (i, &(norm, shape, affine, offset)) in cases.iter().enumerate() {
         let seed = 700 + 10 * i as u64;

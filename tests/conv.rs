@@ -457,6 +457,11 @@ fn cases() -> Vec<Case> {
             .pad(&[(2, 2), (0, 3)]),
         Case::new(1, 8, 16, &[4, 5, 6], &[3, 3, 3]).pad(&[(1, 1), (1, 1), (1, 1)]),
         Case::new(3, 32, 24, &[7, 6], &[1, 1]).no_bias(),
+        // Depthwise over more images x channels than the direct kernel's
+        // grid has rows of workgroups (workitems loop over several).
+        Case::new(1, 1100, 1100, &[3, 4], &[3, 3])
+            .groups(1100)
+            .pad(&[(1, 1), (1, 1)]),
         // Outputs the Cpu cuts into blocks of lines (several tasks per
         // image, the last block short; 3-d blocks across depth slices).
         Case::new(1, 3, 16, &[47, 37], &[3, 3]).pad(&[(1, 1), (2, 0)]),

@@ -546,7 +546,10 @@ fn pools_and_resizes_loop_over_many_rows() {
         for (i, (g, w)) in run(&x).iter().zip(&want).enumerate() {
             assert_eq!(g.len(), w.len());
             for (a, b) in g.iter().zip(w) {
-                assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{dev} op {i}: {a} vs {b}");
+                assert!(
+                    (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                    "{dev} op {i}: {a} vs {b}"
+                );
             }
         }
     }

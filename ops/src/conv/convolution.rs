@@ -1541,7 +1541,7 @@ impl<T: WithDType> Conv<'_, T> {
             let cfg = LaunchConfig {
                 grid: [
                     positions.div_ceil(BLOCK) as u32,
-                    rows.min(MAX_GRID_YZ as usize) as u32,
+                    super::row_groups(rows, positions.div_ceil(BLOCK)),
                     1,
                 ],
                 block: [BLOCK as u32, 1, 1],

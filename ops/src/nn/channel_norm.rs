@@ -19,7 +19,7 @@ use crate::core::error::{Error, Result};
 use crate::core::tensor::Tensor;
 use crate::engine::{self, Libraries, Op, Vendor};
 use ferrocm_host::dnn::{BatchNormProblem, DnnType};
-use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
+use ferrocm_host::launch::MAX_GRID_X;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::nn::channel_norm::{
     CHANNEL_NORM_BLOCK, CHANNEL_STATS_BLOCK, CN_BATCH, CN_CHANNELS, CN_CHANNELS_PER_GROUP,
@@ -587,7 +587,7 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
         let rows = g.batch * g.channels;
         let geom = dev.upload_async(&g.words())?;
         let cfg = LaunchConfig {
-            grid: [blocks as u32, rows.min(MAX_GRID_YZ as usize) as u32, 1],
+            grid: [blocks as u32, crate::conv::row_groups(rows, blocks), 1],
             block: [CHANNEL_NORM_BLOCK, 1, 1],
             lds_bytes: 0,
             early_start: false,
