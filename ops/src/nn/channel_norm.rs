@@ -196,17 +196,11 @@ impl<T: WithDType> Tensor<T> {
                 });
             }
         }
-        // Per channel, in f32: the mean, and 1 / sqrt(var + eps) (the
-        // variance and eps kept for a DNN library, which takes them).
+        // Per channel, in f32: the mean and the variance (a DNN library
+        // takes them with eps; ours take 1 / sqrt(var + eps)).
         let mean = running_mean.to_dtype::<f32>()?.contiguous()?;
         let var = running_var.to_dtype::<f32>()?.contiguous()?;
-        let rstd = var.affine(1.0, eps)?.rsqrt()?.contiguous()?;
-        let stats = Stats::Given {
-            mean,
-            rstd,
-            var: Some((var, eps)),
-        };
-        self.channel_norm(op, stats, weight, bias)
+        self.channel_norm(op, Stats::Given { mean, var, eps }, weight, bias)
     }
 
     fn check_channel_norm(
@@ -295,7 +289,7 @@ impl<T: WithDType> Tensor<T> {
         if n_out == 0 {
             return spatial_output(out, &shape, channels_last);
         }
-        let (mean, rstd, var) = match stats {
+        let (mean, rstd) = match stats {
             Stats::Input { eps, .. } => {
                 let rows = batch * stats_per_image;
                 let (m, r) = engine::run(
@@ -311,11 +305,10 @@ impl<T: WithDType> Tensor<T> {
                 )?;
                 (
                     Tensor::from_parts(m, &[rows]),
-                    Tensor::from_parts(r, &[rows]),
-                    None,
+                    Rstd::Computed(Tensor::from_parts(r, &[rows])),
                 )
             }
-            Stats::Given { mean, rstd, var } => (mean, rstd, var),
+            Stats::Given { mean, var, eps } => (mean, Rstd::OfVariance(var, eps)),
         };
         let weight = weight.map(|w| w.contiguous()).transpose()?;
         let bias = bias.map(|b| b.contiguous()).transpose()?;
@@ -329,7 +322,6 @@ impl<T: WithDType> Tensor<T> {
                 rstd: &rstd,
                 w: weight.as_ref(),
                 b: bias.as_ref(),
-                var: var.as_ref().map(|(v, eps)| (v, *eps)),
                 channels_last,
                 out,
             },
@@ -366,13 +358,32 @@ impl crate::DynTensor {
 enum Stats {
     /// Each image's groups, computed.
     Input { groups: usize, eps: f32 },
-    /// Per channel, given: the mean and `1 / sqrt(var + eps)`, f32; a
-    /// batch norm's variance and eps too.
+    /// Per channel, given (a batch norm's running statistics): the mean
+    /// and the variance, f32, and eps.
     Given {
         mean: Tensor<f32>,
-        rstd: Tensor<f32>,
-        var: Option<(Tensor<f32>, f32)>,
+        var: Tensor<f32>,
+        eps: f32,
     },
+}
+
+/// Each stat row's `1 / sqrt(var + eps)`: computed with the mean, or, for a
+/// batch norm, worked out from its variance only where ferrocm's path runs
+/// (a DNN library takes the variance and eps).
+enum Rstd {
+    Computed(Tensor<f32>),
+    OfVariance(Tensor<f32>, f32),
+}
+
+impl Rstd {
+    fn get(&self) -> Result<std::borrow::Cow<'_, Tensor<f32>>> {
+        Ok(match self {
+            Rstd::Computed(r) => std::borrow::Cow::Borrowed(r),
+            Rstd::OfVariance(v, eps) => {
+                std::borrow::Cow::Owned(v.affine(1.0, *eps)?.rsqrt()?.contiguous()?)
+            }
+        })
+    }
 }
 
 /// The statistics of every `(image, group)`.
@@ -459,11 +470,9 @@ struct ChannelNorm<'a, T: WithDType> {
     x: &'a Tensor<T>,
     geom: Geom,
     mean: &'a Tensor<f32>,
-    rstd: &'a Tensor<f32>,
+    rstd: &'a Rstd,
     w: Option<&'a Tensor<T>>,
     b: Option<&'a Tensor<T>>,
-    /// A batch norm's variance and eps (a DNN library may run it).
-    var: Option<(&'a Tensor<f32>, f32)>,
     channels_last: bool,
     out: DeviceBuffer<T>,
 }
@@ -500,7 +509,7 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
     type Output = DeviceBuffer<T>;
 
     fn vendor(self, libs: &Libraries) -> Vendor<Self> {
-        let (Some((var, eps)), Some(p)) = (self.var, self.dnn_problem()) else {
+        let (Rstd::OfVariance(var, eps), Some(p)) = (self.rstd, self.dnn_problem()) else {
             return Vendor::Fallback(self);
         };
         if !crate::conv::vendor_dnn() || libs.dnn().is_none() {
@@ -526,7 +535,7 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
             x.layout().offset(),
             &self.out,
             [at(&scale), at(&bias), at(self.mean), at(var)],
-            f64::from(eps),
+            f64::from(*eps),
         ) {
             Ok(true) => Vendor::Done(Ok(self.out)),
             Ok(false) => Vendor::Fallback(self),
@@ -537,7 +546,8 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
     fn cpu(mut self) -> Result<DeviceBuffer<T>> {
         let g = self.geom;
         let xh = &engine::cpu::host(self.x.buf())[self.x.layout().offset()..];
-        let (mean, rstd) = (elems(self.mean), elems(self.rstd));
+        let rstd = self.rstd.get()?;
+        let (mean, rstd) = (elems(self.mean), elems(&rstd));
         let w: Vec<f32> = match self.w {
             Some(w) => elems(w).iter().map(|&v| widen(v)).collect(),
             None => vec![1.0; g.channels],
@@ -585,6 +595,7 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
             dtype: T::DTYPE,
         })?;
         let rows = g.batch * g.channels;
+        let rstd = self.rstd.get()?;
         let geom = dev.upload_async(&g.words())?;
         let cfg = LaunchConfig {
             grid: [blocks as u32, crate::conv::row_groups(rows, blocks), 1],
@@ -596,7 +607,7 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
             Out::new(self.out.view_as::<T::Kernel>().expect("same size")),
             self.x.input(),
             self.mean.input(),
-            self.rstd.input(),
+            rstd.input(),
             self.w.map_or_else(In::null, |t| t.input()),
             self.b.map_or_else(In::null, |t| t.input()),
             In::new(&geom),
