@@ -612,6 +612,52 @@ impl BatchNormProblem {
     }
 }
 
+/// Where a backend's planning of a problem stopped: the library declined
+/// it (a NOT_SUPPORTED or BAD_PARAM status: not this problem), or failed.
+pub(crate) enum PlanStop {
+    Declined,
+    Failed(crate::error::Error),
+}
+
+/// A planning outcome as the plan or `None`: a failure other than "not
+/// this problem" (a sub-library that does not load, memory) is said once on
+/// stderr, as a device that fails to open is, and declines too: ferrocm's
+/// kernels can still run the problem.
+pub(crate) fn planned<P>(
+    outcome: std::result::Result<P, PlanStop>,
+    library: &str,
+    problem: &dyn std::fmt::Debug,
+) -> Option<P> {
+    match outcome {
+        Ok(plan) => Some(plan),
+        Err(PlanStop::Declined) => None,
+        Err(PlanStop::Failed(e)) => {
+            eprintln!(
+                "ferrocm: {library} could not plan {problem:?}: {e}; ferrocm's kernels run it"
+            );
+            None
+        }
+    }
+}
+
+/// The plan for `key` in a per-process `cache`, made with `plan` at the
+/// key's first sight (a decline remembered as `None`, see [`planned`]).
+pub(crate) fn plan_once<'c, K, P>(
+    cache: &'c mut std::collections::HashMap<K, Option<P>>,
+    key: &K,
+    library: &str,
+    plan: impl FnOnce() -> std::result::Result<P, PlanStop>,
+) -> Option<&'c P>
+where
+    K: std::hash::Hash + Eq + Clone + std::fmt::Debug,
+{
+    if !cache.contains_key(key) {
+        let outcome = planned(plan(), library, key);
+        cache.insert(key.clone(), outcome);
+    }
+    cache.get(key).and_then(Option::as_ref)
+}
+
 /// Exclusive use of a DNN handle until dropped.
 pub struct DnnGuard<'a> {
     raw: *mut std::ffi::c_void,

@@ -54,7 +54,7 @@
 use super::driver::{Handle, describe};
 use crate::dnn::{
     BatchNormAddresses, BatchNormProblem, ConvAddresses, ConvProblem, Dnn, DnnGuard, DnnType,
-    PoolMode, PoolProblem,
+    PlanStop as Stop, PoolMode, PoolProblem, plan_once, planned,
 };
 use crate::error::{Error, Result};
 use cudarc::cudnn::sys as cudnn_sys;
@@ -331,12 +331,6 @@ pub struct CudnnHandle {
 unsafe impl Send for CudnnHandle {}
 // SAFETY: as above.
 unsafe impl Sync for CudnnHandle {}
-
-/// Where planning stopped: cuDNN declined the problem, or failed.
-enum Stop {
-    Declined,
-    Failed(Error),
-}
 
 impl CudnnHandle {
     /// A handle for the context `ctx` (current on this thread), on `stream`.
@@ -906,17 +900,7 @@ impl Dnn for CudnnHandle {
                 Err(_) => {}
             }
         }
-        // A failure other than "not this problem" (a sub-library that does
-        // not load, memory) declines too, said once per problem (as a device
-        // that fails to open is): our kernels can still run it.
-        let plan = match self.plan(p) {
-            Ok(plan) => Some(Plan::Legacy(plan)),
-            Err(Stop::Declined) => None,
-            Err(Stop::Failed(e)) => {
-                eprintln!("ferrocm: cuDNN could not plan {p:?}: {e}; ferrocm's kernels run it");
-                None
-            }
-        };
+        let plan = planned(self.plan(p), "cuDNN", p).map(Plan::Legacy);
         let workspace = plan.as_ref().map(Plan::workspace);
         plans.insert(p.clone(), plan);
         Ok(workspace)
@@ -1011,23 +995,14 @@ impl Dnn for CudnnHandle {
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         self.current()?;
-        if !pools.contains_key(p) {
-            // As for convolutions: a failure other than "not this problem"
-            // is said once and declines too.
-            let plan = match self.plan_pool(p) {
-                Ok(plan) => Some(plan),
-                Err(Stop::Declined) => None,
-                Err(Stop::Failed(e)) => {
-                    eprintln!("ferrocm: cuDNN could not plan {p:?}: {e}; ferrocm's kernels run it");
-                    None
-                }
-            };
+        let plan = plan_once(&mut pools, p, "cuDNN", || {
+            let plan = self.plan_pool(p);
             if verbose() {
-                eprintln!("ferrocm: cuDNN pooling {p:?}: planned {}", plan.is_some());
+                eprintln!("ferrocm: cuDNN pooling {p:?}: planned {}", plan.is_ok());
             }
-            pools.insert(p.clone(), plan);
-        }
-        let Some(Some(plan)) = pools.get(p) else {
+            plan
+        });
+        let Some(plan) = plan else {
             return Ok(false);
         };
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -1080,24 +1055,14 @@ impl Dnn for CudnnHandle {
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut norms = self.norms.lock().unwrap_or_else(|e| e.into_inner());
         self.current()?;
-        if !norms.contains_key(p) {
-            let plan = match self.plan_norm(p) {
-                Ok(plan) => Some(plan),
-                Err(Stop::Declined) => None,
-                Err(Stop::Failed(e)) => {
-                    eprintln!("ferrocm: cuDNN could not plan {p:?}: {e}; ferrocm's kernels run it");
-                    None
-                }
-            };
+        let plan = plan_once(&mut norms, p, "cuDNN", || {
+            let plan = self.plan_norm(p);
             if verbose() {
-                eprintln!(
-                    "ferrocm: cuDNN batch norm {p:?}: planned {}",
-                    plan.is_some()
-                );
+                eprintln!("ferrocm: cuDNN batch norm {p:?}: planned {}", plan.is_ok());
             }
-            norms.insert(p.clone(), plan);
-        }
-        let Some(Some(plan)) = norms.get(p) else {
+            plan
+        });
+        let Some(plan) = plan else {
             return Ok(false);
         };
         let (alpha, beta) = (1.0f32, 0.0f32);

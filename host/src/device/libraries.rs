@@ -7,7 +7,8 @@ use super::Device;
 use super::buffer::DeviceBuffer;
 use crate::blas::{Gemm, GemmOperand};
 use crate::dnn::{
-    BatchNormAddresses, BatchNormProblem, ConvAddresses, ConvProblem, Dnn, DnnConv, PoolProblem,
+    BatchNormAddresses, BatchNormProblem, ConvAddresses, ConvProblem, Dnn, DnnConv, DnnType,
+    PoolProblem,
 };
 use crate::error::{Error, Result};
 
@@ -239,20 +240,7 @@ impl Device {
             device: self.to_string(),
             why,
         };
-        if [x.device(), y.device()]
-            .iter()
-            .any(|d| !d.same_device(self))
-        {
-            return Err(bad("a buffer of another device".into()));
-        }
-        p.validate().map_err(bad)?;
-        if p.dtype.size() != size_of::<T>() {
-            return Err(bad(format!(
-                "{:?} elements in buffers of {}-byte elements",
-                p.dtype,
-                size_of::<T>()
-            )));
-        }
+        self.check_dnn_call::<T>([x.device(), y.device()], p.validate(), p.dtype)?;
         let [nx, ny] = p.extents();
         if x_offset > x.len() || x.len() - x_offset < nx || y.len() < ny {
             return Err(bad(format!(
@@ -316,21 +304,10 @@ impl Device {
             why,
         };
         let vectors = [scale, bias, mean, var];
-        if [x.device(), y.device()]
+        let devices = [x.device(), y.device()]
             .into_iter()
-            .chain(vectors.iter().map(|(b, _)| b.device()))
-            .any(|d| !d.same_device(self))
-        {
-            return Err(bad("a buffer of another device".into()));
-        }
-        p.validate().map_err(bad)?;
-        if p.dtype.size() != size_of::<T>() {
-            return Err(bad(format!(
-                "{:?} elements in buffers of {}-byte elements",
-                p.dtype,
-                size_of::<T>()
-            )));
-        }
+            .chain(vectors.iter().map(|(b, _)| b.device()));
+        self.check_dnn_call::<T>(devices, p.validate(), p.dtype)?;
         if !(epsilon.is_finite() && epsilon >= 0.0) {
             return Err(bad(format!("epsilon {epsilon}")));
         }
@@ -366,6 +343,32 @@ impl Device {
         // SAFETY: `validate` and the length checks proved every tensor and
         // vector inside its buffer (this device's, borrowed for the call).
         unsafe { dnn.batch_norm(p, addresses, epsilon) }
+    }
+
+    /// The checks the pooling and batch-norm entries make first, in order:
+    /// every buffer this device's, the problem valid (`valid`, its
+    /// `validate()`), its element type `T`'s size.
+    fn check_dnn_call<'d, T>(
+        &self,
+        devices: impl IntoIterator<Item = &'d Device>,
+        valid: std::result::Result<(), String>,
+        dtype: DnnType,
+    ) -> Result<()> {
+        let bad = |why: String| Error::BadDnnCall {
+            device: self.to_string(),
+            why,
+        };
+        if devices.into_iter().any(|d| !d.same_device(self)) {
+            return Err(bad("a buffer of another device".into()));
+        }
+        valid.map_err(bad)?;
+        if dtype.size() != size_of::<T>() {
+            return Err(bad(format!(
+                "{dtype:?} elements in buffers of {}-byte elements",
+                size_of::<T>()
+            )));
+        }
+        Ok(())
     }
 
     /// The device's DNN library (MIOpen on ROCm, cuDNN on CUDA), bound to its stream, when

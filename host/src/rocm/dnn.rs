@@ -31,7 +31,7 @@
 use super::{RocmDevice, ffi, hip_check};
 use crate::dnn::{
     BatchNormAddresses, BatchNormProblem, ConvAddresses, ConvProblem, Dnn, DnnGuard, DnnType,
-    PoolMode, PoolProblem,
+    PlanStop as Stop, PoolMode, PoolProblem, plan_once, planned,
 };
 use crate::error::{Error, Result};
 use rocm_rs::miopen::ffi as mf;
@@ -106,12 +106,6 @@ pub struct MiopenHandle {
 unsafe impl Send for MiopenHandle {}
 // SAFETY: as above.
 unsafe impl Sync for MiopenHandle {}
-
-/// Where planning stopped: MIOpen declined the problem, or failed.
-enum Stop {
-    Declined,
-    Failed(Error),
-}
 
 /// One pooling problem's descriptors (input, output, pooling), destroyed
 /// when dropped.
@@ -609,17 +603,8 @@ impl Dnn for MiopenHandle {
             return Ok(plan.as_ref().map(|plan| plan.workspace));
         }
         self.set_device()?;
-        // A failure other than "not this problem" (a sub-library that does
-        // not load, memory) declines too, said once per problem (as a device
-        // that fails to open is): our kernels can still run it.
-        let plan = match self.plan(p) {
-            Ok(plan) => Some(plan),
-            Err(Stop::Declined) => None,
-            Err(Stop::Failed(e)) => {
-                eprintln!("ferrocm: MIOpen could not plan {p:?}: {e}; ferrocm's kernels run it");
-                None
-            }
-        };
+        // A failure other than "not this problem" declines too (`planned`).
+        let plan = planned(self.plan(p), "MIOpen", p);
         let workspace = plan.as_ref().map(|plan| plan.workspace);
         plans.insert(p.clone(), plan);
         Ok(workspace)
@@ -696,20 +681,7 @@ impl Dnn for MiopenHandle {
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         self.set_device()?;
-        if !pools.contains_key(p) {
-            let plan = match self.plan_pool(p) {
-                Ok(plan) => Some(plan),
-                Err(Stop::Declined) => None,
-                Err(Stop::Failed(e)) => {
-                    eprintln!(
-                        "ferrocm: MIOpen could not plan {p:?}: {e}; ferrocm's kernels run it"
-                    );
-                    None
-                }
-            };
-            pools.insert(p.clone(), plan);
-        }
-        let Some(Some(plan)) = pools.get(p) else {
+        let Some(plan) = plan_once(&mut pools, p, "MIOpen", || self.plan_pool(p)) else {
             return Ok(false);
         };
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -763,20 +735,7 @@ impl Dnn for MiopenHandle {
         let _handle = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut norms = self.norms.lock().unwrap_or_else(|e| e.into_inner());
         self.set_device()?;
-        if !norms.contains_key(p) {
-            let plan = match self.plan_norm(p) {
-                Ok(plan) => Some(plan),
-                Err(Stop::Declined) => None,
-                Err(Stop::Failed(e)) => {
-                    eprintln!(
-                        "ferrocm: MIOpen could not plan {p:?}: {e}; ferrocm's kernels run it"
-                    );
-                    None
-                }
-            };
-            norms.insert(p.clone(), plan);
-        }
-        let Some(Some(plan)) = norms.get(p) else {
+        let Some(plan) = plan_once(&mut norms, p, "MIOpen", || self.plan_norm(p)) else {
             return Ok(false);
         };
         let (mut alpha, mut beta) = (1.0f32, 0.0f32);
