@@ -206,8 +206,10 @@ fn sizes_against_the_f64_reference() {
 
 fn layouts_case<T: WithDType>(dev: &Device) {
     // Odd sizes, then sizes crossing the matrix-unit GEMM's 128 x 128 x 32
-    // tiles whose strides allow 16-byte word loads in every layout.
-    for (m, k, n) in [(5, 24, 19), (136, 40, 144)] {
+    // tiles whose strides allow 16-byte word loads in every layout (where
+    // the GPU copies asynchronously, the three-stage copied loop: 2 K
+    // steps, then 6, the last partial, its stages going round twice).
+    for (m, k, n) in [(5, 24, 19), (136, 40, 144), (144, 168, 136)] {
         layouts_shape::<T>(dev, m, k, n);
     }
 }

@@ -534,6 +534,15 @@ pub unsafe fn lds_copy_async<T: Copy>(dst: Lds<T>, j: u32, src: *const T, i: usi
     }
 }
 
+/// Whether kernels build their copy-staged loops (several K steps of
+/// [`lds_copy_async`] in flight, no registers holding them): on NVIDIA,
+/// where the copies run on while the workitem computes, and in the
+/// emulator, which checks those loops' logic. AMD builds leave them out:
+/// there each copy is a load and a store before the next instruction, and
+/// the register-staged loops overlap the loads with the multiply instead.
+#[amdgpu_device]
+pub const COPY_STAGED_LOOPS: bool = cfg!(any(target_arch = "nvptx64", not(ferrocm_device)));
+
 /// Closes the group of this workitem's [`lds_copy_async`] copies issued
 /// since the last one (a no-op where the copies are synchronous).
 #[amdgpu_device]

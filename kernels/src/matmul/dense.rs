@@ -436,6 +436,12 @@ const MMA_TILE_BYTES: u32 = {
 /// LDS of one matrix-unit GEMM workgroup: two stages (one computes while
 /// the next is stored), each an A tile and a B tile of 16-bit elements.
 pub const MMA_LDS_BYTES: u32 = 2 * 2 * MMA_TILE_BYTES;
+/// K steps of the copy-staged matrix-unit loop ([`MMA_ASYNC`]) held in
+/// LDS at once: one multiplied while the copies of the next two run.
+pub const MMA_ASYNC_STAGES: u32 = 3;
+/// LDS of a matrix-unit GEMM workgroup that runs the copy-staged loop.
+pub const MMA_ASYNC_LDS_BYTES: u32 = MMA_ASYNC_STAGES * 2 * MMA_TILE_BYTES;
+const _: () = assert!(MMA_ASYNC_LDS_BYTES <= 64 * 1024);
 /// Flag of `gemm_mma`: A's groups of 8 elements along its fast dim can be
 /// read as 16-byte words (that dim's stride is 1, the other strides and
 /// the offset are multiples of 8).
@@ -449,6 +455,16 @@ pub const MMA_B_WORDS: u32 = 2;
 /// The op layer sets it where the unit's transposed loads are cheap
 /// (`host::transposed_loads`).
 pub const MMA_T_TILES: u32 = 4;
+
+/// Flag of `gemm_mma`: copy every group of 8 elements straight from
+/// memory into its LDS tile ([`crate::device::lds_copy_async`]),
+/// [`MMA_ASYNC_STAGES`] K steps in flight, where the build has that loop
+/// ([`crate::device::COPY_STAGED_LOOPS`]; elsewhere the flag is ignored).
+/// The launch gives [`MMA_ASYNC_LDS_BYTES`] of LDS. The op layer sets it
+/// only with [`MMA_T_TILES`] and both `*_WORDS` flags, when every group is
+/// wholly inside its matrix or wholly outside: `k` a multiple of 8 where
+/// an operand's fast dim is K, M (N) a multiple of 8 where it is A's (B's).
+pub const MMA_ASYNC: u32 = 8;
 
 /// Groups of 8 elements in one operand's K-tile (128 x 32 / 8).
 const MMA_GROUPS: u32 = MMA_BM * MMA_BK / 8;
@@ -570,6 +586,50 @@ fn mma_stage<const KC: bool>(tile_byte: u32, e: u32, k_fast: bool, w: W128) {
     lds_at::<W128>(tile_byte).store(word / 4, w);
 }
 
+/// One K step of the matrix-unit loops: the wave's `(wm, wn)` block, `tn`
+/// column tiles wide, of the A tile `ta` times the B tile `tb` (layouts as
+/// `A_K`, `B_K`), added into `acc`. The wave's B fragments stay in
+/// registers; each A fragment is used against all of them. A macro, not a
+/// function: the same code through an inlined function (`acc` by
+/// reference) spilled a VGPR on gfx1102, which the build refuses.
+macro_rules! mma_multiply_step {
+    ($t:ty, $a_k:ident, $b_k:ident, $acc:ident, ($ta:ident, $tb:ident), ($wm:ident, $wn:ident, $tn:ident)) => {{
+        use crate::mma::{load_a, load_a_t, load_b, load_b_t, mma};
+        let mut ks = 0;
+        while ks < MMA_BK {
+            let fragment_b = |c: u32| {
+                if $b_k {
+                    load_b($tb, MMA_PITCH, c, ks)
+                } else {
+                    load_b_t($tb, MMA_PITCH_T, c, ks)
+                }
+            };
+            let fb0 = fragment_b($wn);
+            let fb1 = fragment_b($wn + 16);
+            let (fb2, fb3) = if $tn > 2 {
+                (fragment_b($wn + 32), fragment_b($wn + 48))
+            } else {
+                (fb0, fb1)
+            };
+            let fb = [fb0, fb1, fb2, fb3];
+            unroll4!(i < 4 => {
+                let row = $wm + 16 * i as u32;
+                let fa = if $a_k {
+                    load_a($ta, MMA_PITCH, row, ks)
+                } else {
+                    load_a_t($ta, MMA_PITCH_T, row, ks)
+                };
+                unroll4!(j < 4 => {
+                    if (j as u32) < $tn {
+                        mma::<$t>(&mut $acc[i][j], &fa, &fb[j]);
+                    }
+                });
+            });
+            ks += 16;
+        }
+    }};
+}
+
 /// Groups of 8 elements of each operand a workitem fetches per K step of
 /// the matrix-unit loop (`tid + MMA_BLOCK * g`, `g <` this).
 pub const MMA_FETCH_GROUPS: usize = (MMA_GROUPS / MMA_BLOCK) as usize;
@@ -640,7 +700,7 @@ pub fn mma_k_loop_with<T: MatElem + crate::mma::MmaElem, const A_K: bool, const 
     k: u32,
     (wm, wn, tn): (u32, u32, u32),
 ) -> [[crate::mma::Acc; 4]; 4] {
-    use crate::mma::{Acc, load_a, load_a_t, load_b, load_b_t, mma};
+    use crate::mma::Acc;
     let tid = workitem_id_x();
     // Two groups of 8 per workitem and operand, A's and B's interleaved.
     const GROUPS: usize = MMA_FETCH_GROUPS;
@@ -670,40 +730,7 @@ pub fn mma_k_loop_with<T: MatElem + crate::mma::MmaElem, const A_K: bool, const 
         }
         let ta = lds_at::<u32>(2 * cur * MMA_TILE_BYTES);
         let tb = lds_at::<u32>((2 * cur + 1) * MMA_TILE_BYTES);
-        let mut ks = 0;
-        while ks < MMA_BK {
-            // The wave's B fragments stay in registers; each A fragment is
-            // used against all of them.
-            let fragment_b = |c: u32| {
-                if B_K {
-                    load_b(tb, MMA_PITCH, c, ks)
-                } else {
-                    load_b_t(tb, MMA_PITCH_T, c, ks)
-                }
-            };
-            let fb0 = fragment_b(wn);
-            let fb1 = fragment_b(wn + 16);
-            let (fb2, fb3) = if tn > 2 {
-                (fragment_b(wn + 32), fragment_b(wn + 48))
-            } else {
-                (fb0, fb1)
-            };
-            let fb = [fb0, fb1, fb2, fb3];
-            unroll4!(i < 4 => {
-                let row = wm + 16 * i as u32;
-                let fa = if A_K {
-                    load_a(ta, MMA_PITCH, row, ks)
-                } else {
-                    load_a_t(ta, MMA_PITCH_T, row, ks)
-                };
-                unroll4!(j < 4 => {
-                    if (j as u32) < tn {
-                        mma::<T>(&mut acc[i][j], &fa, &fb[j]);
-                    }
-                });
-            });
-            ks += 16;
-        }
+        mma_multiply_step!(T, A_K, B_K, acc, (ta, tb), (wm, wn, tn));
         if next {
             // B's loads after the multiply: in flight across it they made
             // too many registers live for archs with 128 (gfx1102).
@@ -738,7 +765,7 @@ fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool
     k: u32,
     (wm, wn, tn): (u32, u32, u32),
 ) -> [[crate::mma::Acc; 4]; 4] {
-    use crate::mma::{Acc, load_a, load_a_t, load_b, load_b_t, mma};
+    use crate::mma::Acc;
     let tid = workitem_id_x();
     // Two groups of 8 per workitem and operand, A's and B's interleaved.
     const GROUPS: usize = (MMA_GROUPS / MMA_BLOCK) as usize;
@@ -807,40 +834,7 @@ fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool
         }
         let ta = lds_at::<u32>(2 * cur * MMA_TILE_BYTES);
         let tb = lds_at::<u32>((2 * cur + 1) * MMA_TILE_BYTES);
-        let mut ks = 0;
-        while ks < MMA_BK {
-            // The wave's B fragments stay in registers; each A fragment is
-            // used against all of them.
-            let fragment_b = |c: u32| {
-                if B_K {
-                    load_b(tb, MMA_PITCH, c, ks)
-                } else {
-                    load_b_t(tb, MMA_PITCH_T, c, ks)
-                }
-            };
-            let fb0 = fragment_b(wn);
-            let fb1 = fragment_b(wn + 16);
-            let (fb2, fb3) = if tn > 2 {
-                (fragment_b(wn + 32), fragment_b(wn + 48))
-            } else {
-                (fb0, fb1)
-            };
-            let fb = [fb0, fb1, fb2, fb3];
-            unroll4!(i < 4 => {
-                let row = wm + 16 * i as u32;
-                let fa = if A_K {
-                    load_a(ta, MMA_PITCH, row, ks)
-                } else {
-                    load_a_t(ta, MMA_PITCH_T, row, ks)
-                };
-                unroll4!(j < 4 => {
-                    if (j as u32) < tn {
-                        mma::<T>(&mut acc[i][j], &fa, &fb[j]);
-                    }
-                });
-            });
-            ks += 16;
-        }
+        mma_multiply_step!(T, A_K, B_K, acc, (ta, tb), (wm, wn, tn));
         if next {
             // B's loads after the multiply: in flight across it they made
             // too many registers live for archs with 128 (gfx1102).
@@ -857,13 +851,108 @@ fn mma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool
     acc
 }
 
+/// The copy-staged K loop of [`gemm_mma_body`] ([`MMA_ASYNC`]): each group
+/// of 8 elements goes from memory into its LDS tile without passing
+/// through registers, in the tile layout that is the operand's own (`A_K`
+/// is `oa.k_fast`, `B_K` is `ob.k_fast`), groups past the matrix zero.
+/// [`MMA_ASYNC_STAGES`] stages rotate: the step multiplied waits only for
+/// its own copies, the next ones still fly; one barrier per step, after
+/// which the stage multiplied in the step before is refilled.
+#[amdgpu_device]
+#[inline(always)]
+fn mma_k_loop_copied<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
+    oa: &MmaOperand<T>,
+    ob: &MmaOperand<T>,
+    k: u32,
+    block: (u32, u32, u32),
+) -> [[crate::mma::Acc; 4]; 4] {
+    use crate::mma::Acc;
+    const STAGES: u32 = MMA_ASYNC_STAGES;
+    const GROUPS: usize = MMA_FETCH_GROUPS;
+    let tid = workitem_id_x();
+    // The copier of one operand: issues this workitem's copies of the K
+    // step at `k0` into the tile at LDS byte `tile`. Its groups: the element
+    // offset of its first at K step 0 and the step to the next (as
+    // `mma_k_loop`), its LDS word (16 bytes) in a tile and the step to the
+    // next, and its first (i, kk) to test the edges.
+    let copier = |o: MmaOperand<T>, tile_k: bool| {
+        let (ii, kk) = mma_slot(tid, o.k_fast);
+        let at = (o.i0 + ii)
+            .wrapping_mul(o.i_stride)
+            .wrapping_add(kk.wrapping_mul(o.k_stride));
+        let (si, sk) = mma_slot(MMA_BLOCK, o.k_fast);
+        let step = si
+            .wrapping_mul(o.i_stride)
+            .wrapping_add(sk.wrapping_mul(o.k_stride));
+        let word = |ii: u32, kk: u32| {
+            if tile_k {
+                (ii * MMA_PITCH + kk / 2) / 4
+            } else {
+                (kk * MMA_PITCH_T + ii / 2) / 4
+            }
+        };
+        let (word0, word_step, i) = (word(ii, kk), word(si, sk), o.i0 + ii);
+        move |tile: u32, k0: u32| {
+            let at0 = at.wrapping_add(k0.wrapping_mul(o.k_stride));
+            let dst = lds_at::<W128>(tile);
+            unroll4!(g < GROUPS => {
+                let g = g as u32;
+                // Every group is wholly in or wholly out ([`MMA_ASYNC`]).
+                let keep = i + g * si < o.size && k0 + kk + g * sk < k;
+                let e = at0.wrapping_add(g * step);
+                unsafe {
+                    lds_copy_async(dst, word0 + g * word_step, o.p as *const W128, (e / 8) as usize, keep)
+                };
+            });
+        }
+    };
+    let (copy_a, copy_b) = (copier(*oa, A_K), copier(*ob, B_K));
+    // Issues this workitem's copies of the K step at `k0` into stage `s`.
+    let copy = |s: u32, k0: u32| {
+        copy_a(2 * s * MMA_TILE_BYTES, k0);
+        copy_b((2 * s + 1) * MMA_TILE_BYTES, k0);
+    };
+    let mut acc = [[Acc::zero(); 4]; 4];
+    // The first STAGES - 1 steps in flight, one copy group each (empty past
+    // K, so the count of groups is the same in every workitem and step).
+    unroll4!(s < (STAGES - 1) as usize => {
+        let s = s as u32;
+        if s * MMA_BK < k {
+            copy(s, s * MMA_BK);
+        }
+        lds_copy_commit();
+    });
+    let (mut k0, mut cur) = (0, 0);
+    while k0 < k {
+        // This step's group is done (the STAGES - 2 after it may run on);
+        // the barrier makes every workitem's copies visible and says every
+        // wave is done with the stage multiplied last step, refilled next.
+        lds_copy_wait::<{ MMA_ASYNC_STAGES - 2 }>();
+        barrier();
+        let ahead = k0 + (STAGES - 1) * MMA_BK;
+        if ahead < k {
+            copy((cur + STAGES - 1) % STAGES, ahead);
+        }
+        lds_copy_commit();
+        let ta = lds_at::<u32>(2 * cur * MMA_TILE_BYTES);
+        let tb = lds_at::<u32>((2 * cur + 1) * MMA_TILE_BYTES);
+        let (wm, wn, tn) = block;
+        mma_multiply_step!(T, A_K, B_K, acc, (ta, tb), (wm, wn, tn));
+        cur = if cur + 1 == STAGES { 0 } else { cur + 1 };
+        k0 += MMA_BK;
+    }
+    acc
+}
+
 /// The matrix-unit GEMM (f16, bf16): C = act(A·B + bias) as [`gemm_body`],
 /// on the device layer's [`crate::mma`] primitive. One workgroup of
 /// [`MMA_BLOCK`] workitems per [`MMA_BM`] x [`MMA_BN`] tile of C; K in steps
 /// of [`MMA_BK`] staged in LDS as 16-bit values (the next step's loads in
 /// flight while this one computes); each wave multiplies a 64 x 64 (wave
 /// 64) or 64 x 32 (wave 32) block as 16 x 16 tiles, its B fragments held
-/// while each A fragment meets them all. `flags`: [`MMA_A_WORDS`], [`MMA_B_WORDS`].
+/// while each A fragment meets them all. `flags`: [`MMA_A_WORDS`],
+/// [`MMA_B_WORDS`], [`MMA_T_TILES`], [`MMA_ASYNC`] (then the copy-staged
+/// loop [`mma_k_loop_copied`]).
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -931,11 +1020,22 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
         // them: K contiguous when that is the operand's fast dim or the
         // unit's transposed loads are not wanted.
         let t_tiles = crate::mma::TRANSPOSED_LOADS && flags & MMA_T_TILES != 0;
-        let acc = match (oa.k_fast || !t_tiles, ob.k_fast || !t_tiles) {
-            (true, true) => mma_k_loop::<T, true, true>(&oa, &ob, k, (wm, wn, tn)),
-            (true, false) => mma_k_loop::<T, true, false>(&oa, &ob, k, (wm, wn, tn)),
-            (false, true) => mma_k_loop::<T, false, true>(&oa, &ob, k, (wm, wn, tn)),
-            (false, false) => mma_k_loop::<T, false, false>(&oa, &ob, k, (wm, wn, tn)),
+        let copied = COPY_STAGED_LOOPS && t_tiles && flags & MMA_ASYNC != 0;
+        let acc = if copied {
+            // Each operand's tile in its own layout: groups copy as they are.
+            match (oa.k_fast, ob.k_fast) {
+                (true, true) => mma_k_loop_copied::<T, true, true>(&oa, &ob, k, (wm, wn, tn)),
+                (true, false) => mma_k_loop_copied::<T, true, false>(&oa, &ob, k, (wm, wn, tn)),
+                (false, true) => mma_k_loop_copied::<T, false, true>(&oa, &ob, k, (wm, wn, tn)),
+                (false, false) => mma_k_loop_copied::<T, false, false>(&oa, &ob, k, (wm, wn, tn)),
+            }
+        } else {
+            match (oa.k_fast || !t_tiles, ob.k_fast || !t_tiles) {
+                (true, true) => mma_k_loop::<T, true, true>(&oa, &ob, k, (wm, wn, tn)),
+                (true, false) => mma_k_loop::<T, true, false>(&oa, &ob, k, (wm, wn, tn)),
+                (false, true) => mma_k_loop::<T, false, true>(&oa, &ob, k, (wm, wn, tn)),
+                (false, false) => mma_k_loop::<T, false, false>(&oa, &ob, k, (wm, wn, tn)),
+            }
         };
         // The tile's corner again: held across the K loop it was spilled
         // on sm_90 with two workgroups per SM.

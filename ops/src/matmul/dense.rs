@@ -31,8 +31,9 @@ use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::matmul::{
     ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, GEMM_BLOCK, GEMM_BM, GEMM_BN,
-    GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_GLU_MAX_M, GEMV_MAX_M, MMA_A_WORDS, MMA_B_WORDS, MMA_BLOCK,
-    MMA_BM, MMA_BN, MMA_LDS_BYTES, MMA_T_TILES, MatmulKernels, activation,
+    GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_GLU_MAX_M, GEMV_MAX_M, MMA_A_WORDS, MMA_ASYNC,
+    MMA_ASYNC_LDS_BYTES, MMA_B_WORDS, MMA_BLOCK, MMA_BM, MMA_BN, MMA_LDS_BYTES, MMA_T_TILES,
+    MatmulKernels, activation,
 };
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1055,11 +1056,35 @@ impl<T: WithDType> Op for Matmul<'_, T> {
             if t_tiles {
                 flags |= MMA_T_TILES;
             }
+            // Groups copied straight into LDS, several K steps in flight,
+            // where the GPU copies asynchronously (the emulator checks that
+            // loop at wave 32, beside the transposed tiles), when every
+            // group is wholly inside its matrix or wholly outside.
+            let copies = dev.double_buffers_lds();
+            let whole_groups = |k_fast: bool, size: usize| {
+                if k_fast {
+                    p.k.is_multiple_of(8)
+                } else {
+                    size.is_multiple_of(8)
+                }
+            };
+            let copied = copies
+                && t_tiles
+                && flags & MMA_A_WORDS != 0
+                && flags & MMA_B_WORDS != 0
+                && whole_groups(p.a.cs == 1, p.m)
+                && whole_groups(p.b.rs == 1, p.n);
+            let lds_bytes = if copied {
+                flags |= MMA_ASYNC;
+                MMA_ASYNC_LDS_BYTES
+            } else {
+                MMA_LDS_BYTES
+            };
             for z0 in (0..p.batch).step_by(65535) {
                 let cfg = LaunchConfig {
                     grid: [tiles as u32, (p.batch - z0).min(65535) as u32, 1],
                     block: [MMA_BLOCK, 1, 1],
-                    lds_bytes: MMA_LDS_BYTES,
+                    lds_bytes,
                     early_start: false,
                 };
                 dev.launch_typed(
