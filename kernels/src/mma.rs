@@ -294,8 +294,8 @@ const ACC: usize = match MMA_UNIT {
 
 /// A lane's part of a 16 x 16 A tile (rows x K), loaded by [`load_a`] or
 /// [`load_a_t`]. On the FMA body: where the tile is (read when [`mma`]
-/// runs): element `(i, k)` is half `at + i * i_pitch + k * k_pitch` of
-/// `tile`.
+/// runs): element `(i, k)` is half `swizzle.half(at + i * i_pitch + k *
+/// k_pitch)` of `tile`.
 #[amdgpu_device]
 #[derive(Clone, Copy)]
 pub struct FragA {
@@ -304,6 +304,87 @@ pub struct FragA {
     at: u32,
     i_pitch: u32,
     k_pitch: u32,
+    swizzle: TileLayout,
+}
+
+/// How an operand tile's rows sit in LDS, for the fragment loads
+/// ([`load_a`], [`load_a_t`], [`load_b`], [`load_b_t`]): rows `pitch`
+/// words apart (a plain `u32` pitch converts to this), and, for tiles
+/// copied in 16-byte pieces without padding, the pieces of each 128-byte
+/// line permuted ([`TileLayout::swizzled`]) so that neither the fragment
+/// loads' eight rows nor the copies' eight pieces meet in a bank.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct TileLayout {
+    /// Words from one row to the next.
+    pub pitch: u32,
+    /// 0: halves sit where the pitch puts them. Else the half index `h`
+    /// is stored at `h ^ (((h >> swizzle) & 7) << 3)`: its 16-byte piece
+    /// within the line XORed with bits of the line's row group.
+    swizzle: u32,
+}
+
+#[amdgpu_device]
+impl TileLayout {
+    /// Unpadded rows of `pieces` 16-byte pieces (8 halves each; a power of
+    /// two, 4 or more), each 128-byte line's pieces permuted by the row
+    /// (rows of 8 pieces or more) or the pair of rows (4). Any 8
+    /// consecutive rows' pieces at one column, and the 8 pieces of a line,
+    /// then fall in 8 different groups of 4 banks. The permutation repeats
+    /// every [`TileLayout::period`] pieces: a tile filled in blocks of
+    /// whole periods puts each block's pieces at a fixed offset.
+    ///
+    /// ```
+    /// use ferrocm_kernels::mma::TileLayout;
+    /// // Rows of 32 halves: rows 0 and 1 share the first line, as they are;
+    /// // in the next line (rows 2, 3) each piece trades places with its
+    /// // neighbour.
+    /// let l = TileLayout::swizzled(4);
+    /// assert_eq!((l.pitch, l.half(40), l.half(64), l.half(72)), (16, 40, 72, 64));
+    /// ```
+    pub const fn swizzled(pieces: u32) -> Self {
+        assert!(pieces >= 4 && pieces.is_power_of_two());
+        let row_group = if pieces > 8 { pieces } else { 8 };
+        TileLayout {
+            pitch: 4 * pieces,
+            swizzle: 3 + row_group.trailing_zeros(),
+        }
+    }
+
+    /// Pieces (16 bytes) after which the swizzle repeats: 8 rows of 8
+    /// pieces or more, 16 rows of 4 (0 for a plain layout).
+    pub const fn period(self) -> u32 {
+        if self.swizzle == 0 {
+            0
+        } else {
+            1 << self.swizzle
+        }
+    }
+
+    /// Where half `h` of the unswizzled layout is stored.
+    #[inline(always)]
+    pub fn half(self, h: u32) -> u32 {
+        if self.swizzle == 0 {
+            h
+        } else {
+            h ^ (((h >> self.swizzle) & 7) << 3)
+        }
+    }
+
+    /// Where word `w` of the unswizzled layout is stored.
+    #[inline(always)]
+    pub fn word(self, w: u32) -> u32 {
+        self.half(2 * w) / 2
+    }
+}
+
+#[amdgpu_device]
+impl From<u32> for TileLayout {
+    /// Rows `pitch` words apart, as they are.
+    #[inline(always)]
+    fn from(pitch: u32) -> Self {
+        TileLayout { pitch, swizzle: 0 }
+    }
 }
 
 /// The fragment of the 16 x 16 tile at `(i0, k0)` (`i` the row of A or the
@@ -317,6 +398,7 @@ fn gather<const B: bool>(
     tile: Lds<u32>,
     (i0, k0): (u32, u32),
     (i_pitch, k_pitch): (u32, u32),
+    swizzle: TileLayout,
 ) -> FragA {
     let at = i0 * i_pitch + k0 * k_pitch;
     let mut w = [0u32; WORDS];
@@ -334,9 +416,9 @@ fn gather<const B: bool>(
                 // K contiguous: the pair is one aligned word. Its index as
                 // words (k0 and k are even, i_pitch is): the lane's part plus
                 // constants, so the loads share one address register.
-                tile.load(i0 * (i_pitch / 2) + k0 / 2 + i * (i_pitch / 2) + k / 2)
+                tile.load(swizzle.word(i0 * (i_pitch / 2) + k0 / 2 + i * (i_pitch / 2) + k / 2))
             } else {
-                half(tile, h) | half(tile, h + k_pitch) << 16
+                half(tile, swizzle.half(h)) | half(tile, swizzle.half(h + k_pitch)) << 16
             };
             q += 1;
         }
@@ -347,6 +429,7 @@ fn gather<const B: bool>(
         at,
         i_pitch,
         k_pitch,
+        swizzle,
     }
 }
 
@@ -491,82 +574,87 @@ impl Acc {
 }
 
 /// Loads this lane's fragment of the A tile whose `(0, 0)` is row `row0`,
-/// K index `k0` (even) of an LDS array of rows `pitch` words apart, K
-/// contiguous. All lanes of the wave call it together.
+/// K index `k0` (even) of an LDS array of rows `layout` (a pitch in words,
+/// or a [`TileLayout`]), K contiguous. All lanes of the wave call it
+/// together.
 #[amdgpu_device]
 #[inline(always)]
-pub fn load_a(tile: Lds<u32>, pitch: u32, row0: u32, k0: u32) -> FragA {
+pub fn load_a(tile: Lds<u32>, layout: impl Into<TileLayout>, row0: u32, k0: u32) -> FragA {
+    let l = layout.into();
     #[cfg(ferrocm_mma = "sync")]
     {
         // ldmatrix .x4: lanes 8q..8q+7 point at the rows of matrix q (rows
         // 8 * (q % 2).., K 8 * (q / 2)): a0..a3.
         let (lane, q) = (lane_id(), lane_id() / 8);
-        let at = (row0 + 8 * (q % 2) + lane % 8) * pitch + (k0 + 8 * (q / 2)) / 2;
-        let w = nv::ldmatrix_x4::<false>(tile.shared_address(at));
+        let at = (row0 + 8 * (q % 2) + lane % 8) * l.pitch + (k0 + 8 * (q / 2)) / 2;
+        let w = nv::ldmatrix_x4::<false>(tile.shared_address(l.word(at)));
         return frag(w, tile);
     }
     #[allow(unreachable_code)]
-    gather::<false>(tile, (row0, k0), (2 * pitch, 1))
+    gather::<false>(tile, (row0, k0), (2 * l.pitch, 1), l)
 }
 
-/// [`load_a`] from a tile stored transposed: rows of K, `pitch` words
-/// apart, A's row index contiguous (element `(r, k)` is half
-/// `k * 2 * pitch + r`); `row0` even.
+/// [`load_a`] from a tile stored transposed: rows of K, `layout` apart,
+/// A's row index contiguous (element `(r, k)` is half `k * 2 * pitch +
+/// r`); `row0` even.
 #[amdgpu_device]
 #[inline(always)]
-pub fn load_a_t(tile: Lds<u32>, pitch: u32, row0: u32, k0: u32) -> FragA {
+pub fn load_a_t(tile: Lds<u32>, layout: impl Into<TileLayout>, row0: u32, k0: u32) -> FragA {
+    let l = layout.into();
     #[cfg(ferrocm_mma = "sync")]
     {
         // ldmatrix .x4 .trans: lanes 8q..8q+7 point at the K rows of
         // matrix q, each 8 rows of A wide; transposed, each lane gets A's
         // layout.
         let (lane, q) = (lane_id(), lane_id() / 8);
-        let at = (k0 + 8 * (q / 2) + lane % 8) * pitch + (row0 + 8 * (q % 2)) / 2;
-        let w = nv::ldmatrix_x4::<true>(tile.shared_address(at));
+        let at = (k0 + 8 * (q / 2) + lane % 8) * l.pitch + (row0 + 8 * (q % 2)) / 2;
+        let w = nv::ldmatrix_x4::<true>(tile.shared_address(l.word(at)));
         return frag(w, tile);
     }
     #[allow(unreachable_code)]
-    gather::<false>(tile, (row0, k0), (1, 2 * pitch))
+    gather::<false>(tile, (row0, k0), (1, 2 * l.pitch), l)
 }
 
 /// Loads this lane's fragment of the B tile whose `(0, 0)` is column `col0`,
-/// K index `k0` (even), columns stored `pitch` words apart with K
-/// contiguous (B transposed in LDS). All lanes of the wave call it together.
+/// K index `k0` (even), columns stored `layout` apart with K contiguous
+/// (B transposed in LDS). All lanes of the wave call it together.
 #[amdgpu_device]
 #[inline(always)]
-pub fn load_b(tile: Lds<u32>, pitch: u32, col0: u32, k0: u32) -> FragB {
+pub fn load_b(tile: Lds<u32>, layout: impl Into<TileLayout>, col0: u32, k0: u32) -> FragB {
+    let l = layout.into();
     #[cfg(ferrocm_mma = "sync")]
     {
         // ldmatrix .x4: lanes 8q..8q+7 point at the columns of matrix q
         // (columns 8 * (q / 2) .., K 8 * (q % 2)): b0, b1 of columns 0-7,
         // then of columns 8-15.
         let (lane, q) = (lane_id(), lane_id() / 8);
-        let at = (col0 + 8 * (q / 2) + lane % 8) * pitch + (k0 + 8 * (q % 2)) / 2;
-        let w = nv::ldmatrix_x4::<false>(tile.shared_address(at));
+        let at = (col0 + 8 * (q / 2) + lane % 8) * l.pitch + (k0 + 8 * (q % 2)) / 2;
+        let w = nv::ldmatrix_x4::<false>(tile.shared_address(l.word(at)));
         return FragB(frag(w, tile));
     }
     #[allow(unreachable_code)]
-    FragB(gather::<true>(tile, (col0, k0), (2 * pitch, 1)))
+    FragB(gather::<true>(tile, (col0, k0), (2 * l.pitch, 1), l))
 }
 
 /// [`load_b`] from a tile stored as B is in a row-major matrix: rows of K,
-/// `pitch` words apart, columns contiguous (element `(k, c)` is half
-/// `k * 2 * pitch + c`); `col0` even.
+/// `layout` apart, columns contiguous (element `(k, c)` is half `k * 2 *
+/// pitch + c`); `col0` even.
 #[amdgpu_device]
 #[inline(always)]
-pub fn load_b_t(tile: Lds<u32>, pitch: u32, col0: u32, k0: u32) -> FragB {
+pub fn load_b_t(tile: Lds<u32>, layout: impl Into<TileLayout>, col0: u32, k0: u32) -> FragB {
+    let l = layout.into();
     #[cfg(ferrocm_mma = "sync")]
     {
         // ldmatrix .x4 .trans: lanes 8q..8q+7 point at the K rows of
         // matrix q, each 8 columns wide; transposed, each lane gets B's
         // layout.
         let (lane, q) = (lane_id(), lane_id() / 8);
-        let at = (k0 + 8 * (q % 2) + lane % 8) * pitch + (col0 + 8 * (q / 2)) / 2;
-        let w = nv::ldmatrix_x4::<true>(tile.shared_address(at));
+        let at = (k0 + 8 * (q % 2) + lane % 8) * l.pitch + (col0 + 8 * (q / 2)) / 2;
+        let w = nv::ldmatrix_x4::<true>(tile.shared_address(l.word(at)));
         return FragB(frag(w, tile));
     }
     #[allow(unreachable_code)]
-    FragB(gather::<true>(tile, (col0, k0), (1, 2 * pitch)))
+    FragB(gather::<true>(tile, (col0, k0), (1, 2 * l.pitch), l))
 }
 
 /// The tiles of [`a_from_accs`] as A fragments ([`AccsAsA::frag`]).
@@ -648,6 +736,7 @@ fn frag(w: [u32; WORDS], tile: Lds<u32>) -> FragA {
         at: 0,
         i_pitch: 0,
         k_pitch: 0,
+        swizzle: TileLayout::from(0),
     }
 }
 
@@ -692,9 +781,9 @@ fn fma_body(acc: &mut Acc, a: &FragA, b: &FragB, bf16: bool) {
     let pair = |f: &FragA, i: u32, k: u32| -> u32 {
         let h = f.at + i * f.i_pitch + k * f.k_pitch;
         if f.k_pitch == 1 {
-            f.tile.load(h / 2)
+            f.tile.load(f.swizzle.half(h) / 2)
         } else {
-            half(f.tile, h) | half(f.tile, h + f.k_pitch) << 16
+            half(f.tile, f.swizzle.half(h)) | half(f.tile, f.swizzle.half(h + f.k_pitch)) << 16
         }
     };
     let mut i = 0;
@@ -985,6 +1074,61 @@ mod tests {
             }
             assert!(seen.iter().flatten().all(|&n| n == 1), "{unit:?}: {seen:?}");
         }
+    }
+
+    /// The swizzled tile layouts: a permutation of each 128-byte line's
+    /// 16-byte pieces; any 8 consecutive rows' pieces at one column (what
+    /// `ldmatrix` reads, from a multiple of 8 rows) in 8 different
+    /// 16-byte bank groups; 1 KiB on, the same permutation.
+    #[test]
+    fn swizzled_tiles_spread_rows_over_the_banks() {
+        for pieces in [4u32, 8, 16, 32] {
+            let l = TileLayout::swizzled(pieces);
+            assert_eq!(l.pitch, 4 * pieces);
+            let rows = 64;
+            let piece_of = |row: u32, col: u32| l.half(row * 8 * pieces + 8 * col) / 8;
+            for row in 0..rows {
+                for col in 0..pieces {
+                    let (at, home) = (piece_of(row, col), row * pieces + col);
+                    assert_eq!(
+                        at / 8,
+                        home / 8,
+                        "{pieces} pieces: ({row}, {col}) left its line"
+                    );
+                    assert_eq!(
+                        l.half(8 * home + 3),
+                        8 * at + 3,
+                        "halves move with their piece"
+                    );
+                    let period = l.period();
+                    assert_eq!(piece_of(row + period / pieces, col), at + period, "period");
+                }
+            }
+            for row0 in (0..rows).step_by(8) {
+                for col in 0..pieces {
+                    let mut banks: Vec<u32> =
+                        (row0..row0 + 8).map(|r| piece_of(r, col) % 8).collect();
+                    banks.sort();
+                    assert_eq!(
+                        banks,
+                        (0..8).collect::<Vec<_>>(),
+                        "{pieces} pieces, rows {row0}.., col {col}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            (
+                TileLayout::swizzled(4).period(),
+                TileLayout::swizzled(16).period()
+            ),
+            (64, 128)
+        );
+        let plain = TileLayout::from(20);
+        assert_eq!(
+            (plain.pitch, plain.half(77), plain.word(9), plain.period()),
+            (20, 77, 9, 0)
+        );
     }
 
     /// The row folds' layout facts: a lane's elements of one row share a

@@ -437,11 +437,21 @@ const MMA_TILE_BYTES: u32 = {
 /// the next is stored), each an A tile and a B tile of 16-bit elements.
 pub const MMA_LDS_BYTES: u32 = 2 * 2 * MMA_TILE_BYTES;
 /// K steps of the copy-staged matrix-unit loop ([`MMA_ASYNC`]) held in
-/// LDS at once: one multiplied while the copies of the next two run.
-pub const MMA_ASYNC_STAGES: u32 = 3;
+/// LDS at once: one multiplied while the copies of the next three run.
+pub const MMA_ASYNC_STAGES: u32 = 4;
+/// Bytes of one operand's tile in the copy-staged loop: no padding (its
+/// 16-byte pieces are swizzled instead, [`MMA_SWIZZLED_K`],
+/// [`MMA_SWIZZLED_T`]), so four stages fit the 64 KiB every device gives.
+const MMA_ASYNC_TILE_BYTES: u32 = MMA_BM * MMA_BK * 2;
 /// LDS of a matrix-unit GEMM workgroup that runs the copy-staged loop.
-pub const MMA_ASYNC_LDS_BYTES: u32 = MMA_ASYNC_STAGES * 2 * MMA_TILE_BYTES;
+pub const MMA_ASYNC_LDS_BYTES: u32 = MMA_ASYNC_STAGES * 2 * MMA_ASYNC_TILE_BYTES;
 const _: () = assert!(MMA_ASYNC_LDS_BYTES <= 64 * 1024);
+/// The copy-staged loop's tile stored K contiguous: rows of [`MMA_BK`]
+/// halves (4 pieces of 16 bytes), pieces swizzled by pairs of rows.
+const MMA_SWIZZLED_K: crate::mma::TileLayout = crate::mma::TileLayout::swizzled(MMA_BK / 8);
+/// The copy-staged loop's tile stored with K as its rows: rows of
+/// [`MMA_BM`] halves (16 pieces), pieces swizzled by row.
+const MMA_SWIZZLED_T: crate::mma::TileLayout = crate::mma::TileLayout::swizzled(MMA_BM / 8);
 /// Flag of `gemm_mma`: A's groups of 8 elements along its fast dim can be
 /// read as 16-byte words (that dim's stride is 1, the other strides and
 /// the offset are multiples of 8).
@@ -593,15 +603,20 @@ fn mma_stage<const KC: bool>(tile_byte: u32, e: u32, k_fast: bool, w: W128) {
 /// function: the same code through an inlined function (`acc` by
 /// reference) spilled a VGPR on gfx1102, which the build refuses.
 macro_rules! mma_multiply_step {
-    ($t:ty, $a_k:ident, $b_k:ident, $acc:ident, ($ta:ident, $tb:ident), ($wm:ident, $wn:ident, $tn:ident)) => {{
+    ($t:ty, $a_k:ident, $b_k:ident, $acc:ident, ($ta:ident, $tb:ident), ($wm:ident, $wn:ident, $tn:ident)) => {
+        mma_multiply_step!($t, $a_k, $b_k, $acc, ($ta, $tb), ($wm, $wn, $tn), (MMA_PITCH, MMA_PITCH_T))
+    };
+    // `$lk`, `$lt`: the layout of a tile stored K contiguous, and of one
+    // stored with K as its rows.
+    ($t:ty, $a_k:ident, $b_k:ident, $acc:ident, ($ta:ident, $tb:ident), ($wm:ident, $wn:ident, $tn:ident), ($lk:expr, $lt:expr)) => {{
         use crate::mma::{load_a, load_a_t, load_b, load_b_t, mma};
         let mut ks = 0;
         while ks < MMA_BK {
             let fragment_b = |c: u32| {
                 if $b_k {
-                    load_b($tb, MMA_PITCH, c, ks)
+                    load_b($tb, $lk, c, ks)
                 } else {
-                    load_b_t($tb, MMA_PITCH_T, c, ks)
+                    load_b_t($tb, $lt, c, ks)
                 }
             };
             let fb0 = fragment_b($wn);
@@ -615,9 +630,9 @@ macro_rules! mma_multiply_step {
             unroll4!(i < 4 => {
                 let row = $wm + 16 * i as u32;
                 let fa = if $a_k {
-                    load_a($ta, MMA_PITCH, row, ks)
+                    load_a($ta, $lk, row, ks)
                 } else {
-                    load_a_t($ta, MMA_PITCH_T, row, ks)
+                    load_a_t($ta, $lt, row, ks)
                 };
                 unroll4!(j < 4 => {
                     if (j as u32) < $tn {
@@ -884,14 +899,19 @@ fn mma_k_loop_copied<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_
         let step = si
             .wrapping_mul(o.i_stride)
             .wrapping_add(sk.wrapping_mul(o.k_stride));
-        let word = |ii: u32, kk: u32| {
-            if tile_k {
-                (ii * MMA_PITCH + kk / 2) / 4
-            } else {
-                (kk * MMA_PITCH_T + ii / 2) / 4
-            }
+        // Group e is piece e of the unswizzled tile in either layout (8
+        // halves along the tile's rows); MMA_BLOCK groups on is MMA_BLOCK
+        // pieces on, whole periods of the swizzle.
+        const _: () = assert!(
+            MMA_BLOCK.is_multiple_of(MMA_SWIZZLED_K.period())
+                && MMA_BLOCK.is_multiple_of(MMA_SWIZZLED_T.period())
+        );
+        let layout = if tile_k {
+            MMA_SWIZZLED_K
+        } else {
+            MMA_SWIZZLED_T
         };
-        let (word0, word_step, i) = (word(ii, kk), word(si, sk), o.i0 + ii);
+        let (word0, word_step, i) = (layout.half(8 * tid) / 8, MMA_BLOCK, o.i0 + ii);
         move |tile: u32, k0: u32| {
             let at0 = at.wrapping_add(k0.wrapping_mul(o.k_stride));
             let dst = lds_at::<W128>(tile);
@@ -909,8 +929,8 @@ fn mma_k_loop_copied<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_
     let (copy_a, copy_b) = (copier(*oa, A_K), copier(*ob, B_K));
     // Issues this workitem's copies of the K step at `k0` into stage `s`.
     let copy = |s: u32, k0: u32| {
-        copy_a(2 * s * MMA_TILE_BYTES, k0);
-        copy_b((2 * s + 1) * MMA_TILE_BYTES, k0);
+        copy_a(2 * s * MMA_ASYNC_TILE_BYTES, k0);
+        copy_b((2 * s + 1) * MMA_ASYNC_TILE_BYTES, k0);
     };
     let mut acc = [[Acc::zero(); 4]; 4];
     // The first STAGES - 1 steps in flight, one copy group each (empty past
@@ -934,10 +954,18 @@ fn mma_k_loop_copied<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_
             copy((cur + STAGES - 1) % STAGES, ahead);
         }
         lds_copy_commit();
-        let ta = lds_at::<u32>(2 * cur * MMA_TILE_BYTES);
-        let tb = lds_at::<u32>((2 * cur + 1) * MMA_TILE_BYTES);
+        let ta = lds_at::<u32>(2 * cur * MMA_ASYNC_TILE_BYTES);
+        let tb = lds_at::<u32>((2 * cur + 1) * MMA_ASYNC_TILE_BYTES);
         let (wm, wn, tn) = block;
-        mma_multiply_step!(T, A_K, B_K, acc, (ta, tb), (wm, wn, tn));
+        mma_multiply_step!(
+            T,
+            A_K,
+            B_K,
+            acc,
+            (ta, tb),
+            (wm, wn, tn),
+            (MMA_SWIZZLED_K, MMA_SWIZZLED_T)
+        );
         cur = if cur + 1 == STAGES { 0 } else { cur + 1 };
         k0 += MMA_BK;
     }
