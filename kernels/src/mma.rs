@@ -693,7 +693,7 @@ pub fn a_from_accs<T: MmaElem, const N: usize>(
         // that pair.
         unroll4!(q < 4 => {
             let i = 4 * (q / 2) + 2 * (q % 2);
-            w[h][q] = lane_of(T::from_f32(accs[h].v[i]), T::from_f32(accs[h].v[i + 1]));
+            w[h][q] = T::pack2(accs[h].v[i], accs[h].v[i + 1]);
         });
     });
     #[cfg(not(ferrocm_mma = "sync"))]
