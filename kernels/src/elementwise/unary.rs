@@ -17,10 +17,41 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 pub trait UnaryOp {
     /// Applies the op.
     fn apply(x: f32, p: f32) -> f32;
+    /// Applies the op for a result that is rounded to f16 or bf16 next: the
+    /// same formula, its exponential [`math::exp_for_half`] and its quotient
+    /// [`math::div_for_half`] (on NVIDIA a quarter of the instructions, well
+    /// inside half an ulp of the narrow type). Use [`apply_for`], which
+    /// picks by element type.
+    fn apply_half(x: f32, p: f32) -> f32;
 }
 
+/// Op `Op` on `x` for a result rounded to `T` next: [`UnaryOp::apply_half`]
+/// for f16 and bf16, [`UnaryOp::apply`] otherwise. What the kernels and the
+/// Cpu backend both call.
+///
+/// ```
+/// use ferrocm_kernels::elem::Bf16;
+/// use ferrocm_kernels::elementwise::unary::{apply_for, Exp};
+/// assert_eq!(apply_for::<f32, Exp>(0.0, 0.0), 1.0);
+/// assert_eq!(apply_for::<Bf16, Exp>(f32::NEG_INFINITY, 0.0), 0.0);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub fn apply_for<T: Elem, Op: UnaryOp>(x: f32, p: f32) -> f32 {
+    if T::IS_FLOAT && core::mem::size_of::<T>() == 2 {
+        Op::apply_half(x, p)
+    } else {
+        Op::apply(x, p)
+    }
+}
+
+/// `exp` and `div` in a body (named by `with exp, div;`, so that the bodies
+/// see them) are e^x and a / b at the precision of the result: [`math::exp`]
+/// and `/` in `apply`, [`math::exp_for_half`] and [`math::div_for_half`] in
+/// `apply_half`. (`elu` and `softplus` call `math::exp` in both: e^x - 1 near
+/// 0 needs every bit of f32.)
 macro_rules! unary_ops {
-    ($($(#[$doc:meta])* $name:ident = |$x:ident, $p:ident| $body:expr;)*) => {
+    (with $exp:ident, $div:ident; $($(#[$doc:meta])* $name:ident = |$x:ident, $p:ident| $body:expr;)*) => {
         $(
             $(#[$doc])*
             #[amdgpu_device]
@@ -30,6 +61,15 @@ macro_rules! unary_ops {
                 #[inline(always)]
                 #[allow(unused_variables)]
                 fn apply($x: f32, $p: f32) -> f32 {
+                    let $exp = math::exp;
+                    let $div = |a: f32, b: f32| a / b;
+                    $body
+                }
+                #[inline(always)]
+                #[allow(unused_variables)]
+                fn apply_half($x: f32, $p: f32) -> f32 {
+                    let $exp = math::exp_for_half;
+                    let $div = math::div_for_half;
                     $body
                 }
             }
@@ -38,6 +78,7 @@ macro_rules! unary_ops {
 }
 
 unary_ops! {
+    with exp, div;
     /// -x
     Neg = |x, p| -x;
     /// |x|
@@ -51,7 +92,7 @@ unary_ops! {
     /// 1/x
     Recip = |x, p| 1.0 / x;
     /// eˣ
-    Exp = |x, p| math::exp(x);
+    Exp = |x, p| exp(x);
     /// ln x
     Log = |x, p| math::log(x);
     /// sin x
@@ -67,15 +108,15 @@ unary_ops! {
     /// 2 / (1 + e^(-2u))): one exponential and no cancellation where tanh u
     /// nears -1; e^(-2u) = inf gives -0 for negative x, as the limit. NaN
     /// stays NaN.
-    Gelu = |x, p| x / (1.0 + math::exp(-1.595_769 * (x + 0.044_715 * x * x * x)));
+    Gelu = |x, p| div(x, 1.0 + exp(-1.595_769 * (x + 0.044_715 * x * x * x)));
     /// GELU, exact: 0.5x(1 + erf(x/√2))
     GeluErf = |x, p| 0.5 * x * (1.0 + math::erf(x * core::f32::consts::FRAC_1_SQRT_2));
     /// x·σ(x)
-    Silu = |x, p| x / (1.0 + math::exp(-x));
+    Silu = |x, p| div(x, 1.0 + exp(-x));
     /// max(x, 0); NaN stays NaN (as PyTorch)
     Relu = |x, p| if x <= 0.0 { 0.0 } else { x };
     /// 1/(1 + e⁻ˣ)
-    Sigmoid = |x, p| 1.0 / (1.0 + math::exp(-x));
+    Sigmoid = |x, p| div(1.0, 1.0 + exp(-x));
     /// -1, 0 or 1 (NaN stays NaN)
     Sign = |x, p| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x * 0.0 };
     /// ⌈x⌉
@@ -109,12 +150,14 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
     strides: Strides<1>,
     p: f32,
 ) {
-    let f = |x: T| T::from_f32(Op::apply(x.to_f32(), p));
+    let f = |x: T| T::from_f32(apply_for::<T, Op>(x.to_f32(), p));
     if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(inp) {
         grid_stride_chunks(
             n,
             |c| unsafe { load_chunk(inp, c) },
-            |c, x| unsafe { store_chunk_f32(out, c, chunk_of(|k| Op::apply(x[k].to_f32(), p))) },
+            |c, x| unsafe {
+                store_chunk_f32(out, c, chunk_of(|k| apply_for::<T, Op>(x[k].to_f32(), p)))
+            },
             |i| unsafe { store(out, i as usize, f(load(inp, i as usize))) },
         );
         return;
@@ -187,24 +230,25 @@ pub const ACT_GELU_ERF: u32 = 3;
 /// `silu` ([`Silu`]).
 pub const ACT_SILU: u32 = 4;
 
-/// The activation `act` (one of the `ACT_*` codes) applied to `v`: the
-/// unary ops' own formulas, for the kernels that fuse one (`linear(..,
-/// Some(Silu))` equals `linear(..).silu()` up to the rounding of the
-/// intermediate; `glu` gates with it).
+/// The activation `act` (one of the `ACT_*` codes) applied to `v`, for a
+/// result rounded to `T` next: the unary ops' own formulas ([`apply_for`]),
+/// for the kernels that fuse one (`linear(.., Some(Silu))` equals
+/// `linear(..).silu()` up to the rounding of the intermediate; `glu` gates
+/// with it).
 ///
 /// ```
 /// use ferrocm_kernels::elementwise::unary::{ACT_NONE, ACT_RELU, activation};
-/// assert_eq!(activation(-2.0, ACT_RELU), 0.0);
-/// assert_eq!(activation(-2.0, ACT_NONE), -2.0);
+/// assert_eq!(activation::<f32>(-2.0, ACT_RELU), 0.0);
+/// assert_eq!(activation::<f32>(-2.0, ACT_NONE), -2.0);
 /// ```
 #[amdgpu_device]
 #[inline(always)]
-pub fn activation(v: f32, act: u32) -> f32 {
+pub fn activation<T: Elem>(v: f32, act: u32) -> f32 {
     match act {
-        ACT_RELU => Relu::apply(v, 0.0),
-        ACT_GELU => Gelu::apply(v, 0.0),
-        ACT_GELU_ERF => GeluErf::apply(v, 0.0),
-        ACT_SILU => Silu::apply(v, 0.0),
+        ACT_RELU => apply_for::<T, Relu>(v, 0.0),
+        ACT_GELU => apply_for::<T, Gelu>(v, 0.0),
+        ACT_GELU_ERF => apply_for::<T, GeluErf>(v, 0.0),
+        ACT_SILU => apply_for::<T, Silu>(v, 0.0),
         _ => v,
     }
 }

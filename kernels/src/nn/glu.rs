@@ -33,7 +33,7 @@ use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 #[amdgpu_device]
 #[inline(always)]
 pub fn glu_apply<T: Elem>(gate: T, up: T, act: u32) -> T {
-    T::from_f32(activation(gate.to_f32(), act) * up.to_f32())
+    T::from_f32(activation::<T>(gate.to_f32(), act) * up.to_f32())
 }
 
 /// [`glu_apply`] on each element of a 16-byte word (a named function: a
@@ -43,7 +43,7 @@ pub fn glu_apply<T: Elem>(gate: T, up: T, act: u32) -> T {
 #[inline(always)]
 fn glu_word<T: Elem>(gate: W128, up: W128, act: u32) -> W128 {
     word_map3_f32::<T>(gate, up, up, |_, g, u, _| {
-        activation(g.to_f32(), act) * u.to_f32()
+        activation::<T>(g.to_f32(), act) * u.to_f32()
     })
 }
 

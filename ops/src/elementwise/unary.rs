@@ -1,8 +1,9 @@
 //! Unary ops and affine: API, Cpu implementation, kernel path.
 //!
-//! The scalar math of each op is `ferrocm_kernels::unary::*::apply` (one
-//! definition for the kernels and the Cpu backend), monomorphised per op on
-//! both sides: no function pointer per element.
+//! The scalar math of each op is `ferrocm_kernels::unary::apply_for` (one
+//! definition for the kernels and the Cpu backend: the op's `apply`, or its
+//! `apply_half` where the result is f16/bf16), monomorphised per op on both
+//! sides: no function pointer per element.
 
 use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
@@ -12,7 +13,7 @@ use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer};
 use ferrocm_kernels::affine::AffineKernels;
 use ferrocm_kernels::elem::Elem;
-use ferrocm_kernels::unary::{self as k, UnaryKernel, UnaryKernels};
+use ferrocm_kernels::unary::{self as k, UnaryKernel, UnaryKernels, apply_for};
 use std::marker::PhantomData;
 
 macro_rules! unary_enum {
@@ -272,7 +273,7 @@ struct UnaryFn<T, U>(f32, PhantomData<fn() -> (T, U)>);
 impl<T: WithDType, U: UnaryKernel> crate::engine::cpu::Func1<T, T> for UnaryFn<T, U> {
     #[inline(always)]
     fn call(&self, x: T) -> T {
-        T::from_kernel(T::Kernel::from_f32(U::apply(
+        T::from_kernel(T::Kernel::from_f32(apply_for::<T::Kernel, U>(
             x.to_kernel().to_f32(),
             self.0,
         )))

@@ -860,12 +860,12 @@ impl<T: WithDType> Op for Matmul<'_, T> {
             }
         }
         let (n, act) = (p.n, self.act);
-        let epilogue = |j: usize, v: f32| activation(v + bias.as_ref().map_or(0.0, |b| b[j]), act);
+        let biased = |j: usize, v: f32| v + bias.as_ref().map_or(0.0, |b| b[j]);
         if f32_out {
             if bias.is_some() || act != ACT_NONE {
                 acc.par_chunks_mut(n.max(1)).for_each(|r| {
                     for (j, v) in r.iter_mut().enumerate() {
-                        *v = epilogue(j, *v);
+                        *v = activation::<f32>(biased(j, *v), act);
                     }
                 });
             }
@@ -875,7 +875,8 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                 .zip(scratch.par_chunks(n.max(1)))
                 .for_each(|(o, r)| {
                     for (j, (o, v)) in o.iter_mut().zip(r).enumerate() {
-                        *o = T::from_kernel(T::Kernel::from_f32(epilogue(j, *v)));
+                        let v = activation::<T::Kernel>(biased(j, *v), act);
+                        *o = T::from_kernel(T::Kernel::from_f32(v));
                     }
                 });
         }
