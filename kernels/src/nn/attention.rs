@@ -807,7 +807,16 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     let rows = g * s_q;
     let row_blocks = Ord::max(rows.div_ceil(block_rows), 1);
     let wg = workgroup_id_x();
-    let (rb, bh) = (wg % row_blocks, wg / row_blocks);
+    // The row blocks from the last, every head's block `rb` beside each
+    // other: under a causal mask the last rows see the most keys, and the
+    // workgroups launched first should be the longest, so that the short
+    // ones fill the last wave's gaps. (The op launches `row_blocks` times
+    // the batch's heads.)
+    let heads = Ord::max(num_workgroups_x() / row_blocks, 1);
+    let (rb, bh) = (
+        row_blocks - 1 - Ord::min(wg / heads, row_blocks - 1),
+        wg % heads,
+    );
     let (kvh, bi) = (bh % Ord::max(h_kv, 1), bh / Ord::max(h_kv, 1));
     let (split, splits) = (workgroup_id_y(), num_workgroups_y());
     let begin = Ord::min(split as u64 * chunk as u64, s_kv as u64) as u32;
