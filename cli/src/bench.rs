@@ -1110,7 +1110,8 @@ pub fn to_json(r: &BenchReport) -> String {
 /// in bf16 and f32; and a causal bf16 prefill of 2048 tokens (`flops`: 2 s²
 /// d h, the causal half of the two products, as the PyTorch anchor counts).
 /// On GPUs the decode step also over caches rotated past the device's caches
-/// ([`ROTATED_BYTES`]), one per call, as a model's layers read theirs.
+/// ([`ROTATED_BYTES`]), one per call, as a model's layers read theirs, and
+/// the prefill at 8192 tokens and at head dim 64 too.
 fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
     let d = 128.min(cfg.cols).max(64);
     let heads = (cfg.cols / 128).clamp(1, 32);
@@ -1265,6 +1266,29 @@ fn attention_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<
             None,
             step::<f32>,
         )?);
+        drop(f);
+        // The prefill at the other lengths and head dims of issue 32's
+        // target (s 2048 and 8192, d 64 and 128), the heads as above; big
+        // shapes, so GPUs only.
+        for (s, d) in [(8192, 128), (2048, 64), (8192, 64)] {
+            let p = |seed| {
+                Tensor::<f32>::randn(&[1, heads, s, d], 0.0, 1.0, seed, dev)?.to_dtype::<bf16>()
+            };
+            let qkv = (p(46)?, p(47)?, p(48)?);
+            let mut row = timed.row(
+                &format!("attention prefill bf16 s{s} d{d}"),
+                vec![1, heads, s, d],
+                (2 * 4 * heads * s * d) as u64,
+                &qkv,
+                None,
+                |i: &(Bf, Bf, Bf)| {
+                    i.0.attention(&i.1, &i.2, &ferrocm_ops::AttentionOptions::new().causal())
+                        .map(drop)
+                },
+            )?;
+            row.flops = Some((2 * s * s * d * heads) as u64);
+            rows.push(row);
+        }
     }
     Ok(rows)
 }
