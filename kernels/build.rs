@@ -8,7 +8,15 @@ fn main() {
         // `gemm_mma_*` runs MMA_BLOCK (256) workitems per workgroup; two
         // workgroups per SM hide each other's barrier and load waits (one
         // alone left the H100's tensor pipes idle).
-        .launch_bounds("gemm_mma_", 256, 2);
+        .launch_bounds("gemm_mma_", 256, 2)
+        // `attn_mma_*` runs 4 waves (128 workitems); three workgroups an SM
+        // (up to 168 registers) keep the prefill's products fed: at 171,
+        // two fit, and the causal bf16 prefill lost what its fewer
+        // instructions had gained (docs/h100-bench.md).
+        .launch_bounds("attn_mma_", 128, 3)
+        // d 64 (half the tiles' registers): four workgroups, up to 128.
+        .launch_bounds("attn_mma_f16_d64", 128, 4)
+        .launch_bounds("attn_mma_bf16_d64", 128, 4);
     // `qmatvec4_*` (QMATVEC_BLOCK = 256 workitems, 4 rows of x a pass):
     // ptxas left alone picks 70 to 104 registers for three workgroups an
     // SM; held to two, it takes up to 128 and the 8-row product ran 4 to

@@ -1298,11 +1298,13 @@ fn attn_grid() -> Vec<AttnCase> {
 /// slack (`ATTN_RESCALE_SLACK`: the running max then moves once in sixteen
 /// keys), falling, and one key far above the rest: `q = [8, 0, ..]` at d 64
 /// (scale 1/8) makes each logit exactly the key's first element, a
-/// multiple of 0.5 up to 127.5 (exact in every float type).
-fn attention_far_logits<T: Float>() {
+/// multiple of 0.5 up to 127.5 (exact in every float type). `s_q` 1 runs
+/// the row kernels, 40 (80 rows a KV head) the matrix-unit kernel, whose
+/// max moves by the same slack in base-2 units.
+fn attention_far_logits<T: Float>(s_q: usize) {
     let (h_q, h_kv, s_kv, d) = (6, 3, 300, 64);
     let c = AttnCase {
-        dims: [1, h_q, h_kv, 1, s_kv, d],
+        dims: [1, h_q, h_kv, s_q, s_kv, d],
         causal: true,
         window: None,
         softcap: None,
@@ -1329,20 +1331,20 @@ fn attention_far_logits<T: Float>() {
         })
         .collect();
     let v: Vec<T> = rng.vec(h_kv * s_kv * d, 1.0, 0.0);
-    let q: Vec<T> = (0..h_q * d)
+    let q: Vec<T> = (0..h_q * s_q * d)
         .map(|i| T::of(if i % d == 0 { 8.0 } else { 0.0 }))
         .collect();
     let want = attn_reference(&c, &q, &k, &v, None, 0.125);
     for dev in common::devices() {
         let t = |x: &[T], s: &[usize]| Tensor::from_slice(x, s, &dev).unwrap();
-        let got = t(&q, &[1, h_q, 1, d])
+        let got = t(&q, &[1, h_q, s_q, d])
             .attention(
                 &t(&k, &[1, h_kv, s_kv, d]),
                 &t(&v, &[1, h_kv, s_kv, d]),
                 &attn_opts(&c, None),
             )
             .unwrap();
-        let name = format!("attention far logits {:?} {dev:?}", T::DTYPE);
+        let name = format!("attention far logits {:?} s_q {s_q} {dev:?}", T::DTYPE);
         check(&name, &got.to_vec().unwrap(), &want, |i| {
             attn_bound::<T>(want[i], d, 1.0)
         });
@@ -1351,9 +1353,11 @@ fn attention_far_logits<T: Float>() {
 
 #[test]
 fn attention_sums_stay_exact_when_logits_climb_fall_and_jump() {
-    attention_far_logits::<f32>();
-    attention_far_logits::<f16>();
-    attention_far_logits::<bf16>();
+    for s_q in [1, 40] {
+        attention_far_logits::<f32>(s_q);
+        attention_far_logits::<f16>(s_q);
+        attention_far_logits::<bf16>(s_q);
+    }
 }
 
 fn attention_grid<T: Float>() {

@@ -750,7 +750,12 @@ pub const fn attn_mma_lds_bytes(waves: u32, d: u32, double_buffer: bool) -> u32 
 /// them) into the left operand of the second product
 /// ([`crate::mma::a_from_accs`]: registers on NVIDIA), and multiplies them
 /// by the values into its f32 output tiles. Two workgroup barriers per
-/// stage where the probabilities stay in registers, three elsewhere.
+/// stage where the probabilities stay in registers, three elsewhere. The
+/// softmax runs in base-2 units (logits times `log2 e`, weights
+/// [`math::exp2_fast`]; inside every row's span, with no mask or softcap,
+/// a weight is one fused multiply-add of the raw score), and a row's max
+/// moves only by more than [`ATTN_RESCALE_SLACK`], as in the row kernels,
+/// so a wave whose rows all stay skips the output tiles' rescale.
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -765,9 +770,11 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     (scale, softcap, window, flags, chunk): (f32, f32, u32, u32, u32),
 ) {
     #[allow(unused_imports)]
+    use crate::math::exp2_fast;
     use crate::mma::{
         Acc, ROW_SLOTS, TRANSPOSED_LOADS, a_from_accs, load_a, load_b, load_b_t, mma,
     };
+    use core::f32::consts::{LN_2, LOG2_E};
     // Launched with `early_start`: nothing global is touched before this.
     wait_prior_grids();
     release_dependent_grids();
@@ -875,6 +882,10 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     }
     let k_base = bi as u64 * geo.k.0 + kvh as u64 * geo.k.1;
     let v_base = bi as u64 * geo.v.0 + kvh as u64 * geo.v.1;
+    // Whole waves: each holds 16 rows of matrix-unit tiles.
+    let fw = unsafe { FullWaves::assume() };
+    // The scale and the max's slack in base-2 units.
+    let (c2, slack2) = (scale * LOG2_E, ATTN_RESCALE_SLACK * LOG2_E);
     // Output tiles tile0 + 0..OT of this pass.
     let mut tile0 = 0;
     while tile0 < nt {
@@ -974,13 +985,24 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
                 });
                 ks += 16;
             }
-            // Logits on the accumulators: a stage inside every row's span
-            // (most of a long prefill) checks no key.
-            if mask.is_null() && wave_lo <= j0 && j0 + ATTN_MMA_KEYS <= wave_hi {
-                unroll4!(t < 2 => {
-                    // (No mask: -0.0, whose addition is no instruction.)
-                    sacc[t].map(|_, _, x| attn_logit(x, scale, softcap, -0.0));
-                });
+            // Logits on the accumulators, in base-2 units (`s · log2 e`, so
+            // a weight is `2^(t - m)`; `m` is kept in those units too). A
+            // stage inside every row's span (most of a long prefill) checks
+            // no key; without mask or softcap and with a positive scale it
+            // leaves the scores as they are: rounding is monotonic, so the
+            // row max of `dot · c` is the max of the dots times `c`, and
+            // each weight is one fused multiply-add `dot · c - m` and a
+            // `2^x`, with `cw = c` (1 where the logits are computed).
+            let inside = mask.is_null() && wave_lo <= j0 && j0 + ATTN_MMA_KEYS <= wave_hi;
+            let raw = inside && softcap <= 0.0 && c2 > 0.0;
+            let cw = if raw { c2 } else { 1.0 };
+            if inside {
+                if !raw {
+                    unroll4!(t < 2 => {
+                        // (No mask: -0.0, whose addition is no instruction.)
+                        sacc[t].map(|_, _, x| attn_logit(x, scale, softcap, -0.0) * LOG2_E);
+                    });
+                }
             } else {
                 unroll4!(t < 2 => {
                     sacc[t].map(|r, c, x| {
@@ -999,41 +1021,67 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
                                     + j as u64;
                                 unsafe { load(mask, at as usize) }.to_f32()
                             };
-                            attn_logit(x, scale, softcap, mv)
+                            attn_logit(x, scale, softcap, mv) * LOG2_E
                         } else {
                             f32::NEG_INFINITY
                         }
                     });
                 });
             }
-            // The online softmax per row, on the registers: the new max,
-            // the rescale factor, the probabilities and their sum.
+            // The online softmax per row, on the registers. The max moves
+            // only where a logit passes it by more than the slack (or is
+            // NaN), as in the row kernels: `o` and `l` are sums relative to
+            // whichever max the row holds, weights stay below e^slack, and
+            // after a row's first stages almost no stage rescales: a wave
+            // where no row moved skips the output tiles' rescale.
             let mx = Acc::row_fold(&sacc, f32::NEG_INFINITY, max_nan);
-            let mut alpha = [0.0f32; ROW_SLOTS];
+            let mut alpha = [1.0f32; ROW_SLOTS];
+            let mut moved_any = false;
             unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
                 unroll4!(s0 < 4 => {
                     let sl = 4 * s1 + s0;
                     if sl < ROW_SLOTS {
-                        let mn = max_nan(m[sl], mx[sl]);
-                        alpha[sl] = attn_weight(m[sl], mn);
-                        m[sl] = mn;
-                        l[sl] *= alpha[sl];
+                        let x = mx[sl] * cw;
+                        // (Negated: a NaN on either side counts as moved.)
+                        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+                        let moved = !(x <= m[sl] + slack2);
+                        if moved {
+                            // 2^(-inf - m) is 0: no check for a first max.
+                            let mn = max_nan(m[sl], x);
+                            alpha[sl] = exp2_fast(m[sl] - mn);
+                            m[sl] = mn;
+                            l[sl] *= alpha[sl];
+                        }
+                        moved_any |= moved;
                     }
                 });
             });
-            // The output tiles rescaled now: the factors' registers are free
-            // before the probabilities take theirs. (Skipping it when no
-            // row's max moved, a ballot per stage, measured no faster.)
-            unroll4!(t1 < 2 => {
-                unroll4!(t0 < 4 => {
-                    let t = 4 * t1 + t0;
-                    if t < OT && tile0 + (t as u32) < nt {
-                        o[t].map_rows(|sl, _, _, x| x * alpha[sl]);
+            // The output tiles rescaled now, where some row of the wave
+            // moved: the factors' registers are free before the
+            // probabilities take theirs.
+            if fw.any(moved_any) {
+                unroll4!(t1 < 2 => {
+                    unroll4!(t0 < 4 => {
+                        let t = 4 * t1 + t0;
+                        if t < OT && tile0 + (t as u32) < nt {
+                            o[t].map_rows(|sl, _, _, x| x * alpha[sl]);
+                        }
+                    });
+                });
+            }
+            // The weights `2^(x · cw - m)`; a row whose max is still -inf
+            // (every logit so far -inf) subtracts 0 instead, so they are 0.
+            let mut mc = [0.0f32; ROW_SLOTS];
+            unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
+                unroll4!(s0 < 4 => {
+                    let sl = 4 * s1 + s0;
+                    if sl < ROW_SLOTS && m[sl] != f32::NEG_INFINITY {
+                        mc[sl] = m[sl];
                     }
                 });
             });
             unroll4!(t < 2 => {
-                sacc[t].map_rows(|sl, _, _, x| attn_weight(x, m[sl]));
+                sacc[t].map_rows(|sl, _, _, x| exp2_fast(math::fma(x, cw, -mc[sl])));
             });
             let psum = Acc::row_fold(&sacc, 0.0, |a, b| a + b);
             unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
@@ -1078,7 +1126,8 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
         // lanes that hold its outputs.
         Acc::zero().map_rows(|sl, r, c, x| {
             if c == 0 {
-                stw.store(ATTN_MMA_STATS * r, m[sl]);
+                // The max back in natural units, as the merge reads it.
+                stw.store(ATTN_MMA_STATS * r, m[sl] * LN_2);
                 stw.store(ATTN_MMA_STATS * r + 1, l[sl]);
             }
             x
