@@ -1351,6 +1351,87 @@ fn attention_far_logits<T: Float>(s_q: usize) {
     }
 }
 
+/// Logits near the float limits, which the matrix-unit kernel's base-2
+/// units (`s · log2 e`) would push past f32's range: rows hidden by a mask
+/// of bf16's lowest value (PyTorch's usual fill; f16 takes it as -inf),
+/// whole or in part, and scores of about 2.9e38 (scale 1), which only
+/// bf16 and f32 hold. A row whose keys all carry the fill is the mean of
+/// their values, as the formula has it, not zeros. 20 query rows of one
+/// head, so f16/bf16 run the matrix-unit kernel.
+fn attention_near_the_float_limits<T: Float>(huge_scores: bool) {
+    let (s_q, s_kv, d) = (20, 45, 64);
+    let fill = -3.3895313892515355e38; // bf16::MIN, also an f32
+    let c = AttnCase {
+        dims: [1, 1, 1, s_q, s_kv, d],
+        causal: false,
+        window: None,
+        softcap: None,
+        mask: (!huge_scores).then(|| vec![s_q, s_kv]),
+    };
+    let mut rng = Rng(777);
+    let mut q: Vec<T> = rng.vec(s_q * d, 1.0, 0.0);
+    let mut k: Vec<T> = rng.vec(s_kv * d, 1.0, 0.0);
+    let v: Vec<T> = rng.vec(s_kv * d, 1.0, 0.0);
+    let mask: Option<Vec<T>> = (!huge_scores).then(|| {
+        let mut m: Vec<T> = rng.vec(s_q * s_kv, 2.0, 0.0);
+        for (i, x) in m.iter_mut().enumerate() {
+            let (row, j) = (i / s_kv, i % s_kv);
+            // Row 0 hidden whole, row 1 but for two keys, row 2 in every
+            // third key.
+            if row == 0 || (row == 1 && j != 5 && j != 40) || (row == 2 && j % 3 == 0) {
+                *x = T::of(fill);
+            }
+        }
+        m
+    });
+    let scale = if huge_scores {
+        // q = [1.7e19, 0, ..] against keys 3, 10 and 17 = [1.7e19, 0, ..]:
+        // those score about 2.9e38, the others 0 (in the first stage of 32
+        // keys, which no mask or causal edge touches).
+        let big = T::of(1.7e19);
+        for (i, x) in q.iter_mut().enumerate() {
+            *x = if i % d == 0 { big } else { T::of(0.0) };
+        }
+        for j in [3, 10, 17] {
+            k[j * d..][..d].iter_mut().for_each(|x| *x = T::of(0.0));
+            k[j * d] = big;
+        }
+        1.0
+    } else {
+        0.125
+    };
+    let want = attn_reference(&c, &q, &k, &v, mask.as_deref(), scale as f64);
+    assert!(
+        want.iter().all(|x| x.is_finite()),
+        "the reference is finite"
+    );
+    for dev in common::devices() {
+        let t = |x: &[T], s: &[usize]| Tensor::from_slice(x, s, &dev).unwrap();
+        let mt = mask.as_ref().map(|m| t(m, &[s_q, s_kv]));
+        let mut o = attn_opts(&c, mt.as_ref());
+        o.scale = Some(scale);
+        let got = t(&q, &[1, 1, s_q, d])
+            .attention(&t(&k, &[1, 1, s_kv, d]), &t(&v, &[1, 1, s_kv, d]), &o)
+            .unwrap();
+        let name = format!(
+            "attention near the float limits {:?} huge scores {huge_scores} {dev:?}",
+            T::DTYPE
+        );
+        check(&name, &got.to_vec().unwrap(), &want, |i| {
+            attn_bound::<T>(want[i], d, 1.0)
+        });
+    }
+}
+
+#[test]
+fn attention_keeps_logits_near_the_float_limits_finite() {
+    attention_near_the_float_limits::<f32>(false);
+    attention_near_the_float_limits::<f16>(false);
+    attention_near_the_float_limits::<bf16>(false);
+    attention_near_the_float_limits::<f32>(true);
+    attention_near_the_float_limits::<bf16>(true);
+}
+
 #[test]
 fn attention_sums_stay_exact_when_logits_climb_fall_and_jump() {
     for s_q in [1, 40] {

@@ -151,6 +151,41 @@ pub fn attn_finish(o: f32, l: f32) -> f32 {
     if l == 0.0 { 0.0 } else { o / l }
 }
 
+/// Whether a row's max `m` moves for logit `x`: when `x` passes it by more
+/// than `slack`, or either is NaN. (`x - m`, not `m + slack`: far from 0 an
+/// ulp of `m` can exceed the slack, and the weights `e^(x - m)` would pass
+/// f16's range. `x <= m` first: -inf against -inf stays.)
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::nonminimal_bool, clippy::neg_cmp_op_on_partial_ord)]
+fn max_moves(x: f32, m: f32, slack: f32) -> bool {
+    !(x <= m || x - m <= slack)
+}
+
+/// Whether `t`, computed from `s`, overflowed: infinite where `s` is
+/// finite (false for NaN).
+#[amdgpu_device]
+#[inline(always)]
+fn overflows(s: f32, t: f32) -> bool {
+    t.is_infinite() && !s.is_infinite()
+}
+
+/// A logit in base-2 units (`s · log2 e`), finite where `s` is: logits past
+/// ±f32::MAX / log2 e (an additive mask of f32's or bf16's lowest value, the
+/// usual fill) saturate at ±f32::MAX instead of becoming ±inf, which would
+/// make a row that sees only such keys zeros instead of their values' mean.
+/// (Logits that far out then tie: their differences are lost.)
+#[amdgpu_device]
+#[inline(always)]
+fn base2(s: f32) -> f32 {
+    let t = s * core::f32::consts::LOG2_E;
+    if overflows(s, t) {
+        if s < 0.0 { -f32::MAX } else { f32::MAX }
+    } else {
+        t
+    }
+}
+
 /// The running max after `s` (NaN if either is NaN: a NaN logit shows).
 #[amdgpu_device]
 #[inline(always)]
@@ -469,9 +504,7 @@ pub fn attn_rows_body<T: MatElem, const W: usize, const R: usize, const L: u32>(
         // ATTN_RESCALE_SLACK (or is NaN): `l` and `o` are sums relative to
         // whichever max the row holds, and weights up to e^slack keep them
         // far from overflow. Most steps then rescale nothing, and skip it.
-        // (Negated: a NaN on either side counts as moved.)
-        #[allow(clippy::neg_cmp_op_on_partial_ord)]
-        let moved = !(x <= m + ATTN_RESCALE_SLACK);
+        let moved = max_moves(x, m, ATTN_RESCALE_SLACK);
         let mn = if moved { max_nan(m, x) } else { m };
         let (a, p) = (attn_weight(m, mn), attn_weight(x, mn));
         m = mn;
@@ -991,16 +1024,16 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
             // no key; without mask or softcap and with a positive scale it
             // leaves the scores as they are: rounding is monotonic, so the
             // row max of `dot · c` is the max of the dots times `c`, and
-            // each weight is one fused multiply-add `dot · c - m` and a
-            // `2^x`, with `cw = c` (1 where the logits are computed).
+            // each weight is one fused multiply-add `dot · c - m` (exact
+            // before its one rounding) and a `2^x`, with `cw = c` (1 where
+            // the logits are computed).
             let inside = mask.is_null() && wave_lo <= j0 && j0 + ATTN_MMA_KEYS <= wave_hi;
-            let raw = inside && softcap <= 0.0 && c2 > 0.0;
-            let cw = if raw { c2 } else { 1.0 };
+            let candidate = inside && softcap <= 0.0 && c2 > 0.0;
             if inside {
-                if !raw {
+                if !candidate {
                     unroll4!(t < 2 => {
                         // (No mask: -0.0, whose addition is no instruction.)
-                        sacc[t].map(|_, _, x| attn_logit(x, scale, softcap, -0.0) * LOG2_E);
+                        sacc[t].map(|_, _, x| base2(attn_logit(x, scale, softcap, -0.0)));
                     });
                 }
             } else {
@@ -1021,7 +1054,7 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
                                     + j as u64;
                                 unsafe { load(mask, at as usize) }.to_f32()
                             };
-                            attn_logit(x, scale, softcap, mv) * LOG2_E
+                            base2(attn_logit(x, scale, softcap, mv))
                         } else {
                             f32::NEG_INFINITY
                         }
@@ -1034,7 +1067,38 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
             // whichever max the row holds, weights stay below e^slack, and
             // after a row's first stages almost no stage rescales: a wave
             // where no row moved skips the output tiles' rescale.
-            let mx = Acc::row_fold(&sacc, f32::NEG_INFINITY, max_nan);
+            let mut mx = Acc::row_fold(&sacc, f32::NEG_INFINITY, max_nan);
+            // A finite max whose base-2 value is not (scores past
+            // f32::MAX / c) takes the stage through the logits instead:
+            // `base2` keeps them finite, `m = ±inf` would not.
+            let mut raw = candidate;
+            if candidate {
+                let mut over = false;
+                unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
+                    unroll4!(s0 < 4 => {
+                        let sl = 4 * s1 + s0;
+                        if sl < ROW_SLOTS {
+                            over |= overflows(mx[sl], mx[sl] * c2);
+                        }
+                    });
+                });
+                if fw.any(over) {
+                    raw = false;
+                    unroll4!(t < 2 => {
+                        sacc[t].map(|_, _, x| base2(x * scale));
+                    });
+                    // base2 is monotonic: the max of the logits.
+                    unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
+                        unroll4!(s0 < 4 => {
+                            let sl = 4 * s1 + s0;
+                            if sl < ROW_SLOTS {
+                                mx[sl] = base2(mx[sl] * scale);
+                            }
+                        });
+                    });
+                }
+            }
+            let cw = if raw { c2 } else { 1.0 };
             let mut alpha = [1.0f32; ROW_SLOTS];
             let mut moved_any = false;
             unroll4!(s1 < ROW_SLOTS.div_ceil(4) => {
@@ -1042,9 +1106,7 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
                     let sl = 4 * s1 + s0;
                     if sl < ROW_SLOTS {
                         let x = mx[sl] * cw;
-                        // (Negated: a NaN on either side counts as moved.)
-                        #[allow(clippy::neg_cmp_op_on_partial_ord)]
-                        let moved = !(x <= m[sl] + slack2);
+                        let moved = max_moves(x, m[sl], slack2);
                         if moved {
                             // 2^(-inf - m) is 0: no check for a first max.
                             let mn = max_nan(m[sl], x);
