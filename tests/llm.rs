@@ -1354,11 +1354,15 @@ fn attention_far_logits<T: Float>(s_q: usize) {
 /// Logits near the float limits, which the matrix-unit kernel's base-2
 /// units (`s · log2 e`) would push past f32's range: rows hidden by a mask
 /// of bf16's lowest value (PyTorch's usual fill; f16 takes it as -inf),
-/// whole or in part, and scores of about 2.9e38 (scale 1), which only
-/// bf16 and f32 hold. A row whose keys all carry the fill is the mean of
-/// their values, as the formula has it, not zeros. 20 query rows of one
-/// head, so f16/bf16 run the matrix-unit kernel.
-fn attention_near_the_float_limits<T: Float>(huge_scores: bool) {
+/// whole or in part (`top` None); or keys 3, 10 and 17 scoring `top²`
+/// (scale 1) and the others 0: about 2.9e38 at `top` 1.7e19 (bf16 and f32
+/// only), or large enough (1e9, 1e10) that the raw path's rounding of the
+/// max, `2^(|m| 2^-24)`, would overflow or flush the probabilities. A row
+/// whose keys all carry the fill is the mean of their values, as the
+/// formula has it, not zeros. 20 query rows of one head, so f16/bf16 run
+/// the matrix-unit kernel.
+fn attention_near_the_float_limits<T: Float>(top: Option<f64>) {
+    let huge_scores = top.is_some();
     let (s_q, s_kv, d) = (20, 45, 64);
     let fill = -3.3895313892515355e38; // bf16::MIN, also an f32
     let c = AttnCase {
@@ -1384,11 +1388,11 @@ fn attention_near_the_float_limits<T: Float>(huge_scores: bool) {
         }
         m
     });
-    let scale = if huge_scores {
-        // q = [1.7e19, 0, ..] against keys 3, 10 and 17 = [1.7e19, 0, ..]:
-        // those score about 2.9e38, the others 0 (in the first stage of 32
-        // keys, which no mask or causal edge touches).
-        let big = T::of(1.7e19);
+    let scale = if let Some(top) = top {
+        // q = [top, 0, ..] against keys 3, 10 and 17 = [top, 0, ..]: those
+        // score top², the others 0 (in the first stage of 32 keys, which no
+        // mask or causal edge touches).
+        let big = T::of(top);
         for (i, x) in q.iter_mut().enumerate() {
             *x = if i % d == 0 { big } else { T::of(0.0) };
         }
@@ -1414,7 +1418,7 @@ fn attention_near_the_float_limits<T: Float>(huge_scores: bool) {
             .attention(&t(&k, &[1, 1, s_kv, d]), &t(&v, &[1, 1, s_kv, d]), &o)
             .unwrap();
         let name = format!(
-            "attention near the float limits {:?} huge scores {huge_scores} {dev:?}",
+            "attention near the float limits {:?} top {top:?} {dev:?}",
             T::DTYPE
         );
         check(&name, &got.to_vec().unwrap(), &want, |i| {
@@ -1425,11 +1429,17 @@ fn attention_near_the_float_limits<T: Float>(huge_scores: bool) {
 
 #[test]
 fn attention_keeps_logits_near_the_float_limits_finite() {
-    attention_near_the_float_limits::<f32>(false);
-    attention_near_the_float_limits::<f16>(false);
-    attention_near_the_float_limits::<bf16>(false);
-    attention_near_the_float_limits::<f32>(true);
-    attention_near_the_float_limits::<bf16>(true);
+    attention_near_the_float_limits::<f32>(None);
+    attention_near_the_float_limits::<f16>(None);
+    attention_near_the_float_limits::<bf16>(None);
+    for top in [1.7e19, 99840.0] {
+        attention_near_the_float_limits::<f32>(Some(top));
+        attention_near_the_float_limits::<bf16>(Some(top));
+    }
+    // Exact in f16; the raw path's 2^r was 2^-38 (flushed) and 2^47.5.
+    for top in [29952.0, 30000.0] {
+        attention_near_the_float_limits::<f16>(Some(top));
+    }
 }
 
 #[test]

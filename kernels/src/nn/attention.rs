@@ -50,6 +50,14 @@ pub const ATTN_MERGE_BLOCK: u32 = 256;
 /// position `i + s_kv - s_q`).
 #[amdgpu_device]
 pub const ATTN_CAUSAL: u32 = 1;
+/// The largest row max (base-2 units, `|max dot · scale · log2 e|`) the
+/// matrix-unit kernel's raw path takes: its weight `2^(dot · c - m)` is
+/// exact before one rounding while `m = max · c` was rounded, so every
+/// weight of the row carries a common `2^r`, `|r| <= |m| 2^-24`. It cancels
+/// in `o / l`, but past 2^24 (`|r|` over 1) it could push the probabilities
+/// past f16's range or to 0; beyond it the logits path runs.
+#[amdgpu_device]
+pub const ATTN_RAW_LIMIT: f32 = 16_777_216.0;
 /// `flags` bit of the matrix-unit kernel: two K/V buffers in LDS, the next
 /// stage fetched ([`crate::device::lds_copy_async`]) while this one is
 /// computed on ([`attn_mma_lds_bytes`] with `double_buffer`).
@@ -1068,9 +1076,10 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
             // after a row's first stages almost no stage rescales: a wave
             // where no row moved skips the output tiles' rescale.
             let mut mx = Acc::row_fold(&sacc, f32::NEG_INFINITY, max_nan);
-            // A finite max whose base-2 value is not (scores past
-            // f32::MAX / c) takes the stage through the logits instead:
-            // `base2` keeps them finite, `m = ±inf` would not.
+            // A max past ATTN_RAW_LIMIT in base-2 units (or infinite, or
+            // NaN) takes the stage through the logits instead: `base2`
+            // keeps them finite, and their `x - m` is between rounded
+            // values, where the raw path's product is not.
             let mut raw = candidate;
             if candidate {
                 let mut over = false;
@@ -1078,7 +1087,7 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
                     unroll4!(s0 < 4 => {
                         let sl = 4 * s1 + s0;
                         if sl < ROW_SLOTS {
-                            over |= overflows(mx[sl], mx[sl] * c2);
+                            over |= !(-ATTN_RAW_LIMIT..=ATTN_RAW_LIMIT).contains(&(mx[sl] * c2));
                         }
                     });
                 });
