@@ -45,13 +45,16 @@ pub fn apply_for<T: Elem, Op: UnaryOp>(x: f32, p: f32) -> f32 {
     }
 }
 
-/// `exp` and `div` in a body (named by `with exp, div;`, so that the bodies
-/// see them) are e^x and a / b at the precision of the result: [`math::exp`]
-/// and `/` in `apply`, [`math::exp_for_half`] and [`math::div_for_half`] in
-/// `apply_half`. (`elu` and `softplus` call `math::exp` in both: e^x - 1 near
-/// 0 needs every bit of f32.)
+/// `exp`, `div` and `one_plus_exp` in a body (named by `with exp, div,
+/// one_plus_exp;`, so that the bodies see them) are e^x, a / b and 1 + e^x
+/// at the precision of the result: [`math::exp`] and `/` in `apply`,
+/// [`math::exp_for_half`], [`math::div_for_half`] and `1 +`
+/// [`math::exp_fast`] in `apply_half` (the sum absorbs what `exp_fast`
+/// flushes to 0, so it needs no subnormal results; a bare e^x does). (`elu`
+/// and `softplus` call `math::exp` in both: e^x - 1 near 0 needs every bit
+/// of f32.)
 macro_rules! unary_ops {
-    (with $exp:ident, $div:ident; $($(#[$doc:meta])* $name:ident = |$x:ident, $p:ident| $body:expr;)*) => {
+    (with $exp:ident, $div:ident, $one_plus_exp:ident; $($(#[$doc:meta])* $name:ident = |$x:ident, $p:ident| $body:expr;)*) => {
         $(
             $(#[$doc])*
             #[amdgpu_device]
@@ -63,6 +66,7 @@ macro_rules! unary_ops {
                 fn apply($x: f32, $p: f32) -> f32 {
                     let $exp = math::exp;
                     let $div = |a: f32, b: f32| a / b;
+                    let $one_plus_exp = |z: f32| 1.0 + math::exp(z);
                     $body
                 }
                 #[inline(always)]
@@ -70,6 +74,7 @@ macro_rules! unary_ops {
                 fn apply_half($x: f32, $p: f32) -> f32 {
                     let $exp = math::exp_for_half;
                     let $div = math::div_for_half;
+                    let $one_plus_exp = |z: f32| 1.0 + math::exp_fast(z);
                     $body
                 }
             }
@@ -78,7 +83,7 @@ macro_rules! unary_ops {
 }
 
 unary_ops! {
-    with exp, div;
+    with exp, div, one_plus_exp;
     /// -x
     Neg = |x, p| -x;
     /// |x|
@@ -107,16 +112,17 @@ unary_ops! {
     /// computed as x / (1 + e^(-2u)) (the same function: 1 + tanh u =
     /// 2 / (1 + e^(-2u))): one exponential and no cancellation where tanh u
     /// nears -1; e^(-2u) = inf gives -0 for negative x, as the limit. NaN
-    /// stays NaN.
-    Gelu = |x, p| div(x, 1.0 + exp(-1.595_769 * (x + 0.044_715 * x * x * x)));
+    /// stays NaN. -2u is x(-1.5957692 - 0.07135481x²): a multiply and an FMA
+    /// after x².
+    Gelu = |x, p| div(x, one_plus_exp(x * math::fma(-0.071_354_814, x * x, -1.595_769_2)));
     /// GELU, exact: 0.5x(1 + erf(x/√2))
     GeluErf = |x, p| 0.5 * x * (1.0 + math::erf(x * core::f32::consts::FRAC_1_SQRT_2));
     /// x·σ(x)
-    Silu = |x, p| div(x, 1.0 + exp(-x));
+    Silu = |x, p| div(x, one_plus_exp(-x));
     /// max(x, 0); NaN stays NaN (as PyTorch)
     Relu = |x, p| if x <= 0.0 { 0.0 } else { x };
     /// 1/(1 + e⁻ˣ)
-    Sigmoid = |x, p| div(1.0, 1.0 + exp(-x));
+    Sigmoid = |x, p| div(1.0, one_plus_exp(-x));
     /// -1, 0 or 1 (NaN stays NaN)
     Sign = |x, p| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x * 0.0 };
     /// ⌈x⌉
