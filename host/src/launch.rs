@@ -87,6 +87,23 @@ impl LaunchConfig {
         Self::linear(n.div_ceil(ferrocm_kernels::device::CHUNK), block)
     }
 
+    /// [`chunked`](Self::chunked) for a map whose widest element (input or
+    /// output) has `elem_bytes`: [`chunks_per_workitem`] chunks a workitem
+    /// (two for f16/bf16 and u8, so each has 32 bytes in flight as an f32
+    /// map's).
+    ///
+    /// [`chunks_per_workitem`]: ferrocm_kernels::device::chunks_per_workitem
+    ///
+    /// ```
+    /// use ferrocm_host::LaunchConfig;
+    /// assert_eq!(LaunchConfig::chunked_for(8192, 2, 256).grid, [2, 1, 1]);
+    /// assert_eq!(LaunchConfig::chunked_for(8192, 4, 256).grid, [4, 1, 1]);
+    /// ```
+    pub fn chunked_for(n: u64, elem_bytes: usize, block: u32) -> Self {
+        use ferrocm_kernels::device::{CHUNK, chunks_per_workitem};
+        Self::linear(n.div_ceil(CHUNK * chunks_per_workitem(elem_bytes)), block)
+    }
+
     /// One workgroup per row (capped at 65536: kernels loop over rows), with
     /// `lds_bytes` of LDS.
     pub fn rows(rows: u64, block: u32, lds_bytes: u32) -> Self {

@@ -1321,12 +1321,19 @@ pub unsafe fn store_chunk<T: crate::elem::Elem>(p: *mut T, first: u64, v: [T; CH
 /// `store(first, load(first))` for each whole chunk this workitem owns (a
 /// grid-stride loop over `n / CHUNK` chunks), then `one(i)` for the last
 /// `n % CHUNK` elements. For kernels whose buffers are all
-/// [`chunk_aligned`]; any grid. (Two chunks loaded before either is stored
-/// measured slower on the H100: exp f32 90 -> 87% of copy.)
+/// [`chunk_aligned`]; any grid.
+///
+/// With `pairs` (the kernel's elements are [`chunk_pairs`]) and a grid of
+/// half the chunks or less ([`chunks_per_workitem`]), two chunks a step
+/// apart are loaded before either is stored: 32 bytes in flight a
+/// workitem, as the f32 maps have with one (copy bf16 92 -> 96% of an
+/// H200's copy bandwidth; for f32, two chunks first measured slower on the
+/// H100: exp f32 90 -> 87%).
 #[amdgpu_device]
 #[inline(always)]
 pub fn grid_stride_chunks<V: Copy>(
     n: u64,
+    pairs: bool,
     load: impl Fn(u64) -> V,
     mut store: impl FnMut(u64, V),
     mut one: impl FnMut(u64),
@@ -1334,6 +1341,14 @@ pub fn grid_stride_chunks<V: Copy>(
     let step = global_size_x();
     let whole = n / CHUNK;
     let mut c = global_id_x();
+    if pairs {
+        while c + step < whole {
+            let (a, b) = (load(c * CHUNK), load((c + step) * CHUNK));
+            store(c * CHUNK, a);
+            store((c + step) * CHUNK, b);
+            c += 2 * step;
+        }
+    }
     while c < whole {
         let v = load(c * CHUNK);
         store(c * CHUNK, v);
@@ -1343,6 +1358,40 @@ pub fn grid_stride_chunks<V: Copy>(
     while i < n {
         one(i);
         i += step;
+    }
+}
+
+/// Whether a chunk of `T` is one load or store of 16 bytes or less (f16,
+/// bf16, u8): a map whose every element type is takes two chunks a
+/// workitem ([`grid_stride_chunks`]'s `pairs`).
+///
+/// ```
+/// use ferrocm_kernels::device::chunk_pairs;
+/// assert!(chunk_pairs::<u16>() && !chunk_pairs::<f32>());
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn chunk_pairs<T>() -> bool {
+    size_of::<T>() as u64 * CHUNK <= 16
+}
+
+/// Chunks a workitem of [`grid_stride_chunks`] should take in a map whose
+/// widest element has `elem_bytes`: two where its chunk is one load of 16
+/// bytes or less ([`chunk_pairs`]), else one (a cast from bf16 to f32 ran
+/// at 61% of copy with two). The host sizes the grid by it
+/// (`LaunchConfig::chunked_for`); any grid is correct.
+///
+/// ```
+/// use ferrocm_kernels::device::chunks_per_workitem;
+/// assert_eq!(chunks_per_workitem(2), 2);
+/// assert_eq!(chunks_per_workitem(4), 1);
+/// ```
+#[amdgpu_device]
+pub const fn chunks_per_workitem(elem_bytes: usize) -> u64 {
+    if elem_bytes as u64 * CHUNK <= 16 {
+        2
+    } else {
+        1
     }
 }
 

@@ -33,6 +33,7 @@ pub fn affine_body<T: Elem>(
     if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(inp) {
         grid_stride_chunks(
             n,
+            chunk_pairs::<T>(),
             |c| unsafe { load_chunk(inp, c) },
             |c, x| unsafe { store_chunk(out, c, chunk_of(|k| affine_apply(x[k], mul, add))) },
             |i| unsafe {

@@ -117,6 +117,7 @@ pub fn binary_body<T: Elem, Op: BinaryOp>(
     if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(lhs) && chunk_aligned(rhs) {
         grid_stride_chunks(
             n,
+            chunk_pairs::<T>(),
             |c| unsafe { (load_chunk(lhs, c), load_chunk(rhs, c)) },
             |c, (a, b)| unsafe {
                 store_chunk(out, c, chunk_of(|k| apply(c + k as u64, a[k], b[k])))
@@ -155,6 +156,7 @@ pub fn cmp_body<T: Elem, Op: CmpOp>(
     if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(lhs) && chunk_aligned(rhs) {
         grid_stride_chunks(
             n,
+            chunk_pairs::<T>(),
             |c| unsafe { (load_chunk(lhs, c), load_chunk(rhs, c)) },
             |c, (a, b)| unsafe { store_chunk(out, c, chunk_of(|k| Op::apply(a[k], b[k]) as u8)) },
             |i| unsafe {

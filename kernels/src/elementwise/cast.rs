@@ -14,6 +14,7 @@ pub fn cast_body<S: Elem, D: Elem>(out: *mut D, inp: *const S, n: u64, strides: 
     if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(inp) {
         grid_stride_chunks(
             n,
+            chunk_pairs::<S>() && chunk_pairs::<D>(),
             |c| unsafe { load_chunk(inp, c) },
             |c, x| unsafe { store_chunk(out, c, chunk_of(|k| x[k].convert::<D>())) },
             |i| unsafe { store(out, i as usize, load(inp, i as usize).convert::<D>()) },

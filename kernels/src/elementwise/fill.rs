@@ -20,6 +20,7 @@ pub fn fill_body<T: Elem>(out: *mut T, n: u64, bits: u64) {
     if size_of::<T>() <= 2 && chunk_aligned(out) {
         grid_stride_chunks(
             n,
+            false,
             |_| (),
             |c, ()| unsafe { store_chunk(out, c, [v; CHUNK as usize]) },
             |i| unsafe { store(out, i as usize, v) },
@@ -36,6 +37,7 @@ pub fn copy_body<T: Elem>(out: *mut T, inp: *const T, n: u64, strides: Strides<1
     if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(inp) {
         grid_stride_chunks(
             n,
+            chunk_pairs::<T>(),
             |c| unsafe { load_chunk(inp, c) },
             |c, x| unsafe { store_chunk(out, c, x) },
             |i| unsafe { store(out, i as usize, load(inp, i as usize)) },

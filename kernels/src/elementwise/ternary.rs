@@ -28,6 +28,7 @@ pub fn where_body<M: Elem, T: Elem>(
         // Both values are read (contiguous chunks cost the same either way).
         grid_stride_chunks(
             n,
+            false,
             |c| unsafe {
                 (
                     load_chunk(mask, c),

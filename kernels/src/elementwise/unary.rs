@@ -23,6 +23,20 @@ pub trait UnaryOp {
     /// inside half an ulp of the narrow type). Use [`apply_for`], which
     /// picks by element type.
     fn apply_half(x: f32, p: f32) -> f32;
+    /// Whether the contiguous f16/bf16 kernel may take two chunks a step
+    /// ([`grid_stride_chunks`]); `false` for the ops whose portable bodies
+    /// (sin, cos, pow on NVPTX) would then no longer fit in registers.
+    const PAIRS: bool;
+}
+
+/// `true` unless the op is marked `single` in `unary_ops!`.
+macro_rules! pairs_unless {
+    () => {
+        true
+    };
+    (single) => {
+        false
+    };
 }
 
 /// Op `Op` on `x` for a result rounded to `T` next: [`UnaryOp::apply_half`]
@@ -54,13 +68,14 @@ pub fn apply_for<T: Elem, Op: UnaryOp>(x: f32, p: f32) -> f32 {
 /// and `softplus` call `math::exp` in both: e^x - 1 near 0 needs every bit
 /// of f32.)
 macro_rules! unary_ops {
-    (with $exp:ident, $div:ident, $one_plus_exp:ident; $($(#[$doc:meta])* $name:ident = |$x:ident, $p:ident| $body:expr;)*) => {
+    (with $exp:ident, $div:ident, $one_plus_exp:ident; $($(#[$doc:meta])* $name:ident = $($single:ident)? |$x:ident, $p:ident| $body:expr;)*) => {
         $(
             $(#[$doc])*
             #[amdgpu_device]
             pub struct $name;
             #[amdgpu_device]
             impl UnaryOp for $name {
+                const PAIRS: bool = pairs_unless!($($single)?);
                 #[inline(always)]
                 #[allow(unused_variables)]
                 fn apply($x: f32, $p: f32) -> f32 {
@@ -101,9 +116,9 @@ unary_ops! {
     /// ln x
     Log = |x, p| math::log(x);
     /// sin x
-    Sin = |x, p| math::sin(x);
+    Sin = single |x, p| math::sin(x);
     /// cos x
-    Cos = |x, p| math::cos(x);
+    Cos = single |x, p| math::cos(x);
     /// tanh x
     Tanh = |x, p| math::tanh(x);
     /// erf x
@@ -132,7 +147,7 @@ unary_ops! {
     /// round half away from zero
     Round = |x, p| math::round(x);
     /// xᵖ
-    Powf = |x, p| math::powf(x, p);
+    Powf = single |x, p| math::powf(x, p);
     /// x if x ≥ 0 else p(eˣ - 1)
     Elu = |x, p| if x >= 0.0 { x } else { p * (math::exp(x) - 1.0) };
     /// ln(1 + eˣ), as PyTorch: x itself above 20; computed as
@@ -158,14 +173,12 @@ pub fn unary_body<T: Elem, Op: UnaryOp>(
 ) {
     let f = |x: T| T::from_f32(apply_for::<T, Op>(x.to_f32(), p));
     if strides.is_contiguous() && chunk_aligned(out) && chunk_aligned(inp) {
-        grid_stride_chunks(
-            n,
-            |c| unsafe { load_chunk(inp, c) },
-            |c, x| unsafe {
-                store_chunk_f32(out, c, chunk_of(|k| apply_for::<T, Op>(x[k].to_f32(), p)))
-            },
-            |i| unsafe { store(out, i as usize, f(load(inp, i as usize))) },
-        );
+        let load_c = |c| unsafe { load_chunk(inp, c) };
+        let store_c = |c, x: [T; CHUNK as usize]| unsafe {
+            store_chunk_f32(out, c, chunk_of(|k| apply_for::<T, Op>(x[k].to_f32(), p)))
+        };
+        let one = |i| unsafe { store(out, i as usize, f(load(inp, i as usize))) };
+        grid_stride_chunks(n, Op::PAIRS && chunk_pairs::<T>(), load_c, store_c, one);
         return;
     }
     grid_stride_batched(

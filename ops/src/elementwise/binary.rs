@@ -293,7 +293,7 @@ impl<T: WithDType, R: WithDType, F: ZipFn<T, R>> Op for Zip<'_, T, R, F> {
             F::launch(
                 dev,
                 self.name,
-                LaunchConfig::chunked(n, BLOCK),
+                LaunchConfig::chunked_for(n, size_of::<T>().max(size_of::<R>()), BLOCK),
                 (
                     Out::new(out),
                     self.a.input(),

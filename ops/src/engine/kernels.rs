@@ -53,7 +53,10 @@ pub fn map1<T: WithDType, R: WithDType>(
         a0,
         a1,
     );
-    Ok(launch(LaunchConfig::chunked(n, BLOCK), args)?)
+    Ok(launch(
+        LaunchConfig::chunked_for(n, size_of::<T>().max(size_of::<R>()), BLOCK),
+        args,
+    )?)
 }
 
 /// How elementwise and row kernels read `N` strided inputs (see the device
