@@ -11,8 +11,8 @@ mod common;
 use ferrocm::{Device, Tensor, bf16, f16};
 
 /// Lengths below, at and around multiples of the chunk of eight, and some
-/// with several chunks; 8192 and 12317 give the one-input maps of 1- and
-/// 2-byte elements two chunks a workitem (a grid of half the chunks: every
+/// with several chunks; 8192 and 12317 give the maps of 1- and 2-byte
+/// elements (one input or two) two chunks a workitem (a grid of half the chunks: every
 /// workitem takes a pair at 8192; at 12317, 1539 chunks on 1024 workitems,
 /// the first 515 a pair, the rest one, then a tail of five).
 const LENS: [usize; 12] = [0, 1, 7, 8, 9, 15, 16, 23, 64, 67, 8192, 12317];

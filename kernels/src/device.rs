@@ -1323,10 +1323,11 @@ pub unsafe fn store_chunk<T: crate::elem::Elem>(p: *mut T, first: u64, v: [T; CH
 /// `n % CHUNK` elements. For kernels whose buffers are all
 /// [`chunk_aligned`]; any grid.
 ///
-/// With `pairs` (the kernel's elements are [`chunk_pairs`]) and a grid of
-/// half the chunks or less ([`chunks_per_workitem`]), two chunks a step
-/// apart are loaded before either is stored: 32 bytes in flight a
-/// workitem, as the f32 maps have with one (copy bf16 92 -> 96% of an
+/// With `pairs` (the kernel's elements are [`chunk_pairs`]), a workitem
+/// whose chunk `c` has a second one a grid step on (`c + step` below the
+/// chunk count: every workitem where the grid is half the chunks,
+/// [`chunks_per_workitem`]) loads both before storing either: 32 bytes in
+/// flight a workitem, as the f32 maps have with one (copy bf16 92 -> 96% of an
 /// H200's copy bandwidth; for f32, two chunks first measured slower on the
 /// H100: exp f32 90 -> 87%).
 #[amdgpu_device]

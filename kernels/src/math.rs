@@ -114,7 +114,8 @@ pub fn exp(x: f32) -> f32 {
 /// keeps it in [-126, 127]; past that `f` grows and `ex2` and the product
 /// overflow and underflow where e^x does. The clamp drops a NaN, `f` keeps
 /// it; `±inf` give `inf` and 0. Within 2 ulp (`tests/nan_and_accuracy.rs`
-/// sweeps every 64th f32 of the finite range on the GPU) where the portable
+/// sweeps every 64th f32 of [-104, 89] on the GPU, outside which e^x
+/// rounds to 0 or inf; every one of them on an H200) where the portable
 /// body is within 1, in about 10 instructions to its 25: an elementwise
 /// `exp` f32 ran at 77% of an H200's copy bandwidth on that body.
 ///
@@ -155,7 +156,7 @@ pub fn exp_ex2(x: f32) -> f32 {
 /// softmax inside a kernel (attention), whose error the f32 sums dwarf.
 ///
 /// NVPTX: `ex2.approx.ftz` of `x · log2 e` (one multiply and one MUFU op
-/// instead of [`exp`]'s 25; about 2 ulp, plus `|x|` times the product's
+/// instead of [`exp`]'s 10; about 2 ulp, plus `|x|` times the product's
 /// rounding, results below 2^-126 flushed to 0). AMDGPU: `llvm.exp.f32`
 /// (`v_exp_f32` with its range reduction). Elsewhere (the emulator, the Cpu
 /// backend): [`exp`], so those two agree bit for bit. `-inf` gives 0, NaN
@@ -200,17 +201,18 @@ pub fn exp2_fast(x: f32) -> f32 {
     #[cfg(not(ferrocm_device))]
     return exp(x * core::f32::consts::LN_2);
 }
-/// e^x for a result rounded to f16 or bf16 next (the unary maps' `exp`,
-/// `gelu`, `silu` and `sigmoid` on those types, through
-/// [`crate::elementwise::unary::apply_for`]).
+/// e^x for a result rounded to f16 or bf16 next (the unary map `exp` on
+/// those types, through [`crate::elementwise::unary::apply_for`]; `gelu`,
+/// `silu` and `sigmoid` there add 1 to [`exp_fast`] instead, which needs no
+/// subnormal results).
 ///
 /// NVPTX: `ex2.approx` of `x · log2 e`, with subnormal results (the bf16
 /// subnormals are f32's): the product's rounding is at most 2^-17 of the
 /// exponent where the result is finite, so with the instruction's ~2 ulp of
 /// f32 the result is within 6e-6 relative of e^x, a thousandth of a bf16 ulp
 /// (a 300th of an f16 ulp): once rounded, within half an ulp of the narrow
-/// type plus that. A quarter of [`exp`]'s instructions, which held the bf16
-/// maps to 78% of the copy rate. Elsewhere (AMDGPU, the emulator, the Cpu
+/// type plus that. A quarter of the portable exp's instructions, which held
+/// the bf16 maps to 78% of the copy rate. Elsewhere (AMDGPU, the emulator, the Cpu
 /// backend): [`exp`], so those keep agreeing bit for bit. `-inf` gives 0,
 /// `+inf` inf, NaN NaN everywhere.
 ///

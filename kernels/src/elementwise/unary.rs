@@ -18,10 +18,10 @@ pub trait UnaryOp {
     /// Applies the op.
     fn apply(x: f32, p: f32) -> f32;
     /// Applies the op for a result that is rounded to f16 or bf16 next: the
-    /// same formula, its exponential [`math::exp_for_half`] and its quotient
-    /// [`math::div_for_half`] (on NVIDIA a quarter of the instructions, well
-    /// inside half an ulp of the narrow type). Use [`apply_for`], which
-    /// picks by element type.
+    /// same formula, its exponential [`math::exp_for_half`] (`1 + e^z`:
+    /// [`math::exp_fast`]) and its quotient [`math::div_for_half`] (on
+    /// NVIDIA a fraction of the instructions, well inside half an ulp of the
+    /// narrow type). Use [`apply_for`], which picks by element type.
     fn apply_half(x: f32, p: f32) -> f32;
     /// Whether the contiguous f16/bf16 kernel may take two chunks a step
     /// ([`grid_stride_chunks`]); `false` for the ops whose portable bodies
