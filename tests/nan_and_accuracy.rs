@@ -156,8 +156,17 @@ fn check_reductions<T: ferrocm::ops::WithDType>(dev: &Device, rows: usize, cols:
 fn max_min_argmax_argmin_follow_pytorch_nan_rules() {
     for dev in devices() {
         // Short rows, rows longer than a workgroup, an odd prime length;
-        // rows of whole 16-byte words (72, 1024: read a word at a time).
-        for (rows, cols) in [(8, 5), (4, 3001), (5, 1031), (3, 72), (4, 1024)] {
+        // rows of whole 16-byte words (72, 1024: read a word at a time;
+        // 4096 and 8192: four words in flight a workitem).
+        for (rows, cols) in [
+            (8, 5),
+            (4, 3001),
+            (5, 1031),
+            (3, 72),
+            (4, 1024),
+            (4, 4096),
+            (4, 8192),
+        ] {
             check_reductions::<f32>(&dev, rows, cols);
             check_reductions::<bf16>(&dev, rows, cols);
         }
@@ -587,6 +596,69 @@ fn argmax_argmin_of_word_rows_take_the_first_of_ties() {
         first_of_ties::<bf16>(&dev);
         first_of_ties::<f16>(&dev);
         first_of_ties::<u32>(&dev);
+    }
+}
+
+/// Rows whose extreme is the value each workitem's scan starts from (-inf for
+/// argmax, +inf for argmin; `i64::MIN`/`MAX` for integers): the first index
+/// holding it wins, and a finite value next to the infinities is the extreme.
+/// Lengths run one word a workitem, four words in flight, and element loads.
+fn rows_at_the_scan_start<T: ferrocm::ops::WithDType>(dev: &Device) {
+    let inf = f32::INFINITY;
+    for cols in [8usize, 4096, 8192, 4099] {
+        // Rows: all -inf; all +inf; -inf but one finite value near the end
+        // (the argmax); +inf but one finite value near the end (the argmin);
+        // +inf but two -inf (argmin the first of them).
+        let mut v = vec![-inf; cols];
+        v.extend(std::iter::repeat_n(inf, cols));
+        let mut lowest_above = vec![-inf; cols];
+        lowest_above[cols - 2] = -6e4;
+        v.extend(lowest_above);
+        let mut highest_below = vec![inf; cols];
+        highest_below[cols - 3] = 6e4;
+        v.extend(highest_below);
+        let mut two_lows = vec![inf; cols];
+        two_lows[cols / 2] = -inf;
+        two_lows[cols - 1] = -inf;
+        v.extend(two_lows);
+        let x = from_f32::<T>(&v, &[5, cols], dev);
+        let amax = x.argmax(&[1], false).unwrap().to_vec().unwrap();
+        let amin = x.argmin(&[1], false).unwrap().to_vec().unwrap();
+        let ctx = format!("{:?} cols {cols} on {dev}", T::DTYPE);
+        let (at_finite_max, at_finite_min) = ((cols - 2) as u32, (cols - 3) as u32);
+        assert_eq!(amax, [0, 0, at_finite_max, 0, 0], "argmax {ctx}");
+        assert_eq!(
+            amin,
+            [0, 0, 0, at_finite_min, (cols / 2) as u32],
+            "argmin {ctx}"
+        );
+    }
+}
+
+#[test]
+fn argmax_argmin_of_rows_at_the_scan_start_value() {
+    for dev in devices() {
+        rows_at_the_scan_start::<f32>(&dev);
+        rows_at_the_scan_start::<bf16>(&dev);
+        rows_at_the_scan_start::<f16>(&dev);
+        for cols in [8usize, 4096, 4099] {
+            // i64: rows of i64::MIN (argmax 0), of i64::MAX (argmin 0), and
+            // i64::MIN + 1 after a run of MIN (argmax there).
+            let mut v = vec![i64::MIN; cols];
+            v.extend(std::iter::repeat_n(i64::MAX, cols));
+            let mut later = vec![i64::MIN; cols];
+            later[cols - 3] = i64::MIN + 1;
+            v.extend(later);
+            let x = Tensor::from_slice(&v, &[3, cols], &dev).unwrap();
+            let amax = x.argmax(&[1], false).unwrap().to_vec().unwrap();
+            let amin = x.argmin(&[1], false).unwrap().to_vec().unwrap();
+            assert_eq!(
+                amax,
+                [0, 0, (cols - 3) as u32],
+                "argmax i64 cols {cols} on {dev}"
+            );
+            assert_eq!(amin, [0, 0, 0], "argmin i64 cols {cols} on {dev}");
+        }
     }
 }
 

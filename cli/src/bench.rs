@@ -217,6 +217,15 @@ fn ops() -> Vec<(&'static str, f64, OpFn)> {
         ("argmax last dim f32", 4.0, |i| {
             i.x.argmax(&[1], false).map(drop)
         }),
+        ("sum last dim bf16", 2.0, |i| {
+            i.xb.sum(&[1], false).map(drop)
+        }),
+        ("max last dim bf16", 2.0, |i| {
+            i.xb.max(&[1], false).map(drop)
+        }),
+        ("argmax last dim bf16", 2.0, |i| {
+            i.xb.argmax(&[1], false).map(drop)
+        }),
         ("softmax f32", 8.0, |i| i.x.softmax().map(drop)),
         ("log_softmax f32", 8.0, |i| i.x.log_softmax().map(drop)),
         ("softmax bf16", 4.0, |i| i.xb.softmax().map(drop)),

@@ -46,6 +46,12 @@ pub trait ReduceOp {
     /// Whether each workitem's running float sum is compensated
     /// ([`Compensated`]): sum and mean.
     const COMPENSATED: bool = false;
+    /// Folds element `x` into a workitem's running `acc`: [`combine`](Self::combine)
+    /// unless an op has a form better suited to a long chain.
+    #[inline(always)]
+    fn fold_in<A: Elem>(acc: A, x: A) -> A {
+        Self::combine(acc, x)
+    }
 }
 
 /// A float running sum with Neumaier's compensation: the rounding error of
@@ -155,6 +161,16 @@ impl ReduceOp for Max {
     fn combine<A: Elem>(a: A, b: A) -> A {
         a.max(b)
     }
+    /// `combine`'s result in a form whose every comparison reads `acc`: `x`
+    /// wins unless it is no larger (a NaN `x` is unordered, so it wins) or
+    /// `acc` is already a NaN. `combine`'s NaN test of `x` reads only `x`, so
+    /// the compiler hoisted a pass's sixteen of them ahead of the chain
+    /// (sixteen lane masks live: SGPR spills on gfx942).
+    #[inline(always)]
+    fn fold_in<A: Elem>(acc: A, x: A) -> A {
+        let no_larger = x.lt(acc) | x.eq(acc);
+        if !no_larger & !acc.is_nan() { x } else { acc }
+    }
 }
 
 /// Minimum (NaN if the slice holds one).
@@ -169,6 +185,12 @@ impl ReduceOp for Min {
     #[inline(always)]
     fn combine<A: Elem>(a: A, b: A) -> A {
         a.min(b)
+    }
+    /// As [`Max::fold_in`], smaller.
+    #[inline(always)]
+    fn fold_in<A: Elem>(acc: A, x: A) -> A {
+        let no_smaller = acc.lt(x) | acc.eq(x);
+        if !no_smaller & !acc.is_nan() { x } else { acc }
     }
 }
 
@@ -218,7 +240,7 @@ impl<T: Elem, Op: ReduceOp> Running<T, Op> {
         if Self::COMPENSATED {
             self.sum.add(x.to_f32());
         } else {
-            self.acc = Op::combine(self.acc, x.convert::<T::Acc>());
+            self.acc = Op::fold_in(self.acc, x.convert::<T::Acc>());
         }
     }
 
@@ -276,9 +298,43 @@ pub fn reduce_body<T: Elem, Op: ReduceOp>(
         let bs = workgroup_size_x() as u64;
         let elem = |c: u64| unsafe { load(inp, strides.offset(row * cols + c, 0)) };
         let mut c = workitem_id_x() as u64;
-        // Contiguous rows: four loads in flight before they are combined (in
-        // column order). Strided rows one at a time (registers, see
-        // `grid_stride_batched`).
+        // Contiguous rows of whole 16-byte words: four words in flight a
+        // workitem, then combined in column order (four elements in flight
+        // held sum f32 at 81% of an H200's copy bandwidth). Offsets within
+        // the row in 32 bits, as `arg_reduce_body`'s.
+        let pw = per_word::<T>() as u64;
+        let words_of_t = size_of::<T>() == 2 || size_of::<T>() == 4; // word_for_each's types
+        if words_of_t
+            && strides.is_contiguous()
+            && cols.is_multiple_of(pw)
+            && cols <= u32::MAX as u64
+            && (inp as usize).is_multiple_of(16)
+        {
+            let words = (cols / pw) as u32;
+            let src = unsafe { (inp as *const W128).add((row * words as u64) as usize) };
+            let bs = bs as u32;
+            let ld = |w: u32| unsafe { load(src, w as usize) };
+            let mut add = |word: W128| word_for_each::<T>(word, |_, x| acc.add(x));
+            let mut w = c as u32;
+            while w + 3 * bs < words {
+                // Named, not an array in a loop: a loop the compiler kept
+                // rolled (mean f16/bf16) put the array in local memory.
+                let (w0, w1, w2, w3) = (ld(w), ld(w + bs), ld(w + 2 * bs), ld(w + 3 * bs));
+                add(w0);
+                add(w1);
+                add(w2);
+                add(w3);
+                w += 4 * bs;
+            }
+            while w < words {
+                add(ld(w));
+                w += bs;
+            }
+            c = cols;
+        }
+        // Other contiguous rows: four loads in flight before they are
+        // combined (in column order). Strided rows one at a time (registers,
+        // see `grid_stride_batched`).
         let batch = strides.is_contiguous();
         while batch && c + 3 * bs < cols {
             let (x0, x1, x2, x3) = (elem(c), elem(c + bs), elem(c + 2 * bs), elem(c + 3 * bs));
@@ -391,13 +447,23 @@ pub fn arg_better<A: Elem, const MIN: bool>(v: A, i: u32, best: A, best_i: u32) 
 }
 
 /// [`arg_better`] for a workitem's own scan, where each candidate's index is
-/// larger than any seen before: a tie never wins, so the index need not be
-/// compared (the full rule cost the H100's argmax a third of its bandwidth).
+/// larger than any seen before, so a tie never wins and the index need not be
+/// compared (the full rule cost the H100's argmax a third of its bandwidth):
+/// `v` is taken unless it is no better (`v <= best` for argmax; a NaN `v` is
+/// unordered, so it wins) or `best` is already a NaN (the first NaN stays).
+/// The scan starts from the workitem's first index with `best` at
+/// [`Elem::LOWEST`] (argmin: [`Elem::HIGHEST`]): a row of that value keeps the
+/// first index, which holds it. Evaluated without branches (`&`, `|`), so the
+/// loads after it do not wait for its data.
 #[amdgpu_device]
 #[inline(always)]
-pub fn arg_scan_takes<A: Elem, const MIN: bool>(v: A, best: A, best_i: u32) -> bool {
-    let strictly = if MIN { v.lt(best) } else { best.lt(v) };
-    best_i == u32::MAX || (!best.is_nan() && (strictly || v.is_nan()))
+pub fn arg_scan_takes<A: Elem, const MIN: bool>(v: A, best: A) -> bool {
+    let no_better = if MIN {
+        best.lt(v) | best.eq(v)
+    } else {
+        v.lt(best) | v.eq(best)
+    };
+    !no_better & !best.is_nan()
 }
 
 /// The body of `reduce_argmax_*` / `reduce_argmin_*`.
@@ -415,39 +481,48 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let mut best = if MIN { T::Acc::HIGHEST } else { T::Acc::LOWEST };
-        let mut best_i = u32::MAX;
         let bs = workgroup_size_x() as u64;
         let elem =
             |c: u64| unsafe { load(inp, strides.offset(row * cols + c, 0)) }.convert::<T::Acc>();
         let mut c = workitem_id_x() as u64;
-        // Contiguous rows of whole 16-byte words: two words in flight (four
-        // spilled SGPRs on gfx942), then compared in column order (element loads held argmax f32 at 84% of
-        // the H100's copy bandwidth).
+        // Contiguous rows of whole 16-byte words: four words in flight, then
+        // compared in column order. The scan has no branches, so the loads
+        // are all issued before the first comparison waits for its data (a
+        // scan that branched on each value kept one load in flight: argmax
+        // f32 at 75% of an H200's copy bandwidth).
         let pw = per_word::<T>() as u64;
         let words_of_t = size_of::<T>() == 2 || size_of::<T>() == 4; // word_for_each's types
-        if words_of_t
+        let by_words = words_of_t
             && strides.is_contiguous()
             && cols.is_multiple_of(pw)
-            && (inp as usize).is_multiple_of(16)
-        {
-            let (src, words) = (inp as *const W128, cols / pw);
-            let base = row * words;
-            let mut scan = |w: u64, word: W128| {
-                word_for_each::<T>(word, |k, x| {
-                    let x = x.convert::<T::Acc>();
-                    if arg_scan_takes::<T::Acc, MIN>(x, best, best_i) {
-                        best = x;
-                        best_i = (w * pw) as u32 + k;
-                    }
-                })
+            && (inp as usize).is_multiple_of(16);
+        // The workitem's first index, or none (`u32::MAX`): the scan starts
+        // there with `best` at LOWEST/HIGHEST (see `arg_scan_takes`).
+        let first = if by_words { c * pw } else { c };
+        let mut best_i = if first < cols { first as u32 } else { u32::MAX };
+        let mut consider = |x: T::Acc, i: u32| {
+            let take = arg_scan_takes::<T::Acc, MIN>(x, best);
+            best = if take { x } else { best };
+            best_i = if take { i } else { best_i };
+        };
+        if by_words {
+            // Offsets within the row in 32 bits (a row's index fits u32, as
+            // the result does): u64 counters spilled SGPRs on gfx942.
+            let words = (cols / pw) as u32;
+            let src = unsafe { (inp as *const W128).add((row * words as u64) as usize) };
+            let (bs, pw) = (bs as u32, pw as u32);
+            let mut scan = |w: u32, word: W128| {
+                word_for_each::<T>(word, |k, x| consider(x.convert::<T::Acc>(), w * pw + k))
             };
-            let ld = |w: u64| unsafe { load(src, (base + w) as usize) };
-            let mut w = c;
-            while w + bs < words {
-                let (w0, w1) = (ld(w), ld(w + bs));
+            let ld = |w: u32| unsafe { load(src, w as usize) };
+            let mut w = c as u32;
+            while w + 3 * bs < words {
+                let (w0, w1, w2, w3) = (ld(w), ld(w + bs), ld(w + 2 * bs), ld(w + 3 * bs));
                 scan(w, w0);
                 scan(w + bs, w1);
-                w += 2 * bs;
+                scan(w + 2 * bs, w2);
+                scan(w + 3 * bs, w3);
+                w += 4 * bs;
             }
             while w < words {
                 scan(w, ld(w));
@@ -462,21 +537,13 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
             let xs = [elem(c), elem(c + bs), elem(c + 2 * bs), elem(c + 3 * bs)];
             let mut k = 0;
             while k < 4 {
-                let ck = (c + k as u64 * bs) as u32;
-                if arg_scan_takes::<T::Acc, MIN>(xs[k], best, best_i) {
-                    best = xs[k];
-                    best_i = ck;
-                }
+                consider(xs[k], (c + k as u64 * bs) as u32);
                 k += 1;
             }
             c += 4 * bs;
         }
         while c < cols {
-            let x = elem(c);
-            if arg_scan_takes::<T::Acc, MIN>(x, best, best_i) {
-                best = x;
-                best_i = c as u32;
-            }
+            consider(elem(c), c as u32);
             c += bs;
         }
         let mut offset = wave_size() / 2;
