@@ -156,8 +156,9 @@ fn check_reductions<T: ferrocm::ops::WithDType>(dev: &Device, rows: usize, cols:
 fn max_min_argmax_argmin_follow_pytorch_nan_rules() {
     for dev in devices() {
         // Short rows, rows longer than a workgroup, an odd prime length;
-        // rows of whole 16-byte words (72, 1024: read a word at a time;
-        // 4096 and 8192: four words in flight a workitem).
+        // rows of whole 16-byte words (72: a word a workitem; 1024 and up:
+        // four words in flight a workitem for f32, from 4096 for f16/bf16;
+        // 4100 and 6144: a pass of four, then single words).
         for (rows, cols) in [
             (8, 5),
             (4, 3001),
@@ -166,12 +167,15 @@ fn max_min_argmax_argmin_follow_pytorch_nan_rules() {
             (4, 1024),
             (4, 4096),
             (4, 8192),
+            (3, 4100),
+            (3, 6144),
         ] {
             check_reductions::<f32>(&dev, rows, cols);
             check_reductions::<bf16>(&dev, rows, cols);
         }
         check_reductions::<f16>(&dev, 8, 257);
         check_reductions::<f16>(&dev, 3, 256);
+        check_reductions::<f16>(&dev, 3, 4096);
     }
 }
 
@@ -564,7 +568,7 @@ fn allclose_refuses_negative_or_nan_tolerances() {
 /// first index of the extreme found by a loop here: ties planted in one
 /// workitem's word, across words and across workitems.
 fn first_of_ties<T: ferrocm::ops::WithDType>(dev: &Device) {
-    for cols in [8usize, 72, 1024, 4096] {
+    for cols in [8usize, 72, 1024, 4096, 4100, 6144] {
         let rows = 3;
         let mut v: Vec<f32> = (0..rows * cols).map(|k| (1 + (k * 5) % 7) as f32).collect();
         for r in 0..rows {
@@ -602,7 +606,8 @@ fn argmax_argmin_of_word_rows_take_the_first_of_ties() {
 /// Rows whose extreme is the value each workitem's scan starts from (-inf for
 /// argmax, +inf for argmin; `i64::MIN`/`MAX` for integers): the first index
 /// holding it wins, and a finite value next to the infinities is the extreme.
-/// Lengths run one word a workitem, four words in flight, and element loads.
+/// The float lengths run one word a workitem, four words in flight, and
+/// element loads; i64 rows always take element loads.
 fn rows_at_the_scan_start<T: ferrocm::ops::WithDType>(dev: &Device) {
     let inf = f32::INFINITY;
     for cols in [8usize, 4096, 8192, 4099] {
@@ -632,6 +637,41 @@ fn rows_at_the_scan_start<T: ferrocm::ops::WithDType>(dev: &Device) {
             [0, 0, 0, at_finite_min, (cols / 2) as u32],
             "argmin {ctx}"
         );
+    }
+}
+
+/// u32 sum, max, min and prod over rows of whole 16-byte words (four words
+/// in flight, then single words) and over a row that is not, against exact
+/// integer results computed here.
+#[test]
+fn u32_row_reductions_over_whole_words_are_exact() {
+    for dev in devices() {
+        for cols in [4096usize, 4100, 6144, 4099] {
+            let rows = 3;
+            let v: Vec<u32> = (0..rows * cols)
+                .map(|k| ((k * 7919) % 1000) as u32)
+                .collect();
+            // prod: ones with a 2 and a 3 planted per row (2 * 3 = 6).
+            let mut ones = vec![1u32; rows * cols];
+            for r in 0..rows {
+                ones[r * cols + cols / 3 + r] = 2;
+                ones[r * cols + cols - 1 - r] = 3;
+            }
+            let x = Tensor::from_slice(&v, &[rows, cols], &dev).unwrap();
+            let p = Tensor::from_slice(&ones, &[rows, cols], &dev).unwrap();
+            let sum = x.sum(&[1], false).unwrap().to_vec().unwrap();
+            let max = x.max(&[1], false).unwrap().to_vec().unwrap();
+            let min = x.min(&[1], false).unwrap().to_vec().unwrap();
+            let prod = p.prod(&[1], false).unwrap().to_vec().unwrap();
+            for r in 0..rows {
+                let row = &v[r * cols..(r + 1) * cols];
+                let ctx = format!("u32 cols {cols} row {r} on {dev}");
+                assert_eq!(sum[r], row.iter().sum::<u32>(), "sum {ctx}");
+                assert_eq!(max[r], *row.iter().max().unwrap(), "max {ctx}");
+                assert_eq!(min[r], *row.iter().min().unwrap(), "min {ctx}");
+                assert_eq!(prod[r], 6, "prod {ctx}");
+            }
+        }
     }
 }
 

@@ -210,7 +210,7 @@ impl ReduceOp for Prod {
 }
 
 /// A workitem's running reduction `Op` of `T`s: Neumaier-compensated in f32
-/// for float sums and means (`Op::COMPENSATED`), else `Op::combine` in
+/// for float sums and means (`Op::COMPENSATED`), else `Op::fold_in` in
 /// `T::Acc` (integer sums wrap, max/min propagate NaN).
 #[amdgpu_device]
 pub struct Running<T: Elem, Op> {

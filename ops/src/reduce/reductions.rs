@@ -95,16 +95,18 @@ fn plan<T: WithDType>(
 }
 
 /// The workgroup size of a row reduction (`reduce_*`, `reduce_arg*`) over
-/// rows of `cols` elements of `elem_bytes`: about eight 16-byte words a
-/// workitem (two passes of four in flight), from 64 to 1024 workitems. The
-/// per-row tail (wave shuffles, one LDS slot per wave, two barriers) is paid
-/// once per workitem's share of the row, so rows of 4096 f32 ran faster on
-/// 128 workitems than on 256 (argmax on an H200: 4168 -> 4294 GB/s; ncu: 48 M
-/// -> 21 M instructions at 64), and a single long row (a vocabulary's logits)
-/// gets the whole 1024.
+/// rows of `cols` elements of `elem_bytes`: the power of two from 64 to 256
+/// workitems that gives each at least four 16-byte words where the row has
+/// them (four to eight: a pass of four in flight, a second pass or a tail).
+/// The per-row tail (wave shuffles, one LDS slot per wave, two barriers) is
+/// paid once per workitem's share of the row, so rows of 4096 f32 ran faster
+/// on 128 workitems than on 256 (argmax on an H200: 4168 -> 4294 GB/s; ncu:
+/// 48 M -> 21 M instructions at 64). Longer rows keep 256, the size every
+/// row reduction had before: the kernels carry no launch bound, so a larger
+/// workgroup than a kernel's registers allow would be refused at launch.
 fn row_block(cols: usize, elem_bytes: usize) -> u32 {
     let words = cols.saturating_mul(elem_bytes).div_ceil(16) as u64;
-    words.div_ceil(8).next_power_of_two().clamp(64, 1024) as u32
+    words.div_ceil(8).next_power_of_two().clamp(64, 256) as u32
 }
 
 /// Launches a row kernel `(out, inp, rows, cols, ndim, layout)` with one
@@ -877,12 +879,12 @@ mod tests {
     use super::row_block;
 
     #[test]
-    fn row_blocks_give_about_eight_words_a_workitem() {
-        assert_eq!(row_block(4096, 4), 128); // 1024 words
-        assert_eq!(row_block(4096, 2), 64); // 512 words
-        assert_eq!(row_block(4100, 4), 256); // 1025 words: 129 a pass of eight
+    fn row_blocks_give_four_to_eight_words_a_workitem() {
+        assert_eq!(row_block(4096, 4), 128); // 1024 words: 8 each
+        assert_eq!(row_block(4096, 2), 64); // 512 words: 8 each
+        assert_eq!(row_block(4100, 4), 256); // 1025 words: 4 each and a tail word
         assert_eq!(row_block(3, 1), 64);
-        assert_eq!(row_block(128_256, 4), 1024); // one vocabulary's logits
-        assert_eq!(row_block(usize::MAX / 32, 1), 1024);
+        assert_eq!(row_block(128_256, 4), 256); // one vocabulary's logits
+        assert_eq!(row_block(usize::MAX / 32, 1), 256);
     }
 }
