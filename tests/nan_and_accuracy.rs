@@ -590,6 +590,28 @@ fn first_of_ties<T: ferrocm::ops::WithDType>(dev: &Device) {
             assert_eq!(amax[r], first(100.0), "argmax {ctx}");
             assert_eq!(amin[r], first(0.0), "argmin {ctx}");
         }
+        // Signed zeros are equal: of -0 and +0 planted in a row of
+        // negatives (positives for argmin), in one word and in two words,
+        // the first wins whichever sign it has (the word kernels may pick
+        // either zero as a word's extreme).
+        let zero_pairs = [(1, 3), (3, 12.min(cols - 1)), (cols / 2, cols - 1)];
+        for (a, b) in zero_pairs.into_iter().filter(|_| T::DTYPE.is_float()) {
+            for first_sign in [-0.0f32, 0.0] {
+                let mut neg = vec![-1.5f32; cols];
+                let mut pos = vec![1.5f32; cols];
+                for row in [&mut neg, &mut pos] {
+                    row[a] = first_sign;
+                    row[b] = -first_sign;
+                }
+                neg.extend(pos);
+                let x = from_f32::<T>(&neg, &[2, cols], dev);
+                let amax = x.argmax(&[1], false).unwrap().to_vec().unwrap();
+                let amin = x.argmin(&[1], false).unwrap().to_vec().unwrap();
+                let ctx = format!("{:?} cols {cols} zeros at {a}, {b} on {dev}", T::DTYPE);
+                assert_eq!(amax[0], a as u32, "argmax {ctx}");
+                assert_eq!(amin[1], a as u32, "argmin {ctx}");
+            }
+        }
     }
 }
 

@@ -217,6 +217,22 @@ pub trait Elem: Copy + 'static {
     fn pack2(lo: f32, hi: f32) -> u32 {
         lane_of(Self::from_f32(lo), Self::from_f32(hi))
     }
+    /// Two 32-bit lanes of this type's elements combined element by element
+    /// with [`Elem::max`] (`MIN`: [`Elem::min`]): the larger (smaller) of
+    /// each pair, NaN when either is. On NVIDIA sm_80+ one `max.NaN` or
+    /// `min.NaN` for both halves of f16 and bf16 ([`pick2_bf16`],
+    /// [`pick2_f16`]); which of two zeros comes back may differ by target.
+    ///
+    /// ```
+    /// use ferrocm_kernels::elem::{Bf16, Elem};
+    /// // (1, -2) and (3, -4) as bf16 pairs, low half first.
+    /// assert_eq!(Bf16::pick2::<false>(0xc000_3f80, 0xc080_4040), 0xc000_4040);
+    /// assert_eq!(Bf16::pick2::<true>(0xc000_3f80, 0xc080_4040), 0xc080_3f80);
+    /// ```
+    #[inline(always)]
+    fn pick2<const MIN: bool>(a: u32, b: u32) -> u32 {
+        pick2_lanes::<Self>(a, b, MIN)
+    }
     /// Converts to another element type, as Rust's `as` would.
     #[inline(always)]
     fn convert<D: Elem>(self) -> D {
@@ -228,8 +244,19 @@ pub trait Elem: Copy + 'static {
     }
 }
 
+/// [`Elem::pick2`] element by element: [`lane_get`], [`Elem::max`] or
+/// [`Elem::min`], [`lane_of`].
+#[amdgpu_device]
+#[inline(always)]
+pub fn pick2_lanes<T: Elem>(a: u32, b: u32, min: bool) -> u32 {
+    let f = |x: T, y: T| if min { x.min(y) } else { x.max(y) };
+    let lo = f(lane_get::<T>(a, 0), lane_get::<T>(b, 0));
+    let hi = f(lane_get::<T>(a, 1), lane_get::<T>(b, 1));
+    lane_of(lo, hi)
+}
+
 macro_rules! float_elem {
-    ($t:ty, $to:expr, $from:expr, $tobits:expr, $frombits:expr, $zero:expr, $one:expr, $lowest:expr, $highest:expr, $pack:expr) => {
+    ($t:ty, $to:expr, $from:expr, $tobits:expr, $frombits:expr, $zero:expr, $one:expr, $lowest:expr, $highest:expr, $pack:expr $(, $pick2:expr)?) => {
         #[amdgpu_device]
         impl Elem for $t {
             const ZERO: Self = $zero;
@@ -311,6 +338,13 @@ macro_rules! float_elem {
                 let f: fn(f32, f32) -> u32 = $pack;
                 f(lo, hi)
             }
+            $(
+                #[inline(always)]
+                fn pick2<const MIN: bool>(a: u32, b: u32) -> u32 {
+                    let f: fn(u32, u32, bool) -> u32 = $pick2;
+                    f(a, b, MIN)
+                }
+            )?
         }
     };
 }
@@ -337,7 +371,8 @@ float_elem!(
     F16(0x3c00),
     F16(0xfc00),
     F16(0x7c00),
-    pack2_f16
+    pack2_f16,
+    pick2_f16
 );
 float_elem!(
     Bf16,
@@ -349,7 +384,8 @@ float_elem!(
     Bf16(0x3f80),
     Bf16(0xff80),
     Bf16(0x7f80),
-    pack2_bf16
+    pack2_bf16,
+    pick2_bf16
 );
 
 /// Two f32 rounded to bf16 (nearest even) and packed, `lo` in the low half:
@@ -419,6 +455,63 @@ pub fn pack2_f16(lo: f32, hi: f32) -> u32 {
         f32_to_f16_bits(lo) as u32 | (f32_to_f16_bits(hi) as u32) << 16
     }
 }
+
+/// Declares `pick2_{bf16,f16}`: [`Elem::pick2`] of two lanes of 16-bit
+/// floats in one `max.NaN`/`min.NaN` instruction on NVIDIA sm_80+ (a NaN
+/// comes back as the canonical NaN), elsewhere [`pick2_lanes`].
+macro_rules! pick2_16 {
+    ($(#[$doc:meta])* $name:ident, $t:ty, $max:literal, $min:literal) => {
+        $(#[$doc])*
+        #[amdgpu_device]
+        #[inline(always)]
+        pub fn $name(a: u32, b: u32, min: bool) -> u32 {
+            #[cfg(ferrocm_mma = "sync")]
+            {
+                let out: u32;
+                // SAFETY: register-only arithmetic.
+                unsafe {
+                    if min {
+                        core::arch::asm!($min, o = out(reg32) out, a = in(reg32) a, b = in(reg32) b,
+                            options(pure, nomem, nostack))
+                    } else {
+                        core::arch::asm!($max, o = out(reg32) out, a = in(reg32) a, b = in(reg32) b,
+                            options(pure, nomem, nostack))
+                    }
+                };
+                out
+            }
+            #[cfg(not(ferrocm_mma = "sync"))]
+            {
+                pick2_lanes::<$t>(a, b, min)
+            }
+        }
+    };
+}
+
+pick2_16!(
+    /// [`Elem::pick2`] for bf16 pairs (`max.NaN.bf16x2` on NVIDIA sm_80+).
+    ///
+    /// ```
+    /// use ferrocm_kernels::elem::pick2_bf16;
+    /// assert_eq!(pick2_bf16(0x7fc0_3f80, 0x0000_4040, false) & 0xffff, 0x4040);
+    /// ```
+    pick2_bf16,
+    Bf16,
+    "max.NaN.bf16x2 {o}, {a}, {b};",
+    "min.NaN.bf16x2 {o}, {a}, {b};"
+);
+pick2_16!(
+    /// [`Elem::pick2`] for f16 pairs (`max.NaN.f16x2` on NVIDIA sm_80+).
+    ///
+    /// ```
+    /// use ferrocm_kernels::elem::pick2_f16;
+    /// assert_eq!(pick2_f16(0x3c00_3c00, 0xbc00_4000, true), 0xbc00_3c00);
+    /// ```
+    pick2_f16,
+    F16,
+    "max.NaN.f16x2 {o}, {a}, {b};",
+    "min.NaN.f16x2 {o}, {a}, {b};"
+);
 
 macro_rules! int_elem {
     ($t:ty) => {

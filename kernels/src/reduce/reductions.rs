@@ -466,6 +466,31 @@ pub fn arg_scan_takes<A: Elem, const MIN: bool>(v: A, best: A) -> bool {
     !no_better & !best.is_nan()
 }
 
+/// One step of a workitem's argmax/argmin scan: `(x, i)` replaces (`best`,
+/// `best_i`) when [`arg_scan_takes`] says so, without branches.
+#[amdgpu_device]
+#[inline(always)]
+pub fn arg_scan_step<A: Elem, const MIN: bool>(best: &mut A, best_i: &mut u32, x: A, i: u32) {
+    let take = arg_scan_takes::<A, MIN>(x, *best);
+    *best = if take { x } else { *best };
+    *best_i = if take { i } else { *best_i };
+}
+
+/// The largest (`MIN`: smallest) element of a 16-byte word of 16-bit
+/// floats in f32, NaN when any is: [`Elem::pick2`] over its four lanes,
+/// then the last pair.
+#[amdgpu_device]
+#[inline(always)]
+pub fn word_extreme<T: Elem, const MIN: bool>(w: W128) -> T::Acc {
+    let [a, b, c, d] = w.0;
+    let m = T::pick2::<MIN>(T::pick2::<MIN>(a, b), T::pick2::<MIN>(c, d));
+    let (lo, hi) = (
+        lane_get::<T>(m, 0).convert::<T::Acc>(),
+        lane_get::<T>(m, 1).convert::<T::Acc>(),
+    );
+    if MIN { lo.min(hi) } else { lo.max(hi) }
+}
+
 /// The body of `reduce_argmax_*` / `reduce_argmin_*`.
 #[amdgpu_device]
 #[inline(always)]
@@ -478,6 +503,11 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
 ) {
     let vals = lds::<T::Acc>();
     let idxs = lds_at::<u32>(INDEX_LDS_OFFSET);
+    // f16/bf16 rows of whole words compare each word's extreme, found
+    // without indices (paired `max.NaN` on NVIDIA), against the running
+    // best: a fifth of the per-element scan's instructions, which held
+    // argmax bf16 at 84% of an H200's copy bandwidth.
+    let word_extremes = T::IS_FLOAT && size_of::<T>() == 2;
     let mut row = workgroup_id_x() as u64;
     while row < rows {
         let mut best = if MIN { T::Acc::HIGHEST } else { T::Acc::LOWEST };
@@ -500,21 +530,35 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
         // there with `best` at LOWEST/HIGHEST (see `arg_scan_takes`).
         let first = if by_words { c * pw } else { c };
         let mut best_i = if first < cols { first as u32 } else { u32::MAX };
-        let mut consider = |x: T::Acc, i: u32| {
-            let take = arg_scan_takes::<T::Acc, MIN>(x, best);
-            best = if take { x } else { best };
-            best_i = if take { i } else { best_i };
-        };
         if by_words {
             // Offsets within the row in 32 bits (a row's index fits u32, as
             // the result does): u64 counters spilled SGPRs on gfx942.
             let words = (cols / pw) as u32;
             let src = unsafe { (inp as *const W128).add((row * words as u64) as usize) };
             let (bs, pw) = (bs as u32, pw as u32);
-            let mut scan = |w: u32, word: W128| {
-                word_for_each::<T>(word, |k, x| consider(x.convert::<T::Acc>(), w * pw + k))
-            };
             let ld = |w: u32| unsafe { load(src, w as usize) };
+            let (mut best_w, mut best_word) = (c as u32, W128([0; 4]));
+            let mut scan = |w: u32, word: W128| {
+                if word_extremes {
+                    // The word's extreme first, then one comparison for
+                    // the word; its index is found once, at the end.
+                    let m = word_extreme::<T, MIN>(word);
+                    let take = arg_scan_takes::<T::Acc, MIN>(m, best);
+                    best = if take { m } else { best };
+                    best_w = if take { w } else { best_w };
+                    let pick = |l: usize| if take { word.0[l] } else { best_word.0[l] };
+                    best_word = W128([pick(0), pick(1), pick(2), pick(3)]);
+                } else {
+                    word_for_each::<T>(word, |k, x| {
+                        arg_scan_step::<T::Acc, MIN>(
+                            &mut best,
+                            &mut best_i,
+                            x.convert(),
+                            w * pw + k,
+                        )
+                    })
+                }
+            };
             let mut w = c as u32;
             while w + 3 * bs < words {
                 let (w0, w1, w2, w3) = (ld(w), ld(w + bs), ld(w + 2 * bs), ld(w + 3 * bs));
@@ -528,8 +572,25 @@ pub fn arg_reduce_body<T: Elem, const MIN: bool>(
                 scan(w, ld(w));
                 w += bs;
             }
+            if word_extremes && best_i != u32::MAX {
+                // The first element of the chosen word that equals its
+                // extreme (or is a NaN, when that is a NaN). None does only
+                // when no word was taken, from a first word all of the
+                // start value: its first index.
+                let mut k_hit = 0;
+                let mut found = false;
+                word_for_each::<T>(best_word, |k, x| {
+                    let x = x.convert::<T::Acc>();
+                    let hit = x.eq(best) | (x.is_nan() & best.is_nan());
+                    k_hit = if hit & !found { k } else { k_hit };
+                    found |= hit;
+                });
+                best_i = best_w * pw + k_hit;
+            }
             c = cols;
         }
+        let mut consider =
+            |x: T::Acc, i: u32| arg_scan_step::<T::Acc, MIN>(&mut best, &mut best_i, x, i);
         // Other contiguous rows: four loads in flight, then compared in
         // column order.
         let batch = strides.is_contiguous();
