@@ -2058,6 +2058,18 @@ fn float_reduce_cases<T: Elt>() -> Vec<RCase<T>> {
             };
         }
     }
+    // Columns 1031 deep: the column kernel splits the rows (8 splits of 129
+    // in the emulator, 16 of 65 on a GPU with 132 compute units) and
+    // combines the splits' partials in a second pass.
+    cases.push(RCase {
+        name: "[1031,7] columns",
+        shape: [1031, 7],
+        transpose: false,
+        data: big.clone(),
+        dims: &[&[0]],
+        keepdims: &[false],
+        ops: &["sum", "mean", "max", "min"],
+    });
     if T::FMT == Some(FMT_F32) {
         // 1031 short rows (one workgroup each in the emulator: kept to one op).
         cases.push(RCase {
@@ -2083,6 +2095,17 @@ fn int_reduce_cases<T: Elt>(draw: fn(&mut Lcg) -> i128) -> Vec<RCase<T>> {
     let big = gen_vals(7 * 1031);
     let small = gen_vals(13 * 17);
     vec![
+        // Split columns, their partials combined in a second pass (see the
+        // float case of the same shape).
+        RCase {
+            name: "[1031,7] columns",
+            shape: [1031, 7],
+            transpose: false,
+            data: big.clone(),
+            dims: &[&[0]],
+            keepdims: &[false],
+            ops: &["sum", "max", "min", "prod"],
+        },
         RCase {
             name: "[7,1031]",
             shape: [7, 1031],

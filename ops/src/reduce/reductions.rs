@@ -11,13 +11,12 @@ use crate::core::error::{Error, Result};
 use crate::core::tensor::{BLOCK, Tensor};
 use crate::engine::kernels::Strided;
 use crate::engine::{self, Op};
-use ferrocm_host::{Device, DeviceBuffer, LaunchConfig, Out};
+use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::host::KernelRef;
 use ferrocm_kernels::math;
 use ferrocm_kernels::reduce::{
-    self as k, COL_BLOCK, COL_LDS_BYTES, COL_TILE, REDUCE_LDS_BYTES, ReduceArgs, ReduceKernel,
-    ReduceKernels, ReduceOp,
+    self as k, COL_BLOCK, REDUCE_LDS_BYTES, ReduceArgs, ReduceKernel, ReduceKernels, ReduceOp,
 };
 use rayon::prelude::*;
 use std::marker::PhantomData;
@@ -185,23 +184,69 @@ impl<T: WithDType, R: ReduceKernel> Op for RowReduce<'_, T, R> {
             // Memory holds `cols` reduced rows of `rows` kept elements: reduce
             // columns, coalesced (the row kernel would stride by a whole row).
             let kernel = T::Kernel::reduce_cols::<R>().ok_or(unsupported)?;
-            let groups = (rows as u64).div_ceil(COL_TILE as u64);
-            dev.launch_typed(
-                kernel,
-                LaunchConfig::rows(groups, COL_BLOCK, COL_LDS_BYTES),
-                (
+            // A workitem a column, in one grid (AMD caps a grid's x at 2^32
+            // workitems).
+            if rows as u64 > u64::from(u32::MAX - COL_BLOCK) {
+                return Err(Error::TooLarge {
+                    op: self.name,
+                    shape: self.view.shape().to_vec(),
+                });
+            }
+            let (tiles, depth) = ((rows as u64).div_ceil(COL_BLOCK as u64), self.cols as u64);
+            let (chunk, splits) = col_splits(tiles, depth, dev.gpu_info().map(|i| i.compute_units));
+            let part = match splits {
+                1 => None,
+                _ => Some(dev.alloc::<u64>(splits as usize * rows)?),
+            };
+            let launch = |block: u32, splits: u64| LaunchConfig {
+                grid: [
+                    (rows as u64).div_ceil(block as u64) as u32,
+                    splits as u32,
+                    1,
+                ],
+                block: [block, 1, 1],
+                lds_bytes: 0,
+                early_start: false,
+            };
+            let part_arg = || part.as_ref().map(Out::new).unwrap_or_else(Out::null);
+            let view = self.view.input();
+            let args = (Out::new(out), part_arg(), view, depth, rows as u64, chunk);
+            dev.launch_typed(kernel, launch(COL_BLOCK, splits), args)?;
+            if part.is_some() {
+                // The partials combined in split order (`inp` null).
+                let out = self.out.view_as::<T::Kernel>().expect("same size");
+                let args = (
                     Out::new(out),
-                    self.view.input(),
-                    self.cols as u64,
+                    part_arg(),
+                    In::null(),
+                    depth,
                     rows as u64,
-                ),
-            )?;
+                    splits,
+                );
+                // Workgroups of 64: four times the compute units the
+                // first pass's tiles would use.
+                dev.launch_typed(kernel, launch(64, 1), args)?;
+            }
             return Ok(self.out);
         }
         let kernel = T::Kernel::reduce::<R>().ok_or(unsupported)?;
         launch_rows(dev, kernel, self.view, out, rows, self.cols)?;
         Ok(self.out)
     }
+}
+
+/// Rows per split and splits of a column reduction (`reduce_cols_*`) with
+/// `tiles` workgroups of columns over `depth` reduced rows: enough splits
+/// for eight workgroups a compute unit (the emulator: eight in all), none
+/// shorter than 64 rows, at most 65535 (the grid's y limit). Returns
+/// `(chunk, splits)` with `splits * chunk >= depth`.
+fn col_splits(tiles: u64, depth: u64, compute_units: Option<u32>) -> (u64, u64) {
+    let target = compute_units.map_or(8, |cus| 8 * cus as u64);
+    let splits = target
+        .div_ceil(tiles.max(1))
+        .clamp(1, (depth / 64).clamp(1, 65535));
+    let chunk = depth.div_ceil(splits).max(1);
+    (chunk, depth.div_ceil(chunk).max(1))
 }
 
 /// Whether `view` (logically `rows × cols`: kept dims, then reduced dims)
@@ -876,7 +921,22 @@ impl<T: WithDType> Tensor<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::row_block;
+    use super::{col_splits, row_block};
+
+    #[test]
+    fn column_reductions_split_to_eight_workgroups_a_compute_unit() {
+        // 16384 x 4096 over dim 0 on 132 CUs: 16 tiles of 256 columns.
+        let (chunk, splits) = col_splits(16, 16384, Some(132));
+        assert_eq!(splits, 66);
+        assert!(chunk * splits >= 16384 && chunk * (splits - 1) < 16384);
+        assert_eq!(col_splits(1, 128, None), (64, 2));
+        assert_eq!(col_splits(1, 127, None), (127, 1)); // none under 64 rows
+        assert_eq!(col_splits(1, 1000, None), (125, 8));
+        assert_eq!(col_splits(2000, 1 << 20, Some(132)), (1 << 20, 1));
+        assert_eq!(col_splits(1, 0, None), (1, 1));
+        let (chunk, splits) = col_splits(1, u64::MAX / 2, Some(1 << 20));
+        assert!(splits <= 65535 && chunk.saturating_mul(splits) >= u64::MAX / 2);
+    }
 
     #[test]
     fn row_blocks_give_four_to_eight_words_a_workitem() {
