@@ -2026,9 +2026,19 @@ fn float_reduce_cases<T: Elt>() -> Vec<RCase<T>> {
             name: "[7,1031] near 1",
             shape: [7, 1031],
             transpose: false,
-            data: long,
+            data: long.clone(),
             dims: &[&[1]],
             keepdims: BOTH,
+            ops: PROD,
+        },
+        // Products of split columns (see "[1031,7] columns").
+        RCase {
+            name: "[1031,7] columns near 1",
+            shape: [1031, 7],
+            transpose: false,
+            data: long,
+            dims: &[&[0]],
+            keepdims: &[false],
             ops: PROD,
         },
         RCase {

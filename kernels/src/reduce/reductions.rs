@@ -1,20 +1,23 @@
 //! Row reductions and softmax, one workgroup per row (looping over rows when
 //! there are more rows than workgroups):
-//! - `reduce_{sum,max,min}_{dtype}` for every dtype, `reduce_mean_{f32,f16,bf16}`;
-//! - `reduce_cols_{sum,max,min}_{dtype}`, `reduce_cols_mean_{f32,f16,bf16}`:
+//! - `reduce_{sum,max,min,prod}_{dtype}` for every dtype,
+//!   `reduce_mean_{f32,f16,bf16}`;
+//! - `reduce_cols_{sum,max,min,prod}_{dtype}`, `reduce_cols_mean_{f32,f16,bf16}`:
 //!   the same reductions over the leading dims of a contiguous input
-//!   (columns), coalesced;
+//!   (columns), coalesced: a column a workitem, the rows split over the
+//!   grid's y, the splits' partials combined by a second launch
+//!   ([`reduce_cols_body`]; no LDS);
 //! - `reduce_argmax_{dtype}`, `reduce_argmin_{dtype}` (u32 index of the first
 //!   extreme element; of the first NaN when the row holds one, as PyTorch);
 //! - `softmax_{f32,f16,bf16}`, `log_softmax_{...}`, numerically stable, over
 //!   contiguous rows.
 //!
 //! The input is `rows × cols` in logical order (the op library permutes the
-//! reduced dims last); `ndim > 0` gives its strided layout. Each workitem
-//! accumulates a strided slice of the row in `T::Acc` (f32 or i64), then the
-//! workgroup combines with a wave butterfly and one LDS slot per wave. The
-//! workgroup size must be a multiple of the wave size; [`REDUCE_LDS_BYTES`] of
-//! LDS cover any workgroup up to 1024 workitems.
+//! reduced dims last); `ndim > 0` gives its strided layout. Each workitem of
+//! a row kernel accumulates a strided slice of the row in `T::Acc` (f32 or
+//! i64), then the workgroup combines with a wave butterfly and one LDS slot
+//! per wave. The workgroup size must be a multiple of the wave size;
+//! [`REDUCE_LDS_BYTES`] of LDS cover any workgroup up to 1024 workitems.
 
 use crate::device::*;
 use crate::elem::*;
@@ -373,7 +376,8 @@ pub const COL_BLOCK: u32 = 256;
 ///
 /// With one split (`part` null) it writes `out`. With more, each split
 /// writes its column's partial (`T::Acc`) to `part[split * cols + c]`
-/// (`part` holds 8 bytes a partial), and a second launch of the same kernel
+/// (`part` is a buffer of `T::Acc`; the host sizes it at 8 bytes a partial,
+/// the widest `Acc`), and a second launch of the same kernel
 /// with `inp` null and `chunk` = the number of splits combines them in
 /// split order into `out` (deterministic). The splits let a few columns'
 /// tiles fill the GPU: 16384 x 4096 f32 ran as 128 workgroups of 32 columns

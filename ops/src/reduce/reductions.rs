@@ -180,18 +180,15 @@ impl<T: WithDType, R: ReduceKernel> Op for RowReduce<'_, T, R> {
         };
         let out = self.out.view_as::<T::Kernel>().expect("same size");
         let rows = out.len();
-        if rows > 1 && self.cols > 1 && reduces_leading_dims(self.view, rows, self.cols) {
+        // (The column kernel takes a column a workitem in one grid, and AMD
+        // caps a grid's x at 2^32 workitems: more columns take the row
+        // kernel, which loops.)
+        let one_grid = rows as u64 <= u64::from(u32::MAX - COL_BLOCK);
+        if rows > 1 && self.cols > 1 && one_grid && reduces_leading_dims(self.view, rows, self.cols)
+        {
             // Memory holds `cols` reduced rows of `rows` kept elements: reduce
             // columns, coalesced (the row kernel would stride by a whole row).
             let kernel = T::Kernel::reduce_cols::<R>().ok_or(unsupported)?;
-            // A workitem a column, in one grid (AMD caps a grid's x at 2^32
-            // workitems).
-            if rows as u64 > u64::from(u32::MAX - COL_BLOCK) {
-                return Err(Error::TooLarge {
-                    op: self.name,
-                    shape: self.view.shape().to_vec(),
-                });
-            }
             let (tiles, depth) = ((rows as u64).div_ceil(COL_BLOCK as u64), self.cols as u64);
             let (chunk, splits) = col_splits(tiles, depth, dev.gpu_info().map(|i| i.compute_units));
             let part = match splits {
@@ -237,8 +234,8 @@ impl<T: WithDType, R: ReduceKernel> Op for RowReduce<'_, T, R> {
 
 /// Rows per split and splits of a column reduction (`reduce_cols_*`) with
 /// `tiles` workgroups of columns over `depth` reduced rows: enough splits
-/// for eight workgroups a compute unit (the emulator: eight in all), none
-/// shorter than 64 rows, at most 65535 (the grid's y limit). Returns
+/// for eight workgroups a compute unit (the emulator: eight in all), 64
+/// rows a split or more on average, at most 65535 (the grid's y limit). Returns
 /// `(chunk, splits)` with `splits * chunk >= depth`.
 fn col_splits(tiles: u64, depth: u64, compute_units: Option<u32>) -> (u64, u64) {
     let target = compute_units.map_or(8, |cus| 8 * cus as u64);
@@ -930,7 +927,7 @@ mod tests {
         assert_eq!(splits, 66);
         assert!(chunk * splits >= 16384 && chunk * (splits - 1) < 16384);
         assert_eq!(col_splits(1, 128, None), (64, 2));
-        assert_eq!(col_splits(1, 127, None), (127, 1)); // none under 64 rows
+        assert_eq!(col_splits(1, 127, None), (127, 1)); // 64 rows a split or more
         assert_eq!(col_splits(1, 1000, None), (125, 8));
         assert_eq!(col_splits(2000, 1 << 20, Some(132)), (1 << 20, 1));
         assert_eq!(col_splits(1, 0, None), (1, 1));
