@@ -16,8 +16,8 @@ fn emulator(c: &mut criterion::Criterion) {
     g.throughput(Throughput::Elements(n as u64));
     for sanitize in [false, true] {
         let dev = Device::emulator_with(EmulatorConfig {
-            wave_size: WaveSize::Wave64,
             sanitize,
+            ..EmulatorConfig::new(WaveSize::Wave64)
         });
         let x = Tensor::<f32>::randn(&[n], 0.0, 1.0, 1, &dev).unwrap();
         let m = x.reshape(&[1024, 1024]).unwrap();

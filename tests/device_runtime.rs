@@ -80,8 +80,8 @@ fn gpu_discovery_reports_why_there_is_none() {
 fn memory_limit_gives_out_of_memory_and_keeps_live_tensors() {
     // A device of its own (wave 32, no sanitizer): no other test shares its pool.
     let dev = Device::emulator_with(EmulatorConfig {
-        wave_size: WaveSize::Wave32,
         sanitize: false,
+        ..EmulatorConfig::new(WaveSize::Wave32)
     });
     let x = Tensor::<f32>::arange(0, 1000, &dev).unwrap();
     dev.empty_cache();

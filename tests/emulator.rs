@@ -263,8 +263,8 @@ fn unwritten_outputs_stay_poisoned() {
     );
     // Without the sanitizer fresh buffers are zeroed, and the bug is invisible.
     let plain = Device::emulator_with(EmulatorConfig {
-        wave_size: WaveSize::Wave64,
         sanitize: false,
+        ..EmulatorConfig::new(WaveSize::Wave64)
     });
     let out = plain.alloc::<f32>(10).unwrap();
     plain

@@ -11,7 +11,9 @@
 mod common;
 
 use common::devices;
-use ferrocm::{Activation, DType, Device, Error, Tensor, WithDType, bf16, f16};
+use ferrocm::{
+    Activation, DType, Device, EmulatorConfig, Error, Tensor, WaveSize, WithDType, bf16, f16,
+};
 
 /// Deterministic values in [-1, 1) (an LCG), rounded to `T`.
 fn values<T: WithDType>(n: usize, seed: u64) -> Vec<T> {
@@ -265,6 +267,41 @@ fn transposed_and_narrowed_views() {
     for dev in devices() {
         every_float!(layouts_case, &dev);
     }
+}
+
+/// On a GPU whose BLAS loads, plain products go to it; this runs ferrocm's
+/// own GEMM there too (the warpgroup-product GEMM on an H100/H200, the
+/// matrix-unit one elsewhere) on every layout and size. The switch is
+/// process-wide: tests running meanwhile take either path, both checked.
+#[test]
+fn own_kernels_on_gpus_with_a_vendor_blas() {
+    let gpus: Vec<Device> = devices().into_iter().filter(|d| d.is_gpu()).collect();
+    if gpus.is_empty() {
+        eprintln!("no GPU answers: nothing to run");
+        return;
+    }
+    ferrocm::ops::matmul::set_vendor_blas(false);
+    for dev in &gpus {
+        every_float!(layouts_case, dev);
+        every_float!(sizes_case, dev);
+        every_float!(batches_case, dev);
+    }
+    ferrocm::ops::matmul::set_vendor_blas(true);
+}
+
+/// The emulator at wave 32 takes the warpgroup-product GEMM
+/// (`gemm_wgmma_*`, as an H100 does) where the operands allow the copied
+/// K loop; this one runs that loop of `gemm_mma_*` instead, as NVIDIA GPUs
+/// before Hopper do.
+#[test]
+fn the_copy_staged_loop_without_the_warpgroup_product() {
+    let dev = Device::emulator_with(EmulatorConfig {
+        warpgroup_mma: false,
+        ..EmulatorConfig::new(WaveSize::Wave32)
+    });
+    assert!(dev.double_buffers_lds() && !dev.warpgroup_mma());
+    every_float!(layouts_case, &dev);
+    every_float!(sizes_case, &dev);
 }
 
 fn batches_case<T: WithDType>(dev: &Device) {

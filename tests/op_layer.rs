@@ -57,8 +57,8 @@ fn delta(after: MemoryStats, before: MemoryStats) -> (u64, u64, u64) {
 fn a_chain_of_100_strided_ops_after_warm_up_neither_synchronises_nor_allocates() {
     let _cpu = hold_cpu_counters();
     let dev = Device::emulator_with(EmulatorConfig {
-        wave_size: WaveSize::Wave32,
         sanitize: false,
+        ..EmulatorConfig::new(WaveSize::Wave32)
     });
     let x = Tensor::<f32>::randn(&[30, 40], 0.0, 1.0, 1, &dev).unwrap();
     let y = Tensor::<f32>::randn(&[40, 33], 0.0, 1.0, 2, &dev).unwrap();

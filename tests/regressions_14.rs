@@ -219,8 +219,8 @@ fn reductions_over_size_one_dims_are_the_input_without_a_launch() {
     }
     // No kernel runs: counted on a device no other test here uses.
     let dev = Device::emulator_with(ferrocm::EmulatorConfig {
-        wave_size: WaveSize::Wave64,
         sanitize: false,
+        ..ferrocm::EmulatorConfig::new(WaveSize::Wave64)
     });
     let x = Tensor::<f32>::ones(&[4, 1, 3], &dev).unwrap();
     let launches = dev.memory_stats().launches;

@@ -28,8 +28,8 @@ fn assert_all_pass(results: &[CaseResult]) {
 
 fn emulator(wave: WaveSize) -> Device {
     let d = Device::emulator_with(EmulatorConfig {
-        wave_size: wave,
         sanitize: true,
+        ..EmulatorConfig::new(wave)
     });
     assert!(d.sanitizer());
     d

@@ -86,7 +86,7 @@ impl fmt::Display for WaveSize {
 ///
 /// ```
 /// use ferrocm_host::{Device, EmulatorConfig, WaveSize};
-/// let fast = Device::emulator_with(EmulatorConfig { wave_size: WaveSize::Wave64, sanitize: false });
+/// let fast = Device::emulator_with(EmulatorConfig { sanitize: false, ..EmulatorConfig::new(WaveSize::Wave64) });
 /// assert_eq!(fast.to_string(), "emulator(wave64)");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,6 +95,21 @@ pub struct EmulatorConfig {
     pub wave_size: WaveSize,
     /// Red zones, poisoned allocations and LDS bounds checks.
     pub sanitize: bool,
+    /// Whether the op library launches the kernels built on the warpgroup
+    /// product here, as on an H100 (`Device::warpgroup_mma`).
+    pub warpgroup_mma: bool,
+}
+
+impl EmulatorConfig {
+    /// The sanitizer on; the warpgroup-product kernels at wave 32 (where
+    /// the emulator runs the NVIDIA-like paths), not at wave 64.
+    pub fn new(wave_size: WaveSize) -> Self {
+        EmulatorConfig {
+            wave_size,
+            sanitize: true,
+            warpgroup_mma: wave_size == WaveSize::Wave32,
+        }
+    }
 }
 
 /// One kernel argument as the emulator takes it: the 64-bit slot the kernel

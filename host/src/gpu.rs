@@ -106,6 +106,13 @@ pub trait GpuBackend: Send + Sync + fmt::Debug + 'static {
     /// second LDS stage pays (see `Device::double_buffers_lds`).
     fn double_buffers_lds(&self) -> bool;
 
+    /// Whether kernels that use the device layer's warpgroup product
+    /// (`ferrocm_kernels::mma::wg_mma`, Hopper's `wgmma`) run here (see
+    /// `Device::warpgroup_mma`).
+    fn warpgroup_mma(&self) -> bool {
+        false
+    }
+
     /// (free, total) device memory in bytes, from the driver.
     ///
     /// # Errors

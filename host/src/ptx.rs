@@ -1,6 +1,8 @@
 //! Reading the embedded PTX module: its kernels (`.entry`) with their
 //! parameter sizes, and whether any function uses local memory; and the
-//! module made for an sm_90 or newer GPU ([`specialise_for_sm90`]).
+//! module made for an sm_90 or newer GPU ([`specialise_for_sm90`]), or for
+//! the sm_90a one whose kernels use the warpgroup product
+//! ([`specialise_for_sm90a`]).
 //!
 //! The CUDA device checks each kernel's parameters here against its
 //! [`KernelInfo`] before its first launch (`cuLaunchKernel` reads one value
@@ -44,6 +46,9 @@ pub fn check_entry(entries: &[PtxEntry], kernel: &KernelInfo) -> Result<(), Stri
 /// The PTX ISA version that first has `griddepcontrol` (sm_90).
 const SM90_PTX_VERSION: (u32, u32) = (7, 8);
 
+/// The PTX ISA version that first has `wgmma` (sm_90a).
+const SM90A_PTX_VERSION: (u32, u32) = (8, 0);
+
 /// `ptx` (built for sm_80 or another target) as a module for an sm_90 or
 /// newer GPU: `.target` raised to sm_90, `.version` to at least 7.8, and
 /// every instruction the device layer wrote behind
@@ -66,29 +71,93 @@ pub fn specialise_for_sm90(ptx: &str) -> Option<String> {
     if !ptx.contains(SM90_ONLY) {
         return None;
     }
-    let (mut version, mut target) = (false, false);
+    rewrite(
+        ptx,
+        SM90_PTX_VERSION,
+        |sm, rest| format!("sm_{}{rest}", sm.max(90)),
+        &[SM90_ONLY],
+    )
+}
+
+/// `ptx` as a module for a GPU of compute capability 9.0 (H100, H200)
+/// that runs the warpgroup product: `.target sm_90a` (whose code runs on
+/// that GPU alone), `.version` at least 8.0, the lines behind
+/// [`SM90A_ONLY`](ferrocm_kernels::host::SM90A_ONLY) uncommented, and,
+/// with `early`, those behind [`SM90_ONLY`](ferrocm_kernels::host::SM90_ONLY)
+/// too ([`specialise_for_sm90`]). `None` when the text has no sm_90a line,
+/// its target is newer than sm_90, or it lacks a `.version` / `.target`
+/// line.
+///
+/// ```
+/// use ferrocm_host::ptx::specialise_for_sm90a;
+/// let ptx = ".version 7.0\n.target sm_80\n// ferrocm-sm90a: wgmma.fence.sync.aligned;\n// ferrocm-sm90: griddepcontrol.wait;\n";
+/// let s = specialise_for_sm90a(ptx, false).unwrap();
+/// assert_eq!(s, ".version 8.0\n.target sm_90a\nwgmma.fence.sync.aligned;\n// ferrocm-sm90: griddepcontrol.wait;\n");
+/// assert!(specialise_for_sm90a(ptx, true).unwrap().ends_with("\ngriddepcontrol.wait;\n"));
+/// assert!(specialise_for_sm90a(".version 7.0\n.target sm_80\n", true).is_none());
+/// ```
+pub fn specialise_for_sm90a(ptx: &str, early: bool) -> Option<String> {
+    use ferrocm_kernels::host::{SM90_ONLY, SM90A_ONLY};
+    if !ptx.contains(SM90A_ONLY) {
+        return None;
+    }
+    let markers: &[&str] = if early {
+        &[SM90A_ONLY, SM90_ONLY]
+    } else {
+        &[SM90A_ONLY]
+    };
+    let mut newer = false;
+    let s = rewrite(
+        ptx,
+        SM90A_PTX_VERSION,
+        |sm, rest| {
+            newer = sm > 90;
+            // `.target sm_80, debug`: the options after the name stay.
+            let options = rest.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+            format!("sm_90a{options}")
+        },
+        markers,
+    )?;
+    (!newer).then_some(s)
+}
+
+/// `ptx` with its first `.version` raised to at least `version`, its
+/// first `.target sm_N...` replaced by `target(N, what follows N)`, and
+/// `markers` removed from every other line; `None` without both header
+/// lines.
+fn rewrite(
+    ptx: &str,
+    version: (u32, u32),
+    mut target: impl FnMut(u32, &str) -> String,
+    markers: &[&str],
+) -> Option<String> {
+    let (mut seen_version, mut seen_target) = (false, false);
     let mut out = String::with_capacity(ptx.len());
     for line in ptx.split_inclusive('\n') {
         let body = line.trim_end_matches(['\n', '\r']);
         let end = &line[body.len()..];
-        if let Some(v) = body.strip_prefix(".version ").filter(|_| !version) {
+        if let Some(v) = body.strip_prefix(".version ").filter(|_| !seen_version) {
             let (major, minor) = v.trim().split_once('.')?;
             let have = (major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?);
-            let (major, minor) = have.max(SM90_PTX_VERSION);
+            let (major, minor) = have.max(version);
             out.push_str(&format!(".version {major}.{minor}{end}"));
-            version = true;
-        } else if let Some(t) = body.strip_prefix(".target sm_").filter(|_| !target) {
+            seen_version = true;
+        } else if let Some(t) = body.strip_prefix(".target sm_").filter(|_| !seen_target) {
             // `.target sm_80` or `.target sm_80, debug`: the number, then
             // whatever follows it.
             let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-            let sm = t[..digits].parse::<u32>().ok()?.max(90);
-            out.push_str(&format!(".target sm_{sm}{}{end}", &t[digits..]));
-            target = true;
+            let sm = t[..digits].parse::<u32>().ok()?;
+            out.push_str(&format!(".target {}{end}", target(sm, &t[digits..])));
+            seen_target = true;
         } else {
-            out.push_str(&line.replace(SM90_ONLY, ""));
+            let mut l = line.to_string();
+            for m in markers {
+                l = l.replace(m, "");
+            }
+            out.push_str(&l);
         }
     }
-    (version && target).then_some(out)
+    (seen_version && seen_target).then_some(out)
 }
 
 /// A PTX module's top-level items, found once, so the module of one kernel
@@ -394,6 +463,51 @@ mod tests {
             );
         }
         assert!(changed.len() >= marked && changed.len() <= marked + 2);
+    }
+
+    /// The sm_90a form: headers and marked lines (both markers) change,
+    /// nothing else; the warpgroup GEMM's entries hold sm_90a lines, which
+    /// the plain sm_90 form leaves as comments.
+    #[test]
+    fn the_sm90a_module_differs_only_in_its_header_and_marked_lines() {
+        use ferrocm_kernels::host::{SM90_ONLY, SM90A_ONLY};
+        let ptx = module();
+        let index = PtxIndex::parse(ptx).expect("the module indexes");
+        for name in ["gemm_wgmma_bf16", "gemm_wgmma_f16"] {
+            let cut = index.kernel_module(ptx, name).expect("in the module");
+            assert!(
+                cut.contains(&format!("{SM90A_ONLY}{{ .reg .pred p;")),
+                "{name}"
+            );
+        }
+        assert!(specialise_for_sm90(ptx).unwrap().contains(SM90A_ONLY));
+        let s = specialise_for_sm90a(ptx, true).expect("a marked module");
+        assert!(s.contains(".target sm_90a") && !s.contains(SM90A_ONLY) && !s.contains(SM90_ONLY));
+        let version = s.lines().find_map(|l| l.strip_prefix(".version ")).unwrap();
+        let (major, minor) = version.split_once('.').unwrap();
+        assert!((major.parse::<u32>().unwrap(), minor.parse::<u32>().unwrap()) >= (8, 0));
+        assert_eq!(ptx.lines().count(), s.lines().count());
+        for (a, b) in ptx.lines().zip(s.lines()).filter(|(a, b)| a != b) {
+            let header = a.starts_with(".version ") || a.starts_with(".target ");
+            assert!(
+                header || a.replace(SM90A_ONLY, "").replace(SM90_ONLY, "") == *b,
+                "{a} -> {b}"
+            );
+        }
+        // Early starts off: the griddepcontrol lines stay comments.
+        let s = specialise_for_sm90a(ptx, false).unwrap();
+        assert!(s.contains(SM90_ONLY) && !s.contains(SM90A_ONLY));
+        // A module built for a newer target gets no sm_90a form.
+        let m = format!("{SM90A_ONLY}wgmma.fence.sync.aligned;\n");
+        assert!(
+            specialise_for_sm90a(&format!(".version 8.6\n.target sm_100a\n{m}"), true).is_none()
+        );
+        let s = specialise_for_sm90a(&format!(".version 7.0\n.target sm_80, debug\n{m}"), true)
+            .unwrap();
+        assert!(
+            s.starts_with(".version 8.0\n.target sm_90a, debug\n"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -44,6 +44,21 @@ macro_rules! unroll4 {
     }};
 }
 
+/// `$body` for `$i` = 0..64, written out (see [`unroll4!`]): a warpgroup
+/// accumulator's elements.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! unroll64 {
+    ($i:ident => $body:block) => {{
+        $crate::unroll4!(top < 4 => {
+            $crate::unroll16!(low => {
+                let $i = top * 16 + low;
+                $body
+            })
+        })
+    }};
+}
+
 /// `$body` for `$i` = 0..8 while `$i < $n` (`$n` a constant), written out
 /// (see [`unroll4!`]).
 #[doc(hidden)]

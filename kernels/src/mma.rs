@@ -1032,6 +1032,398 @@ mod amd {
     }
 }
 
+// ---------------------------------------------------------------------------
+// The warpgroup product (Hopper's `wgmma`).
+
+/// A PTX line of sm_90a (the warpgroup product) behind the marker the CUDA
+/// device looks for (`ferrocm_kernels::host::SM90A_ONLY`): uncommented
+/// only when it loads the module for a GPU of compute capability 9.0
+/// (`ferrocm_host::ptx::specialise_for_sm90`), a comment elsewhere. The op
+/// library launches kernels that use it only there
+/// (`Device::warpgroup_mma`).
+#[cfg(target_arch = "nvptx64")]
+macro_rules! sm90a_only {
+    ($ins:literal) => {
+        concat!("// ferrocm-sm90a: ", $ins)
+    };
+}
+#[cfg(target_arch = "nvptx64")]
+use sm90a_only;
+
+/// Workitems that issue one warpgroup product together: four consecutive
+/// warps (on NVIDIA, starting at a warp index divisible by 4).
+#[amdgpu_device]
+pub const WG_THREADS: u32 = 128;
+/// Rows of A (and of the accumulator) one warpgroup product covers.
+#[amdgpu_device]
+pub const WG_M: u32 = 64;
+/// Columns of B (and of the accumulator) one warpgroup product covers.
+#[amdgpu_device]
+pub const WG_N: u32 = 128;
+/// K of one warpgroup product.
+#[amdgpu_device]
+pub const WG_K: u32 = 16;
+/// An operand tile of the warpgroup product in LDS: [`WG_TILE_I`] rows of
+/// A (or columns of B) by [`WG_TILE_K`] of K, 16-bit values, laid out by
+/// [`wg_tile_byte`].
+#[amdgpu_device]
+pub const WG_TILE_I: u32 = 128;
+/// K of an operand tile ([`WG_TILE_I`]).
+#[amdgpu_device]
+pub const WG_TILE_K: u32 = 32;
+/// Bytes of an operand tile.
+#[amdgpu_device]
+pub const WG_TILE_BYTES: u32 = WG_TILE_I * WG_TILE_K * 2;
+/// The alignment an operand tile's LDS offset needs (the 128-byte
+/// swizzle's period; the LDS arena of a kernel that calls [`wg_mma`] is
+/// aligned to it in the shared window).
+#[amdgpu_device]
+pub const WG_TILE_ALIGN: u32 = 1024;
+
+/// Byte of element `(i, k)` of an operand tile (`i` < [`WG_TILE_I`] the
+/// row of A or column of B, `k` < [`WG_TILE_K`]), in the layouts the
+/// warpgroup product reads from LDS ("canonical" layouts of PTX's matrix
+/// descriptors), 16-byte pieces of 8 elements permuted so that 8
+/// consecutive rows' pieces, or a row's pieces, meet no bank twice:
+/// - `k_major` (K the operand's contiguous dim): rows of 32 elements (64
+///   bytes), the 64-byte swizzle (piece `k / 8` XOR `(i / 2) % 4`);
+/// - else (the other dim contiguous): blocks of 64 `i`, each 32 rows of K
+///   of 128 bytes, the 128-byte swizzle (piece `(i % 64) / 8` XOR `k % 8`).
+///
+/// Either way the 64 rows from a multiple of 64 start `64 * i` bytes in.
+///
+/// ```
+/// use ferrocm_kernels::mma::wg_tile_byte;
+/// assert_eq!(wg_tile_byte(true, 2, 0), 2 * 64 + 16); // row 2: pieces XOR 1
+/// assert_eq!(wg_tile_byte(false, 8, 1), 128 + 0); // k row 1: piece 1 XOR 1
+/// assert_eq!(wg_tile_byte(false, 64, 0), 64 * 64);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn wg_tile_byte(k_major: bool, i: u32, k: u32) -> u32 {
+    if k_major {
+        i * 64 + (((k / 8) ^ ((i / 2) % 4)) * 16) + (k % 8) * 2
+    } else {
+        (i / 64) * 4096 + k * 128 + ((((i % 64) / 8) ^ (k % 8)) * 16) + (i % 8) * 2
+    }
+}
+
+/// A warpgroup's 64 x 128 f32 accumulator: workitem `t` of the warpgroup
+/// holds elements [`wg_acc_at`]`(t, e)`, `e < 64`.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct WgAcc {
+    /// The workitem's elements.
+    pub v: [f32; 64],
+}
+
+#[amdgpu_device]
+impl WgAcc {
+    /// All zero.
+    #[inline(always)]
+    pub fn zero() -> Self {
+        WgAcc { v: [0.0; 64] }
+    }
+}
+
+/// `(row, column)` of accumulator element `e` of workitem `t` (its index
+/// in the warpgroup): the m16n8 layout of each warp's 16 rows, repeated
+/// over the 16 groups of 8 columns.
+///
+/// ```
+/// use ferrocm_kernels::mma::wg_acc_at;
+/// assert_eq!(wg_acc_at(0, 0), (0, 0));
+/// assert_eq!(wg_acc_at(37, 7), (16 + 1 + 8, 8 + 2 + 1));
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn wg_acc_at(t: u32, e: u32) -> (u32, u32) {
+    let (warp, lane) = ((t % WG_THREADS) / 32, t % 32);
+    (
+        warp * 16 + lane / 4 + 8 * ((e / 2) % 2),
+        (e / 4) * 8 + (lane % 4) * 2 + e % 2,
+    )
+}
+
+/// `acc += A[a_i0 .. a_i0 + 64, k0 .. k0 + 16] · B[k0 .. k0 + 16, 0 .. 128]`
+/// for the calling warpgroup (all [`WG_THREADS`] workitems call it
+/// together), f32 accumulation: A is the operand tile at LDS byte `a_tile`
+/// (K-major when `A_K`), B the one at `b_tile` (K-major when `B_K`);
+/// `a_i0` a multiple of 64, `k0` 0 or 16.
+///
+/// On NVIDIA (sm_90a) one `wgmma.mma_async` that reads both tiles from LDS
+/// while the warps go on: call [`wg_begin`] before a batch of these,
+/// [`wg_commit`] after, and [`wg_wait`] before touching the tiles or the
+/// accumulator again; the tiles' copies must be made visible to it with
+/// [`wg_lds_fence`] and a barrier. Elsewhere (the emulator, AMD) each
+/// workitem computes its own elements from the tiles now, in order of K.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wg_mma<T: MmaElem, const A_K: bool, const B_K: bool>(
+    acc: &mut WgAcc,
+    a_tile: u32,
+    a_i0: u32,
+    b_tile: u32,
+    k0: u32,
+) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // The tiles' starts: both layouts put rows i0.. (a multiple of 64)
+        // at 64 * i0 and K step k0 (0 or 16) where no swizzle moves it.
+        let a = wg_desc::<A_K>(a_tile + wg_tile_byte(A_K, a_i0, k0));
+        let b = wg_desc::<B_K>(b_tile + wg_tile_byte(B_K, 0, k0));
+        nv_wg::mma(acc, a, b, T::BF16, !A_K, !B_K);
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let t = workitem_id_x() % WG_THREADS;
+        let at = |tile: u32, k_major: bool, i: u32, k: u32| -> f32 {
+            let h = lds_at::<u16>(tile).load(wg_tile_byte(k_major, i, k) / 2) as u32;
+            if T::BF16 {
+                f32::from_bits(h << 16)
+            } else {
+                F16(h as u16).to_f32()
+            }
+        };
+        let (r0, c0) = wg_acc_at(t, 0);
+        let mut kk = 0;
+        while kk < WG_K {
+            let k = k0 + kk;
+            let a0 = at(a_tile, A_K, a_i0 + r0, k);
+            let a1 = at(a_tile, A_K, a_i0 + r0 + 8, k);
+            crate::unroll16!(j => {
+                unroll4!(e < 2 => {
+                    let b = at(b_tile, B_K, c0 + 8 * j as u32 + e as u32, k);
+                    acc.v[4 * j + e] = math::fma(a0, b, acc.v[4 * j + e]);
+                    acc.v[4 * j + 2 + e] = math::fma(a1, b, acc.v[4 * j + 2 + e]);
+                });
+            });
+            kk += 1;
+            schedule_barrier();
+        }
+    }
+}
+
+/// The matrix descriptor of an operand tile's product window starting at
+/// LDS byte `start` ([`wg_tile_byte`]'s layouts): K-major tiles the 64-byte
+/// swizzle with 8-row groups 512 bytes apart; MN-major ones the 128-byte
+/// swizzle, 64-wide blocks 4096 bytes apart and 8-row groups of K 1024.
+#[cfg(target_arch = "nvptx64")]
+#[amdgpu_device]
+#[inline(always)]
+fn wg_desc<const K_MAJOR: bool>(start: u32) -> u64 {
+    // The arena as a 1024-aligned type: its PTX declaration then asks the
+    // shared window for that alignment (every dynamic shared array starts
+    // at the same place).
+    let arena = core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<LdsAligned>();
+    let window: u32;
+    // SAFETY: an address conversion, no memory access.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .u64 s; cvta.to.shared.u64 s, {p}; cvt.u32.u64 {w}, s; }}",
+            p = in(reg64) arena,
+            w = out(reg32) window,
+            options(pure, nomem, nostack),
+        )
+    };
+    let addr = window + start;
+    let (lbo, sbo, swizzle): (u64, u64, u64) = if K_MAJOR {
+        (16, 512, 2)
+    } else {
+        (4096, 1024, 1)
+    };
+    ((addr as u64 >> 4) & 0x3fff) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (swizzle << 62)
+}
+
+/// Starts a batch of warpgroup products: orders the accumulator registers'
+/// earlier writes before them (`wgmma.fence`). A no-op off NVIDIA.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wg_begin() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: no operands; a memory clobber.
+    unsafe {
+        core::arch::asm!(sm90a_only!("wgmma.fence.sync.aligned;"), options(nostack))
+    };
+}
+
+/// Closes the batch of warpgroup products issued since the last one
+/// (`wgmma.commit_group`). A no-op off NVIDIA.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wg_commit() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: no operands; a memory clobber.
+    unsafe {
+        core::arch::asm!(
+            sm90a_only!("wgmma.commit_group.sync.aligned;"),
+            options(nostack)
+        )
+    };
+}
+
+/// Waits until at most `PENDING` of the warpgroup's closed batches still
+/// run (`wgmma.wait_group`); with 0, `acc`'s registers are final (each is
+/// passed through an empty instruction after the wait, so no read of them
+/// moves above it). A no-op off NVIDIA.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(unused_variables)]
+pub fn wg_wait<const PENDING: u32>(acc: &mut WgAcc) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // SAFETY: no operands; a memory clobber.
+        unsafe {
+            core::arch::asm!(
+                sm90a_only!("wgmma.wait_group.sync.aligned {n};"),
+                n = const PENDING,
+                options(nostack)
+            )
+        };
+        if PENDING == 0 {
+            crate::unroll64!(e => {
+                // SAFETY: a comment that names the register.
+                unsafe { core::arch::asm!("// wg_wait {0}", inout(reg32) acc.v[e], options(nostack)) };
+            });
+        }
+    }
+}
+
+/// Makes this workitem's earlier writes and copies into LDS visible to
+/// the warpgroup product's reads (`fence.proxy.async`); a barrier after it
+/// makes everyone's. A no-op off NVIDIA.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wg_lds_fence() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: no operands; a memory clobber.
+    unsafe {
+        core::arch::asm!(
+            sm90a_only!("fence.proxy.async.shared::cta;"),
+            options(nostack)
+        )
+    };
+}
+
+/// A type of [`WG_TILE_ALIGN`] bytes' alignment: the LDS arena seen as it
+/// declares the shared memory `.align 1024`, which places the arena there.
+#[cfg(target_arch = "nvptx64")]
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+#[repr(C, align(1024))]
+struct LdsAligned([u8; 1024]);
+
+#[amdgpu_device]
+#[cfg(target_arch = "nvptx64")]
+mod nv_wg {
+    use super::WgAcc;
+
+    macro_rules! wgmma {
+        ($acc:expr, $a:expr, $b:expr, $ty:literal, $ta:literal, $tb:literal) => {
+            // SAFETY: reads the two tiles the descriptors name in LDS (a
+            // `wg_wait` orders it before their next writes).
+            unsafe {
+                core::arch::asm!(
+                    concat!(
+                        "// ferrocm-sm90a: {{ .reg .pred p; setp.ne.b32 p, {s}, 0; ",
+                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty,
+                        " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {a}, {b}, p, 1, 1, ", $ta, ", ", $tb, "; }}"
+                    ),
+                        inout(reg32) $acc.v[0],
+                        inout(reg32) $acc.v[1],
+                        inout(reg32) $acc.v[2],
+                        inout(reg32) $acc.v[3],
+                        inout(reg32) $acc.v[4],
+                        inout(reg32) $acc.v[5],
+                        inout(reg32) $acc.v[6],
+                        inout(reg32) $acc.v[7],
+                        inout(reg32) $acc.v[8],
+                        inout(reg32) $acc.v[9],
+                        inout(reg32) $acc.v[10],
+                        inout(reg32) $acc.v[11],
+                        inout(reg32) $acc.v[12],
+                        inout(reg32) $acc.v[13],
+                        inout(reg32) $acc.v[14],
+                        inout(reg32) $acc.v[15],
+                        inout(reg32) $acc.v[16],
+                        inout(reg32) $acc.v[17],
+                        inout(reg32) $acc.v[18],
+                        inout(reg32) $acc.v[19],
+                        inout(reg32) $acc.v[20],
+                        inout(reg32) $acc.v[21],
+                        inout(reg32) $acc.v[22],
+                        inout(reg32) $acc.v[23],
+                        inout(reg32) $acc.v[24],
+                        inout(reg32) $acc.v[25],
+                        inout(reg32) $acc.v[26],
+                        inout(reg32) $acc.v[27],
+                        inout(reg32) $acc.v[28],
+                        inout(reg32) $acc.v[29],
+                        inout(reg32) $acc.v[30],
+                        inout(reg32) $acc.v[31],
+                        inout(reg32) $acc.v[32],
+                        inout(reg32) $acc.v[33],
+                        inout(reg32) $acc.v[34],
+                        inout(reg32) $acc.v[35],
+                        inout(reg32) $acc.v[36],
+                        inout(reg32) $acc.v[37],
+                        inout(reg32) $acc.v[38],
+                        inout(reg32) $acc.v[39],
+                        inout(reg32) $acc.v[40],
+                        inout(reg32) $acc.v[41],
+                        inout(reg32) $acc.v[42],
+                        inout(reg32) $acc.v[43],
+                        inout(reg32) $acc.v[44],
+                        inout(reg32) $acc.v[45],
+                        inout(reg32) $acc.v[46],
+                        inout(reg32) $acc.v[47],
+                        inout(reg32) $acc.v[48],
+                        inout(reg32) $acc.v[49],
+                        inout(reg32) $acc.v[50],
+                        inout(reg32) $acc.v[51],
+                        inout(reg32) $acc.v[52],
+                        inout(reg32) $acc.v[53],
+                        inout(reg32) $acc.v[54],
+                        inout(reg32) $acc.v[55],
+                        inout(reg32) $acc.v[56],
+                        inout(reg32) $acc.v[57],
+                        inout(reg32) $acc.v[58],
+                        inout(reg32) $acc.v[59],
+                        inout(reg32) $acc.v[60],
+                        inout(reg32) $acc.v[61],
+                        inout(reg32) $acc.v[62],
+                        inout(reg32) $acc.v[63],
+                    a = in(reg64) $a,
+                    b = in(reg64) $b,
+                    s = in(reg32) 1u32,
+                    options(nostack),
+                )
+            }
+        };
+    }
+
+    /// One `wgmma` m64n128k16 with f32 accumulation; `ta`/`tb`: the
+    /// operand's tile is MN-major (the instruction's transpose flags).
+    #[inline(always)]
+    pub fn mma(acc: &mut WgAcc, a: u64, b: u64, bf16: bool, ta: bool, tb: bool) {
+        macro_rules! pick {
+            ($ty:literal) => {
+                match (ta, tb) {
+                    (false, false) => wgmma!(acc, a, b, $ty, "0", "0"),
+                    (false, true) => wgmma!(acc, a, b, $ty, "0", "1"),
+                    (true, false) => wgmma!(acc, a, b, $ty, "1", "0"),
+                    (true, true) => wgmma!(acc, a, b, $ty, "1", "1"),
+                }
+            };
+        }
+        if bf16 {
+            pick!("bf16");
+        } else {
+            pick!("f16");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1225,5 +1617,76 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The warpgroup operand tiles: every element of a 128 x 32 tile at
+    /// its own 2-byte slot inside 8 KB; each 16-byte piece holds 8
+    /// consecutive elements along the operand's contiguous dim (what one
+    /// 16-byte copy writes); the 8 pieces of 8 consecutive rows at one
+    /// column, and the pieces of 128 consecutive bytes, fall in 8 distinct
+    /// 16-byte bank groups (no conflicts for the copies or the reads); and
+    /// rows from a multiple of 64 start 64 bytes a row in.
+    #[test]
+    fn warpgroup_tiles_are_bijective_and_conflict_free() {
+        for k_major in [true, false] {
+            let mut seen = vec![false; (WG_TILE_BYTES / 2) as usize];
+            for i in 0..WG_TILE_I {
+                for k in 0..WG_TILE_K {
+                    let b = wg_tile_byte(k_major, i, k);
+                    assert!(b < WG_TILE_BYTES && b.is_multiple_of(2));
+                    assert!(!std::mem::replace(&mut seen[(b / 2) as usize], true));
+                    // The piece's first element and this one's place in it.
+                    let (i0, k0, j) = if k_major {
+                        (i, k - k % 8, k % 8)
+                    } else {
+                        (i - i % 8, k, i % 8)
+                    };
+                    assert_eq!(b, wg_tile_byte(k_major, i0, k0) + 2 * j);
+                }
+            }
+            for i in (0..WG_TILE_I).step_by(64) {
+                assert_eq!(wg_tile_byte(k_major, i, 0), 64 * i);
+            }
+            // 8 consecutive rows (the non-contiguous dim) at one piece
+            // column: distinct bank groups.
+            let rows = if k_major { WG_TILE_I } else { WG_TILE_K };
+            let pieces = if k_major {
+                WG_TILE_K / 8
+            } else {
+                WG_TILE_I / 8
+            };
+            for r0 in (0..rows).step_by(8) {
+                for p in 0..pieces {
+                    let mut groups: Vec<u32> = (r0..r0 + 8)
+                        .map(|r| {
+                            let b = if k_major {
+                                wg_tile_byte(true, r, 8 * p)
+                            } else {
+                                wg_tile_byte(false, 8 * p, r)
+                            };
+                            (b / 16) % 8
+                        })
+                        .collect();
+                    groups.sort();
+                    groups.dedup();
+                    assert_eq!(groups.len(), 8, "k_major {k_major} rows {r0}.. piece {p}");
+                }
+            }
+        }
+    }
+
+    /// Each of a warpgroup accumulator's 64 x 128 elements is held by
+    /// exactly one (workitem, element).
+    #[test]
+    fn warpgroup_accumulator_covers_each_element_once() {
+        let mut seen = vec![0u32; (WG_M * WG_N) as usize];
+        for t in 0..WG_THREADS {
+            for e in 0..64 {
+                let (r, c) = wg_acc_at(t, e);
+                assert!(r < WG_M && c < WG_N);
+                seen[(r * WG_N + c) as usize] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1));
     }
 }

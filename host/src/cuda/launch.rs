@@ -25,8 +25,15 @@ use std::sync::Arc;
 pub(super) struct LoadedModule {
     /// The module as built.
     plain: &'static str,
-    /// Its sm_90 form when the GPU is one and early starts are wanted.
+    /// Its sm_90 form when the GPU is one and early starts are wanted, or
+    /// its sm_90a form (see `sm90a`).
     sm90: Option<String>,
+    /// `sm90` is the sm_90a form: the GPU is of compute capability 9.0
+    /// and the module has warpgroup-product lines (kernels with those
+    /// lines load from this form only).
+    pub(super) sm90a: bool,
+    /// The `sm90` form's early-start lines are real.
+    sm90_early: bool,
     /// The items of `plain` and of `sm90` (same items, different text).
     index: Option<(crate::ptx::PtxIndex, Option<crate::ptx::PtxIndex>)>,
     /// The whole module, compiled once (whole mode, or a module that would
@@ -92,9 +99,20 @@ pub(super) fn load(module: &KernelModule, cc: u32, label: &str) -> Result<Loaded
         });
     }
     let wanted = std::env::var("FERROCM_EARLY_START").map_or(true, |v| v.trim() != "0");
-    let sm90 = (wanted && cc >= 90)
-        .then(|| crate::ptx::specialise_for_sm90(ptx.text))
+    let early = wanted && cc >= 90;
+    // The warpgroup product (sm_90a) on a GPU of compute capability 9.0
+    // unless `FERROCM_WGMMA=0`.
+    let wgmma = cc == 90 && std::env::var("FERROCM_WGMMA").map_or(true, |v| v.trim() != "0");
+    let sm90a = wgmma
+        .then(|| crate::ptx::specialise_for_sm90a(ptx.text, early))
         .flatten();
+    let sm90a_form = sm90a.is_some();
+    let sm90 = sm90a.or_else(|| {
+        early
+            .then(|| crate::ptx::specialise_for_sm90(ptx.text))
+            .flatten()
+    });
+    let sm90_early = early && sm90.is_some();
     let whole_mode = std::env::var("FERROCM_CUDA_MODULES").is_ok_and(|v| v.trim() == "whole");
     let index = (!whole_mode)
         .then(|| {
@@ -109,6 +127,8 @@ pub(super) fn load(module: &KernelModule, cc: u32, label: &str) -> Result<Loaded
     let loaded = LoadedModule {
         plain: ptx.text,
         sm90,
+        sm90a: sm90a_form,
+        sm90_early,
         index,
         whole: std::sync::OnceLock::new(),
         parts: std::sync::Mutex::new(Vec::new()),
@@ -116,24 +136,33 @@ pub(super) fn load(module: &KernelModule, cc: u32, label: &str) -> Result<Loaded
         name: module.name,
         description: String::new(),
     };
+    let form = match (loaded.sm90a, loaded.sm90_early) {
+        (true, true) => "sm_90a (warpgroup products, early-start launches)",
+        (true, false) => "sm_90a (warpgroup products)",
+        _ => "sm_90 (early-start launches)",
+    };
+    let mut special_loaded = true;
     let description = if loaded.index.is_some() {
         format!(
             "ptx {}, each kernel compiled at its first launch{}",
             ptx.target,
             if loaded.sm90.is_some() {
-                " as sm_90 (early-start launches)"
+                format!(" as {form}")
             } else {
-                ""
+                String::new()
             }
         )
     } else {
         // Compiled now, as one module: its errors surface at open.
         match loaded.whole_module() {
-            Ok((_, true)) => format!("ptx {}, loaded as sm_90 (early-start launches)", ptx.target),
-            Ok((_, false)) if loaded.sm90.is_some() => format!(
-                "ptx {} (its sm_90 form did not load, so launches do not overlap)",
-                ptx.target
-            ),
+            Ok((_, true)) => format!("ptx {}, loaded as {form}", ptx.target),
+            Ok((_, false)) if loaded.sm90.is_some() => {
+                special_loaded = false;
+                format!(
+                    "ptx {} (its {form} form did not load: launches do not overlap, no warpgroup products)",
+                    ptx.target
+                )
+            }
             Ok(_) => format!("ptx {}", ptx.target),
             Err(message) => {
                 return Err(Error::Cuda {
@@ -146,13 +175,16 @@ pub(super) fn load(module: &KernelModule, cc: u32, label: &str) -> Result<Loaded
     };
     Ok(LoadedModule {
         description,
+        // The whole module as built: its sm_90a lines are comments.
+        sm90a: loaded.sm90a && special_loaded,
         ..loaded
     })
 }
 
 impl LoadedModule {
-    /// The whole module compiled (once): its sm_90 form when there is one
-    /// and the driver takes it, else as built.
+    /// The whole module compiled (once): its sm_90 (or sm_90a) form when
+    /// there is one and the driver takes it, else as built; and whether it
+    /// is that form.
     fn whole_module(&self) -> std::result::Result<(sys::CUmodule, bool), String> {
         let r = self.whole.get_or_init(|| {
             if let Some(m) = self.sm90.as_deref().and_then(|t| load_ptx(t).ok()) {
@@ -168,20 +200,43 @@ impl LoadedModule {
 
     /// The compiled module holding `kernel` and whether it starts early: a
     /// module of that kernel alone (sm_90 form first), or the whole one.
+    /// A kernel with warpgroup-product lines comes from the sm_90a form or
+    /// not at all: as built, those lines are comments.
     fn module_for(&self, kernel: &str) -> std::result::Result<(sys::CUmodule, bool), String> {
         let Some((plain, special)) = &self.index else {
-            return self.whole_module();
+            let (m, special) = self.whole_module()?;
+            if !special
+                && crate::ptx::PtxIndex::parse(self.plain)
+                    .and_then(|i| i.kernel_module(self.plain, kernel))
+                    .is_some_and(|t| t.contains(ferrocm_kernels::host::SM90A_ONLY))
+            {
+                return Err(format!(
+                    "`{kernel}` runs Hopper's warpgroup product and the module's sm_90a form did not load"
+                ));
+            }
+            return Ok((m, special && self.sm90_early));
         };
+        let plain_cut = plain.kernel_module(self.plain, kernel);
+        let needs_sm90a = plain_cut
+            .as_deref()
+            .is_some_and(|t| t.contains(ferrocm_kernels::host::SM90A_ONLY));
+        if needs_sm90a && !self.sm90a {
+            return Err(format!(
+                "`{kernel}` runs Hopper's warpgroup product: it needs a GPU of compute capability 9.0 \
+                 (and FERROCM_WGMMA not 0)"
+            ));
+        }
         let mut refused = None;
         if let (Some(text), Some(index)) = (&self.sm90, special)
             && let Some(cut) = index.kernel_module(text, kernel)
         {
             match load_ptx(&cut) {
-                Ok(m) => return Ok((self.keep(m), true)),
+                Ok(m) => return Ok((self.keep(m), self.sm90_early)),
+                Err(why) if needs_sm90a => return Err(format!("its sm_90a form: {why}")),
                 Err(why) => refused = Some(why),
             }
         }
-        match plain.kernel_module(self.plain, kernel) {
+        match plain_cut {
             Some(cut) => load_ptx(&cut)
                 .map(|m| (self.keep(m), false))
                 .map_err(|e| match refused {

@@ -105,6 +105,9 @@ pub struct CudaDevice {
     cublas: OnceLock<std::result::Result<CublasHandle, String>>,
     /// cuDNN, the same way.
     cudnn: OnceLock<std::result::Result<CudnnHandle, String>>,
+    /// ferrocm's module loaded in its sm_90a form: kernels that use the
+    /// warpgroup product run here.
+    warpgroup_mma: bool,
 }
 
 impl CudaDevice {
@@ -190,6 +193,7 @@ impl CudaDevice {
             max_lds_bytes: MAX_DYNAMIC_SHARED.min(smem_optin.max(0) as u32),
             code_object: Some(loaded.description.clone()),
         };
+        let warpgroup_mma = loaded.sm90a;
         let mut modules = HashMap::new();
         modules.insert(own as *const KernelModule as usize, Arc::new(loaded));
         Ok(CudaDevice {
@@ -207,6 +211,7 @@ impl CudaDevice {
             info,
             cublas: OnceLock::new(),
             cudnn: OnceLock::new(),
+            warpgroup_mma,
         })
     }
 
@@ -300,6 +305,10 @@ impl GpuBackend for CudaDevice {
     fn double_buffers_lds(&self) -> bool {
         // `cp.async`: copies into shared memory run on without the threads.
         true
+    }
+
+    fn warpgroup_mma(&self) -> bool {
+        self.warpgroup_mma
     }
 
     fn memory_info(&self) -> Result<(u64, u64)> {

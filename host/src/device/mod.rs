@@ -76,10 +76,7 @@ impl Device {
     /// let _ = ferrocm_host::Device::emulator(48);
     /// ```
     pub fn emulator(wave_size: WaveSize) -> Device {
-        Self::emulator_with(EmulatorConfig {
-            wave_size,
-            sanitize: true,
-        })
+        Self::emulator_with(EmulatorConfig::new(wave_size))
     }
 
     /// An emulator with explicit settings (see [`EmulatorConfig`]).
@@ -263,6 +260,29 @@ impl Device {
         }
     }
 
+    /// Whether the kernels that use the device layer's warpgroup product
+    /// (`ferrocm_kernels::mma::wg_mma`: `gemm_wgmma_*`) should run: on a
+    /// CUDA GPU of compute capability 9.0 (H100, H200), whose module is
+    /// loaded in its sm_90a form for it (`FERROCM_WGMMA=0` turns that
+    /// off), and on the emulator where its [`EmulatorConfig`] says so
+    /// (by default at wave 32, beside the NVIDIA-like copy stages), whose
+    /// body computes the same product from the same LDS tiles.
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, EmulatorConfig, WaveSize};
+    /// assert!(Device::emulator(WaveSize::Wave32).warpgroup_mma());
+    /// assert!(!Device::emulator(WaveSize::Wave64).warpgroup_mma());
+    /// let plain = EmulatorConfig { warpgroup_mma: false, ..EmulatorConfig::new(WaveSize::Wave32) };
+    /// assert!(!Device::emulator_with(plain).warpgroup_mma());
+    /// assert!(!Device::Cpu.warpgroup_mma());
+    /// ```
+    pub fn warpgroup_mma(&self) -> bool {
+        match self {
+            Device::Emulator(c) => c.warpgroup_mma,
+            _ => self.gpu().is_some_and(|g| g.warpgroup_mma()),
+        }
+    }
+
     /// Whether this is a GPU (ROCm or CUDA).
     pub fn is_gpu(&self) -> bool {
         !matches!(self, Device::Cpu | Device::Emulator(_))
@@ -384,7 +404,7 @@ impl Device {
     ///
     /// ```
     /// use ferrocm_host::{Device, EmulatorConfig, Error, WaveSize};
-    /// let dev = Device::emulator_with(EmulatorConfig { wave_size: WaveSize::Wave64, sanitize: false });
+    /// let dev = Device::emulator_with(EmulatorConfig { sanitize: false, ..EmulatorConfig::new(WaveSize::Wave64) });
     /// dev.set_memory_limit(Some(dev.memory_stats().bytes_in_use + 4096));
     /// assert!(matches!(dev.alloc::<u8>(1 << 20), Err(Error::OutOfMemory { .. })));
     /// dev.set_memory_limit(None);
@@ -508,8 +528,8 @@ impl std::str::FromStr for Device {
                     Some(_) => return Err(bad("after the wave size only `nosan` is accepted")),
                 };
                 Ok(Device::emulator_with(EmulatorConfig {
-                    wave_size: wave,
                     sanitize,
+                    ..EmulatorConfig::new(wave)
                 }))
             }
             "rocm" | "hip" if extra.is_none() => Device::rocm(ordinal(arg)?),

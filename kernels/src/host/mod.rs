@@ -16,6 +16,16 @@ pub mod emu;
 /// ```
 pub const SM90_ONLY: &str = "// ferrocm-sm90: ";
 
+/// The marker before a commented-out PTX line of sm_90a (the warpgroup
+/// product, `ferrocm_kernels::mma::wg_mma`): the CUDA device removes it
+/// when it loads the module for a GPU of compute capability 9.0 exactly
+/// (the `a` targets run on that one only).
+///
+/// ```
+/// assert_eq!(ferrocm_kernels::host::SM90A_ONLY, "// ferrocm-sm90a: ");
+/// ```
+pub const SM90A_ONLY: &str = "// ferrocm-sm90a: ";
+
 include!("matrix_unit.rs");
 
 /// How a kernel argument is passed: its kind and size in the kernarg segment.

@@ -1106,6 +1106,181 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
     }
 }
 
+/// LDS stages of [`gemm_wgmma_body`]: an A and a B operand tile each
+/// ([`crate::mma::WG_TILE_BYTES`], 8 KB).
+pub const WGMMA_STAGES: u32 = 4;
+/// LDS of [`gemm_wgmma_body`]: 64 KB.
+pub const WGMMA_LDS_BYTES: u32 = WGMMA_STAGES * 2 * crate::mma::WG_TILE_BYTES;
+
+/// The K loop of [`gemm_wgmma_body`] for one pair of operand layouts
+/// (`A_K`: A's K is its contiguous dim, `B_K` likewise): the calling
+/// warpgroup's 64 x 128 accumulator of rows `64 * warpgroup` of the tile.
+///
+/// Each K step of 32 is copied straight into its stage's two tiles
+/// ([`lds_copy_async`], groups past the matrix zero; every group wholly in
+/// or out, as [`MMA_ASYNC`]); two steps' copies fly while a step is
+/// multiplied, and the warpgroup's products of one step run on while the
+/// next is issued ([`wg_wait`] of 1), so a stage is refilled two steps
+/// after it was multiplied. One barrier a step.
+#[amdgpu_device]
+#[inline(always)]
+fn wgmma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
+    oa: &MmaOperand<T>,
+    ob: &MmaOperand<T>,
+    k: u32,
+) -> crate::mma::WgAcc {
+    use crate::mma::{
+        WG_THREADS, WG_TILE_BYTES, WG_TILE_I, WG_TILE_K, WgAcc, wg_begin, wg_commit, wg_lds_fence,
+        wg_mma, wg_tile_byte, wg_wait,
+    };
+    const STAGES: u32 = WGMMA_STAGES;
+    // Steps whose copies are in flight ahead of the one multiplied.
+    const AHEAD: u32 = STAGES - 2;
+    // 16-byte groups a workitem copies of each tile.
+    const GROUPS: usize = (WG_TILE_I * WG_TILE_K / 8 / MMA_BLOCK) as usize;
+    const _: () =
+        assert!(MMA_BM == WG_TILE_I && MMA_BN == WG_TILE_I && MMA_BLOCK == 2 * WG_THREADS);
+    let tid = workitem_id_x();
+    // The copier of one operand: group e of a tile is 8 elements along the
+    // operand's contiguous dim: (i, kk) of its first.
+    let copier = |o: MmaOperand<T>, k_major: bool| {
+        move |tile: u32, k0: u32| {
+            let dst = lds_at::<W128>(tile);
+            unroll4!(g < GROUPS => {
+                let e = tid + MMA_BLOCK * g as u32;
+                let (ii, kk) = if k_major {
+                    (e / (WG_TILE_K / 8), (e % (WG_TILE_K / 8)) * 8)
+                } else {
+                    ((e % (WG_TILE_I / 8)) * 8, e / (WG_TILE_I / 8))
+                };
+                let (i, kg) = (o.i0 + ii, k0 + kk);
+                let keep = i < o.size && kg < k;
+                let at = i.wrapping_mul(o.i_stride).wrapping_add(kg.wrapping_mul(o.k_stride));
+                unsafe {
+                    lds_copy_async(dst, wg_tile_byte(k_major, ii, kk) / 16, o.p as *const W128, (at / 8) as usize, keep)
+                };
+            });
+        }
+    };
+    let (copy_a, copy_b) = (copier(*oa, A_K), copier(*ob, B_K));
+    // Stage s: A's tile, then B's.
+    let copy = |s: u32, k0: u32| {
+        copy_a(2 * s * WG_TILE_BYTES, k0);
+        copy_b((2 * s + 1) * WG_TILE_BYTES, k0);
+    };
+    let mut acc = WgAcc::zero();
+    // The first AHEAD steps in flight, one copy group each (empty past K,
+    // so every workitem counts the same groups).
+    unroll4!(s < AHEAD as usize => {
+        let s = s as u32;
+        if s * WG_TILE_K < k {
+            copy(s, s * WG_TILE_K);
+        }
+        lds_copy_commit();
+    });
+    let a_i0 = (tid / WG_THREADS) * 64;
+    let (mut k0, mut cur) = (0, 0);
+    while k0 < k {
+        // This step's copies are done, visible to the products (the fence)
+        // and everyone's (the barrier); every warpgroup is past the wait
+        // that finished its products of the step two back, whose stage is
+        // refilled now.
+        lds_copy_wait::<{ WGMMA_STAGES - 3 }>();
+        wg_lds_fence();
+        barrier();
+        let ahead = k0 + AHEAD * WG_TILE_K;
+        if ahead < k {
+            copy((cur + AHEAD) % STAGES, ahead);
+        }
+        lds_copy_commit();
+        let (ta, tb) = (2 * cur * WG_TILE_BYTES, (2 * cur + 1) * WG_TILE_BYTES);
+        wg_begin();
+        wg_mma::<T, A_K, B_K>(&mut acc, ta, a_i0, tb, 0);
+        wg_mma::<T, A_K, B_K>(&mut acc, ta, a_i0, tb, 16);
+        wg_commit();
+        wg_wait::<1>(&mut acc);
+        cur = if cur + 1 == STAGES { 0 } else { cur + 1 };
+        k0 += WG_TILE_K;
+    }
+    wg_wait::<0>(&mut acc);
+    acc
+}
+
+/// The warpgroup GEMM (f16, bf16; Hopper's `wgmma`, which the op library
+/// launches where `Device::warpgroup_mma` holds): C = act(A·B + bias) as
+/// [`gemm_mma_body`], with its arguments. One workgroup of [`MMA_BLOCK`]
+/// workitems (two warpgroups) per [`MMA_BM`] x [`MMA_BN`] tile of C, each
+/// warpgroup 64 rows of it; K in steps of 32 copied into
+/// [`WGMMA_STAGES`] LDS stages ([`wgmma_k_loop`]). The operands' groups of
+/// 8 must be read as 16-byte words, each wholly inside or outside its
+/// matrix (the op library's condition for [`MMA_ASYNC`]); `flags` is not
+/// read. On the emulator and AMD the device layer's [`crate::mma::wg_mma`]
+/// computes each workitem's elements from the same LDS tiles.
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_wgmma_body<T: MatElem + crate::mma::MmaElem>(
+    c: *mut T,
+    a: *const T,
+    b: *const T,
+    bias: *const T,
+    (m, n, k, batch, z0): (u32, u32, u32, u32, u32),
+    (a_rs, a_cs, a_bs): (u32, u32, u64),
+    (b_rs, b_cs, b_bs): (u32, u32, u64),
+    act: u32,
+) {
+    use crate::mma::{WG_THREADS, wg_acc_at};
+    let tiles_n = Ord::max(n.div_ceil(MMA_BN), 1);
+    let tile = workgroup_id_x();
+    let (m0, n0) = ((tile / tiles_n) * MMA_BM, (tile % tiles_n) * MMA_BN);
+    let z = z0 + workgroup_id_y();
+    if z >= batch {
+        return;
+    }
+    let oa = MmaOperand {
+        p: offset_by(a, z, a_bs),
+        i0: m0,
+        size: m,
+        i_stride: a_rs,
+        k_stride: a_cs,
+        k_fast: a_cs == 1,
+        words: true,
+    };
+    let ob = MmaOperand {
+        p: offset_by(b, z, b_bs),
+        i0: n0,
+        size: n,
+        i_stride: b_cs,
+        k_stride: b_rs,
+        k_fast: b_rs == 1,
+        words: true,
+    };
+    let acc = match (oa.k_fast, ob.k_fast) {
+        (true, true) => wgmma_k_loop::<T, true, true>(&oa, &ob, k),
+        (true, false) => wgmma_k_loop::<T, true, false>(&oa, &ob, k),
+        (false, true) => wgmma_k_loop::<T, false, true>(&oa, &ob, k),
+        (false, false) => wgmma_k_loop::<T, false, false>(&oa, &ob, k),
+    };
+    let tid = workitem_id_x();
+    let tile = workgroup_id_x_again();
+    let (m0, n0) = (
+        (tile / tiles_n) * MMA_BM + (tid / WG_THREADS) * 64,
+        (tile % tiles_n) * MMA_BN,
+    );
+    let cz = c.wrapping_add((z as u64 * m as u64 * n as u64) as usize);
+    crate::unroll64!(e => {
+        let (r, cc) = wg_acc_at(tid, e as u32);
+        let (row, col) = (m0 + r, n0 + cc);
+        if row < m && col < n {
+            let mut v = acc.v[e];
+            if !bias.is_null() {
+                v += unsafe { load(bias, col as usize) }.widen();
+            }
+            unsafe { store(cz, (row * n + col) as usize, T::from_f32(activation::<f32>(v, act))) };
+        }
+    });
+}
+
 /// The GEMV: see the module doc. `x` is `[batch, m, k]` with rows `x_rs`
 /// apart and contiguous along k, `w` is `[batch, n, k]` with rows `w_rs`
 /// apart and contiguous along k, `y` is `[batch, m, n]` contiguous.
@@ -1361,10 +1536,12 @@ pub trait MatmulKernels: Sized + 'static {
     /// `gemm_mma_{T}` (the 16-bit floats: the matrix units take f16 and
     /// bf16).
     const GEMM_MMA: Option<KernelRef<GemmMmaArgs<Self>>>;
+    /// `gemm_wgmma_{T}` (f16, bf16): the warpgroup GEMM, same arguments.
+    const GEMM_WGMMA: Option<KernelRef<GemmMmaArgs<Self>>>;
 }
 
 macro_rules! matmul_kernels {
-    ($($t:ty => $gemm:ident, $epilogue:ident, [$($gemv:ident: $rows:literal),*], [$($glu:ident: $grows:literal),*], $mma:expr;)*) => {
+    ($($t:ty => $gemm:ident, $epilogue:ident, [$($gemv:ident: $rows:literal),*], [$($glu:ident: $grows:literal),*], $mma:expr, $wgmma:expr;)*) => {
         kernels! { $(
             fn $epilogue(out: *mut $t, sums: *const f32, bias: *const $t, rows: u64, n: u32, act: u32) {
                 epilogue_body::<$t>(out, sums, bias, rows, n, act)
@@ -1395,15 +1572,16 @@ macro_rules! matmul_kernels {
                 const GEMV_GLU: Option<[KernelRef<GemvArgs<Self>>; 2]> = Some([$(KernelRef::of::<$glu>()),*]);
                 const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = Some(KernelRef::of::<$epilogue>());
                 const GEMM_MMA: Option<KernelRef<GemmMmaArgs<Self>>> = $mma;
+                const GEMM_WGMMA: Option<KernelRef<GemmMmaArgs<Self>>> = $wgmma;
             }
         )* };
     };
 }
 
 matmul_kernels! {
-    f32 => gemm_f32, epilogue_f32, [gemv1_f32: 1, gemv2_f32: 2, gemv4_f32: 4], [gemv_glu1_f32: 1, gemv_glu2_f32: 2], None;
-    F16 => gemm_f16, epilogue_f16, [gemv1_f16: 1, gemv2_f16: 2, gemv4_f16: 4], [gemv_glu1_f16: 1, gemv_glu2_f16: 2], Some(KernelRef::of::<gemm_mma_f16>());
-    Bf16 => gemm_bf16, epilogue_bf16, [gemv1_bf16: 1, gemv2_bf16: 2, gemv4_bf16: 4], [gemv_glu1_bf16: 1, gemv_glu2_bf16: 2], Some(KernelRef::of::<gemm_mma_bf16>());
+    f32 => gemm_f32, epilogue_f32, [gemv1_f32: 1, gemv2_f32: 2, gemv4_f32: 4], [gemv_glu1_f32: 1, gemv_glu2_f32: 2], None, None;
+    F16 => gemm_f16, epilogue_f16, [gemv1_f16: 1, gemv2_f16: 2, gemv4_f16: 4], [gemv_glu1_f16: 1, gemv_glu2_f16: 2], Some(KernelRef::of::<gemm_mma_f16>()), Some(KernelRef::of::<gemm_wgmma_f16>());
+    Bf16 => gemm_bf16, epilogue_bf16, [gemv1_bf16: 1, gemv2_bf16: 2, gemv4_bf16: 4], [gemv_glu1_bf16: 1, gemv_glu2_bf16: 2], Some(KernelRef::of::<gemm_mma_bf16>()), Some(KernelRef::of::<gemm_wgmma_bf16>());
 }
 
 #[cfg(not(ferrocm_device))]
@@ -1415,6 +1593,7 @@ macro_rules! no_matmul {
             const GEMV_GLU: Option<[KernelRef<GemvArgs<Self>>; 2]> = None;
             const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = None;
             const GEMM_MMA: Option<KernelRef<GemmMmaArgs<Self>>> = None;
+            const GEMM_WGMMA: Option<KernelRef<GemmMmaArgs<Self>>> = None;
         }
     )* };
 }
@@ -1422,17 +1601,22 @@ macro_rules! no_matmul {
 no_matmul!(u8, u32, i64);
 
 macro_rules! gemm_mma_kernels {
-    ($($t:ty => $name:ident;)*) => {
+    ($($t:ty => $name:ident, $wg:ident;)*) => {
         kernels! { table MMA_KERNELS; $(
             fn $name(c: *mut $t, a: *const $t, b: *const $t, bias: *const $t, m: u32, n: u32, k: u32, batch: u32,
                      z0: u32, a_rs: u32, a_cs: u32, a_bs: u64, b_rs: u32, b_cs: u32, b_bs: u64, act: u32, flags: u32) {
                 gemm_mma_body::<$t>(c, a, b, bias, (m, n, k, batch, z0), (a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs), act, flags)
+            }
+            fn $wg(c: *mut $t, a: *const $t, b: *const $t, bias: *const $t, m: u32, n: u32, k: u32, batch: u32,
+                   z0: u32, a_rs: u32, a_cs: u32, a_bs: u64, b_rs: u32, b_cs: u32, b_bs: u64, act: u32, flags: u32) {
+                let _ = flags;
+                gemm_wgmma_body::<$t>(c, a, b, bias, (m, n, k, batch, z0), (a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs), act)
             }
         )* }
     };
 }
 
 gemm_mma_kernels! {
-    F16 => gemm_mma_f16;
-    Bf16 => gemm_mma_bf16;
+    F16 => gemm_mma_f16, gemm_wgmma_f16;
+    Bf16 => gemm_mma_bf16, gemm_wgmma_bf16;
 }

@@ -33,7 +33,7 @@ use ferrocm_kernels::matmul::{
     ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, GEMM_BLOCK, GEMM_BM, GEMM_BN,
     GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_GLU_MAX_M, GEMV_MAX_M, MMA_A_WORDS, MMA_ASYNC,
     MMA_ASYNC_LDS_BYTES, MMA_B_WORDS, MMA_BLOCK, MMA_BM, MMA_BN, MMA_LDS_BYTES, MMA_T_TILES,
-    MatmulKernels, activation,
+    MatmulKernels, WGMMA_LDS_BYTES, activation,
 };
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1080,6 +1080,13 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                 MMA_ASYNC_LDS_BYTES
             } else {
                 MMA_LDS_BYTES
+            };
+            // Hopper's warpgroup product where the device runs it (the
+            // emulator at wave 32 checks its logic), on the same operands
+            // as the copy-staged loop.
+            let (gemm, lds_bytes) = match T::Kernel::GEMM_WGMMA {
+                Some(wg) if copied && dev.warpgroup_mma() => (wg, WGMMA_LDS_BYTES),
+                _ => (gemm, lds_bytes),
             };
             for z0 in (0..p.batch).step_by(65535) {
                 let cfg = LaunchConfig {
