@@ -280,13 +280,20 @@ fn own_kernels_on_gpus_with_a_vendor_blas() {
         eprintln!("no GPU answers: nothing to run");
         return;
     }
+    // The setting as found comes back when the test ends, panicking too.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ferrocm::ops::matmul::set_vendor_blas(self.0);
+        }
+    }
+    let _restore = Restore(ferrocm::ops::matmul::vendor_blas());
     ferrocm::ops::matmul::set_vendor_blas(false);
     for dev in &gpus {
         every_float!(layouts_case, dev);
         every_float!(sizes_case, dev);
         every_float!(batches_case, dev);
     }
-    ferrocm::ops::matmul::set_vendor_blas(true);
 }
 
 /// The emulator at wave 32 takes the warpgroup-product GEMM
@@ -312,6 +319,11 @@ fn batches_case<T: WithDType>(dev: &Device) {
         (vec![2, 1, 3, 6], vec![1, 3, 6, 5]),
         (vec![3, 2, 10, 6], vec![3, 2, 6, 4]),
         (vec![2, 1, 6], vec![2, 6, 3]),
+        // Batches through the 128 x 128 tiles with 16-byte rows (the
+        // copied K loop, the warpgroup GEMM at wave 32): both operands
+        // batched, then B broadcast.
+        (vec![3, 136, 40], vec![3, 40, 144]),
+        (vec![2, 130, 48], vec![48, 136]),
     ]
     .iter()
     .enumerate()

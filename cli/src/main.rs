@@ -744,7 +744,21 @@ fn run_kernels_on(dev: &Device, json: bool) -> ExitCode {
     if let Device::Cuda(c) = dev {
         use ferrocm_host::GpuBackend;
         let mut rows = Vec::new();
+        let mut skipped = Vec::new();
         for k in ferrocm_kernels::kernels() {
+            // Kernels on Hopper's warpgroup product compile for compute
+            // capability 9.0 only.
+            match c.runs_kernel(k) {
+                Ok(true) => {}
+                Ok(false) => {
+                    skipped.push(k.name);
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("{}: {e}", k.name);
+                    return ExitCode::FAILURE;
+                }
+            }
             match c.kernel_resources(k) {
                 Ok(r) => rows.push((k.name, r)),
                 Err(e) => {
@@ -794,6 +808,13 @@ fn run_kernels_on(dev: &Device, json: bool) -> ExitCode {
                 "{} kernels, at most {max_regs} registers, {} with local memory",
                 rows.len(),
                 spilling.len()
+            );
+        }
+        if !skipped.is_empty() {
+            eprintln!(
+                "not compiled here ({} kernels on Hopper's warpgroup product, which need compute capability 9.0): {}",
+                skipped.len(),
+                skipped.join(", ")
             );
         }
         if !spilling.is_empty() {

@@ -121,6 +121,34 @@ pub fn specialise_for_sm90a(ptx: &str, early: bool) -> Option<String> {
     (!newer).then_some(s)
 }
 
+/// The `.entry` kernels of `ptx` whose bodies hold a line with `marker`
+/// (the device layer inlines everything into the entries, so a kernel's
+/// marked lines are in its own body).
+///
+/// ```
+/// use ferrocm_host::ptx::entries_marked;
+/// let ptx = ".visible .entry a(\n)\n{\n\tret;\n}\n.visible .entry b(\n)\n{\n\t// ferrocm-sm90a: wgmma.fence.sync.aligned;\n}\n";
+/// assert_eq!(entries_marked(ptx, "// ferrocm-sm90a: "), ["b"]);
+/// ```
+pub fn entries_marked<'a>(ptx: &'a str, marker: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut current: Option<&'a str> = None;
+    for line in ptx.lines() {
+        if let Some(at) = line.find(".entry ") {
+            let after = &line[at + ".entry ".len()..];
+            let end = after
+                .find(|c: char| c == '(' || c.is_whitespace())
+                .unwrap_or(after.len());
+            current = Some(&after[..end]);
+        } else if line.contains(marker)
+            && let Some(name) = current.take()
+        {
+            out.push(name);
+        }
+    }
+    out
+}
+
 /// `ptx` with its first `.version` raised to at least `version`, its
 /// first `.target sm_N...` replaced by `target(N, what follows N)`, and
 /// `markers` removed from every other line; `None` without both header

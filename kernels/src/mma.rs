@@ -1038,7 +1038,7 @@ mod amd {
 /// A PTX line of sm_90a (the warpgroup product) behind the marker the CUDA
 /// device looks for (`ferrocm_kernels::host::SM90A_ONLY`): uncommented
 /// only when it loads the module for a GPU of compute capability 9.0
-/// (`ferrocm_host::ptx::specialise_for_sm90`), a comment elsewhere. The op
+/// (`ferrocm_host::ptx::specialise_for_sm90a`), a comment elsewhere. The op
 /// library launches kernels that use it only there
 /// (`Device::warpgroup_mma`).
 #[cfg(target_arch = "nvptx64")]

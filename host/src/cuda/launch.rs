@@ -34,6 +34,9 @@ pub(super) struct LoadedModule {
     pub(super) sm90a: bool,
     /// The `sm90` form's early-start lines are real.
     sm90_early: bool,
+    /// The kernels with warpgroup-product (sm_90a) lines: compiled from
+    /// the sm_90a form or not at all.
+    needs_sm90a: Vec<&'static str>,
     /// The items of `plain` and of `sm90` (same items, different text).
     index: Option<(crate::ptx::PtxIndex, Option<crate::ptx::PtxIndex>)>,
     /// The whole module, compiled once (whole mode, or a module that would
@@ -77,10 +80,14 @@ pub struct KernelResources {
 
 /// Prepares `module`'s PTX for a GPU of compute capability `cc` (`major *
 /// 10 + minor`): on sm_90 and newer its kernels are compiled with their
-/// sm_90 instructions made real (early-start launches), else (or when that
-/// form does not load) as built, so a driver that refuses it costs only the
-/// overlap. `FERROCM_EARLY_START=0` keeps the module as built. Nothing is
-/// compiled here unless `FERROCM_CUDA_MODULES=whole`.
+/// sm_90 instructions made real (early-start launches), and on 9.0 exactly
+/// (H100, H200) as sm_90a with the warpgroup product's lines real too;
+/// else (or when that form does not load) as built, so a driver that
+/// refuses it costs only the overlap, except for the kernels with
+/// warpgroup-product lines, which then do not load at all.
+/// `FERROCM_EARLY_START=0` leaves the early-start lines comments,
+/// `FERROCM_WGMMA=0` the sm_90a form out. Nothing is compiled here unless
+/// `FERROCM_CUDA_MODULES=whole`.
 pub(super) fn load(module: &KernelModule, cc: u32, label: &str) -> Result<LoadedModule> {
     let ptx = module.ptx.ok_or_else(|| Error::NoCodeObject {
         device: label.into(),
@@ -129,6 +136,7 @@ pub(super) fn load(module: &KernelModule, cc: u32, label: &str) -> Result<Loaded
         sm90,
         sm90a: sm90a_form,
         sm90_early,
+        needs_sm90a: crate::ptx::entries_marked(ptx.text, ferrocm_kernels::host::SM90A_ONLY),
         index,
         whole: std::sync::OnceLock::new(),
         parts: std::sync::Mutex::new(Vec::new()),
@@ -203,29 +211,22 @@ impl LoadedModule {
     /// A kernel with warpgroup-product lines comes from the sm_90a form or
     /// not at all: as built, those lines are comments.
     fn module_for(&self, kernel: &str) -> std::result::Result<(sys::CUmodule, bool), String> {
-        let Some((plain, special)) = &self.index else {
-            let (m, special) = self.whole_module()?;
-            if !special
-                && crate::ptx::PtxIndex::parse(self.plain)
-                    .and_then(|i| i.kernel_module(self.plain, kernel))
-                    .is_some_and(|t| t.contains(ferrocm_kernels::host::SM90A_ONLY))
-            {
-                return Err(format!(
-                    "`{kernel}` runs Hopper's warpgroup product and the module's sm_90a form did not load"
-                ));
-            }
-            return Ok((m, special && self.sm90_early));
-        };
-        let plain_cut = plain.kernel_module(self.plain, kernel);
-        let needs_sm90a = plain_cut
-            .as_deref()
-            .is_some_and(|t| t.contains(ferrocm_kernels::host::SM90A_ONLY));
+        let needs_sm90a = self.needs_sm90a(kernel);
         if needs_sm90a && !self.sm90a {
             return Err(format!(
                 "`{kernel}` runs Hopper's warpgroup product: it needs a GPU of compute capability 9.0 \
                  (and FERROCM_WGMMA not 0)"
             ));
         }
+        let Some((plain, special)) = &self.index else {
+            let (m, special) = self.whole_module()?;
+            if needs_sm90a && !special {
+                return Err(format!(
+                    "`{kernel}` runs Hopper's warpgroup product and the module's sm_90a form did not load"
+                ));
+            }
+            return Ok((m, special && self.sm90_early));
+        };
         let mut refused = None;
         if let (Some(text), Some(index)) = (&self.sm90, special)
             && let Some(cut) = index.kernel_module(text, kernel)
@@ -236,7 +237,13 @@ impl LoadedModule {
                 Err(why) => refused = Some(why),
             }
         }
-        match plain_cut {
+        if needs_sm90a {
+            return Err(format!(
+                "`{kernel}` is not in the sm_90a form of {}",
+                self.name
+            ));
+        }
+        match plain.kernel_module(self.plain, kernel) {
             Some(cut) => load_ptx(&cut)
                 .map(|m| (self.keep(m), false))
                 .map_err(|e| match refused {
@@ -245,6 +252,17 @@ impl LoadedModule {
                 }),
             None => Err(format!("`{kernel}` is not in the PTX of {}", self.name)),
         }
+    }
+
+    /// Whether `kernel` has warpgroup-product lines (see `needs_sm90a`).
+    pub(super) fn needs_sm90a(&self, kernel: &str) -> bool {
+        self.needs_sm90a.contains(&kernel)
+    }
+
+    /// Whether `kernel` can run from this module as loaded: not one with
+    /// warpgroup-product lines unless the module is in its sm_90a form.
+    pub(super) fn runs(&self, kernel: &str) -> bool {
+        self.sm90a || !self.needs_sm90a(kernel)
     }
 
     fn keep(&self, m: sys::CUmodule) -> sys::CUmodule {
@@ -323,6 +341,16 @@ impl CudaDevice {
         let loaded = Arc::new(load(module, self.cc, &self.label)?);
         modules.insert(key, loaded.clone());
         Ok(loaded)
+    }
+
+    /// Whether `kernel` can run on this GPU as its module is loaded: false
+    /// for a kernel built on the warpgroup product (`gemm_wgmma_*`) unless
+    /// the module is in its sm_90a form (compute capability 9.0).
+    ///
+    /// # Errors
+    /// As a launch's when the kernel's module cannot be prepared.
+    pub fn runs_kernel(&self, kernel: &KernelInfo) -> Result<bool> {
+        Ok(self.module_of(kernel)?.runs(kernel.name))
     }
 
     /// The loaded kernel, looked up once: its PTX parameters are checked

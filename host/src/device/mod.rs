@@ -463,9 +463,18 @@ impl fmt::Display for Device {
             }
             (Device::Emulator(c), None) => write!(
                 f,
-                "emulator(wave{}{})",
+                "emulator(wave{}{}{})",
                 c.wave_size,
-                if c.sanitize { ", sanitizer" } else { "" }
+                if c.sanitize { ", sanitizer" } else { "" },
+                // Named only where it differs from the wave size's default.
+                match (
+                    c.warpgroup_mma,
+                    EmulatorConfig::new(c.wave_size).warpgroup_mma
+                ) {
+                    (true, false) => ", warpgroup products",
+                    (false, true) => ", no warpgroup products",
+                    _ => "",
+                }
             ),
             _ => write!(f, "cpu"),
         }

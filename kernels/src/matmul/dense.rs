@@ -1134,7 +1134,9 @@ fn wgmma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bo
         wg_mma, wg_tile_byte, wg_wait,
     };
     const STAGES: u32 = WGMMA_STAGES;
-    // Steps whose copies are in flight ahead of the one multiplied.
+    // Steps whose copies are in flight ahead of the one multiplied: a
+    // stage is refilled AHEAD steps after it was multiplied, which
+    // `wg_wait::<1>` below makes two (one step's products still run).
     const AHEAD: u32 = STAGES - 2;
     // 16-byte groups a workitem copies of each tile.
     const GROUPS: usize = (WG_TILE_I * WG_TILE_K / 8 / MMA_BLOCK) as usize;
@@ -1185,6 +1187,7 @@ fn wgmma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bo
         // and everyone's (the barrier); every warpgroup is past the wait
         // that finished its products of the step two back, whose stage is
         // refilled now.
+        // AHEAD - 1 groups (the newest) may still run.
         lds_copy_wait::<{ WGMMA_STAGES - 3 }>();
         wg_lds_fence();
         barrier();
