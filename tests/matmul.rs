@@ -176,9 +176,11 @@ macro_rules! every_float {
 
 fn sizes_case<T: WithDType>(dev: &Device) {
     // Ones, primes, tile tails (the FMA GEMM's tiles are 64 x 64 x 16, the
+    // wide f32 one's 128 x 64 x 16 with its two LDS stages going round, the
     // matrix-unit GEMM's 128 x 128 x 32), the GEMV's rows (m <= 8), k not a
-    // multiple of the 16-byte word; the last two cross the 128-wide tiles
-    // with rows that start on 16-byte words (the kernels' word loads).
+    // multiple of the 16-byte word; the last three cross the 128-wide tiles
+    // with rows that start on 16-byte words (the kernels' word loads), the
+    // last with k = 0 (C is zeros).
     for (i, &(m, k, n)) in [
         (1, 1, 1),
         (1, 7, 5),
@@ -191,6 +193,7 @@ fn sizes_case<T: WithDType>(dev: &Device) {
         (1, 200, 3),
         (130, 72, 136),
         (200, 48, 9),
+        (130, 0, 70),
     ]
     .iter()
     .enumerate()

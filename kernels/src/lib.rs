@@ -186,6 +186,7 @@ pub fn kernels() -> impl Iterator<Item = &'static host::KernelInfo> {
         sort::KERNELS,
         matmul::KERNELS,
         matmul::MMA_KERNELS,
+        matmul::WIDE_KERNELS,
         norm::KERNELS,
         norm::Q8_KERNELS,
         glu::KERNELS,

@@ -37,9 +37,9 @@ use crate::elem::*;
 use crate::kernels;
 use crate::math;
 use crate::matmul::dense::{
-    GEMM_BK, GEMM_BLOCK, GEMM_BM, GEMM_BN, MMA_BM, MMA_BN, MMA_FETCH_GROUPS, MatElem, MmaOperand,
-    gemm_fetch, gemm_stage, gemm_tile_fma, gemm_tile_loads, gemm_tiles, mma_k_loop_with,
-    mma_operand_fetch,
+    GEMM_BK, GEMM_BLOCK, GEMM_BN, GEMM_ROWS, MMA_BM, MMA_BN, MMA_FETCH_GROUPS, MatElem, MmaOperand,
+    fma_stage_bytes, gemm_bm, gemm_fetch, gemm_stage, gemm_tile_fma, gemm_tile_loads, gemm_tiles,
+    mma_k_loop_with, mma_operand_fetch,
 };
 use crate::unroll4;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
@@ -248,11 +248,11 @@ pub fn conv_gemm_body<T: MatElem>(
     let tid = workitem_id_x();
     let (tx, ty) = (tid % 16, tid / 16);
     let (m, k) = (g.cout_g, g.k);
-    let (cols, m0, n0, group) = gemm_tile(&g, g0, GEMM_BM, GEMM_BN);
-    let (ta, tb) = gemm_tiles();
+    let (cols, m0, n0, group) = gemm_tile(&g, g0, CONV_GEMM_BM, CONV_GEMM_BN);
+    let (ta, tb) = gemm_tiles::<GEMM_ROWS>(0);
     // The group's weights: a `[cout_g, K]` row-major operand.
     let wg = w.wrapping_add((group as u64 * m as u64 * k as u64) as usize);
-    let la = gemm_tile_loads(m0, m, k, 1);
+    let la = gemm_tile_loads::<GEMM_ROWS>(m0, m, k, 1);
     // X̂'s tile is staged as a row-major GEMM operand's (its fast dim the
     // columns: neighbouring output positions read neighbouring inputs), so
     // this workitem's four elements share one column, at K rows
@@ -261,8 +261,10 @@ pub fn conv_gemm_body<T: MatElem>(
     let kk0 = tid / GEMM_BN;
     let live = col < cols;
     let win = window(&g, col / g.positions, group, col % g.positions);
-    let mut acc = [[0.0f32; 4]; 4];
-    let (mut ra, mut rb) = ([0.0f32; 4], [0.0f32; 4]);
+    // The epilogue below and fetch_window take 4 rows a workitem.
+    const _: () = assert!(GEMM_ROWS == 4);
+    let mut acc = [[0.0f32; 4]; GEMM_ROWS];
+    let (mut ra, mut rb) = ([0.0f32; GEMM_ROWS], [0.0f32; 4]);
     gemm_fetch(wg, &la, 0, k, 1, &mut ra);
     fetch_window(x, &g, table, &win, live, kk0, 0, &mut rb);
     let mut k0 = 0;
@@ -277,7 +279,7 @@ pub fn conv_gemm_body<T: MatElem>(
             gemm_fetch(wg, &la, k0 + GEMM_BK, k, 1, &mut ra);
             fetch_window(x, &g, table, &win, live, kk0, k0 + GEMM_BK, &mut rb);
         }
-        gemm_tile_fma(&mut acc);
+        gemm_tile_fma(&mut acc, 0);
         k0 += GEMM_BK;
     }
     unroll4!(i < 4 => {
@@ -543,5 +545,14 @@ conv_kernels!(
     none: u8, u32, i64
 );
 
-/// The launch shape of `conv_gemm_*` ([`GEMM_BLOCK`] workitems, its LDS).
+/// The launch shape of `conv_gemm_*`: [`GEMM_BLOCK`] workitems, LDS
+/// [`CONV_GEMM_LDS_BYTES`].
 pub const CONV_GEMM_BLOCK: u32 = GEMM_BLOCK;
+/// Output channels per `conv_gemm_*` workgroup: 64 (each workitem
+/// [`GEMM_ROWS`] rows, as `gemm_{dtype}`), so 64-channel layers fill their
+/// tiles.
+pub const CONV_GEMM_BM: u32 = gemm_bm(GEMM_ROWS);
+/// Output positions per `conv_gemm_*` workgroup.
+pub const CONV_GEMM_BN: u32 = GEMM_BN;
+/// LDS of a `conv_gemm_*` workgroup: one stage of the FMA tiles.
+pub const CONV_GEMM_LDS_BYTES: u32 = fma_stage_bytes(GEMM_ROWS);

@@ -1,10 +1,13 @@
 //! Matrix products for f32, f16 and bf16 (f32 accumulation):
 //! - `gemm_{dtype}`: C = act(A·B + bias), batched, any strides. One
-//!   workgroup per [`GEMM_BM`] x [`GEMM_BN`] tile of C: K is walked in steps
+//!   workgroup per 64 x 64 tile of C ([`gemm_bm`], [`GEMM_BN`]): K is walked in steps
 //!   of [`GEMM_BK`], each step's A and B tiles staged in LDS (as f32; the
 //!   next step's loads in flight while this one computes), each workitem
 //!   accumulating a 4 x 4 block of C in registers (register blocking: two
-//!   16-byte LDS reads per 16 FMAs);
+//!   16-byte LDS reads per 16 FMAs). `gemm_wide_f32` is the same body with
+//!   8 x 4 blocks (128-row tiles) and two LDS stages, one barrier a step:
+//!   the f32 GEMM where LDS stages pay (NVIDIA, the emulator at wave 32),
+//!   [`GEMM_WIDE_ROWS`];
 //! - `gemv{R}_{dtype}`: Y = act(X·Wᵀ + bias) for up to [`GEMV_MAX_M`] rows of X
 //!   and a weight stored `[n, k]` (rows contiguous, as PyTorch and GGUF store
 //!   a linear layer): one wave per output column, each weight element read
@@ -32,27 +35,59 @@ pub use crate::elementwise::unary::{
 use crate::kernels;
 use crate::math;
 use crate::nn::glu::glu_apply;
-use crate::unroll4;
+use crate::{unroll4, unroll8, unroll16};
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
 #[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
-/// Rows of C per GEMM workgroup.
-pub const GEMM_BM: u32 = 64;
+/// Rows of C each workitem of `gemm_{dtype}` accumulates (and elements of
+/// the A tile it loads each K step); its columns are 4.
+pub const GEMM_ROWS: usize = 4;
+/// Rows of C each workitem of `gemm_wide_f32` accumulates: 32
+/// accumulators, three 16-byte LDS reads for 32 products (four rows: two
+/// for 16), which keeps the FMA units rather than the LDS busy. Its tiles
+/// go round two LDS stages. It is the f32 GEMM where LDS stages pay
+/// (`Device::double_buffers_lds`: NVIDIA, the emulator at wave 32); on AMD
+/// GPUs, whose 128 registers a workitem its loop spilled past on gfx942,
+/// it is built empty: the ROCm device's `double_buffers_lds` is false,
+/// so the op library never launches it there.
+pub const GEMM_WIDE_ROWS: usize = 8;
+/// Rows of C per GEMM workgroup whose workitems accumulate `rows` rows
+/// ([`GEMM_ROWS`], [`GEMM_WIDE_ROWS`]).
+pub const fn gemm_bm(rows: usize) -> u32 {
+    16 * rows as u32
+}
 /// Columns of C per GEMM workgroup.
 pub const GEMM_BN: u32 = 64;
 /// K step of the GEMM's LDS tiles.
 pub const GEMM_BK: u32 = 16;
-/// Workitems per GEMM workgroup (16 x 16, each 4 x 4 of C).
+/// Workitems per GEMM workgroup (16 x 16, each `rows` x 4 of C).
 pub const GEMM_BLOCK: u32 = 256;
-/// LDS row pitch of the tiles, in f32: the tile width and one 16-byte word
-/// of padding. Rows stay 16-byte aligned (each workitem reads its 4 rows of
-/// A and 4 columns of B as one 16-byte word per K step), and the K-major
-/// stores of a row-major operand spread over 8 banks instead of one.
-const GEMM_PITCH: u32 = GEMM_BM + 4;
-/// LDS of one GEMM workgroup: the A and B tiles, f32.
-pub const GEMM_LDS_BYTES: u32 = 2 * GEMM_BK * GEMM_PITCH * 4;
+/// LDS row pitch, in f32, of an FMA tile holding `rows` elements of its
+/// non-K dim per K index: the data and one 16-byte word of padding. Rows
+/// stay 16-byte aligned (each workitem reads its rows of A and columns of
+/// B as 16-byte words per K step), and the K-major stores of a row-major
+/// operand spread over 8 banks instead of one.
+const fn fma_pitch(rows: u32) -> u32 {
+    rows + 4
+}
+/// Bytes of one K step's A and B tiles of an FMA-tiled product whose
+/// workitems accumulate `r` rows of C (A tiles of `16 r` rows, B tiles of
+/// [`GEMM_BN`] columns), f32.
+pub const fn fma_stage_bytes(r: usize) -> u32 {
+    GEMM_BK * (fma_pitch(16 * r as u32) + fma_pitch(GEMM_BN)) * 4
+}
+/// K steps of tiles a GEMM workgroup of `rows`-row workitems holds in LDS:
+/// two for the wide kernel (one multiplied while the next is stored, one
+/// barrier a step), one for the others.
+pub const fn gemm_stages(rows: usize) -> u32 {
+    if rows >= GEMM_WIDE_ROWS { 2 } else { 1 }
+}
+/// LDS of one GEMM workgroup of `rows`-row workitems.
+pub const fn gemm_lds_bytes(rows: usize) -> u32 {
+    gemm_stages(rows) * fma_stage_bytes(rows)
+}
 
 /// Most rows of X one GEMV launch takes (its accumulators are registers).
 pub const GEMV_MAX_M: u32 = 8;
@@ -197,30 +232,31 @@ fn offset_by<T>(p: *const T, z: u32, stride: u64) -> *const T {
     p.wrapping_add((z as u64 * stride) as usize)
 }
 
-/// Where this workitem's four elements of an operand's K-tile come from:
+/// Where this workitem's `N` elements of an operand's K-tile come from:
 /// for each, its offset in the matrix at `k0 = 0` and its index along K in
 /// the tile (`u32::MAX` when its row (A) or column (B) does not exist, so
 /// one comparison tests both; a bool per element would hold a 64-bit lane
 /// mask in scalar registers). Computed once per tile: a K step adds
-/// `k0 * k_stride` to the offsets.
+/// `k0 * k_stride` to the offsets. A tile of `N` elements a workitem spans
+/// `16 N` rows (A) or columns (B) by [`GEMM_BK`].
 #[amdgpu_device]
 #[derive(Clone, Copy)]
-pub(crate) struct TileLoads {
-    off: [u32; 4],
-    kk: [u32; 4],
+pub(crate) struct TileLoads<const N: usize> {
+    off: [u32; N],
+    kk: [u32; N],
 }
 
-/// The element of the tile workitem-slot `e` holds: `(index in the tile's
-/// non-K dim, index along K)`. Consecutive workitems take consecutive
-/// addresses along whichever of the operand's strides is 1 (`k_fast`: K),
-/// so row-major and transposed operands both coalesce.
+/// The element of a tile `size` wide in its non-K dim that workitem-slot
+/// `e` holds: `(index in that dim, index along K)`. Consecutive workitems
+/// take consecutive addresses along whichever of the operand's strides is
+/// 1 (`k_fast`: K), so row-major and transposed operands both coalesce.
 #[amdgpu_device]
 #[inline(always)]
-fn gemm_slot(e: u32, k_fast: bool) -> (u32, u32) {
+fn gemm_slot(e: u32, k_fast: bool, size: u32) -> (u32, u32) {
     if k_fast {
         (e / GEMM_BK, e % GEMM_BK)
     } else {
-        (e % GEMM_BM, e / GEMM_BM)
+        (e % size, e / size)
     }
 }
 
@@ -229,14 +265,20 @@ fn gemm_slot(e: u32, k_fast: bool) -> (u32, u32) {
 /// strides along that dim and along K.
 #[amdgpu_device]
 #[inline(always)]
-pub(crate) fn gemm_tile_loads(i0: u32, size: u32, i_stride: u32, k_stride: u32) -> TileLoads {
+pub(crate) fn gemm_tile_loads<const N: usize>(
+    i0: u32,
+    size: u32,
+    i_stride: u32,
+    k_stride: u32,
+) -> TileLoads<N> {
+    const { assert!(N <= 8) };
     let tid = workitem_id_x();
     let mut t = TileLoads {
-        off: [0; 4],
-        kk: [0; 4],
+        off: [0; N],
+        kk: [0; N],
     };
-    unroll4!(r < 4 => {
-        let (ii, kk) = gemm_slot(tid + GEMM_BLOCK * r as u32, k_stride == 1);
+    unroll8!(r < N => {
+        let (ii, kk) = gemm_slot(tid + GEMM_BLOCK * r as u32, k_stride == 1, 16 * N as u32);
         let i = i0 + ii;
         // Rows past the end never load: their offset may wrap, unused.
         t.off[r] = i.wrapping_mul(i_stride).wrapping_add(kk.wrapping_mul(k_stride));
@@ -245,20 +287,21 @@ pub(crate) fn gemm_tile_loads(i0: u32, size: u32, i_stride: u32, k_stride: u32) 
     t
 }
 
-/// The four elements of the K-tile at `k0` as f32 (zero past the matrix).
+/// The `N` elements of the K-tile at `k0` as f32 (zero past the matrix).
 #[amdgpu_device]
 #[inline(always)]
-pub(crate) fn gemm_fetch<T: MatElem>(
+pub(crate) fn gemm_fetch<T: MatElem, const N: usize>(
     p: *const T,
-    t: &TileLoads,
+    t: &TileLoads<N>,
     k0: u32,
     k: u32,
     k_stride: u32,
-    out: &mut [f32; 4],
+    out: &mut [f32; N],
 ) {
+    const { assert!(N <= 8) };
     // k0 <= k on every call.
     let left = k - k0;
-    unroll4!(r < 4 => {
+    unroll8!(r < N => {
         out[r] = if t.kk[r] < left {
             unsafe { load(p, (t.off[r] + k0 * k_stride) as usize) }.widen()
         } else {
@@ -271,53 +314,77 @@ pub(crate) fn gemm_fetch<T: MatElem>(
 /// (`tile[kk * pitch + i]`).
 #[amdgpu_device]
 #[inline(always)]
-pub(crate) fn gemm_stage(tile: Lds<f32>, k_fast: bool, regs: &[f32; 4]) {
+pub(crate) fn gemm_stage<const N: usize>(tile: Lds<f32>, k_fast: bool, regs: &[f32; N]) {
+    const { assert!(N <= 8) };
     let tid = workitem_id_x();
-    unroll4!(r < 4 => {
-        let (ii, kk) = gemm_slot(tid + GEMM_BLOCK * r as u32, k_fast);
-        tile.store(kk * GEMM_PITCH + ii, regs[r]);
+    let size = 16 * N as u32;
+    unroll8!(r < N => {
+        let (ii, kk) = gemm_slot(tid + GEMM_BLOCK * r as u32, k_fast, size);
+        tile.store(kk * fma_pitch(size) + ii, regs[r]);
     });
 }
 
-/// One K step of the register-tiled GEMM: this workitem's 4 x 4 block of C
-/// (rows `4 * ty..` of the A tile, columns `4 * tx..` of the B tile, both
-/// staged in LDS by [`gemm_stage`]) accumulates the step's [`GEMM_BK`]
-/// products. Shared by the GEMM and the implicit-GEMM convolution.
+/// The A and B tiles of stage `stage` (0 or 1) of an FMA-tiled product
+/// whose workitems accumulate `R` rows of C, in LDS (f32, K-major).
 #[amdgpu_device]
 #[inline(always)]
-pub(crate) fn gemm_tile_fma(acc: &mut [[f32; 4]; 4]) {
-    let tid = workitem_id_x();
-    let (tx, ty) = (tid % 16, tid / 16);
-    let (ta4, tb4) = (lds_at::<W128>(0), lds_at::<W128>(GEMM_BK * GEMM_PITCH * 4));
-    for kk in 0..GEMM_BK {
-        // This workitem's rows ty*4.. of A and columns tx*4.. of B.
-        let av = ta4.load(kk * (GEMM_PITCH / 4) + ty).0.map(f32::from_bits);
-        let bv = tb4.load(kk * (GEMM_PITCH / 4) + tx).0.map(f32::from_bits);
-        for i in 0..4 {
-            for j in 0..4 {
-                acc[i][j] = math::fma(av[i], bv[j], acc[i][j]);
-            }
-        }
-        if kk % 4 == 3 {
-            // Reads of four K steps ahead at most: all sixteen in
-            // flight at once would need 128 more registers.
-            schedule_barrier();
-        }
-    }
+pub(crate) fn gemm_tiles<const R: usize>(stage: u32) -> (Lds<f32>, Lds<f32>) {
+    let a = stage * fma_stage_bytes(R);
+    let b = a + GEMM_BK * fma_pitch(16 * R as u32) * 4;
+    (lds_at::<f32>(a), lds_at::<f32>(b))
 }
 
-/// The A and B tiles of the register-tiled GEMM in LDS (f32, K-major).
+/// One K step of the register-tiled products: this workitem's `R` x 4
+/// block of C (rows `64 h + 4 ty..` for `h < R / 4` of the A tile, columns
+/// `4 tx..` of the B tile, both staged in LDS stage `stage` by
+/// [`gemm_stage`]) accumulates the step's [`GEMM_BK`] products. Shared by
+/// the GEMMs (`R` = [`GEMM_ROWS`], [`GEMM_WIDE_ROWS`]) and the
+/// implicit-GEMM convolution (4).
 #[amdgpu_device]
 #[inline(always)]
-pub(crate) fn gemm_tiles() -> (Lds<f32>, Lds<f32>) {
-    (lds_at::<f32>(0), lds_at::<f32>(GEMM_BK * GEMM_PITCH * 4))
+pub(crate) fn gemm_tile_fma<const R: usize>(acc: &mut [[f32; 4]; R], stage: u32) {
+    // B tiles are GEMM_BN = 16 workitems x 4 columns wide, staged as
+    // 4-element loads (`gemm_stage::<4>`).
+    const { assert!(R.is_multiple_of(4) && R <= 16 && GEMM_BN == 16 * 4) };
+    let tid = workitem_id_x();
+    let (tx, ty) = (tid % 16, tid / 16);
+    let (ta, tb) = gemm_tiles::<R>(stage);
+    let (ta4, tb4) = (ta.cast::<W128>(), tb.cast::<W128>());
+    let (pa, pb) = (fma_pitch(16 * R as u32) / 4, fma_pitch(GEMM_BN) / 4);
+    let mut step = |kk: u32| {
+        let bv = tb4.load(kk * pb + tx).0.map(f32::from_bits);
+        unroll4!(h < R / 4 => {
+            // This workitem's rows 64 h + 4 ty.. of A.
+            let av = ta4.load(kk * pa + 16 * h as u32 + ty).0.map(f32::from_bits);
+            for i in 0..4 {
+                for j in 0..4 {
+                    acc[4 * h + i][j] = math::fma(av[i], bv[j], acc[4 * h + i][j]);
+                }
+            }
+        });
+        if kk % 4 == 3 {
+            // Reads of four K steps ahead at most: all sixteen in flight
+            // at once would need many more registers (AMD GPUs hold these
+            // kernels to 128).
+            schedule_barrier();
+        }
+    };
+    if R == GEMM_WIDE_ROWS {
+        // Written out: the compilers left the loop rolled (a branch and
+        // three additions a step, no reads of the next step issued ahead).
+        unroll16!(kk => { step(kk as u32) });
+    } else {
+        for kk in 0..GEMM_BK {
+            step(kk);
+        }
+    }
 }
 
 /// The GEMM: see the module doc. `c` is `[batch, m, n]` contiguous.
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_body<T: MatElem>(
+pub fn gemm_body<T: MatElem, const R: usize>(
     c: *mut T,
     a: *const T,
     b: *const T,
@@ -329,8 +396,26 @@ pub fn gemm_body<T: MatElem>(
 ) {
     let tiles_n = n.div_ceil(GEMM_BN);
     let tile = workgroup_id_x();
-    let (m0, n0) = ((tile / tiles_n) * GEMM_BM, (tile % tiles_n) * GEMM_BN);
-    gemm_tile(
+    let (m0, n0) = ((tile / tiles_n) * gemm_bm(R), (tile % tiles_n) * GEMM_BN);
+    #[cfg(all(ferrocm_device, not(ferrocm_nvptx)))]
+    if R == GEMM_WIDE_ROWS {
+        // Never launched on AMD GPUs (see GEMM_WIDE_ROWS): its loop does
+        // not fit their registers, and neither did the tile as two of
+        // `gemm_f32`'s in one kernel (gfx942 spilled both).
+        let _ = (
+            c,
+            a,
+            b,
+            bias,
+            m0,
+            n0,
+            (m, n, k, batch, z0),
+            (a_rs, a_cs, a_bs),
+        );
+        let _ = ((b_rs, b_cs, b_bs), act);
+        return;
+    }
+    gemm_tile::<T, R>(
         c,
         a,
         b,
@@ -343,12 +428,12 @@ pub fn gemm_body<T: MatElem>(
     );
 }
 
-/// [`gemm_body`]'s work for the [`GEMM_BM`] x [`GEMM_BN`] tile of C at
+/// [`gemm_body`]'s work for the [`gemm_bm`] x [`GEMM_BN`] tile of C at
 /// `(m0, n0)`.
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn gemm_tile<T: MatElem>(
+fn gemm_tile<T: MatElem, const R: usize>(
     c: *mut T,
     a: *const T,
     b: *const T,
@@ -359,12 +444,12 @@ fn gemm_tile<T: MatElem>(
     act: u32,
     (m0, n0): (u32, u32),
 ) {
+    const { assert!(R.is_multiple_of(4) && R <= 8) };
     let tid = workitem_id_x();
     let (tx, ty) = (tid % 16, tid / 16);
-    let (ta, tb) = gemm_tiles();
     // A's non-K dim is its rows, B's its columns.
-    let la = gemm_tile_loads(m0, m, a_rs, a_cs);
-    let lb = gemm_tile_loads(n0, n, b_cs, b_rs);
+    let la = gemm_tile_loads::<R>(m0, m, a_rs, a_cs);
+    let lb = gemm_tile_loads::<4>(n0, n, b_cs, b_rs);
     // One batch per workgroup row (the launch covers `z0..z0 + 65535` at
     // most). No loop over batches: the compiler would hoist the epilogue's
     // addresses out of it, ahead of the K loop, and hold them there.
@@ -372,29 +457,59 @@ fn gemm_tile<T: MatElem>(
     if z < batch {
         let az = offset_by(a, z, a_bs);
         let bz = offset_by(b, z, b_bs);
-        let mut acc = [[0.0f32; 4]; 4];
-        let (mut ra, mut rb) = ([0.0f32; 4], [0.0f32; 4]);
+        let mut acc = [[0.0f32; 4]; R];
+        let (mut ra, mut rb) = ([0.0f32; R], [0.0f32; 4]);
         gemm_fetch(az, &la, 0, k, a_cs, &mut ra);
         gemm_fetch(bz, &lb, 0, k, b_rs, &mut rb);
         let mut k0 = 0;
-        while k0 < k {
-            // The previous step's reads of the tiles are done; stage this one.
-            barrier();
+        if gemm_stages(R) == 2 {
+            // Two stages: each step's tiles are stored into the stage the
+            // last barrier ended the reads of, after the products of the
+            // other: one barrier a step.
+            let (ta, tb) = gemm_tiles::<R>(0);
             gemm_stage(ta, a_cs == 1, &ra);
             gemm_stage(tb, b_rs == 1, &rb);
             barrier();
-            if k0 + GEMM_BK < k {
-                // The next step's loads fly while this step computes.
-                gemm_fetch(az, &la, k0 + GEMM_BK, k, a_cs, &mut ra);
-                gemm_fetch(bz, &lb, k0 + GEMM_BK, k, b_rs, &mut rb);
+            let mut stage = 0;
+            while k0 < k {
+                let more = k0 + GEMM_BK < k;
+                if more {
+                    // The next step's loads fly while this step computes.
+                    gemm_fetch(az, &la, k0 + GEMM_BK, k, a_cs, &mut ra);
+                    gemm_fetch(bz, &lb, k0 + GEMM_BK, k, b_rs, &mut rb);
+                }
+                gemm_tile_fma(&mut acc, stage);
+                if more {
+                    let (ta, tb) = gemm_tiles::<R>(stage ^ 1);
+                    gemm_stage(ta, a_cs == 1, &ra);
+                    gemm_stage(tb, b_rs == 1, &rb);
+                }
+                barrier();
+                stage ^= 1;
+                k0 += GEMM_BK;
             }
-            gemm_tile_fma(&mut acc);
-            k0 += GEMM_BK;
+        } else {
+            let (ta, tb) = gemm_tiles::<R>(0);
+            while k0 < k {
+                // The previous step's reads of the tiles are done; stage
+                // this one.
+                barrier();
+                gemm_stage(ta, a_cs == 1, &ra);
+                gemm_stage(tb, b_rs == 1, &rb);
+                barrier();
+                if k0 + GEMM_BK < k {
+                    // The next step's loads fly while this step computes.
+                    gemm_fetch(az, &la, k0 + GEMM_BK, k, a_cs, &mut ra);
+                    gemm_fetch(bz, &lb, k0 + GEMM_BK, k, b_rs, &mut rb);
+                }
+                gemm_tile_fma(&mut acc, 0);
+                k0 += GEMM_BK;
+            }
         }
         // C's batch z starts z * m * n elements in.
         let cz = c.wrapping_add((z as u64 * m as u64 * n as u64) as usize);
-        unroll4!(i < 4 => {
-            let row = m0 + 4 * ty + i as u32;
+        unroll8!(i < R => {
+            let row = m0 + 64 * (i as u32 / 4) + 4 * ty + i as u32 % 4;
             unroll4!(j < 4 => {
                 let col = n0 + 4 * tx + j as u32;
                 if row < m && col < n {
@@ -1007,13 +1122,14 @@ pub fn gemm_mma_body<T: MatElem + crate::mma::MmaElem>(
     // logic the matrix units run.
     #[cfg(all(ferrocm_device, not(ferrocm_mma)))]
     {
-        const _: () = assert!(MMA_BLOCK == GEMM_BLOCK && GEMM_LDS_BYTES <= MMA_LDS_BYTES);
+        const _: () = assert!(MMA_BLOCK == GEMM_BLOCK && gemm_lds_bytes(4) <= MMA_LDS_BYTES);
+        const _: () = assert!(MMA_BM == 2 * gemm_bm(4) && MMA_BN == 2 * GEMM_BN);
         let _ = (flags, mma_k_loop::<T, true, true>);
         let shape = (m, n, k, batch, z0);
         let (sa, sb) = ((a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs));
         unroll4!(q < 4 => {
-            let at = (m0 + GEMM_BM * (q as u32 / 2), n0 + GEMM_BN * (q as u32 % 2));
-            gemm_tile(c, a, b, bias, shape, sa, sb, act, at);
+            let at = (m0 + gemm_bm(4) * (q as u32 / 2), n0 + GEMM_BN * (q as u32 % 2));
+            gemm_tile::<T, 4>(c, a, b, bias, shape, sa, sb, act, at);
         });
         return;
     }
@@ -1529,6 +1645,9 @@ pub type GemvArgs<T> = (
 pub trait MatmulKernels: Sized + 'static {
     /// `gemm_{T}`.
     const GEMM: Option<KernelRef<GemmArgs<Self>>>;
+    /// `gemm_wide_{T}` (f32): [`GEMM_WIDE_ROWS`] rows a workitem, for
+    /// devices whose LDS stages pay (`Device::double_buffers_lds`).
+    const GEMM_WIDE: Option<KernelRef<GemmArgs<Self>>>;
     /// `gemv{R}_{T}` for R = 1, 2, 4 rows per pass (any `m` up to
     /// [`GEMV_MAX_M`]; `gemv4` takes two passes past 4 rows).
     const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]>;
@@ -1544,14 +1663,14 @@ pub trait MatmulKernels: Sized + 'static {
 }
 
 macro_rules! matmul_kernels {
-    ($($t:ty => $gemm:ident, $epilogue:ident, [$($gemv:ident: $rows:literal),*], [$($glu:ident: $grows:literal),*], $mma:expr, $wgmma:expr;)*) => {
+    ($($t:ty => $gemm:ident, $epilogue:ident, [$($gemv:ident: $rows:literal),*], [$($glu:ident: $grows:literal),*], $mma:expr, $wgmma:expr, $wide:expr;)*) => {
         kernels! { $(
             fn $epilogue(out: *mut $t, sums: *const f32, bias: *const $t, rows: u64, n: u32, act: u32) {
                 epilogue_body::<$t>(out, sums, bias, rows, n, act)
             }
             fn $gemm(c: *mut $t, a: *const $t, b: *const $t, bias: *const $t, m: u32, n: u32, k: u32, batch: u32,
                      z0: u32, a_rs: u32, a_cs: u32, a_bs: u64, b_rs: u32, b_cs: u32, b_bs: u64, act: u32) {
-                gemm_body::<$t>(c, a, b, bias, (m, n, k, batch, z0), (a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs), act)
+                gemm_body::<$t, GEMM_ROWS>(c, a, b, bias, (m, n, k, batch, z0), (a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs), act)
             }
             $(
             fn $gemv(y: *mut $t, w: *const $t, x: *const $t, bias: *const $t, n: u32, k: u32, m: u32, batch: u32,
@@ -1571,6 +1690,7 @@ macro_rules! matmul_kernels {
         const _: () = { $(
             impl MatmulKernels for $t {
                 const GEMM: Option<KernelRef<GemmArgs<Self>>> = Some(KernelRef::of::<$gemm>());
+                const GEMM_WIDE: Option<KernelRef<GemmArgs<Self>>> = $wide;
                 const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]> = Some([$(KernelRef::of::<$gemv>()),*]);
                 const GEMV_GLU: Option<[KernelRef<GemvArgs<Self>>; 2]> = Some([$(KernelRef::of::<$glu>()),*]);
                 const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = Some(KernelRef::of::<$epilogue>());
@@ -1582,9 +1702,16 @@ macro_rules! matmul_kernels {
 }
 
 matmul_kernels! {
-    f32 => gemm_f32, epilogue_f32, [gemv1_f32: 1, gemv2_f32: 2, gemv4_f32: 4], [gemv_glu1_f32: 1, gemv_glu2_f32: 2], None, None;
-    F16 => gemm_f16, epilogue_f16, [gemv1_f16: 1, gemv2_f16: 2, gemv4_f16: 4], [gemv_glu1_f16: 1, gemv_glu2_f16: 2], Some(KernelRef::of::<gemm_mma_f16>()), Some(KernelRef::of::<gemm_wgmma_f16>());
-    Bf16 => gemm_bf16, epilogue_bf16, [gemv1_bf16: 1, gemv2_bf16: 2, gemv4_bf16: 4], [gemv_glu1_bf16: 1, gemv_glu2_bf16: 2], Some(KernelRef::of::<gemm_mma_bf16>()), Some(KernelRef::of::<gemm_wgmma_bf16>());
+    f32 => gemm_f32, epilogue_f32, [gemv1_f32: 1, gemv2_f32: 2, gemv4_f32: 4], [gemv_glu1_f32: 1, gemv_glu2_f32: 2], None, None, Some(KernelRef::of::<gemm_wide_f32>());
+    F16 => gemm_f16, epilogue_f16, [gemv1_f16: 1, gemv2_f16: 2, gemv4_f16: 4], [gemv_glu1_f16: 1, gemv_glu2_f16: 2], Some(KernelRef::of::<gemm_mma_f16>()), Some(KernelRef::of::<gemm_wgmma_f16>()), None;
+    Bf16 => gemm_bf16, epilogue_bf16, [gemv1_bf16: 1, gemv2_bf16: 2, gemv4_bf16: 4], [gemv_glu1_bf16: 1, gemv_glu2_bf16: 2], Some(KernelRef::of::<gemm_mma_bf16>()), Some(KernelRef::of::<gemm_wgmma_bf16>()), None;
+}
+
+kernels! { table WIDE_KERNELS;
+    fn gemm_wide_f32(c: *mut f32, a: *const f32, b: *const f32, bias: *const f32, m: u32, n: u32, k: u32, batch: u32,
+                     z0: u32, a_rs: u32, a_cs: u32, a_bs: u64, b_rs: u32, b_cs: u32, b_bs: u64, act: u32) {
+        gemm_body::<f32, GEMM_WIDE_ROWS>(c, a, b, bias, (m, n, k, batch, z0), (a_rs, a_cs, a_bs), (b_rs, b_cs, b_bs), act)
+    }
 }
 
 #[cfg(not(ferrocm_device))]
@@ -1592,6 +1719,7 @@ macro_rules! no_matmul {
     ($($t:ty),*) => { $(
         impl MatmulKernels for $t {
             const GEMM: Option<KernelRef<GemmArgs<Self>>> = None;
+            const GEMM_WIDE: Option<KernelRef<GemmArgs<Self>>> = None;
             const GEMV: Option<[KernelRef<GemvArgs<Self>>; 3]> = None;
             const GEMV_GLU: Option<[KernelRef<GemvArgs<Self>>; 2]> = None;
             const EPILOGUE: Option<KernelRef<EpilogueArgs<Self>>> = None;

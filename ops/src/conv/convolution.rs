@@ -37,12 +37,11 @@ use ferrocm_host::dnn::{ConvProblem, DnnConv, DnnType};
 use ferrocm_host::launch::{MAX_GRID_X, MAX_GRID_YZ};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::convolution::{
-    CONV_GEMM_MIN_COUT_G, ConvKernels, G_BATCH, G_CIN_G, G_COUT_G, G_IN, G_K, G_OFFSET_BITS,
-    G_OUT_HW, G_PAD, G_POSITIONS, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
+    CONV_GEMM_BLOCK, CONV_GEMM_BM, CONV_GEMM_BN, CONV_GEMM_LDS_BYTES, CONV_GEMM_MIN_COUT_G,
+    ConvKernels, G_BATCH, G_CIN_G, G_COUT_G, G_IN, G_K, G_OFFSET_BITS, G_OUT_HW, G_PAD,
+    G_POSITIONS, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
 };
-use ferrocm_kernels::matmul::{
-    GEMM_BLOCK, GEMM_BM, GEMM_BN, GEMM_LDS_BYTES, MMA_BLOCK, MMA_BM, MMA_BN, MMA_LDS_BYTES,
-};
+use ferrocm_kernels::matmul::{MMA_BLOCK, MMA_BM, MMA_BN, MMA_LDS_BYTES};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -1510,7 +1509,12 @@ impl<T: WithDType> Conv<'_, T> {
             Some((kernel, w, [MMA_BM, MMA_BN, MMA_BLOCK, MMA_LDS_BYTES]))
         } else if cout_g >= CONV_GEMM_MIN_COUT_G {
             let kernel = T::Kernel::CONV_GEMM.ok_or_else(unsupported)?;
-            let tile = [GEMM_BM, GEMM_BN, GEMM_BLOCK, GEMM_LDS_BYTES];
+            let tile = [
+                CONV_GEMM_BM,
+                CONV_GEMM_BN,
+                CONV_GEMM_BLOCK,
+                CONV_GEMM_LDS_BYTES,
+            ];
             Some((kernel, w.clone(), tile))
         } else {
             None

@@ -30,10 +30,10 @@ use ferrocm_host::blas::{Gemm, GemmOperand, GemmType};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::matmul::{
-    ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, GEMM_BLOCK, GEMM_BM, GEMM_BN,
-    GEMM_LDS_BYTES, GEMV_BLOCK, GEMV_GLU_MAX_M, GEMV_MAX_M, MMA_A_WORDS, MMA_ASYNC,
+    ACT_GELU, ACT_GELU_ERF, ACT_NONE, ACT_RELU, ACT_SILU, GEMM_BLOCK, GEMM_BN, GEMM_ROWS,
+    GEMM_WIDE_ROWS, GEMV_BLOCK, GEMV_GLU_MAX_M, GEMV_MAX_M, MMA_A_WORDS, MMA_ASYNC,
     MMA_ASYNC_LDS_BYTES, MMA_B_WORDS, MMA_BLOCK, MMA_BM, MMA_BN, MMA_LDS_BYTES, MMA_T_TILES,
-    MatmulKernels, WGMMA_LDS_BYTES, activation,
+    MatmulKernels, WGMMA_LDS_BYTES, activation, gemm_bm, gemm_lds_bytes,
 };
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1124,7 +1124,13 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                 op: self.op,
                 dtype: T::DTYPE,
             })?;
-            let tiles = p.m.div_ceil(GEMM_BM as usize) * p.n.div_ceil(GEMM_BN as usize);
+            // The wide f32 GEMM where LDS stages pay (see GEMM_WIDE_ROWS).
+            let (gemm, rows) = match T::Kernel::GEMM_WIDE {
+                Some(wide) if dev.double_buffers_lds() => (wide, GEMM_WIDE_ROWS),
+                _ => (gemm, GEMM_ROWS),
+            };
+            let bm = gemm_bm(rows);
+            let tiles = p.m.div_ceil(bm as usize) * p.n.div_ceil(GEMM_BN as usize);
             if tiles > ferrocm_host::launch::MAX_GRID_X as usize {
                 return Err(too_large(self.shown.0));
             }
@@ -1133,7 +1139,7 @@ impl<T: WithDType> Op for Matmul<'_, T> {
                 let cfg = LaunchConfig {
                     grid: [tiles as u32, (p.batch - z0).min(65535) as u32, 1],
                     block: [GEMM_BLOCK, 1, 1],
-                    lds_bytes: GEMM_LDS_BYTES,
+                    lds_bytes: gemm_lds_bytes(rows),
                     early_start: false,
                 };
                 dev.launch_typed(
