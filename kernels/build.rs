@@ -10,6 +10,7 @@ fn main() {
         // alone left the H100's tensor pipes idle).
         .launch_bounds("gemm_mma_", 256, 2)
         .launch_bounds("gemm_wgmma_", 256, 2)
+        .launch_bounds("conv_wgmma_", 256, 2)
         // `attn_mma_*` runs 4 waves (128 workitems); three workgroups an SM
         // (up to 168 registers) keep the prefill's products fed: at 171,
         // two fit, and the causal bf16 prefill lost what its fewer

@@ -457,6 +457,13 @@ fn cases() -> Vec<Case> {
             .pad(&[(2, 2), (0, 3)]),
         Case::new(1, 8, 16, &[4, 5, 6], &[3, 3, 3]).pad(&[(1, 1), (1, 1), (1, 1)]),
         Case::new(3, 32, 24, &[7, 6], &[1, 1]).no_bias(),
+        // One tile and a long reduction: `conv_gemm_*` splits it (on the
+        // emulator, grids under 8 workgroups; K = 333 in 7 chunks of 48,
+        // the last 45), the chunks' sums added by `conv_split_sum_*`; the
+        // 1-tile cases above with K >= 64 split too. 37 input channels keep
+        // f16/bf16 off the matrix units.
+        Case::new(1, 37, 24, &[6, 5], &[3, 3]).pad(&[(1, 1), (1, 1)]),
+        Case::new(2, 37, 20, &[4, 3], &[3, 3]).no_bias(),
         // Depthwise over more images x channels than the direct kernel's
         // grid has rows of workgroups (workitems loop over several).
         Case::new(1, 1100, 1100, &[3, 4], &[3, 3])
@@ -554,6 +561,21 @@ fn conv_matches_a_direct_f64_reference_on_every_device_and_dtype() {
         conv_cases::<f16>(&dev);
         conv_cases::<bf16>(&dev);
     }
+}
+
+/// The emulator at wave 32 runs the f16/bf16 matrix-unit cases on the
+/// warpgroup product (`conv_wgmma_*`, as an H100 does); this one runs them
+/// on `conv_mma_*`'s wave-32 tiles instead, as NVIDIA GPUs before Hopper
+/// and RDNA do.
+#[test]
+fn conv_on_the_matrix_units_without_the_warpgroup_product() {
+    let dev = Device::emulator_with(ferrocm::EmulatorConfig {
+        warpgroup_mma: false,
+        ..ferrocm::EmulatorConfig::new(ferrocm::WaveSize::Wave32)
+    });
+    assert!(!dev.warpgroup_mma());
+    conv_cases::<f16>(&dev);
+    conv_cases::<bf16>(&dev);
 }
 
 /// NaN and infinity reach exactly the outputs whose windows hold them (a

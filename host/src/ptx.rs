@@ -494,14 +494,19 @@ mod tests {
     }
 
     /// The sm_90a form: headers and marked lines (both markers) change,
-    /// nothing else; the warpgroup GEMM's entries hold sm_90a lines, which
-    /// the plain sm_90 form leaves as comments.
+    /// nothing else; the warpgroup GEMM's and convolution's entries hold
+    /// sm_90a lines, which the plain sm_90 form leaves as comments.
     #[test]
     fn the_sm90a_module_differs_only_in_its_header_and_marked_lines() {
         use ferrocm_kernels::host::{SM90_ONLY, SM90A_ONLY};
         let ptx = module();
         let index = PtxIndex::parse(ptx).expect("the module indexes");
-        for name in ["gemm_wgmma_bf16", "gemm_wgmma_f16"] {
+        for name in [
+            "gemm_wgmma_bf16",
+            "gemm_wgmma_f16",
+            "conv_wgmma_bf16",
+            "conv_wgmma_f16",
+        ] {
             let cut = index.kernel_module(ptx, name).expect("in the module");
             assert!(
                 cut.contains(&format!("{SM90A_ONLY}{{ .reg .pred p;")),

@@ -344,8 +344,9 @@ impl CudaDevice {
     }
 
     /// Whether `kernel` can run on this GPU as its module is loaded: false
-    /// for a kernel built on the warpgroup product (`gemm_wgmma_*`) unless
-    /// the module is in its sm_90a form (compute capability 9.0).
+    /// for a kernel built on the warpgroup product (`gemm_wgmma_*`,
+    /// `conv_wgmma_*`) unless the module is in its sm_90a form (compute
+    /// capability 9.0).
     ///
     /// # Errors
     /// As a launch's when the kernel's module cannot be prepared.

@@ -261,12 +261,12 @@ impl Device {
     }
 
     /// Whether the kernels that use the device layer's warpgroup product
-    /// (`ferrocm_kernels::mma::wg_mma`: `gemm_wgmma_*`) should run: on a
-    /// CUDA GPU of compute capability 9.0 (H100, H200), whose module is
-    /// loaded in its sm_90a form for it (`FERROCM_WGMMA=0` turns that
-    /// off), and on the emulator where its [`EmulatorConfig`] says so
-    /// (by default at wave 32, beside the NVIDIA-like copy stages), whose
-    /// body computes the same product from the same LDS tiles.
+    /// (`ferrocm_kernels::mma::wg_mma`: `gemm_wgmma_*`, `conv_wgmma_*`)
+    /// should run: on a CUDA GPU of compute capability 9.0 (H100, H200),
+    /// whose module is loaded in its sm_90a form for it (`FERROCM_WGMMA=0`
+    /// turns that off), and on the emulator where its [`EmulatorConfig`]
+    /// says so (by default at wave 32, beside the NVIDIA-like copy stages),
+    /// whose body computes the same product from the same LDS tiles.
     ///
     /// ```
     /// use ferrocm_host::{Device, EmulatorConfig, WaveSize};

@@ -8,7 +8,9 @@
 //!   X̂'s element `(k, col)` is read from the input where the convolution
 //!   window puts it (zero in the padding) as the tile is staged, so no
 //!   column buffer ever exists in memory. One workgroup per 64 x 64 tile of
-//!   a group's output (grid y: the groups).
+//!   a group's output (grid y: the groups); grids too small to fill the GPU
+//!   split the reduction into chunks (f32 sums per chunk, which
+//!   `conv_split_sum_{dtype}` adds up with the bias).
 //! - `conv_mma_{f16,bf16}`: the same implicit GEMM on the matrix units
 //!   (`crate::matmul::dense::mma_k_loop_with`, 128 x 128 tiles of a group's
 //!   output), for an input in channels-last memory with `cin_g` a multiple
@@ -16,6 +18,10 @@
 //!   `[cout, kd, kh, kw, cin_g]`), so the 8 values of X̂ a workitem stages
 //!   are 8 neighbouring channels of one input position, one 16-byte load
 //!   (or zeros in the padding). Its table has one entry per tap.
+//! - `conv_wgmma_{f16,bf16}`: `conv_mma_*` on Hopper's warpgroup product
+//!   (`crate::matmul::dense::wgmma_k_loop_with`): the same tiles, operands
+//!   and table, each K step copied from memory straight into LDS, four
+//!   stages. Launched where `Device::warpgroup_mma` holds; empty on AMD.
 //! - `conv_direct_{dtype}`: a workitem per output element summing its
 //!   window: depthwise and other convolutions with few output channels per
 //!   group, where a 64-row tile would be mostly empty.
@@ -37,9 +43,10 @@ use crate::elem::*;
 use crate::kernels;
 use crate::math;
 use crate::matmul::dense::{
-    GEMM_BK, GEMM_BLOCK, GEMM_BN, GEMM_ROWS, MMA_BM, MMA_BN, MMA_FETCH_GROUPS, MatElem, MmaOperand,
-    fma_stage_bytes, gemm_bm, gemm_fetch, gemm_stage, gemm_tile_fma, gemm_tile_loads, gemm_tiles,
-    mma_k_loop_with, mma_operand_fetch,
+    GEMM_BK, GEMM_BLOCK, GEMM_BN, GEMM_ROWS, MMA_BLOCK, MMA_BM, MMA_BN, MMA_FETCH_GROUPS, MatElem,
+    MmaOperand, WGMMA_GROUPS, fma_stage_bytes, gemm_bm, gemm_fetch, gemm_stage, gemm_tile_fma,
+    gemm_tile_loads, gemm_tiles, mma_k_loop_with, mma_operand_fetch, wgmma_copier, wgmma_group_at,
+    wgmma_k_loop_with,
 };
 use crate::unroll4;
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
@@ -176,7 +183,8 @@ fn window_at<T: MatElem>(x: *const T, g: &Geom, table: *const u64, w: &Window, k
 }
 
 /// This workitem's four elements of X̂'s K-tile at `k0`: reduction indices
-/// `k0 + kk0 + 4 r` of its column's window (zero past K or the columns).
+/// `k0 + kk0 + 4 r` of its column's window (zero from `k_end` on or past
+/// the columns).
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -186,13 +194,12 @@ fn fetch_window<T: MatElem>(
     table: *const u64,
     win: &Window,
     live: bool,
-    kk0: u32,
-    k0: u32,
+    (kk0, k0, k_end): (u32, u32, u32),
     out: &mut [f32; 4],
 ) {
     unroll4!(r < 4 => {
         let k = k0 + kk0 + 4 * r as u32;
-        out[r] = if live && k < g.k { window_at(x, g, table, win, k) } else { 0.0 };
+        out[r] = if live && k < k_end { window_at(x, g, table, win, k) } else { 0.0 };
     });
 }
 
@@ -231,10 +238,19 @@ fn tile_corner(tile: u32, cols: u32, bm: u32, bn: u32) -> (u32, u32) {
 }
 
 /// The body of `conv_gemm_*`: see the module doc. Group `g0 +
-/// workgroup_id_y()`; tile `workgroup_id_x()` of its `cout_g x (batch *
-/// positions)` output, row-major over tiles.
+/// workgroup_id_y()`; tile `workgroup_id_x() % tiles` of its `cout_g x
+/// (batch * positions)` output, row-major over tiles.
+///
+/// `chunk` 0: each workgroup sums the whole reduction and stores its
+/// outputs. Otherwise the reduction is split in chunks of `chunk` (a
+/// multiple of [`GEMM_BK`]) for grids too small to fill the GPU: split
+/// `workgroup_id_x() / tiles` sums its chunk and stores the f32 sums, no
+/// bias, at `part[(c * splits + split) * cols + col]` (`c` the output
+/// channel, `cols` the batch's positions), which [`conv_split_sum_body`]
+/// adds up.
 #[amdgpu_device]
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub fn conv_gemm_body<T: MatElem>(
     y: *mut T,
     x: *const T,
@@ -242,13 +258,28 @@ pub fn conv_gemm_body<T: MatElem>(
     bias: *const T,
     geom: *const u64,
     g0: u32,
+    part: *mut f32,
+    chunk: u32,
 ) {
     let g = read_geom(geom);
     let table = geom.wrapping_add(G_TABLE);
     let tid = workitem_id_x();
     let (tx, ty) = (tid % 16, tid / 16);
     let (m, k) = (g.cout_g, g.k);
-    let (cols, m0, n0, group) = gemm_tile(&g, g0, CONV_GEMM_BM, CONV_GEMM_BN);
+    let cols = g.batch * g.positions;
+    // At least 1: a division the compiler cannot prove safe calls the
+    // panic handler.
+    let tiles = Ord::max(m.div_ceil(CONV_GEMM_BM) * cols.div_ceil(CONV_GEMM_BN), 1);
+    let (split, tile) = (workgroup_id_x() / tiles, workgroup_id_x() % tiles);
+    let (m0, n0) = tile_corner(tile, cols, CONV_GEMM_BM, CONV_GEMM_BN);
+    let group = g0 + workgroup_id_y();
+    // This workgroup's reduction indices.
+    let (k_lo, k_hi) = if chunk == 0 {
+        (0, k)
+    } else {
+        let lo = Ord::min(split as u64 * chunk as u64, k as u64) as u32;
+        (lo, Ord::min(lo as u64 + chunk as u64, k as u64) as u32)
+    };
     let (ta, tb) = gemm_tiles::<GEMM_ROWS>(0);
     // The group's weights: a `[cout_g, K]` row-major operand.
     let wg = w.wrapping_add((group as u64 * m as u64 * k as u64) as usize);
@@ -265,38 +296,89 @@ pub fn conv_gemm_body<T: MatElem>(
     const _: () = assert!(GEMM_ROWS == 4);
     let mut acc = [[0.0f32; 4]; GEMM_ROWS];
     let (mut ra, mut rb) = ([0.0f32; GEMM_ROWS], [0.0f32; 4]);
-    gemm_fetch(wg, &la, 0, k, 1, &mut ra);
-    fetch_window(x, &g, table, &win, live, kk0, 0, &mut rb);
-    let mut k0 = 0;
-    while k0 < k {
+    gemm_fetch(wg, &la, k_lo, k_hi, 1, &mut ra);
+    fetch_window(x, &g, table, &win, live, (kk0, k_lo, k_hi), &mut rb);
+    let mut k0 = k_lo;
+    while k0 < k_hi {
         // The previous step's reads of the tiles are done; stage this one.
         barrier();
         gemm_stage(ta, true, &ra);
         gemm_stage(tb, false, &rb);
         barrier();
-        if k0 + GEMM_BK < k {
+        if k0 + GEMM_BK < k_hi {
             // The next step's loads fly while this step computes.
-            gemm_fetch(wg, &la, k0 + GEMM_BK, k, 1, &mut ra);
-            fetch_window(x, &g, table, &win, live, kk0, k0 + GEMM_BK, &mut rb);
+            gemm_fetch(wg, &la, k0 + GEMM_BK, k_hi, 1, &mut ra);
+            fetch_window(x, &g, table, &win, live, (kk0, k0 + GEMM_BK, k_hi), &mut rb);
         }
         gemm_tile_fma(&mut acc, 0);
         k0 += GEMM_BK;
     }
+    let splits = if chunk == 0 { 1 } else { k.div_ceil(chunk) };
     unroll4!(i < 4 => {
         let row = m0 + 4 * ty + i as u32;
         if row < m {
             let c = group * m + row;
-            let b = if bias.is_null() { 0.0 } else { unsafe { load(bias, c as usize) }.widen() };
-            unroll4!(j < 4 => {
-                let col = n0 + 4 * tx + j as u32;
-                if col < cols {
-                    let (n, p) = (col / g.positions, col % g.positions);
-                    let v = T::from_f32(acc[i][j] + b);
-                    unsafe { store(y, out_offset(&g, n, c, p), v) };
-                }
-            });
+            if chunk != 0 {
+                let at = (c as u64 * splits as u64 + split as u64) * cols as u64;
+                unroll4!(j < 4 => {
+                    let col = n0 + 4 * tx + j as u32;
+                    if col < cols {
+                        unsafe { store(part, (at + col as u64) as usize, acc[i][j]) };
+                    }
+                });
+            } else {
+                let b = if bias.is_null() { 0.0 } else { unsafe { load(bias, c as usize) }.widen() };
+                unroll4!(j < 4 => {
+                    let col = n0 + 4 * tx + j as u32;
+                    if col < cols {
+                        let (n, p) = (col / g.positions, col % g.positions);
+                        let v = T::from_f32(acc[i][j] + b);
+                        unsafe { store(y, out_offset(&g, n, c, p), v) };
+                    }
+                });
+            }
         }
     });
+}
+
+/// The body of `conv_split_sum_*`: the outputs of a `conv_gemm_*` launch
+/// whose reduction was split (`splits` chunks, sums at `part` as
+/// [`conv_gemm_body`] stores them), each the f32 sum of its chunks in
+/// order plus the bias, rounded once; `cout` output channels, a workitem per
+/// output in a grid-stride loop.
+#[amdgpu_device]
+#[inline(always)]
+pub fn conv_split_sum_body<T: MatElem>(
+    y: *mut T,
+    part: *const f32,
+    bias: *const T,
+    geom: *const u64,
+    splits: u32,
+    cout: u32,
+) {
+    let g = read_geom(geom);
+    let cols = g.batch * g.positions;
+    let total = cout as u64 * cols as u64;
+    // At least 1: see conv_gemm_body.
+    let (cols, positions) = (Ord::max(cols, 1), Ord::max(g.positions, 1));
+    let mut i = global_id_x();
+    while i < total {
+        let (c, col) = ((i / cols as u64) as u32, (i % cols as u64) as u32);
+        let at = c as u64 * splits as u64 * cols as u64 + col as u64;
+        let mut v = if bias.is_null() {
+            0.0
+        } else {
+            unsafe { load(bias, c as usize) }.widen()
+        };
+        let mut s = 0;
+        while s < splits {
+            v += unsafe { load(part, (at + s as u64 * cols as u64) as usize) };
+            s += 1;
+        }
+        let (n, p) = (col / positions, col % positions);
+        unsafe { store(y, out_offset(&g, n, c, p), T::from_f32(v)) };
+        i += global_size_x();
+    }
 }
 
 /// The body of `conv_mma_*`: see the module doc. Group `g0 +
@@ -431,6 +513,119 @@ pub fn conv_mma_body<T: MatElem + crate::mma::MmaElem>(
     });
 }
 
+/// The body of `conv_wgmma_*`: `conv_mma_*`'s implicit GEMM (its
+/// arguments, tiles, channels-last input and per-tap table) on Hopper's
+/// warpgroup product ([`wgmma_k_loop_with`]): both operands' K steps go
+/// straight from memory into LDS ([`lds_copy_async`]: the weights as a
+/// matrix operand, X̂'s groups of 8 channels from where each column's
+/// window puts them, zeros in the padding and past K), four stages, two
+/// steps in flight while one is multiplied. The op library launches it where
+/// `Device::warpgroup_mma` holds (the emulator at wave 32 checks its logic);
+/// an empty body on AMD GPUs, where it is never launched.
+#[amdgpu_device]
+#[inline(always)]
+pub fn conv_wgmma_body<T: MatElem + crate::mma::MmaElem>(
+    y: *mut T,
+    x: *const T,
+    w: *const T,
+    bias: *const T,
+    geom: *const u64,
+    g0: u32,
+) {
+    #[cfg(all(ferrocm_device, not(ferrocm_nvptx)))]
+    {
+        let _ = (y, x, w, bias, geom, g0);
+        return;
+    }
+    #[allow(unreachable_code)]
+    let g = read_geom(geom);
+    use crate::mma::{WG_THREADS, wg_acc_at, wg_tile_byte};
+    let table = geom.wrapping_add(G_TABLE);
+    let tid = workitem_id_x();
+    let (m, k) = (g.cout_g, g.k);
+    let (cols, m0, n0, group) = gemm_tile(&g, g0, MMA_BM, MMA_BN);
+    // The group's weights: a `[cout_g, K]` row-major operand, K = (tap, ci).
+    let oa = MmaOperand {
+        p: w.wrapping_add((group as u64 * m as u64 * k as u64) as usize),
+        i0: m0,
+        size: m,
+        i_stride: k,
+        k_stride: 1,
+        k_fast: true,
+        words: true,
+    };
+    let copy_a = wgmma_copier(oa, true, k);
+    // X̂'s tile is K-major (8 channels of a position are one group): this
+    // workitem's groups are columns `tid / 4 + 64 g` of the tile, all at
+    // the same K of the step (`wgmma_group_at`).
+    const _: () = assert!(WGMMA_GROUPS == 2 && MMA_BLOCK == 256);
+    let slot = |gi: u32| wgmma_group_at(tid + MMA_BLOCK * gi, true);
+    let kk = slot(0).1;
+    let col = |gi: u32| n0 + slot(gi).0;
+    let wins = [0, 1].map(|gi| window(&g, col(gi) / g.positions, group, col(gi) % g.positions));
+    let live = [col(0) < cols, col(1) < cols];
+    let cin_g = Ord::max(g.cin_g, 1);
+    let copy_b = |tile: u32, k0: u32| {
+        let dst = lds_at::<W128>(tile);
+        let kq = k0 + kk;
+        let inside = kq < k;
+        // The tap's entry (any in range past K: nothing is read there).
+        let tap = if inside { kq / cin_g } else { 0 };
+        let ci = kq.wrapping_sub(tap * cin_g);
+        let (off, dk) = unsafe {
+            (
+                load(table, 2 * tap as usize),
+                load(table, 2 * tap as usize + 1),
+            )
+        };
+        let mask = (1u64 << G_OFFSET_BITS) - 1;
+        unroll4!(gi < 2 => {
+            let win = &wins[gi];
+            // Unsigned: a coordinate below zero wraps past the dim.
+            let iz = win.corner[0].wrapping_add((dk & mask) as u32);
+            let iy = win.corner[1].wrapping_add(((dk >> G_OFFSET_BITS) & mask) as u32);
+            let ix = win.corner[2].wrapping_add((dk >> (2 * G_OFFSET_BITS)) as u32);
+            let keep = inside && live[gi] && iz < g.inp[0] && iy < g.inp[1] && ix < g.inp[2];
+            let at = win.base.wrapping_add(off).wrapping_add(ci as u64);
+            let j = wg_tile_byte(true, slot(gi as u32).0, kk) / 16;
+            unsafe { lds_copy_async(dst, j, x as *const W128, (at / 8) as usize, keep) };
+        });
+    };
+    let copy = |ta: u32, tb: u32, k0: u32| {
+        copy_a(ta, k0);
+        copy_b(tb, k0);
+    };
+    let acc = wgmma_k_loop_with::<T, true, true>(&copy, k);
+    // The tile's corner again (not held across the loop); this
+    // warpgroup's 64 rows of it.
+    let (m0, n0) = tile_corner(workgroup_id_x_again(), cols, MMA_BM, MMA_BN);
+    let m0 = m0 + (tid / WG_THREADS) * 64;
+    // Accumulator elements 4c + h: column pair c (h % 2 the column), rows
+    // r and r + 8 (h / 2): each column's output offset once (its image and
+    // position: divisions per column, not per element).
+    crate::unroll64!(e => {
+        let e = e as u32;
+        if e % 4 < 2 {
+            let (r, cc) = wg_acc_at(tid, e);
+            let col = n0 + cc;
+            if col < cols {
+                let base = out_offset(&g, col / g.positions, 0, col % g.positions) as u64;
+                unroll4!(h < 2 => {
+                    let row = m0 + r + 8 * h as u32;
+                    if row < m {
+                        let c = group * m + row;
+                        let mut v = acc.v[(e + 2 * h as u32) as usize];
+                        if !bias.is_null() {
+                            v += unsafe { load(bias, c as usize) }.widen();
+                        }
+                        unsafe { store(y, (base + c as u64 * g.ys[1]) as usize, T::from_f32(v)) };
+                    }
+                });
+            }
+        }
+    });
+}
+
 /// The body of `conv_direct_*`: a workitem per output position
 /// (`workgroup_id_x() * block + tid`), looping over the output rows (image,
 /// channel) `workgroup_id_y()`, stepping by the grid's y size, each window
@@ -481,12 +676,27 @@ pub const CONV_GEMM_MIN_COUT_G: usize = 16;
 #[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
 
-/// The parameter types of `conv_gemm_{T}`: `(y, x, w, bias, geom, g0)`.
+/// The parameter types of `conv_gemm_{T}`: `(y, x, w, bias, geom, g0,
+/// part, chunk)`.
 #[cfg(not(ferrocm_device))]
-pub type ConvGemmArgs<T> = (*mut T, *const T, *const T, *const T, *const u64, u32);
-/// The parameter types of `conv_mma_{T}`: as `conv_gemm_{T}`'s.
+pub type ConvGemmArgs<T> = (
+    *mut T,
+    *const T,
+    *const T,
+    *const T,
+    *const u64,
+    u32,
+    *mut f32,
+    u32,
+);
+/// The parameter types of `conv_split_sum_{T}`: `(y, part, bias, geom,
+/// splits, cout)`.
 #[cfg(not(ferrocm_device))]
-pub type ConvMmaArgs<T> = ConvGemmArgs<T>;
+pub type ConvSplitSumArgs<T> = (*mut T, *const f32, *const T, *const u64, u32, u32);
+/// The parameter types of `conv_mma_{T}` and `conv_wgmma_{T}`: `(y, x, w,
+/// bias, geom, g0)`.
+#[cfg(not(ferrocm_device))]
+pub type ConvMmaArgs<T> = (*mut T, *const T, *const T, *const T, *const u64, u32);
 /// The parameter types of `conv_direct_{T}`: `(y, x, w, bias, geom, cout)`.
 #[cfg(not(ferrocm_device))]
 pub type ConvDirectArgs<T> = (*mut T, *const T, *const T, *const T, *const u64, u32);
@@ -496,33 +706,46 @@ pub type ConvDirectArgs<T> = (*mut T, *const T, *const T, *const T, *const u64, 
 pub trait ConvKernels: Sized + 'static {
     /// `conv_gemm_{T}`, if the type has one.
     const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>>;
+    /// `conv_split_sum_{T}`, if the type has one.
+    const CONV_SPLIT_SUM: Option<KernelRef<ConvSplitSumArgs<Self>>>;
     /// `conv_direct_{T}`, if the type has one.
     const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>>;
     /// `conv_mma_{T}` (f16, bf16), if the type has one.
     const CONV_MMA: Option<KernelRef<ConvMmaArgs<Self>>>;
+    /// `conv_wgmma_{T}` (f16, bf16; Hopper's warpgroup product), if the
+    /// type has one.
+    const CONV_WGMMA: Option<KernelRef<ConvMmaArgs<Self>>>;
 }
 
 macro_rules! conv_kernels {
-    ($($gemm:ident, $direct:ident $(, $mma:ident)?: $t:ty),*; none: $($n:ty),*) => {
+    ($($gemm:ident, $sum:ident, $direct:ident $(, $mma:ident, $wgmma:ident)?: $t:ty),*; none: $($n:ty),*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl ConvKernels for $t {
                 const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = Some(KernelRef::of::<$gemm>());
+                const CONV_SPLIT_SUM: Option<KernelRef<ConvSplitSumArgs<Self>>> = Some(KernelRef::of::<$sum>());
                 const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = Some(KernelRef::of::<$direct>());
                 const CONV_MMA: Option<KernelRef<ConvMmaArgs<Self>>> = conv_kernels!(@opt $($mma)?);
+                const CONV_WGMMA: Option<KernelRef<ConvMmaArgs<Self>>> = conv_kernels!(@opt $($wgmma)?);
             }
         )*
         $(
             #[cfg(not(ferrocm_device))]
             impl ConvKernels for $n {
                 const CONV_GEMM: Option<KernelRef<ConvGemmArgs<Self>>> = None;
+                const CONV_SPLIT_SUM: Option<KernelRef<ConvSplitSumArgs<Self>>> = None;
                 const CONV_DIRECT: Option<KernelRef<ConvDirectArgs<Self>>> = None;
                 const CONV_MMA: Option<KernelRef<ConvMmaArgs<Self>>> = None;
+                const CONV_WGMMA: Option<KernelRef<ConvMmaArgs<Self>>> = None;
             }
         )*
         kernels! {$(
-            fn $gemm(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, g0: u32) {
-                conv_gemm_body::<$t>(y, x, w, bias, geom, g0)
+            fn $gemm(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, g0: u32,
+                     part: *mut f32, chunk: u32) {
+                conv_gemm_body::<$t>(y, x, w, bias, geom, g0, part, chunk)
+            }
+            fn $sum(y: *mut $t, part: *const f32, bias: *const $t, geom: *const u64, splits: u32, cout: u32) {
+                conv_split_sum_body::<$t>(y, part, bias, geom, splits, cout)
             }
             fn $direct(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, cout: u32) {
                 conv_direct_body::<$t>(y, x, w, bias, geom, cout)
@@ -530,6 +753,9 @@ macro_rules! conv_kernels {
             $(
             fn $mma(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, g0: u32) {
                 conv_mma_body::<$t>(y, x, w, bias, geom, g0)
+            }
+            fn $wgmma(y: *mut $t, x: *const $t, w: *const $t, bias: *const $t, geom: *const u64, g0: u32) {
+                conv_wgmma_body::<$t>(y, x, w, bias, geom, g0)
             }
             )?
         )*}
@@ -539,9 +765,9 @@ macro_rules! conv_kernels {
 }
 
 conv_kernels!(
-    conv_gemm_f32, conv_direct_f32: f32,
-    conv_gemm_f16, conv_direct_f16, conv_mma_f16: F16,
-    conv_gemm_bf16, conv_direct_bf16, conv_mma_bf16: Bf16;
+    conv_gemm_f32, conv_split_sum_f32, conv_direct_f32: f32,
+    conv_gemm_f16, conv_split_sum_f16, conv_direct_f16, conv_mma_f16, conv_wgmma_f16: F16,
+    conv_gemm_bf16, conv_split_sum_bf16, conv_direct_bf16, conv_mma_bf16, conv_wgmma_bf16: Bf16;
     none: u8, u32, i64
 );
 

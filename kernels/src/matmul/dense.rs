@@ -1228,71 +1228,88 @@ pub const WGMMA_STAGES: u32 = 4;
 /// LDS of [`gemm_wgmma_body`]: 64 KB.
 pub const WGMMA_LDS_BYTES: u32 = WGMMA_STAGES * 2 * crate::mma::WG_TILE_BYTES;
 
-/// The K loop of [`gemm_wgmma_body`] for one pair of operand layouts
-/// (`A_K`: A's K is its contiguous dim, `B_K` likewise): the calling
-/// warpgroup's 64 x 128 accumulator of rows `64 * warpgroup` of the tile.
-///
-/// Each K step of 32 is copied straight into its stage's two tiles
-/// ([`lds_copy_async`], groups past the matrix zero; every group wholly in
-/// or out, as [`MMA_ASYNC`]); two steps' copies fly while a step is
-/// multiplied, and the warpgroup's products of one step run on while the
-/// next is issued ([`wg_wait`] of 1), so a stage is refilled two steps
-/// after it was multiplied. One barrier a step.
+/// 16-byte groups a workitem copies of each operand tile of the
+/// warpgroup K loop ([`wgmma_k_loop_with`]): group `g` is tile group `tid +
+/// MMA_BLOCK * g`.
+pub const WGMMA_GROUPS: usize =
+    (crate::mma::WG_TILE_I * crate::mma::WG_TILE_K / 8 / MMA_BLOCK) as usize;
+
+/// Where tile group `e` (`tid + MMA_BLOCK * g`) of a warpgroup operand tile
+/// lies: `(i, kk)` of its first element (8 along the operand's contiguous
+/// dim: K when `k_major`).
 #[amdgpu_device]
 #[inline(always)]
-fn wgmma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
-    oa: &MmaOperand<T>,
-    ob: &MmaOperand<T>,
+pub const fn wgmma_group_at(e: u32, k_major: bool) -> (u32, u32) {
+    use crate::mma::{WG_TILE_I, WG_TILE_K};
+    if k_major {
+        (e / (WG_TILE_K / 8), (e % (WG_TILE_K / 8)) * 8)
+    } else {
+        ((e % (WG_TILE_I / 8)) * 8, e / (WG_TILE_I / 8))
+    }
+}
+
+/// The copier of a matrix operand into a warpgroup operand tile: `(tile,
+/// k0)` copies the K step at `k0` of `o`'s tile into the LDS tile at byte
+/// `tile` ([`lds_copy_async`], groups past the matrix zero; every group
+/// wholly in or out, as [`MMA_ASYNC`]), K-major when `k_major`.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wgmma_copier<T: MatElem>(o: MmaOperand<T>, k_major: bool, k: u32) -> impl Fn(u32, u32) {
+    use crate::mma::wg_tile_byte;
+    let tid = workitem_id_x();
+    move |tile: u32, k0: u32| {
+        let dst = lds_at::<W128>(tile);
+        unroll4!(g < WGMMA_GROUPS => {
+            let (ii, kk) = wgmma_group_at(tid + MMA_BLOCK * g as u32, k_major);
+            let (i, kg) = (o.i0 + ii, k0 + kk);
+            let keep = i < o.size && kg < k;
+            let at = i.wrapping_mul(o.i_stride).wrapping_add(kg.wrapping_mul(o.k_stride));
+            unsafe {
+                lds_copy_async(dst, wg_tile_byte(k_major, ii, kk) / 16, o.p as *const W128, (at / 8) as usize, keep)
+            };
+        });
+    }
+}
+
+/// The K loop of [`gemm_wgmma_body`] (and of the convolution's warpgroup
+/// kernel) for one pair of operand tile layouts (`A_K`: A's tile is
+/// K-major, `B_K` likewise): the calling warpgroup's 64 x 128 accumulator
+/// of rows `64 * warpgroup` of the tile. `copy(a_tile, b_tile, k0)` copies
+/// the K step at `k0` of both operands into the LDS tiles at those bytes
+/// with [`lds_copy_async`] (in the layouts of [`crate::mma::wg_tile_byte`],
+/// zeros past K), the same number of copies in every workitem.
+///
+/// Two steps' copies fly while a step is multiplied, and the warpgroup's
+/// products of one step run on while the next is issued ([`wg_wait`] of
+/// 1), so a stage is refilled two steps after it was multiplied. One
+/// barrier a step.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wgmma_k_loop_with<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
+    copy: &impl Fn(u32, u32, u32),
     k: u32,
 ) -> crate::mma::WgAcc {
     use crate::mma::{
         WG_THREADS, WG_TILE_BYTES, WG_TILE_I, WG_TILE_K, WgAcc, wg_begin, wg_commit, wg_lds_fence,
-        wg_mma, wg_tile_byte, wg_wait,
+        wg_mma, wg_wait,
     };
     const STAGES: u32 = WGMMA_STAGES;
     // Steps whose copies are in flight ahead of the one multiplied: a
     // stage is refilled AHEAD steps after it was multiplied, which
     // `wg_wait::<1>` below makes two (one step's products still run).
     const AHEAD: u32 = STAGES - 2;
-    // 16-byte groups a workitem copies of each tile.
-    const GROUPS: usize = (WG_TILE_I * WG_TILE_K / 8 / MMA_BLOCK) as usize;
     const _: () =
         assert!(MMA_BM == WG_TILE_I && MMA_BN == WG_TILE_I && MMA_BLOCK == 2 * WG_THREADS);
     let tid = workitem_id_x();
-    // The copier of one operand: group e of a tile is 8 elements along the
-    // operand's contiguous dim: (i, kk) of its first.
-    let copier = |o: MmaOperand<T>, k_major: bool| {
-        move |tile: u32, k0: u32| {
-            let dst = lds_at::<W128>(tile);
-            unroll4!(g < GROUPS => {
-                let e = tid + MMA_BLOCK * g as u32;
-                let (ii, kk) = if k_major {
-                    (e / (WG_TILE_K / 8), (e % (WG_TILE_K / 8)) * 8)
-                } else {
-                    ((e % (WG_TILE_I / 8)) * 8, e / (WG_TILE_I / 8))
-                };
-                let (i, kg) = (o.i0 + ii, k0 + kk);
-                let keep = i < o.size && kg < k;
-                let at = i.wrapping_mul(o.i_stride).wrapping_add(kg.wrapping_mul(o.k_stride));
-                unsafe {
-                    lds_copy_async(dst, wg_tile_byte(k_major, ii, kk) / 16, o.p as *const W128, (at / 8) as usize, keep)
-                };
-            });
-        }
-    };
-    let (copy_a, copy_b) = (copier(*oa, A_K), copier(*ob, B_K));
     // Stage s: A's tile, then B's.
-    let copy = |s: u32, k0: u32| {
-        copy_a(2 * s * WG_TILE_BYTES, k0);
-        copy_b((2 * s + 1) * WG_TILE_BYTES, k0);
-    };
+    let stage = |s: u32, k0: u32| copy(2 * s * WG_TILE_BYTES, (2 * s + 1) * WG_TILE_BYTES, k0);
     let mut acc = WgAcc::zero();
     // The first AHEAD steps in flight, one copy group each (empty past K,
     // so every workitem counts the same groups).
     unroll4!(s < AHEAD as usize => {
         let s = s as u32;
         if s * WG_TILE_K < k {
-            copy(s, s * WG_TILE_K);
+            stage(s, s * WG_TILE_K);
         }
         lds_copy_commit();
     });
@@ -1309,7 +1326,7 @@ fn wgmma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bo
         barrier();
         let ahead = k0 + AHEAD * WG_TILE_K;
         if ahead < k {
-            copy((cur + AHEAD) % STAGES, ahead);
+            stage((cur + AHEAD) % STAGES, ahead);
         }
         lds_copy_commit();
         let (ta, tb) = (2 * cur * WG_TILE_BYTES, (2 * cur + 1) * WG_TILE_BYTES);
@@ -1323,6 +1340,23 @@ fn wgmma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bo
     }
     wg_wait::<0>(&mut acc);
     acc
+}
+
+/// [`wgmma_k_loop_with`] on two matrix operands (`A_K` is `oa.k_fast`,
+/// `B_K` is `ob.k_fast`).
+#[amdgpu_device]
+#[inline(always)]
+fn wgmma_k_loop<T: MatElem + crate::mma::MmaElem, const A_K: bool, const B_K: bool>(
+    oa: &MmaOperand<T>,
+    ob: &MmaOperand<T>,
+    k: u32,
+) -> crate::mma::WgAcc {
+    let (copy_a, copy_b) = (wgmma_copier(*oa, A_K, k), wgmma_copier(*ob, B_K, k));
+    let copy = |ta: u32, tb: u32, k0: u32| {
+        copy_a(ta, k0);
+        copy_b(tb, k0);
+    };
+    wgmma_k_loop_with::<T, A_K, B_K>(&copy, k)
 }
 
 /// The warpgroup GEMM (f16, bf16; Hopper's `wgmma`, which the op library

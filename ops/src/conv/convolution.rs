@@ -9,10 +9,15 @@
 //! and the output then comes back in the same channels-last form (an NCHW
 //! view of NHWC memory), as PyTorch's `channels_last` format does.
 //!
-//! Kernel devices run `conv_gemm_{dtype}` (an implicit GEMM: no column
-//! buffer in memory) when a group has at least [`CONV_GEMM_MIN_COUT_G`]
-//! output channels, else `conv_direct_{dtype}` (a workitem per output, as a
-//! depthwise convolution wants). The Cpu builds the columns (im2col) of a
+//! Kernel devices run an implicit GEMM (no column buffer in memory) when a
+//! group has at least [`CONV_GEMM_MIN_COUT_G`] output channels:
+//! `conv_mma_{dtype}` on the matrix units for f16/bf16 with a multiple of 8
+//! input channels per group (`conv_wgmma_{dtype}`, the same on Hopper's
+//! warpgroup product, where `Device::warpgroup_mma` holds), else
+//! `conv_gemm_{dtype}` on FMA tiles, its reduction split across workgroups
+//! when the output has too few tiles to fill the GPU (`split_reduction`);
+//! with fewer output channels, `conv_direct_{dtype}` (a workitem per
+//! output, as a depthwise convolution wants). The Cpu builds the columns (im2col) of a
 //! block of output lines at a time, in a buffer that stays in the cache, and
 //! multiplies them on the tuned CPU GEMM, a block per task on its own
 //! thread; or sums windows directly for the same few-channel groups.
@@ -22,7 +27,7 @@
 //! outputs of a phase take a fixed subset of the taps, each from input `m +
 //! e` for output `phase + stride · m`, so a phase is a stride-1 convolution
 //! with those taps, written at stride `stride` from its first output, on the
-//! same two kernels; no product with a zero between two inputs is made. On
+//! same kernels; no product with a zero between two inputs is made. On
 //! the Cpu it is a GEMM per image and group (`W_gᵀ · X_g`, every tap of every
 //! input) whose rows are then added into the output where each tap lands
 //! (col2im).
@@ -41,7 +46,7 @@ use ferrocm_kernels::conv::convolution::{
     ConvKernels, G_BATCH, G_CIN_G, G_COUT_G, G_IN, G_K, G_OFFSET_BITS, G_OUT_HW, G_PAD,
     G_POSITIONS, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
 };
-use ferrocm_kernels::matmul::{MMA_BLOCK, MMA_BM, MMA_BN, MMA_LDS_BYTES};
+use ferrocm_kernels::matmul::{GEMM_BK, MMA_BLOCK, MMA_BM, MMA_BN, MMA_LDS_BYTES, WGMMA_LDS_BYTES};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -1344,12 +1349,46 @@ impl<T: WithDType> Conv<'_, T> {
     }
 }
 
+/// The fewest reduction indices a split of `conv_gemm_*`'s reduction
+/// takes (two K steps).
+const MIN_SPLIT_CHUNK: usize = 2 * GEMM_BK as usize;
+
+/// Workgroups per compute unit: a `conv_gemm_*` grid with fewer has its
+/// reduction split until it has about this many.
+const SPLIT_WORKGROUPS_PER_UNIT: usize = 2;
+
+/// How `conv_gemm_*` splits its reduction of `k` indices over a grid of
+/// `blocks` workgroups: `(chunk, splits)`, `(0, 1)` for none. A grid of
+/// fewer than [`SPLIT_WORKGROUPS_PER_UNIT`] workgroups a compute unit (the
+/// emulator counts as 4 units) is split up to that many, in chunks of at
+/// least [`MIN_SPLIT_CHUNK`] but the last. On an H200 (132 units): (1, 64, 56, 56) 3x3
+/// 64->64 f32, 49 tiles, 0.070 -> 0.028 ms in 6 chunks; each phase of the
+/// 4x4/2 transposed convolution, 160 tiles, in 2 (0.75 -> 0.52 ms); a third
+/// workgroup a unit lost on both and on the 392-tile 256->256 shape
+/// (docs/h100-bench.md).
+fn split_reduction(dev: &Device, blocks: usize, k: usize) -> (usize, usize) {
+    let units = dev.gpu_info().map_or(4, |i| i.compute_units as usize);
+    let target = SPLIT_WORKGROUPS_PER_UNIT * units;
+    if blocks == 0 || blocks >= target {
+        return (0, 1);
+    }
+    let splits = target.div_ceil(blocks).min(k / MIN_SPLIT_CHUNK);
+    if splits <= 1 {
+        return (0, 1);
+    }
+    let chunk = k.div_ceil(splits).next_multiple_of(GEMM_BK as usize);
+    match k.div_ceil(chunk) {
+        0 | 1 => (0, 1),
+        splits => (chunk, splits),
+    }
+}
+
 /// The input the kernels read: the caller's, or its channels-last copy
 /// for the matrix-unit kernel; `xs` its strides `(n, c, d, h, w)`.
 struct Source<'t, T: WithDType> {
     x: Cow<'t, Tensor<T>>,
     xs: [usize; 5],
-    /// `conv_mma_*` runs (see [`Conv::source`]).
+    /// `conv_mma_*` (or `conv_wgmma_*`) runs (see [`Conv::source`]).
     mma: bool,
 }
 
@@ -1490,6 +1529,7 @@ impl<T: WithDType> Conv<'_, T> {
         let p = &self.plan;
         let (positions, cout_g) = (out.iter().product::<usize>(), p.cout_g());
         let cols = p.batch * positions;
+        let k = geom[G_K] as usize;
         let geom = dev.upload_async(geom)?;
         let y = Out::at(self.out.view_as::<T::Kernel>().expect("same size"), first);
         let bias = match self.bias {
@@ -1498,45 +1538,93 @@ impl<T: WithDType> Conv<'_, T> {
         };
         // The implicit GEMMs: the matrix-unit tiles or the FMA tiles, one
         // launch per 65535 groups (the grid's y limit).
-        let gemm = if x.mma {
+        let grid = |tiles: usize, g0: usize| -> Result<[u32; 3]> {
+            if tiles > MAX_GRID_X as usize {
+                return Err(self.too_large());
+            }
+            Ok([
+                tiles as u32,
+                (p.groups - g0).min(MAX_GRID_YZ as usize) as u32,
+                1,
+            ])
+        };
+        if x.mma {
             let kernel = T::Kernel::CONV_MMA.ok_or_else(unsupported)?;
+            // Hopper's warpgroup product where the device runs it (the
+            // emulator at wave 32 checks its logic).
+            let (kernel, lds_bytes) = match T::Kernel::CONV_WGMMA {
+                Some(wg) if dev.warpgroup_mma() => (wg, WGMMA_LDS_BYTES),
+                _ => (kernel, MMA_LDS_BYTES),
+            };
             // The weight's reduction order `(ci, tap)` turned to `(tap, ci)`.
             let taps = w.elem_count() / (p.cout * p.cin_g()).max(1);
             let w = w
                 .reshape(&[p.cout, p.cin_g(), taps])?
                 .permute(&[0, 2, 1])?
                 .contiguous()?;
-            Some((kernel, w, [MMA_BM, MMA_BN, MMA_BLOCK, MMA_LDS_BYTES]))
-        } else if cout_g >= CONV_GEMM_MIN_COUT_G {
-            let kernel = T::Kernel::CONV_GEMM.ok_or_else(unsupported)?;
-            let tile = [
-                CONV_GEMM_BM,
-                CONV_GEMM_BN,
-                CONV_GEMM_BLOCK,
-                CONV_GEMM_LDS_BYTES,
-            ];
-            Some((kernel, w.clone(), tile))
-        } else {
-            None
-        };
-        if let Some((kernel, w, [bm, bn, block, lds_bytes])) = gemm {
-            let tiles = cout_g.div_ceil(bm as usize) * cols.div_ceil(bn as usize);
-            if tiles > MAX_GRID_X as usize {
-                return Err(self.too_large());
-            }
+            let tiles = cout_g.div_ceil(MMA_BM as usize) * cols.div_ceil(MMA_BN as usize);
             for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
                 let cfg = LaunchConfig {
-                    grid: [
-                        tiles as u32,
-                        (p.groups - g0).min(MAX_GRID_YZ as usize) as u32,
-                        1,
-                    ],
-                    block: [block, 1, 1],
+                    grid: grid(tiles, g0)?,
+                    block: [MMA_BLOCK, 1, 1],
                     lds_bytes,
                     early_start: false,
                 };
                 let args = (y, x.x.input(), w.input(), bias, In::new(&geom), g0 as u32);
                 dev.launch_typed(kernel, cfg, args)?;
+            }
+        } else if cout_g >= CONV_GEMM_MIN_COUT_G {
+            let kernel = T::Kernel::CONV_GEMM.ok_or_else(unsupported)?;
+            let split_sum = T::Kernel::CONV_SPLIT_SUM.ok_or_else(unsupported)?;
+            let tiles =
+                cout_g.div_ceil(CONV_GEMM_BM as usize) * cols.div_ceil(CONV_GEMM_BN as usize);
+            let (chunk, splits) = split_reduction(dev, tiles * p.groups, k);
+            let part = match splits {
+                1 => None,
+                _ => Some(dev.alloc::<f32>(p.cout * splits * cols)?),
+            };
+            let part_out = || part.as_ref().map(Out::new).unwrap_or_else(Out::null);
+            for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
+                let cfg = LaunchConfig {
+                    grid: grid(tiles * splits, g0)?,
+                    block: [CONV_GEMM_BLOCK, 1, 1],
+                    lds_bytes: CONV_GEMM_LDS_BYTES,
+                    early_start: false,
+                };
+                let args = (
+                    y,
+                    x.x.input(),
+                    w.input(),
+                    bias,
+                    In::new(&geom),
+                    g0 as u32,
+                    part_out(),
+                    chunk as u32,
+                );
+                dev.launch_typed(kernel, cfg, args)?;
+            }
+            if let Some(part) = &part {
+                // The chunks' sums added in order, the bias, one rounding.
+                const BLOCK: usize = 256;
+                let cfg = LaunchConfig {
+                    grid: [
+                        (p.cout * cols).div_ceil(BLOCK).min(MAX_GRID_X as usize) as u32,
+                        1,
+                        1,
+                    ],
+                    block: [BLOCK as u32, 1, 1],
+                    lds_bytes: 0,
+                    early_start: false,
+                };
+                let args = (
+                    y,
+                    In::new(part),
+                    bias,
+                    In::new(&geom),
+                    splits as u32,
+                    p.cout as u32,
+                );
+                dev.launch_typed(split_sum, cfg, args)?;
             }
         } else {
             let kernel = T::Kernel::CONV_DIRECT.ok_or_else(unsupported)?;
