@@ -531,11 +531,31 @@ fn transposed_cases() -> Vec<Case> {
             .stride(&[2, 1, 2])
             .pad(&[(0, 0), (1, 1), (1, 0)])
             .transposed(&[1, 0, 1]),
-        // Input channels a multiple of 8: the matrix-unit kernel per phase.
+        // Input channels a multiple of 8: the matrix-unit kernel, every
+        // phase in one launch.
         Case::new(2, 16, 24, &[5, 7], &[4, 4])
             .stride(&[2, 2])
             .pad(&[(1, 1), (1, 1)])
             .transposed(&[0, 0]),
+        // One launch whose phases differ in outputs (output padding): the
+        // first row of phases has two 64-column tiles, the second one (its
+        // workgroups past it return).
+        Case::new(1, 8, 20, &[8, 8], &[4, 4])
+            .stride(&[2, 2])
+            .pad(&[(1, 1), (1, 1)])
+            .transposed(&[1, 0]),
+        // Four phases of one tile, K = 160: the reduction split in two
+        // chunks a phase (f32 on the emulator's 4 units).
+        Case::new(1, 40, 20, &[3, 3], &[4, 4])
+            .stride(&[2, 2])
+            .pad(&[(1, 1), (1, 1)])
+            .transposed(&[1, 0]),
+        // Phases taking 1, 2, 2 and 4 taps: a launch a phase, the longer
+        // reductions split.
+        Case::new(1, 48, 20, &[3, 4], &[3, 3])
+            .stride(&[2, 2])
+            .pad(&[(1, 1), (1, 1)])
+            .transposed(&[1, 1]),
     ]
 }
 

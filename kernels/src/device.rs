@@ -208,6 +208,18 @@ pub fn workgroup_id_y() -> u32 {
     return emu::with(|c| c.workgroup_id[1]);
 }
 
+/// Workgroup id in the grid, z dimension.
+#[amdgpu_device]
+#[inline(always)]
+pub fn workgroup_id_z() -> u32 {
+    #[cfg(target_arch = "amdgpu")]
+    return core::arch::amdgpu::workgroup_id_z();
+    #[cfg(target_arch = "nvptx64")]
+    return unsafe { core::arch::nvptx::_block_idx_z() };
+    #[cfg(not(ferrocm_device))]
+    return emu::with(|c| c.workgroup_id[2]);
+}
+
 /// Reads a u16 / u32 field of the dispatch packet (device only).
 #[amdgpu_device]
 #[cfg(target_arch = "amdgpu")]

@@ -26,13 +26,16 @@
 //!   window: depthwise and other convolutions with few output channels per
 //!   group, where a 64-row tile would be mostly empty.
 //!
-//! Both read the geometry from `geom`, a small array of u64 the op layer
+//! All read the geometry from `geom`, a small array of u64 the op layer
 //! uploads: the header ([`G_BATCH`] ..) and then, for each `k < K`, where
 //! reduction index `k = (ci, kd, kh, kw)` reads relative to the window's
 //! corner ([`G_TABLE`]: the element offset `ci·x_c + kd·dil_d·x_d + ..` and
 //! the three dilated kernel offsets packed in 21 bits each), so the kernels
 //! never divide by the kernel's shape. Spatial dims are always three: a
-//! 1-d or 2-d convolution has leading dims of size 1.
+//! 1-d or 2-d convolution has leading dims of size 1. A transposed
+//! convolution's output phases run in one launch, the phase in the grid's
+//! z, each with its own geometry, weights and first output
+//! ([`G_PHASE_WORDS`] ..); workgroups past a smaller phase's tiles return.
 //!
 //! The weight is contiguous `[cout, cin_g, kd, kh, kw]`; the bias `[cout]`
 //! (may be null) is added in f32 before the one rounding.
@@ -73,8 +76,21 @@ pub const G_PAD: usize = 13;
 pub const G_X_STRIDES: usize = 16;
 /// Header words: the output's element strides `(n, c, d, h, w)`.
 pub const G_Y_STRIDES: usize = 21;
+/// Header word: the words from one phase's geometry to the next. A
+/// transposed convolution runs its output phases (see the op layer) in one
+/// launch, the phase in the grid's z: phase `z` reads the geometry at
+/// `geom + z · geom[G_PHASE_WORDS]` (read from the first), each phase's
+/// header and table the same length.
+pub const G_PHASE_WORDS: usize = 26;
+/// Header word: the element offset of the phase's first output in `y`.
+pub const G_Y_FIRST: usize = 27;
+/// Header word: the element offset of the phase's weights in `w`.
+pub const G_W_FIRST: usize = 28;
+/// Header word: the element offset of the phase's f32 sums in `part`
+/// (`conv_gemm_*` with its reduction split).
+pub const G_PART_FIRST: usize = 29;
 /// Words of the header; the table of `K` pairs follows.
-pub const G_TABLE: usize = 26;
+pub const G_TABLE: usize = 30;
 /// Bits of each dilated kernel offset in a table entry's second word.
 pub const G_OFFSET_BITS: u32 = 21;
 
@@ -94,6 +110,22 @@ struct Geom {
     pad: [u32; 3],
     xs: [u64; 5],
     ys: [u64; 5],
+    y_first: u64,
+    w_first: u64,
+    part_first: u64,
+}
+
+/// The geometry of this workgroup's phase (grid z; see [`G_PHASE_WORDS`]).
+#[amdgpu_device]
+#[inline(always)]
+fn phase_geom(geom: *const u64) -> *const u64 {
+    let z = workgroup_id_z();
+    // Phase 0 (every launch of one phase) waits on no load for it.
+    if z == 0 {
+        return geom;
+    }
+    let words = unsafe { load(geom, G_PHASE_WORDS) };
+    geom.wrapping_add((z as u64 * words) as usize)
 }
 
 #[amdgpu_device]
@@ -126,6 +158,9 @@ fn read_geom(g: *const u64) -> Geom {
             w(G_Y_STRIDES + 3),
             w(G_Y_STRIDES + 4),
         ],
+        y_first: w(G_Y_FIRST),
+        w_first: w(G_W_FIRST),
+        part_first: w(G_PART_FIRST),
     }
 }
 
@@ -226,6 +261,15 @@ fn gemm_tile(g: &Geom, g0: u32, bm: u32, bn: u32) -> (u32, u32, u32, u32) {
     (cols, m0, n0, g0 + workgroup_id_y())
 }
 
+/// Whether this workgroup is past the `bm x bn` tiles of its phase (a
+/// launch over several phases is sized for the largest).
+#[amdgpu_device]
+#[inline(always)]
+fn past_tiles(g: &Geom, bm: u32, bn: u32) -> bool {
+    let tiles = g.cout_g.div_ceil(bm) as u64 * (g.batch * g.positions).div_ceil(bn) as u64;
+    workgroup_id_x() as u64 >= tiles
+}
+
 /// The first row and column of tile `tile` (row-major over `bm x bn`
 /// tiles of a GEMM with `cols` columns).
 #[amdgpu_device]
@@ -261,6 +305,7 @@ pub fn conv_gemm_body<T: MatElem>(
     part: *mut f32,
     chunk: u32,
 ) {
+    let geom = phase_geom(geom);
     let g = read_geom(geom);
     let table = geom.wrapping_add(G_TABLE);
     let tid = workitem_id_x();
@@ -270,6 +315,21 @@ pub fn conv_gemm_body<T: MatElem>(
     // At least 1: a division the compiler cannot prove safe calls the
     // panic handler.
     let tiles = Ord::max(m.div_ceil(CONV_GEMM_BM) * cols.div_ceil(CONV_GEMM_BN), 1);
+    let splits = if chunk == 0 {
+        1
+    } else {
+        Ord::max(k.div_ceil(chunk), 1)
+    };
+    // Past this phase's tiles and splits (the grid is sized for the
+    // largest phase): nothing to do. Uniform over the workgroup.
+    if workgroup_id_x() as u64 >= tiles as u64 * splits as u64 {
+        return;
+    }
+    let (y, w) = (
+        y.wrapping_add(g.y_first as usize),
+        w.wrapping_add(g.w_first as usize),
+    );
+    let part = part.wrapping_add(g.part_first as usize);
     let (split, tile) = (workgroup_id_x() / tiles, workgroup_id_x() % tiles);
     let (m0, n0) = tile_corner(tile, cols, CONV_GEMM_BM, CONV_GEMM_BN);
     let group = g0 + workgroup_id_y();
@@ -313,7 +373,6 @@ pub fn conv_gemm_body<T: MatElem>(
         gemm_tile_fma(&mut acc, 0);
         k0 += GEMM_BK;
     }
-    let splits = if chunk == 0 { 1 } else { k.div_ceil(chunk) };
     unroll4!(i < 4 => {
         let row = m0 + 4 * ty + i as u32;
         if row < m {
@@ -356,7 +415,9 @@ pub fn conv_split_sum_body<T: MatElem>(
     splits: u32,
     cout: u32,
 ) {
-    let g = read_geom(geom);
+    let g = read_geom(phase_geom(geom));
+    let y = y.wrapping_add(g.y_first as usize);
+    let part = part.wrapping_add(g.part_first as usize);
     let cols = g.batch * g.positions;
     let total = cout as u64 * cols as u64;
     // At least 1: see conv_gemm_body.
@@ -407,7 +468,15 @@ pub fn conv_mma_body<T: MatElem + crate::mma::MmaElem>(
         return;
     }
     #[allow(unreachable_code)]
+    let geom = phase_geom(geom);
     let g = read_geom(geom);
+    if past_tiles(&g, MMA_BM, MMA_BN) {
+        return;
+    }
+    let (y, w) = (
+        y.wrapping_add(g.y_first as usize),
+        w.wrapping_add(g.w_first as usize),
+    );
     let table = geom.wrapping_add(G_TABLE);
     let tid = workitem_id_x();
     let (m, k) = (g.cout_g, g.k);
@@ -538,7 +607,15 @@ pub fn conv_wgmma_body<T: MatElem + crate::mma::MmaElem>(
         return;
     }
     #[allow(unreachable_code)]
+    let geom = phase_geom(geom);
     let g = read_geom(geom);
+    if past_tiles(&g, MMA_BM, MMA_BN) {
+        return;
+    }
+    let (y, w) = (
+        y.wrapping_add(g.y_first as usize),
+        w.wrapping_add(g.w_first as usize),
+    );
     use crate::mma::{WG_THREADS, wg_acc_at, wg_tile_byte};
     let table = geom.wrapping_add(G_TABLE);
     let tid = workitem_id_x();
@@ -641,7 +718,12 @@ pub fn conv_direct_body<T: MatElem>(
     geom: *const u64,
     cout: u32,
 ) {
+    let geom = phase_geom(geom);
     let g = read_geom(geom);
+    let (y, w) = (
+        y.wrapping_add(g.y_first as usize),
+        w.wrapping_add(g.w_first as usize),
+    );
     let table = geom.wrapping_add(G_TABLE);
     let p = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
     if p >= g.positions {

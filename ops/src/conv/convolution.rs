@@ -27,7 +27,11 @@
 //! outputs of a phase take a fixed subset of the taps, each from input `m +
 //! e` for output `phase + stride · m`, so a phase is a stride-1 convolution
 //! with those taps, written at stride `stride` from its first output, on the
-//! same kernels; no product with a zero between two inputs is made. On
+//! same kernels; no product with a zero between two inputs is made. Where
+//! every phase takes as many taps (a kernel a multiple of the stride, as the
+//! 4x4/2 upsampling layer) all phases run in one launch, the phase in the
+//! grid's z, their weights gathered in one pass; otherwise a launch a
+//! phase. On
 //! the Cpu it is a GEMM per image and group (`W_gᵀ · X_g`, every tap of every
 //! input) whose rows are then added into the output where each tap lands
 //! (col2im).
@@ -44,7 +48,8 @@ use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::convolution::{
     CONV_GEMM_BLOCK, CONV_GEMM_BM, CONV_GEMM_BN, CONV_GEMM_LDS_BYTES, CONV_GEMM_MIN_COUT_G,
     ConvKernels, G_BATCH, G_CIN_G, G_COUT_G, G_IN, G_K, G_OFFSET_BITS, G_OUT_HW, G_PAD,
-    G_POSITIONS, G_STRIDE, G_TABLE, G_X_STRIDES, G_Y_STRIDES,
+    G_PART_FIRST, G_PHASE_WORDS, G_POSITIONS, G_STRIDE, G_TABLE, G_W_FIRST, G_X_STRIDES, G_Y_FIRST,
+    G_Y_STRIDES,
 };
 use ferrocm_kernels::matmul::{GEMM_BK, MMA_BLOCK, MMA_BM, MMA_BN, MMA_LDS_BYTES, WGMMA_LDS_BYTES};
 use rayon::prelude::*;
@@ -1241,21 +1246,81 @@ impl<T: WithDType> Op for Conv<'_, T> {
                 .collect();
             let pad = p.pad.map(|v| v as i64);
             let geom = self.geom(&x, (p.out, ys), (p.stride, pad), &taps)?;
-            self.launch(dev, &x, &geom, self.w, (p.out, 0))?;
+            // The matrix-unit kernels reduce over `(tap, ci)`.
+            let w = match x.mma {
+                true => Cow::Owned(
+                    self.w
+                        .reshape(&[p.cout, p.cin_g(), p.volume()])?
+                        .permute(&[0, 2, 1])?
+                        .contiguous()?,
+                ),
+                false => Cow::Borrowed(self.w),
+            };
+            self.launch(dev, &x, geom, 1, &w, p.out)?;
             return Ok(self.out);
         }
         // Transposed: output `o = φ + s·m` of phase `φ` (per dim, `φ <
         // stride`) takes tap `t` from input `m + e` when `s` divides `φ +
         // before - t·dilation = s·e`: per phase, a stride-1 convolution of
-        // the input with the taps that phase takes (the weight's channel
-        // dims swapped to `[cout, cin_g, taps]`), written at stride `s` from
-        // the phase's first output. No tap meets a spread-out zero.
-        let swapped = self
-            .w
-            .reshape(&[p.groups, p.cin_g(), p.cout_g(), p.volume()])?
-            .permute(&[0, 2, 1, 3])?
-            .contiguous()?;
+        // the input with the taps that phase takes, written at stride `s`
+        // from the phase's first output. No tap meets a spread-out zero.
+        let phases = self.phases(ys);
+        let mut strided = ys;
+        for d in 0..3 {
+            strided[2 + d] = ys[2 + d] * p.stride[d];
+        }
+        let geom_of = |ph: &Phase, w_first: usize| -> Result<Vec<u64>> {
+            let mut geom = self.geom(&x, (ph.count, strided), ([1; 3], ph.pad), &ph.taps)?;
+            geom[G_Y_FIRST] = ph.first as u64;
+            geom[G_W_FIRST] = w_first as u64;
+            Ok(geom)
+        };
+        let largest = |phases: &[Phase]| {
+            [0, 1, 2].map(|d| phases.iter().map(|ph| ph.count[d]).max().unwrap_or(0))
+        };
+        let taps = phases.first().map_or(0, |ph| ph.taps.len());
+        if phases.iter().all(|ph| ph.taps.len() == taps) && phases.len() <= MAX_GRID_YZ as usize {
+            // One launch: phase `z`'s weights `z · cout · cin_g · taps` on.
+            let ids: Vec<u32> = phases
+                .iter()
+                .flat_map(|ph| ph.ids.iter().copied())
+                .collect();
+            let w = self.phase_weights(dev, &x, &ids, phases.len())?;
+            let mut geom = Vec::new();
+            for (z, ph) in phases.iter().enumerate() {
+                geom.extend(geom_of(ph, z * p.cout * p.cin_g() * taps)?);
+            }
+            self.launch(dev, &x, geom, phases.len(), &w, largest(&phases))?;
+        } else {
+            for ph in &phases {
+                let w = self.phase_weights(dev, &x, &ph.ids, 1)?;
+                let geom = geom_of(ph, 0)?;
+                self.launch(dev, &x, geom, 1, &w, ph.count)?;
+            }
+        }
+        Ok(self.out)
+    }
+}
+
+/// One output phase of a transposed convolution on kernel devices: its
+/// output positions per dim (`count`), the element offset of its first
+/// output, its taps (their offsets from the window's corner `m + pad`) and
+/// their indices in the weight's `(kd, kh, kw)` order (`ids`).
+struct Phase {
+    count: [usize; 3],
+    first: usize,
+    pad: [i64; 3],
+    taps: Vec<[usize; 3]>,
+    ids: Vec<u32>,
+}
+
+impl<T: WithDType> Conv<'_, T> {
+    /// The phases of a transposed convolution with outputs (`count` in
+    /// every dim above 0), output strides `ys`.
+    fn phases(&self, ys: [usize; 5]) -> Vec<Phase> {
+        let p = &self.plan;
         let [s0, s1, s2] = p.stride;
+        let mut phases = Vec::new();
         for phase in 0..s0 * s1 * s2 {
             let phi = [phase / (s1 * s2), (phase / s2) % s1, phase % s2];
             let mut count = [0; 3];
@@ -1277,28 +1342,55 @@ impl<T: WithDType> Op for Conv<'_, T> {
             // least `e`) at offset 0.
             let pad = [0, 1, 2].map(|d| -taken[d].iter().map(|t| t.1).min().unwrap_or(0));
             let [kh, kw] = [p.kernel[1], p.kernel[2]];
-            let mut flat = Vec::new();
-            let mut taps = Vec::new();
+            let (mut ids, mut taps) = (Vec::new(), Vec::new());
             for &(t0, e0) in &taken[0] {
                 for &(t1, e1) in &taken[1] {
                     for &(t2, e2) in &taken[2] {
-                        flat.push(((t0 * kh + t1) * kw + t2) as u32);
+                        ids.push(((t0 * kh + t1) * kw + t2) as u32);
                         let e = [e0, e1, e2];
                         taps.push([0, 1, 2].map(|d| (e[d] + pad[d]) as usize));
                     }
                 }
             }
-            let ids = Tensor::from_slice(&flat, &[flat.len()], dev)?;
-            let w = swapped.index_select(3, &ids)?.contiguous()?;
-            let mut strided = ys;
-            for d in 0..3 {
-                strided[2 + d] = ys[2 + d] * p.stride[d];
-            }
             let first = (0..3).map(|d| phi[d] * ys[2 + d]).sum();
-            let geom = self.geom(&x, (count, strided), ([1; 3], pad), &taps)?;
-            self.launch(dev, &x, &geom, &w, (count, first))?;
+            phases.push(Phase {
+                count,
+                first,
+                pad,
+                taps,
+                ids,
+            });
         }
-        Ok(self.out)
+        phases
+    }
+
+    /// The weights of `phases` phases of a transposed convolution, each
+    /// taking the `ids.len() / phases` taps of its slice of `ids`, one
+    /// phase's `[cout, K]` after another in the kernels' reduction order
+    /// (`(ci, tap)`, or `(tap, ci)` for the matrix units): one gather and
+    /// one copy. The weight is `[cin, cout_g, taps]` (its channel dims
+    /// swapped against a convolution's).
+    fn phase_weights(
+        &self,
+        dev: &Device,
+        x: &Source<'_, T>,
+        ids: &[u32],
+        phases: usize,
+    ) -> Result<Tensor<T>> {
+        let p = &self.plan;
+        let taps = ids.len() / phases.max(1);
+        let ids = Tensor::from_slice(ids, &[ids.len()], dev)?;
+        let order = if x.mma {
+            [3, 0, 2, 4, 1]
+        } else {
+            [3, 0, 2, 1, 4]
+        };
+        self.w
+            .reshape(&[p.groups, p.cin_g(), p.cout_g(), p.volume()])?
+            .index_select(3, &ids)?
+            .reshape(&[p.groups, p.cin_g(), p.cout_g(), phases, taps])?
+            .permute(&order)?
+            .contiguous()
     }
 }
 
@@ -1477,7 +1569,10 @@ impl<T: WithDType> Conv<'_, T> {
         let k = p.cin_g() * taps.len();
         let entries = if x.mma { taps.len() } else { k };
         let mut geom = vec![0u64; G_TABLE + 2 * entries];
+        // The first output and the weights at the start; the next phase
+        // (if any) right after this one.
         let header = [
+            (G_PHASE_WORDS, geom.len()),
             (G_BATCH, p.batch),
             (G_CIN_G, p.cin_g()),
             (G_COUT_G, p.cout_g()),
@@ -1512,15 +1607,18 @@ impl<T: WithDType> Conv<'_, T> {
         Ok(geom)
     }
 
-    /// Launches the convolution kernel for `geom` with weight `w` (`[cout,
-    /// K]`), the outputs (`out` per image) written from element `first`.
+    /// Launches the convolution kernel over `phases` phases (the grid's z),
+    /// their geometries one after another in `geom`, their weights in `w`
+    /// (each `[cout, K]` in the kernel's reduction order, where its header
+    /// says); `out` the largest phase's output positions per dim.
     fn launch(
         &self,
         dev: &Device,
         x: &Source<'_, T>,
-        geom: &[u64],
+        mut geom: Vec<u64>,
+        phases: usize,
         w: &Tensor<T>,
-        (out, first): ([usize; 3], usize),
+        out: [usize; 3],
     ) -> Result<()> {
         let unsupported = || Error::UnsupportedDType {
             op: self.op,
@@ -1530,8 +1628,7 @@ impl<T: WithDType> Conv<'_, T> {
         let (positions, cout_g) = (out.iter().product::<usize>(), p.cout_g());
         let cols = p.batch * positions;
         let k = geom[G_K] as usize;
-        let geom = dev.upload_async(geom)?;
-        let y = Out::at(self.out.view_as::<T::Kernel>().expect("same size"), first);
+        let y = Out::new(self.out.view_as::<T::Kernel>().expect("same size"));
         let bias = match self.bias {
             Some(b) => b.input(),
             None => In::opt(None::<&DeviceBuffer<T::Kernel>>),
@@ -1539,13 +1636,13 @@ impl<T: WithDType> Conv<'_, T> {
         // The implicit GEMMs: the matrix-unit tiles or the FMA tiles, one
         // launch per 65535 groups (the grid's y limit).
         let grid = |tiles: usize, g0: usize| -> Result<[u32; 3]> {
-            if tiles > MAX_GRID_X as usize {
+            if tiles > MAX_GRID_X as usize || phases > MAX_GRID_YZ as usize {
                 return Err(self.too_large());
             }
             Ok([
                 tiles as u32,
                 (p.groups - g0).min(MAX_GRID_YZ as usize) as u32,
-                1,
+                phases as u32,
             ])
         };
         if x.mma {
@@ -1556,12 +1653,7 @@ impl<T: WithDType> Conv<'_, T> {
                 Some(wg) if dev.warpgroup_mma() => (wg, WGMMA_LDS_BYTES),
                 _ => (kernel, MMA_LDS_BYTES),
             };
-            // The weight's reduction order `(ci, tap)` turned to `(tap, ci)`.
-            let taps = w.elem_count() / (p.cout * p.cin_g()).max(1);
-            let w = w
-                .reshape(&[p.cout, p.cin_g(), taps])?
-                .permute(&[0, 2, 1])?
-                .contiguous()?;
+            let geom = dev.upload_async(&geom)?;
             let tiles = cout_g.div_ceil(MMA_BM as usize) * cols.div_ceil(MMA_BN as usize);
             for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
                 let cfg = LaunchConfig {
@@ -1578,11 +1670,19 @@ impl<T: WithDType> Conv<'_, T> {
             let split_sum = T::Kernel::CONV_SPLIT_SUM.ok_or_else(unsupported)?;
             let tiles =
                 cout_g.div_ceil(CONV_GEMM_BM as usize) * cols.div_ceil(CONV_GEMM_BN as usize);
-            let (chunk, splits) = split_reduction(dev, tiles * p.groups, k);
+            let (chunk, splits) = split_reduction(dev, tiles * p.groups * phases, k);
             let part = match splits {
                 1 => None,
-                _ => Some(dev.alloc::<f32>(p.cout * splits * cols)?),
+                _ => Some(dev.alloc::<f32>(p.cout * splits * cols * phases)?),
             };
+            // Each phase's sums after the last's (its own split count, as
+            // its reduction length, is the same: the phases of one launch
+            // take as many taps).
+            let words = geom.len() / phases;
+            for z in 0..phases {
+                geom[z * words + G_PART_FIRST] = (z * p.cout * splits * cols) as u64;
+            }
+            let geom = dev.upload_async(&geom)?;
             let part_out = || part.as_ref().map(Out::new).unwrap_or_else(Out::null);
             for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
                 let cfg = LaunchConfig {
@@ -1610,7 +1710,7 @@ impl<T: WithDType> Conv<'_, T> {
                     grid: [
                         (p.cout * cols).div_ceil(BLOCK).min(MAX_GRID_X as usize) as u32,
                         1,
-                        1,
+                        phases as u32,
                     ],
                     block: [BLOCK as u32, 1, 1],
                     lds_bytes: 0,
@@ -1628,13 +1728,17 @@ impl<T: WithDType> Conv<'_, T> {
             }
         } else {
             let kernel = T::Kernel::CONV_DIRECT.ok_or_else(unsupported)?;
+            let geom = dev.upload_async(&geom)?;
             const BLOCK: usize = 256;
             let rows = p.batch * p.cout;
+            if positions.div_ceil(BLOCK) > MAX_GRID_X as usize || phases > MAX_GRID_YZ as usize {
+                return Err(self.too_large());
+            }
             let cfg = LaunchConfig {
                 grid: [
                     positions.div_ceil(BLOCK) as u32,
                     super::row_groups(rows, positions.div_ceil(BLOCK)),
-                    1,
+                    phases as u32,
                 ],
                 block: [BLOCK as u32, 1, 1],
                 lds_bytes: 0,
