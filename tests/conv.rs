@@ -550,6 +550,18 @@ fn transposed_cases() -> Vec<Case> {
             .stride(&[2, 2])
             .pad(&[(1, 1), (1, 1)])
             .transposed(&[1, 0]),
+        // Groups in one launch: per group and phase the weights' offset,
+        // on the GEMM kernels (16 outputs a group; one tap a phase) and
+        // on the direct kernel (4 outputs a group).
+        Case::new(1, 16, 32, &[4, 5], &[2, 2])
+            .groups(2)
+            .stride(&[2, 2])
+            .transposed(&[0, 0]),
+        Case::new(2, 8, 8, &[5, 6], &[4, 4])
+            .groups(2)
+            .stride(&[2, 2])
+            .pad(&[(1, 1), (1, 1)])
+            .transposed(&[1, 0]),
         // Phases taking 1, 2, 2 and 4 taps: a launch a phase, the longer
         // reductions split.
         Case::new(1, 48, 20, &[3, 4], &[3, 3])

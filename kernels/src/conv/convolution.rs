@@ -281,7 +281,9 @@ fn tile_corner(tile: u32, cols: u32, bm: u32, bn: u32) -> (u32, u32) {
     ((tile / tiles_n) * bm, (tile % tiles_n) * bn)
 }
 
-/// The body of `conv_gemm_*`: see the module doc. Group `g0 +
+/// The body of `conv_gemm_*`: see the module doc. Phase
+/// `workgroup_id_z()` (its `y`, `w` and `part` from the header's
+/// [`G_Y_FIRST`], [`G_W_FIRST`] and [`G_PART_FIRST`] on), group `g0 +
 /// workgroup_id_y()`; tile `workgroup_id_x() % tiles` of its `cout_g x
 /// (batch * positions)` output, row-major over tiles.
 ///

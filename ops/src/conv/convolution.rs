@@ -28,11 +28,11 @@
 //! e` for output `phase + stride · m`, so a phase is a stride-1 convolution
 //! with those taps, written at stride `stride` from its first output, on the
 //! same kernels; no product with a zero between two inputs is made. Where
-//! every phase takes as many taps (a kernel a multiple of the stride, as the
-//! 4x4/2 upsampling layer) all phases run in one launch, the phase in the
-//! grid's z, their weights gathered in one pass; otherwise a launch a
-//! phase. On
-//! the Cpu it is a GEMM per image and group (`W_gᵀ · X_g`, every tap of every
+//! every phase takes as many taps (e.g. an undilated kernel a multiple of
+//! the stride, as the 4x4/2 upsampling layer; a dilation sharing a factor
+//! with the stride gives phases without taps) all phases run in one launch,
+//! the phase in the grid's z, their weights gathered in one pass; otherwise
+//! a launch a phase. On the Cpu it is a GEMM per image and group (`W_gᵀ · X_g`, every tap of every
 //! input) whose rows are then added into the output where each tap lands
 //! (col2im).
 
@@ -1368,8 +1368,8 @@ impl<T: WithDType> Conv<'_, T> {
     /// taking the `ids.len() / phases` taps of its slice of `ids`, one
     /// phase's `[cout, K]` after another in the kernels' reduction order
     /// (`(ci, tap)`, or `(tap, ci)` for the matrix units): one gather and
-    /// one copy. The weight is `[cin, cout_g, taps]` (its channel dims
-    /// swapped against a convolution's).
+    /// one copy. The weight is `[cin, cout_g, kd, kh, kw]` (its channel
+    /// dims swapped against a convolution's).
     fn phase_weights(
         &self,
         dev: &Device,
