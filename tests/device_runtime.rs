@@ -324,3 +324,77 @@ fn graphs_keep_other_threads_work_out_on_gpus() {
         });
     }
 }
+
+/// An op's geometry goes up once per device and content
+/// (`Device::upload_words`): the same words give the same buffer, other
+/// words another; a pooling run outside a recording then records (no copy
+/// from the host left in it) and gives the values of a max written here; a
+/// shape not run before is refused inside one, as every copy from the host.
+#[test]
+fn cached_geometry_lets_a_pool_record_on_gpus() {
+    use ferrocm::ops::conv::PoolOptions;
+    for dev in gpus() {
+        let a = dev.upload_words(&[5, 9, 2, 6]).unwrap();
+        let b = dev.upload_words(&[5, 9, 2, 6]).unwrap();
+        let c = dev.upload_words(&[5, 9, 2, 7]).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&a, &b), "{dev}: one upload");
+        assert!(!std::sync::Arc::ptr_eq(&a, &c), "{dev}");
+        assert_eq!(b.download().unwrap(), [5, 9, 2, 6], "{dev}");
+        assert_eq!(c.download().unwrap(), [5, 9, 2, 7], "{dev}");
+
+        // (2, 3, 7, 5), windows 3 x 2 at stride 3 x 2: 2 x 2 outputs a plane.
+        let (n, ch, h, w) = (2, 3, 7, 5);
+        let xv: Vec<f32> = (0..n * ch * h * w)
+            .map(|i| ((i * 29 % 41) as f32 - 20.0) / 3.0)
+            .collect();
+        let mut want = Vec::new();
+        for plane in 0..n * ch {
+            for oy in 0..2 {
+                for ox in 0..2 {
+                    let mut best = f32::NEG_INFINITY;
+                    for ky in 0..3 {
+                        for kx in 0..2 {
+                            best = best.max(xv[plane * h * w + (3 * oy + ky) * w + 2 * ox + kx]);
+                        }
+                    }
+                    want.push(best);
+                }
+            }
+        }
+        let x = Tensor::from_slice(&xv, &[n, ch, h, w], &dev).unwrap();
+        let o = PoolOptions::new(&[3, 2]);
+        let (plain, plain_at) = x.max_pool_with_indices(2, &o).unwrap();
+        assert_eq!(plain.to_vec().unwrap(), want, "{dev}: plain");
+        let mut g = ferrocm::Graph::new(&dev);
+        let (y, at) = g.run(|| x.max_pool_with_indices(2, &o)).unwrap();
+        assert_eq!(y.to_vec().unwrap(), want, "{dev}: recorded");
+        assert_eq!(at.to_vec().unwrap(), plain_at.to_vec().unwrap(), "{dev}");
+        assert_eq!(g.stats().launched, 1, "{dev}");
+
+        let other = Tensor::from_slice(&xv, &[n, ch, w, h], &dev).unwrap();
+        let e = g
+            .run(|| other.max_pool_with_indices(2, &o))
+            .map(drop)
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Host(HostError::NotRecordable { .. })),
+            "{dev}: {e}"
+        );
+
+        // A strided row reduction reads its layout from memory, which goes
+        // up the same way: after a plain run it records. Integer values, so
+        // the sums are exact in f32.
+        let mv: Vec<f32> = (0..6 * 35).map(|i| (i * 7 % 13) as f32 - 6.0).collect();
+        let m = Tensor::from_slice(&mv, &[6, 35], &dev)
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap();
+        let want: Vec<f32> = (0..35)
+            .map(|r| (0..6).map(|c| mv[c * 35 + r]).sum())
+            .collect();
+        assert_eq!(m.sum(&[1], false).unwrap().to_vec().unwrap(), want, "{dev}");
+        let s = g.run(|| m.sum(&[1], false)).unwrap();
+        assert_eq!(s.to_vec().unwrap(), want, "{dev}: recorded");
+        assert_eq!(g.stats().launched, 2, "{dev}");
+    }
+}

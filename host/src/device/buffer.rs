@@ -7,6 +7,7 @@ use super::Device;
 use crate::error::{Error, Result};
 use crate::memory::{Block, HostAlloc, POISON, RED_ZONE, size_class};
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 impl Device {
     /// A buffer of `len_bytes` from the cache (or fresh), its bytes set to
@@ -425,6 +426,72 @@ impl Device {
             }
             // SAFETY: the buffer holds exactly `bytes.len()` bytes.
             Some(gpu) => unsafe { gpu.copy_htod_async(b.device_ptr(), bytes)? },
+        }
+        Ok(b)
+    }
+}
+
+/// Most word lists [`Device::upload_words`] keeps across all GPUs, and most
+/// bytes: past either, a list is uploaded for its call alone.
+const WORDS_CACHE_ENTRIES: usize = 4096;
+const WORDS_CACHE_BYTES: usize = 16 << 20;
+
+/// A word list's key: the device it lives on and the words themselves.
+type WordsKey = (super::DeviceKey, Box<[u64]>);
+
+/// The word lists uploaded by [`Device::upload_words`], by device and content.
+#[derive(Default)]
+struct WordsCache {
+    lists: std::collections::HashMap<WordsKey, Arc<DeviceBuffer<u64>>>,
+    bytes: usize,
+}
+
+static WORDS_CACHE: std::sync::LazyLock<std::sync::Mutex<WordsCache>> =
+    std::sync::LazyLock::new(Default::default);
+
+impl Device {
+    /// A buffer holding `words` for kernels to read (an op's geometry, its
+    /// window tables): on a GPU uploaded once per device and content, in
+    /// stream order ([`Device::upload_async`]), and kept for the process, so
+    /// a repeated shape queues no copy (one fewer command and host-to-device
+    /// transfer ahead of each launch) and its op can be recorded into a graph
+    /// once it has run outside one. The buffer must not be written. Past 4096
+    /// lists or 16 MiB in all, further lists are uploaded per call. The Cpu
+    /// and the emulator copy per call (a host copy).
+    ///
+    /// ```
+    /// # use ferrocm_host::WaveSize;
+    /// let dev = ferrocm_host::Device::emulator(WaveSize::Wave32);
+    /// let g = dev.upload_words(&[3, 1, 4]).unwrap();
+    /// assert_eq!(g.download().unwrap(), vec![3, 1, 4]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Device::upload_async`] (a list not yet cached cannot be uploaded
+    /// while a graph is recorded).
+    pub fn upload_words(&self, words: &[u64]) -> Result<Arc<DeviceBuffer<u64>>> {
+        if self.gpu().is_none() {
+            return Ok(Arc::new(self.upload_async(words)?));
+        }
+        let key = (self.key(), Box::<[u64]>::from(words));
+        // A poisoned lock only means another thread panicked between two
+        // consistent states of the map: keep using it.
+        let cache = || WORDS_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = cache().lists.get(&key) {
+            return Ok(Arc::clone(b));
+        }
+        // Uploaded without the lock held: the copy waits for the stream's
+        // turn, which a thread holding it may need the lock to give back.
+        let b = Arc::new(self.upload_async(words)?);
+        let bytes = size_of_val(words);
+        let mut cache = cache();
+        if let Some(first) = cache.lists.get(&key) {
+            // Another thread cached the same list meanwhile.
+            return Ok(Arc::clone(first));
+        }
+        if cache.lists.len() < WORDS_CACHE_ENTRIES && cache.bytes + bytes <= WORDS_CACHE_BYTES {
+            cache.bytes += bytes;
+            cache.lists.insert(key, Arc::clone(&b));
         }
         Ok(b)
     }

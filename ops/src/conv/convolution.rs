@@ -1653,7 +1653,7 @@ impl<T: WithDType> Conv<'_, T> {
                 Some(wg) if dev.warpgroup_mma() => (wg, WGMMA_LDS_BYTES),
                 _ => (kernel, MMA_LDS_BYTES),
             };
-            let geom = dev.upload_async(&geom)?;
+            let geom = dev.upload_words(&geom)?;
             let tiles = cout_g.div_ceil(MMA_BM as usize) * cols.div_ceil(MMA_BN as usize);
             for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
                 let cfg = LaunchConfig {
@@ -1682,7 +1682,7 @@ impl<T: WithDType> Conv<'_, T> {
             for z in 0..phases {
                 geom[z * words + G_PART_FIRST] = (z * p.cout * splits * cols) as u64;
             }
-            let geom = dev.upload_async(&geom)?;
+            let geom = dev.upload_words(&geom)?;
             let part_out = || part.as_ref().map(Out::new).unwrap_or_else(Out::null);
             for g0 in (0..p.groups).step_by(MAX_GRID_YZ as usize) {
                 let cfg = LaunchConfig {
@@ -1728,7 +1728,7 @@ impl<T: WithDType> Conv<'_, T> {
             }
         } else {
             let kernel = T::Kernel::CONV_DIRECT.ok_or_else(unsupported)?;
-            let geom = dev.upload_async(&geom)?;
+            let geom = dev.upload_words(&geom)?;
             const BLOCK: usize = 256;
             let rows = p.batch * p.cout;
             if positions.div_ceil(BLOCK) > MAX_GRID_X as usize || phases > MAX_GRID_YZ as usize {

@@ -880,7 +880,7 @@ impl<T: WithDType> Op for Pool<'_, T> {
             geom[P_X_STRIDES + d] = p.xs[d] as u64;
             geom[P_Y_STRIDES + d] = ys[d] as u64;
         }
-        let geom = dev.upload_async(&geom)?;
+        let geom = dev.upload_words(&geom)?;
         const BLOCK: usize = 256;
         let blocks = positions.div_ceil(BLOCK);
         if blocks > MAX_GRID_X as usize {

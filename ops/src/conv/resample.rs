@@ -324,7 +324,7 @@ impl<T: WithDType> Op for Resample<'_, T> {
             geom[R_Y_STRIDES + d] = ys[d] as u64;
         }
         geom.extend_from_slice(&self.table);
-        let geom = dev.upload_async(&geom)?;
+        let geom = dev.upload_words(&geom)?;
         let kernel = if self.bilinear {
             T::Kernel::BILINEAR
         } else {

@@ -10,6 +10,7 @@ use crate::core::layout::Layout;
 use crate::core::tensor::{BLOCK, Tensor};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::device::INLINE_RANK;
+use std::sync::Arc;
 
 /// The arguments every one-input map kernel (unary, affine, cast, copy)
 /// starts with: `(out, inp, n, ndim, layout, dims 2 words, strides 2 words)`.
@@ -63,11 +64,11 @@ pub fn map1<T: WithDType, R: WithDType>(
 /// layer's `Strides`): `ndim == 0` is the contiguous fast path; a layout of
 /// at most [`INLINE_RANK`] dims whose dims, strides and element count fit in
 /// 32 bits travels by value in the kernel arguments; any other goes through
-/// [`Device::upload_async`] (stream-ordered, from the device's cache). A
-/// strided op never waits for the device.
+/// [`Device::upload_words`] (stream-ordered; on a GPU once per device and
+/// layout). A strided op never waits for the device.
 pub struct Strided<const N: usize> {
     ndim: u32,
-    layout: Option<DeviceBuffer<u64>>,
+    layout: Option<Arc<DeviceBuffer<u64>>>,
     dims: [u64; 2],
     strides: [[u64; 2]; N],
 }
@@ -135,7 +136,7 @@ impl<const N: usize> Strided<N> {
         for l in layouts {
             v.extend(l.strides().iter().map(|&st| st as u64));
         }
-        s.layout = Some(device.upload_async(&v)?);
+        s.layout = Some(device.upload_words(&v)?);
         Ok(s)
     }
 
@@ -146,7 +147,7 @@ impl<const N: usize> Strided<N> {
 
     /// The `layout` kernel argument (null unless the layout is in memory).
     pub fn arg(&self) -> In<'_, u64> {
-        In::opt(self.layout.as_ref())
+        In::opt(self.layout.as_deref())
     }
 
     /// The packed dims (two words).

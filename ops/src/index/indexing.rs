@@ -923,7 +923,7 @@ impl<T: WithDType, I: IdType> Op for Scatter<'_, T, I> {
                 self.src.layout.strides()[d] as u64,
             ]);
         }
-        let layout = dev.upload_async(&words)?;
+        let layout = dev.upload_words(&words)?;
         let (sorted, perm) = (&sorted, &perm);
         match size_of::<I>() {
             1 => launch_scatter(&self, dev, T::Kernel::SCATTER_U8, sorted, perm, k, &layout)?,

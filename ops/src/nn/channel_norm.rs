@@ -445,7 +445,7 @@ impl<T: WithDType> Op for ChannelStats<'_, T> {
             dtype: T::DTYPE,
         })?;
         let rows = g.batch * g.stats_per_image;
-        let geom = dev.upload_async(&g.words())?;
+        let geom = dev.upload_words(&g.words())?;
         let cfg = LaunchConfig {
             grid: [rows.min(MAX_GRID_X as usize) as u32, 1, 1],
             block: [CHANNEL_STATS_BLOCK, 1, 1],
@@ -596,7 +596,7 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
         })?;
         let rows = g.batch * g.channels;
         let rstd = self.rstd.get()?;
-        let geom = dev.upload_async(&g.words())?;
+        let geom = dev.upload_words(&g.words())?;
         let cfg = LaunchConfig {
             grid: [blocks as u32, crate::conv::row_groups(rows, blocks), 1],
             block: [CHANNEL_NORM_BLOCK, 1, 1],
