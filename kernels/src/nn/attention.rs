@@ -927,12 +927,6 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     let fw = unsafe { FullWaves::assume() };
     // The scale and the max's slack in base-2 units.
     let (c2, slack2) = (scale * LOG2_E, ATTN_RESCALE_SLACK * LOG2_E);
-    // The stage fetch's copies per workitem: key rows `c0, c0 + dc, ..`,
-    // word `w0` of each, where the workgroup is a multiple of a key's words
-    // and the copies are asynchronous (on AMD, where each is a load and a
-    // store, the registers it holds across the stage spilled on gfx942).
-    let regular = crate::device::COPY_STAGED_LOOPS && size % nw == 0;
-    let (c0, w0, dc) = (tid / nw, tid % nw, Ord::max(size / nw, 1));
     // Output tiles tile0 + 0..OT of this pass.
     let mut tile0 = 0;
     while tile0 < nt {
@@ -960,71 +954,41 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
         // Each held row's running max and sum.
         let (mut m, mut l) = ([f32::NEG_INFINITY; ROW_SLOTS], [0.0f32; ROW_SLOTS]);
         let mut o = [Acc::zero(); OT];
-        // Word `w` of the stage's key `c` into K/V buffer `buf`'s slot
-        // `slot`: `ki` and `vi` are the key's words in k and v, read only
-        // where `ok` (the key is in the span; else zeros are stored, and
-        // where the copy is a load, `vi_first`, the stage's first key, is
-        // read instead).
-        let copy = |buf: u32,
-                    (c, w, slot): (u32, u32, u32),
-                    (ki, vi, vi_first): (u64, u64, u64),
-                    ok: bool| {
-            let (kb, vb) = (k_b + buf * kv_bytes, v_b + buf * kv_bytes);
-            unsafe { lds_copy_async(lds_at::<W128>(kb), slot, k as *const W128, ki as usize, ok) };
-            if TRANSPOSED_LOADS {
-                unsafe {
-                    lds_copy_async(lds_at::<W128>(vb), slot, v as *const W128, vi as usize, ok)
-                };
-            } else {
-                // Dims 8w.. of key c go down column c of the dim rows.
-                let at = if ok { vi } else { vi_first };
-                let vw = word_if(unsafe { load(v as *const W128, at as usize) }, ok);
-                let halves = lds_at::<u16>(vb);
-                unroll4!(h < 4 => {
-                    let dim = 8 * w + 2 * h as u32;
-                    halves.store(dim * 2 * VT_PITCH + c, vw.0[h] as u16);
-                    halves.store((dim + 1) * 2 * VT_PITCH + c, (vw.0[h] >> 16) as u16);
-                });
-            }
-        };
         // The stage of keys `j0..` into K/V buffer `buf` (zeros past the
         // span): on NVIDIA without waiting, in a copy group of its own.
-        // Where the workgroup is a multiple of the words a key takes (head
-        // dims 64 and 128), each workitem copies the same word of every
-        // `dc`-th key, and its sources move by `dc` keys' strides: no
-        // division, clamp or 64-bit product per copy (the integer work ncu
-        // put most of the kernel's ALU instructions on).
         let fetch = |j0: u32, buf: u32| {
-            if regular {
-                let (ks, vs) = (geo.k.2 / 8, geo.v.2 / 8);
-                let (k0, v0) = (k_base / 8 + j0 as u64 * ks, v_base / 8 + j0 as u64 * vs);
-                let (mut ki, mut vi) = (
-                    k0 + c0 as u64 * ks + w0 as u64,
-                    v0 + c0 as u64 * vs + w0 as u64,
+            let (kb, vb) = (k_b + buf * kv_bytes, v_b + buf * kv_bytes);
+            let mut e = tid;
+            while e < ATTN_MMA_KEYS * nw {
+                let (c, w) = (e / nw, e % nw);
+                let j = j0 + c;
+                // Keys past the span point at the stage's first key and
+                // copy zeros.
+                let ok = j < hi;
+                let jj = if ok { j } else { j0 };
+                let (ko, vo) = (k_base + jj as u64 * geo.k.2, v_base + jj as u64 * geo.v.2);
+                let (ki, vi) = (
+                    (ko / 8) as usize + w as usize,
+                    (vo / 8) as usize + w as usize,
                 );
-                let (k_dc, v_dc) = (dc as u64 * ks, dc as u64 * vs);
-                let (mut c, mut slot) = (c0, c0 * wpr + w0);
-                while c < ATTN_MMA_KEYS {
-                    copy(buf, (c, w0, slot), (ki, vi, v0 + w0 as u64), j0 + c < hi);
-                    c += dc;
-                    slot += dc * wpr;
-                    ki += k_dc;
-                    vi += v_dc;
+                unsafe {
+                    lds_copy_async(lds_at::<W128>(kb), c * wpr + w, k as *const W128, ki, ok)
+                };
+                if TRANSPOSED_LOADS {
+                    unsafe {
+                        lds_copy_async(lds_at::<W128>(vb), c * wpr + w, v as *const W128, vi, ok)
+                    };
+                } else {
+                    // Dims 8w.. of key c go down column c of the dim rows.
+                    let vw = word_if(unsafe { load(v as *const W128, vi) }, ok);
+                    let halves = lds_at::<u16>(vb);
+                    unroll4!(h < 4 => {
+                        let dim = 8 * w + 2 * h as u32;
+                        halves.store(dim * 2 * VT_PITCH + c, vw.0[h] as u16);
+                        halves.store((dim + 1) * 2 * VT_PITCH + c, (vw.0[h] >> 16) as u16);
+                    });
                 }
-            } else {
-                let mut e = tid;
-                while e < ATTN_MMA_KEYS * nw {
-                    let (c, w) = (e / nw, e % nw);
-                    let j = j0 + c;
-                    // Keys past the span point at the stage's first key and
-                    // copy zeros.
-                    let ok = j < hi;
-                    let jj = if ok { j } else { j0 };
-                    let (ko, vo) = (k_base + jj as u64 * geo.k.2, v_base + jj as u64 * geo.v.2);
-                    let (ki, vi) = (ko / 8 + w as u64, vo / 8 + w as u64);
-                    copy(buf, (c, w, c * wpr + w), (ki, vi, vi), ok);
-                    e += size;
-                }
+                e += size;
             }
             lds_copy_commit();
         };
