@@ -1715,6 +1715,64 @@ fn attention_reads_cache_views_and_permuted_layouts() {
     }
 }
 
+/// A prefill (more than 16 query rows a KV head: the matrix-unit kernel on
+/// GPUs and the emulator) over a K that is the first keys of a longer
+/// cache (heads `cap` keys apart), a V stored (b, s, h, d) and seen as
+/// (b, h, s, d) (keys `h_kv * d` apart), two batches: the kernel's fetch
+/// finds each key from its head's first word, and that must hold for
+/// every head, batch and stride, at d 64 and 128.
+#[test]
+fn attention_prefill_reads_cache_views_and_permuted_kv() {
+    for d in [64, 128] {
+        let (b, h_q, h_kv, s_q, s_kv, cap) = (2, 4, 2, 37, 70, 96);
+        let mut rng = Rng(91 + d as u64);
+        let cache_k: Vec<bf16> = rng.vec(b * h_kv * cap * d, 1.0, 0.0);
+        let v_bshd: Vec<bf16> = rng.vec(b * s_kv * h_kv * d, 1.0, 0.0);
+        let q: Vec<bf16> = rng.vec(b * h_q * s_q * d, 1.0, 0.0);
+        // The contiguous (b, h, s, d) operands, for the reference.
+        let bhsd = |f: &dyn Fn(usize, usize, usize, usize) -> bf16| -> Vec<bf16> {
+            let mut out = Vec::with_capacity(b * h_kv * s_kv * d);
+            for bi in 0..b {
+                for h in 0..h_kv {
+                    for j in 0..s_kv {
+                        for e in 0..d {
+                            out.push(f(bi, h, j, e));
+                        }
+                    }
+                }
+            }
+            out
+        };
+        let k = bhsd(&|bi, h, j, e| cache_k[((bi * h_kv + h) * cap + j) * d + e]);
+        let v = bhsd(&|bi, h, j, e| v_bshd[((bi * s_kv + j) * h_kv + h) * d + e]);
+        let c = AttnCase {
+            dims: [b, h_q, h_kv, s_q, s_kv, d],
+            causal: true,
+            window: None,
+            softcap: None,
+            mask: None,
+        };
+        let scale = 1.0 / (d as f64).sqrt();
+        let want = attn_reference(&c, &q, &k, &v, None, scale);
+        for dev in common::devices() {
+            let kt = Tensor::from_slice(&cache_k, &[b, h_kv, cap, d], &dev)
+                .unwrap()
+                .narrow(2, 0, s_kv)
+                .unwrap();
+            let vt = Tensor::from_slice(&v_bshd, &[b, s_kv, h_kv, d], &dev)
+                .unwrap()
+                .permute(&[0usize, 2, 1, 3][..])
+                .unwrap();
+            let qt = Tensor::from_slice(&q, &[b, h_q, s_q, d], &dev).unwrap();
+            let opts = ferrocm::AttentionOptions::new().causal();
+            let got = qt.attention(&kt, &vt, &opts).unwrap().to_vec().unwrap();
+            check(&format!("prefill views d {d} {dev:?}"), &got, &want, |i| {
+                attn_bound::<bf16>(want[i], d, 1.0)
+            });
+        }
+    }
+}
+
 #[test]
 fn attention_hides_rows_to_zero_and_shows_nan() {
     let d = 64;

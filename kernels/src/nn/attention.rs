@@ -923,6 +923,16 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     }
     let k_base = bi as u64 * geo.k.0 + kvh as u64 * geo.k.1;
     let v_base = bi as u64 * geo.v.0 + kvh as u64 * geo.v.1;
+    // The stage fetch finds a key's words from its head's first word in 32
+    // bits (the op takes this kernel only where a head's last key word is
+    // under 2^32 words from its first): one multiply-add per copy instead
+    // of a 64-bit product, sum and shift. Pointers to the head's first
+    // word: the workgroup's K/V head lies inside the tensors.
+    let (k_head, v_head) = (
+        (k as *const W128).wrapping_add((k_base / 8) as usize),
+        (v as *const W128).wrapping_add((v_base / 8) as usize),
+    );
+    let (k_stride_words, v_stride_words) = ((geo.k.2 / 8) as u32, (geo.v.2 / 8) as u32);
     // Whole waves: each holds 16 rows of matrix-unit tiles.
     let fw = unsafe { FullWaves::assume() };
     // The scale and the max's slack in base-2 units.
@@ -966,21 +976,17 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
                 // copy zeros.
                 let ok = j < hi;
                 let jj = if ok { j } else { j0 };
-                let (ko, vo) = (k_base + jj as u64 * geo.k.2, v_base + jj as u64 * geo.v.2);
+                // A 32-bit word index from the head's first word.
                 let (ki, vi) = (
-                    (ko / 8) as usize + w as usize,
-                    (vo / 8) as usize + w as usize,
+                    (jj * k_stride_words + w) as usize,
+                    (jj * v_stride_words + w) as usize,
                 );
-                unsafe {
-                    lds_copy_async(lds_at::<W128>(kb), c * wpr + w, k as *const W128, ki, ok)
-                };
+                unsafe { lds_copy_async(lds_at::<W128>(kb), c * wpr + w, k_head, ki, ok) };
                 if TRANSPOSED_LOADS {
-                    unsafe {
-                        lds_copy_async(lds_at::<W128>(vb), c * wpr + w, v as *const W128, vi, ok)
-                    };
+                    unsafe { lds_copy_async(lds_at::<W128>(vb), c * wpr + w, v_head, vi, ok) };
                 } else {
                     // Dims 8w.. of key c go down column c of the dim rows.
-                    let vw = word_if(unsafe { load(v as *const W128, vi) }, ok);
+                    let vw = word_if(unsafe { load(v_head, vi) }, ok);
                     let halves = lds_at::<u16>(vb);
                     unroll4!(h < 4 => {
                         let dim = 8 * w + 2 * h as u32;

@@ -187,6 +187,15 @@ fn strides3<T: WithDType>(t: &Tensor<T>) -> [usize; 3] {
     [s[0], s[1], s[2]]
 }
 
+/// Whether a head's last key word lies under 2^32 16-byte words from its
+/// first, with keys `row_stride` elements apart: the matrix-unit kernel
+/// finds a key's words in 32 bits (others take the row kernels).
+fn key_words_fit_u32<T: WithDType>(s_kv: usize, row_stride: usize, d: usize) -> bool {
+    let per = per_word::<T::Kernel>() as u64;
+    let last = (s_kv.max(1) as u64 - 1) * (row_stride as u64 / per) + d as u64 / per;
+    last <= u32::MAX as u64
+}
+
 /// A view's elements from its offset on (the Cpu's buffer).
 fn data<T: WithDType>(t: &Tensor<T>) -> &[T] {
     &crate::engine::cpu::host(t.buf())[t.layout().offset()..]
@@ -403,7 +412,9 @@ impl<T: WithDType> Op for Attend<'_, T> {
             Some(mma)
                 if d <= ATTN_MMA_MAX_D
                     && rows > ATTN_MMA_ROWS as usize
-                    && (!dev.is_gpu() || dev.matrix_unit().is_some()) =>
+                    && (!dev.is_gpu() || dev.matrix_unit().is_some())
+                    && key_words_fit_u32::<T>(s_kv, strides3(a.k)[2], d)
+                    && key_words_fit_u32::<T>(s_kv, strides3(a.v)[2], d) =>
             {
                 let waves = 4;
                 // Two K/V buffers where the next stage's copy overlaps the
@@ -813,5 +824,27 @@ impl crate::DynTensor {
             };
             Ok(t.attention(&k.typed()?, &v.typed()?, &typed)?.into())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_words_fit_u32;
+    use half::bf16;
+
+    /// The matrix-unit kernel's 32-bit key index: the last word of a head's
+    /// last key at 2^32 - 1 words fits, one word more does not.
+    #[test]
+    fn key_words_fit_u32_at_the_edge() {
+        // bf16: 8 elements a word; d 128 is 16 words.
+        let fits = |s_kv, stride| key_words_fit_u32::<bf16>(s_kv, stride, 128);
+        assert!(fits(0, 128) && fits(1, 128) && fits(1 << 20, 4096));
+        let stride_words = 1u64 << 16;
+        let keys = ((u32::MAX as u64 - 16) / stride_words + 1) as usize;
+        assert!(fits(keys, (stride_words * 8) as usize));
+        assert!(!fits(keys + 1, (stride_words * 8) as usize));
+        // Keys a word apart: the last key's last word is word s_kv + 14.
+        assert!(fits((1 << 32) - 16, 8));
+        assert!(!fits((1 << 32) - 15, 8));
     }
 }
