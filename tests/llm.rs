@@ -1291,6 +1291,12 @@ fn attn_grid() -> Vec<AttnCase> {
             None,
             Some(vec![1, 4, 9, 70]),
         ),
+        // Prefill on the warpgroup kernel where the device has one (the
+        // emulator at wave 32; no mask or softcap, d 64 and 128): row
+        // blocks of 64 across two query heads of a KV head, more keys than
+        // queries, two batches; a window without the causal mask.
+        case([2, 4, 2, 37, 150, 64], true, None, None, None),
+        case([1, 3, 1, 50, 131, 128], false, Some(40), None, None),
     ]
 }
 

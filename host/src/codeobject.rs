@@ -206,15 +206,17 @@ mod tests {
                 // The matrix-unit attention and convolution kernels are
                 // empty stubs on archs without a matrix unit (the op layer
                 // launches the row kernels and `conv_gemm_*` there), and
-                // `gemm_wide_f32` and `conv_wgmma_*` on every AMD arch (the
-                // op layer launches `gemm_f32`, and `conv_mma_*` or
-                // `conv_gemm_*`, there): no registers.
+                // `gemm_wide_f32`, `conv_wgmma_*` and `attn_wgmma_*` on
+                // every AMD arch (the op layer launches `gemm_f32`,
+                // `conv_mma_*` or `conv_gemm_*`, and `attn_mma_*` there): no
+                // registers.
                 let stub = ["attn_mma_", "conv_mma_"]
                     .iter()
                     .any(|p| r.kernel.starts_with(p))
                     && ferrocm_kernels::host::matrix_unit_of(co.arch).is_none()
                     || r.kernel == "gemm_wide_f32"
-                    || r.kernel.starts_with("conv_wgmma_");
+                    || r.kernel.starts_with("conv_wgmma_")
+                    || r.kernel.starts_with("attn_wgmma_");
                 assert!(
                     r.occupancy >= 1 && (stub || r.vgpr > 0 && r.sgpr > 0),
                     "{r:?}"

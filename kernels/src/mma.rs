@@ -1108,21 +1108,27 @@ pub const fn wg_tile_byte(k_major: bool, i: u32, k: u32) -> u32 {
     }
 }
 
-/// A warpgroup's 64 x 128 f32 accumulator: workitem `t` of the warpgroup
-/// holds elements [`wg_acc_at`]`(t, e)`, `e < 64`.
+/// A warpgroup's 64 x N f32 accumulator (`N = 2 E`: 128 by default, 64
+/// for [`WgAcc64`]): workitem `t` of the warpgroup holds elements
+/// [`wg_acc_at`]`(t, e)`, `e < E`.
 #[amdgpu_device]
 #[derive(Clone, Copy)]
-pub struct WgAcc {
+pub struct WgAcc<const E: usize = 64> {
     /// The workitem's elements.
-    pub v: [f32; 64],
+    pub v: [f32; E],
 }
 
+/// A warpgroup's 64 x 64 accumulator (`wgmma` m64n64k16).
 #[amdgpu_device]
-impl WgAcc {
+pub type WgAcc64 = WgAcc<32>;
+
+#[amdgpu_device]
+impl<const E: usize> WgAcc<E> {
     /// All zero.
     #[inline(always)]
     pub fn zero() -> Self {
-        WgAcc { v: [0.0; 64] }
+        const { assert!(E == 32 || E == 64) };
+        WgAcc { v: [0.0; E] }
     }
 }
 
@@ -1145,7 +1151,8 @@ pub const fn wg_acc_at(t: u32, e: u32) -> (u32, u32) {
     )
 }
 
-/// `acc += A[a_i0 .. a_i0 + 64, k0 .. k0 + 16] · B[k0 .. k0 + 16, 0 .. 128]`
+/// `acc += A[a_i0 .. a_i0 + 64, k0 .. k0 + 16] · B[k0 .. k0 + 16, 0 .. N]`
+/// (`N = 2 E`: 128, or 64 for a [`WgAcc64`], B's first 64 rows of the tile)
 /// for the calling warpgroup (all [`WG_THREADS`] workitems call it
 /// together), f32 accumulation: A is the operand tile at LDS byte `a_tile`
 /// (K-major when `A_K`), B the one at `b_tile` (K-major when `B_K`);
@@ -1159,8 +1166,8 @@ pub const fn wg_acc_at(t: u32, e: u32) -> (u32, u32) {
 /// workitem computes its own elements from the tiles now, in order of K.
 #[amdgpu_device]
 #[inline(always)]
-pub fn wg_mma<T: MmaElem, const A_K: bool, const B_K: bool>(
-    acc: &mut WgAcc,
+pub fn wg_mma<T: MmaElem, const A_K: bool, const B_K: bool, const E: usize>(
+    acc: &mut WgAcc<E>,
     a_tile: u32,
     a_i0: u32,
     b_tile: u32,
@@ -1172,7 +1179,15 @@ pub fn wg_mma<T: MmaElem, const A_K: bool, const B_K: bool>(
         // at 64 * i0 and K step k0 (0 or 16) where no swizzle moves it.
         let a = wg_desc::<A_K>(a_tile + wg_tile_byte(A_K, a_i0, k0));
         let b = wg_desc::<B_K>(b_tile + wg_tile_byte(B_K, 0, k0));
-        nv_wg::mma(acc, a, b, T::BF16, !A_K, !B_K);
+        if E == 64 {
+            // SAFETY: the same array (E is 64).
+            let v = unsafe { &mut *(acc.v.as_mut_ptr() as *mut [f32; 64]) };
+            nv_wg::mma(v, a, b, T::BF16, !A_K, !B_K);
+        } else {
+            // SAFETY: the same array (E is 32, `WgAcc::zero`'s check).
+            let v = unsafe { &mut *(acc.v.as_mut_ptr() as *mut [f32; 32]) };
+            nv_wg::mma64(v, a, b, T::BF16, !A_K, !B_K);
+        }
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
@@ -1192,11 +1207,13 @@ pub fn wg_mma<T: MmaElem, const A_K: bool, const B_K: bool>(
             let a0 = at(a_tile, A_K, a_i0 + r0, k);
             let a1 = at(a_tile, A_K, a_i0 + r0 + 8, k);
             crate::unroll16!(j => {
-                unroll4!(e < 2 => {
-                    let b = at(b_tile, B_K, c0 + 8 * j as u32 + e as u32, k);
-                    acc.v[4 * j + e] = math::fma(a0, b, acc.v[4 * j + e]);
-                    acc.v[4 * j + 2 + e] = math::fma(a1, b, acc.v[4 * j + 2 + e]);
-                });
+                if 4 * j < E {
+                    unroll4!(e < 2 => {
+                        let b = at(b_tile, B_K, c0 + 8 * j as u32 + e as u32, k);
+                        acc.v[4 * j + e] = math::fma(a0, b, acc.v[4 * j + e]);
+                        acc.v[4 * j + 2 + e] = math::fma(a1, b, acc.v[4 * j + 2 + e]);
+                    });
+                }
             });
             kk += 1;
             schedule_barrier();
@@ -1269,7 +1286,7 @@ pub fn wg_commit() {
 #[amdgpu_device]
 #[inline(always)]
 #[allow(unused_variables)]
-pub fn wg_wait<const PENDING: u32>(acc: &mut WgAcc) {
+pub fn wg_wait<const PENDING: u32, const E: usize>(acc: &mut WgAcc<E>) {
     #[cfg(target_arch = "nvptx64")]
     {
         // SAFETY: no operands; a memory clobber.
@@ -1282,8 +1299,10 @@ pub fn wg_wait<const PENDING: u32>(acc: &mut WgAcc) {
         };
         if PENDING == 0 {
             crate::unroll64!(e => {
-                // SAFETY: a comment that names the register.
-                unsafe { core::arch::asm!("// wg_wait {0}", inout(reg32) acc.v[e], options(nostack)) };
+                if e < E {
+                    // SAFETY: a comment that names the register.
+                    unsafe { core::arch::asm!("// wg_wait {0}", inout(reg32) acc.v[e], options(nostack)) };
+                }
             });
         }
     }
@@ -1316,8 +1335,6 @@ struct LdsAligned([u8; 1024]);
 #[amdgpu_device]
 #[cfg(target_arch = "nvptx64")]
 mod nv_wg {
-    use super::WgAcc;
-
     macro_rules! wgmma {
         ($acc:expr, $a:expr, $b:expr, $ty:literal, $ta:literal, $tb:literal) => {
             // SAFETY: reads the two tiles the descriptors name in LDS (a
@@ -1329,70 +1346,122 @@ mod nv_wg {
                         "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty,
                         " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {a}, {b}, p, 1, 1, ", $ta, ", ", $tb, "; }}"
                     ),
-                        inout(reg32) $acc.v[0],
-                        inout(reg32) $acc.v[1],
-                        inout(reg32) $acc.v[2],
-                        inout(reg32) $acc.v[3],
-                        inout(reg32) $acc.v[4],
-                        inout(reg32) $acc.v[5],
-                        inout(reg32) $acc.v[6],
-                        inout(reg32) $acc.v[7],
-                        inout(reg32) $acc.v[8],
-                        inout(reg32) $acc.v[9],
-                        inout(reg32) $acc.v[10],
-                        inout(reg32) $acc.v[11],
-                        inout(reg32) $acc.v[12],
-                        inout(reg32) $acc.v[13],
-                        inout(reg32) $acc.v[14],
-                        inout(reg32) $acc.v[15],
-                        inout(reg32) $acc.v[16],
-                        inout(reg32) $acc.v[17],
-                        inout(reg32) $acc.v[18],
-                        inout(reg32) $acc.v[19],
-                        inout(reg32) $acc.v[20],
-                        inout(reg32) $acc.v[21],
-                        inout(reg32) $acc.v[22],
-                        inout(reg32) $acc.v[23],
-                        inout(reg32) $acc.v[24],
-                        inout(reg32) $acc.v[25],
-                        inout(reg32) $acc.v[26],
-                        inout(reg32) $acc.v[27],
-                        inout(reg32) $acc.v[28],
-                        inout(reg32) $acc.v[29],
-                        inout(reg32) $acc.v[30],
-                        inout(reg32) $acc.v[31],
-                        inout(reg32) $acc.v[32],
-                        inout(reg32) $acc.v[33],
-                        inout(reg32) $acc.v[34],
-                        inout(reg32) $acc.v[35],
-                        inout(reg32) $acc.v[36],
-                        inout(reg32) $acc.v[37],
-                        inout(reg32) $acc.v[38],
-                        inout(reg32) $acc.v[39],
-                        inout(reg32) $acc.v[40],
-                        inout(reg32) $acc.v[41],
-                        inout(reg32) $acc.v[42],
-                        inout(reg32) $acc.v[43],
-                        inout(reg32) $acc.v[44],
-                        inout(reg32) $acc.v[45],
-                        inout(reg32) $acc.v[46],
-                        inout(reg32) $acc.v[47],
-                        inout(reg32) $acc.v[48],
-                        inout(reg32) $acc.v[49],
-                        inout(reg32) $acc.v[50],
-                        inout(reg32) $acc.v[51],
-                        inout(reg32) $acc.v[52],
-                        inout(reg32) $acc.v[53],
-                        inout(reg32) $acc.v[54],
-                        inout(reg32) $acc.v[55],
-                        inout(reg32) $acc.v[56],
-                        inout(reg32) $acc.v[57],
-                        inout(reg32) $acc.v[58],
-                        inout(reg32) $acc.v[59],
-                        inout(reg32) $acc.v[60],
-                        inout(reg32) $acc.v[61],
-                        inout(reg32) $acc.v[62],
-                        inout(reg32) $acc.v[63],
+                        inout(reg32) $acc[0],
+                        inout(reg32) $acc[1],
+                        inout(reg32) $acc[2],
+                        inout(reg32) $acc[3],
+                        inout(reg32) $acc[4],
+                        inout(reg32) $acc[5],
+                        inout(reg32) $acc[6],
+                        inout(reg32) $acc[7],
+                        inout(reg32) $acc[8],
+                        inout(reg32) $acc[9],
+                        inout(reg32) $acc[10],
+                        inout(reg32) $acc[11],
+                        inout(reg32) $acc[12],
+                        inout(reg32) $acc[13],
+                        inout(reg32) $acc[14],
+                        inout(reg32) $acc[15],
+                        inout(reg32) $acc[16],
+                        inout(reg32) $acc[17],
+                        inout(reg32) $acc[18],
+                        inout(reg32) $acc[19],
+                        inout(reg32) $acc[20],
+                        inout(reg32) $acc[21],
+                        inout(reg32) $acc[22],
+                        inout(reg32) $acc[23],
+                        inout(reg32) $acc[24],
+                        inout(reg32) $acc[25],
+                        inout(reg32) $acc[26],
+                        inout(reg32) $acc[27],
+                        inout(reg32) $acc[28],
+                        inout(reg32) $acc[29],
+                        inout(reg32) $acc[30],
+                        inout(reg32) $acc[31],
+                        inout(reg32) $acc[32],
+                        inout(reg32) $acc[33],
+                        inout(reg32) $acc[34],
+                        inout(reg32) $acc[35],
+                        inout(reg32) $acc[36],
+                        inout(reg32) $acc[37],
+                        inout(reg32) $acc[38],
+                        inout(reg32) $acc[39],
+                        inout(reg32) $acc[40],
+                        inout(reg32) $acc[41],
+                        inout(reg32) $acc[42],
+                        inout(reg32) $acc[43],
+                        inout(reg32) $acc[44],
+                        inout(reg32) $acc[45],
+                        inout(reg32) $acc[46],
+                        inout(reg32) $acc[47],
+                        inout(reg32) $acc[48],
+                        inout(reg32) $acc[49],
+                        inout(reg32) $acc[50],
+                        inout(reg32) $acc[51],
+                        inout(reg32) $acc[52],
+                        inout(reg32) $acc[53],
+                        inout(reg32) $acc[54],
+                        inout(reg32) $acc[55],
+                        inout(reg32) $acc[56],
+                        inout(reg32) $acc[57],
+                        inout(reg32) $acc[58],
+                        inout(reg32) $acc[59],
+                        inout(reg32) $acc[60],
+                        inout(reg32) $acc[61],
+                        inout(reg32) $acc[62],
+                        inout(reg32) $acc[63],
+                    a = in(reg64) $a,
+                    b = in(reg64) $b,
+                    s = in(reg32) 1u32,
+                    options(nostack),
+                )
+            }
+        };
+    }
+
+    macro_rules! wgmma64 {
+        ($acc:expr, $a:expr, $b:expr, $ty:literal, $ta:literal, $tb:literal) => {
+            // SAFETY: reads the two tiles the descriptors name in LDS (a
+            // `wg_wait` orders it before their next writes).
+            unsafe {
+                core::arch::asm!(
+                    concat!(
+                        "// ferrocm-sm90a: {{ .reg .pred p; setp.ne.b32 p, {s}, 0; ",
+                        "wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty,
+                        " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}}}, {a}, {b}, p, 1, 1, ", $ta, ", ", $tb, "; }}"
+                    ),
+                        inout(reg32) $acc[0],
+                        inout(reg32) $acc[1],
+                        inout(reg32) $acc[2],
+                        inout(reg32) $acc[3],
+                        inout(reg32) $acc[4],
+                        inout(reg32) $acc[5],
+                        inout(reg32) $acc[6],
+                        inout(reg32) $acc[7],
+                        inout(reg32) $acc[8],
+                        inout(reg32) $acc[9],
+                        inout(reg32) $acc[10],
+                        inout(reg32) $acc[11],
+                        inout(reg32) $acc[12],
+                        inout(reg32) $acc[13],
+                        inout(reg32) $acc[14],
+                        inout(reg32) $acc[15],
+                        inout(reg32) $acc[16],
+                        inout(reg32) $acc[17],
+                        inout(reg32) $acc[18],
+                        inout(reg32) $acc[19],
+                        inout(reg32) $acc[20],
+                        inout(reg32) $acc[21],
+                        inout(reg32) $acc[22],
+                        inout(reg32) $acc[23],
+                        inout(reg32) $acc[24],
+                        inout(reg32) $acc[25],
+                        inout(reg32) $acc[26],
+                        inout(reg32) $acc[27],
+                        inout(reg32) $acc[28],
+                        inout(reg32) $acc[29],
+                        inout(reg32) $acc[30],
+                        inout(reg32) $acc[31],
                     a = in(reg64) $a,
                     b = in(reg64) $b,
                     s = in(reg32) 1u32,
@@ -1405,7 +1474,7 @@ mod nv_wg {
     /// One `wgmma` m64n128k16 with f32 accumulation; `ta`/`tb`: the
     /// operand's tile is MN-major (the instruction's transpose flags).
     #[inline(always)]
-    pub fn mma(acc: &mut WgAcc, a: u64, b: u64, bf16: bool, ta: bool, tb: bool) {
+    pub fn mma(acc: &mut [f32; 64], a: u64, b: u64, bf16: bool, ta: bool, tb: bool) {
         macro_rules! pick {
             ($ty:literal) => {
                 match (ta, tb) {
@@ -1413,6 +1482,26 @@ mod nv_wg {
                     (false, true) => wgmma!(acc, a, b, $ty, "0", "1"),
                     (true, false) => wgmma!(acc, a, b, $ty, "1", "0"),
                     (true, true) => wgmma!(acc, a, b, $ty, "1", "1"),
+                }
+            };
+        }
+        if bf16 {
+            pick!("bf16");
+        } else {
+            pick!("f16");
+        }
+    }
+
+    /// One `wgmma` m64n64k16 (a [`super::WgAcc64`]'s elements), as [`mma`].
+    #[inline(always)]
+    pub fn mma64(acc: &mut [f32; 32], a: u64, b: u64, bf16: bool, ta: bool, tb: bool) {
+        macro_rules! pick {
+            ($ty:literal) => {
+                match (ta, tb) {
+                    (false, false) => wgmma64!(acc, a, b, $ty, "0", "0"),
+                    (false, true) => wgmma64!(acc, a, b, $ty, "0", "1"),
+                    (true, false) => wgmma64!(acc, a, b, $ty, "1", "0"),
+                    (true, true) => wgmma64!(acc, a, b, $ty, "1", "1"),
                 }
             };
         }

@@ -1331,14 +1331,14 @@ pub fn wgmma_k_loop_with<T: MatElem + crate::mma::MmaElem, const A_K: bool, cons
         lds_copy_commit();
         let (ta, tb) = (2 * cur * WG_TILE_BYTES, (2 * cur + 1) * WG_TILE_BYTES);
         wg_begin();
-        wg_mma::<T, A_K, B_K>(&mut acc, ta, a_i0, tb, 0);
-        wg_mma::<T, A_K, B_K>(&mut acc, ta, a_i0, tb, 16);
+        wg_mma::<T, A_K, B_K, 64>(&mut acc, ta, a_i0, tb, 0);
+        wg_mma::<T, A_K, B_K, 64>(&mut acc, ta, a_i0, tb, 16);
         wg_commit();
-        wg_wait::<1>(&mut acc);
+        wg_wait::<1, 64>(&mut acc);
         cur = if cur + 1 == STAGES { 0 } else { cur + 1 };
         k0 += WG_TILE_K;
     }
-    wg_wait::<0>(&mut acc);
+    wg_wait::<0, 64>(&mut acc);
     acc
 }
 

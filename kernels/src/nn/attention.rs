@@ -1278,6 +1278,343 @@ pub fn attn_mma_body<T: MatElem + crate::mma::MmaElem, const D: u32>(
     }
 }
 
+/// `$body` for `$i` = 0..32, written out: a 64 x 64 warpgroup
+/// accumulator's elements.
+macro_rules! unroll32 {
+    ($i:ident => $body:block) => {{
+        unroll4!(hi < 2 => {
+            crate::unroll16!(lo => {
+                let $i = hi * 16 + lo;
+                $body
+            })
+        })
+    }};
+}
+
+/// Query rows of a workgroup of the warpgroup kernel (`attn_wgmma_*`): one
+/// warpgroup, 64 rows (the product's M).
+#[amdgpu_device]
+pub const ATTN_WG_ROWS: u32 = 64;
+/// Keys per stage of the warpgroup kernel (the scores' product's N).
+#[amdgpu_device]
+pub const ATTN_WG_KEYS: u32 = 64;
+/// The head dims of the warpgroup kernel (its output product's N is the
+/// head dim: 64 or 128).
+pub const ATTN_WG_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// LDS of the warpgroup kernel at head dim `d` (64 or 128), in bytes: q
+/// and the stage's k (`d / 32` operand tiles of 64 rows, 4 KB each), v (two
+/// 32-key tiles of `d` columns) and the probabilities (two tiles).
+///
+/// ```
+/// use ferrocm_kernels::nn::attention::attn_wgmma_lds_bytes;
+/// assert_eq!(attn_wgmma_lds_bytes(128), 56 * 1024);
+/// assert_eq!(attn_wgmma_lds_bytes(64), 32 * 1024);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn attn_wgmma_lds_bytes(d: u32) -> u32 {
+    let (qk, v, p) = (4096 * (d / 32), 2 * 4096 * (d / 64), 2 * 4096);
+    2 * qk + v + p
+}
+
+/// The warpgroup attention kernel (f16, bf16; head dims 64 and 128; no
+/// mask tensor, no softcap, a positive scale, one split of the keys: the
+/// op library launches it for such prefills where `Device::warpgroup_mma`
+/// holds, Hopper's `wgmma`, and the emulator at wave 32 checks its logic).
+/// One warpgroup per workgroup holds [`ATTN_WG_ROWS`] query rows (the rows
+/// of [`attn_mma_body`]'s row blocks, longest first) and walks the keys of
+/// their spans in stages of [`ATTN_WG_KEYS`]: the scores `q · kᵀ` are one
+/// warpgroup product from the LDS tiles ([`crate::mma::wg_mma`], 64 x 64),
+/// the online softmax runs on its accumulators (base-2, the lazy max and
+/// the raw-score weights of [`attn_mma_body`]; keys outside a row's span
+/// are -inf), the probabilities, rounded to `T`, go to LDS as the left
+/// operand of the second product, `p · v`, into f32 output accumulators (64
+/// x d). The stage's v is copied while its scores are computed, the next
+/// stage's k while its probabilities multiply v: two barriers a stage.
+#[amdgpu_device]
+#[inline(always)]
+pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
+    out: *mut T,
+    q: *const T,
+    k: *const T,
+    v: *const T,
+    geo: AttnGeometry,
+    (scale, window, flags): (f32, u32, u32),
+) {
+    // Launched with `early_start`: nothing global is touched before this.
+    wait_prior_grids();
+    release_dependent_grids();
+    // AMD GPUs never launch it.
+    #[cfg(all(ferrocm_device, not(ferrocm_nvptx)))]
+    {
+        let _ = (out, q, k, v, geo, scale, window, flags);
+        return;
+    }
+    #[allow(unused_imports)]
+    use crate::math::exp2_fast;
+    use crate::mma::{
+        WG_THREADS, WgAcc, wg_acc_at, wg_begin, wg_commit, wg_lds_fence, wg_mma, wg_tile_byte,
+        wg_wait,
+    };
+    use core::f32::consts::LOG2_E;
+    // The head dim: twice the output accumulator's elements a workitem
+    // (64 x d over 128 workitems).
+    let dd = (2 * E) as u32;
+    #[allow(unreachable_code)]
+    let (h_q, h_kv, s_q, s_kv, _) = geo.dims;
+    let causal = flags & ATTN_CAUSAL != 0;
+    let tid = workitem_id_x();
+    let (rows_b, keys) = (ATTN_WG_ROWS, ATTN_WG_KEYS);
+    let g = Ord::max(h_q / Ord::max(h_kv, 1), 1);
+    let s_q = Ord::max(s_q, 1);
+    let rows = g * s_q;
+    let row_blocks = Ord::max(rows.div_ceil(rows_b), 1);
+    // The row blocks from the last, as `attn_mma_body`'s.
+    let wg = workgroup_id_x();
+    let heads = Ord::max(num_workgroups_x() / row_blocks, 1);
+    let (rb, bh) = (
+        row_blocks - 1 - Ord::min(wg / heads, row_blocks - 1),
+        wg % heads,
+    );
+    let (kvh, bi) = (bh % Ord::max(h_kv, 1), bh / Ord::max(h_kv, 1));
+    // LDS: q's d / 32 tiles, k's, v's two 32-key tiles, p's two.
+    let tile = 4096;
+    let (q_b, k_b) = (0, tile * (dd / 32));
+    let v_b = 2 * k_b;
+    let v_tile = tile * (dd / 64);
+    let p_b = v_b + 2 * v_tile;
+    let words = lds_at::<W128>(0);
+    // The keys some row of the block sees (the hull of its rows' spans).
+    let first = rb * rows_b;
+    let last = Ord::min(first + rows_b, rows) - 1;
+    let (i_lo, i_hi) = if first / s_q == last / s_q {
+        (first % s_q, last % s_q)
+    } else {
+        (0, s_q - 1)
+    };
+    let lo = attn_span(i_lo, s_q, s_kv, causal, window).0;
+    let hi = attn_span(i_hi, s_q, s_kv, causal, window).1;
+    // This workitem's two rows (accumulator elements with (e / 2) % 2 = h
+    // are row r0 + 8h) and their spans; its first column in each 8.
+    let (r0, c_base) = wg_acc_at(tid, 0);
+    let span = |r: u32| {
+        let (valid, _, i) = block_row(rb, r, rows_b, kvh, g, s_q);
+        if valid {
+            attn_span(i, s_q, s_kv, causal, window)
+        } else {
+            (0, 0)
+        }
+    };
+    let spans = [span(r0), span(r0 + 8)];
+    let nw = dd / 8;
+    // The block's q rows (zeros past its end): 16-byte words into the
+    // K-major operand tiles, one copy group with the first stage's k.
+    let mut e = tid;
+    while e < rows_b * nw {
+        let (r, c) = (e / nw, e % nw);
+        let (valid, _, _) = block_row(rb, r, rows_b, kvh, g, s_q);
+        let (_, head, i) = block_row(rb, if valid { r } else { 0 }, rows_b, kvh, g, s_q);
+        let base = bi as u64 * geo.q.0 + head as u64 * geo.q.1 + i as u64 * geo.q.2;
+        let at = q_b + (c / 4) * tile + wg_tile_byte(true, r, (c % 4) * 8);
+        unsafe {
+            lds_copy_async(
+                words,
+                at / 16,
+                q as *const W128,
+                (base / 8) as usize + c as usize,
+                valid,
+            )
+        };
+        e += WG_THREADS;
+    }
+    // K/V heads' first words; keys by a 32-bit word index from them (the
+    // op checks that a head's last key word is under 2^32 words).
+    let k_base = bi as u64 * geo.k.0 + kvh as u64 * geo.k.1;
+    let v_base = bi as u64 * geo.v.0 + kvh as u64 * geo.v.1;
+    let (k_head, v_head) = (
+        (k as *const W128).wrapping_add((k_base / 8) as usize),
+        (v as *const W128).wrapping_add((v_base / 8) as usize),
+    );
+    let (k_stride_words, v_stride_words) = ((geo.k.2 / 8) as u32, (geo.v.2 / 8) as u32);
+    // The stage's k (K-major tiles, a row per key) or v (MN-major tiles of
+    // 32 keys, the dims along a row): zeros past the span, a copy group.
+    let fetch = |j0: u32, is_v: bool| {
+        let mut e = tid;
+        while e < keys * nw {
+            let (c, w) = (e / nw, e % nw);
+            let j = j0 + c;
+            let ok = j < hi;
+            let jj = if ok { j } else { j0 };
+            if is_v {
+                let at = v_b + (c / 32) * v_tile + wg_tile_byte(false, 8 * w, c % 32);
+                let vi = (jj * v_stride_words + w) as usize;
+                unsafe { lds_copy_async(words, at / 16, v_head, vi, ok) };
+            } else {
+                let at = k_b + (w / 4) * tile + wg_tile_byte(true, c, (w % 4) * 8);
+                let ki = (jj * k_stride_words + w) as usize;
+                unsafe { lds_copy_async(words, at / 16, k_head, ki, ok) };
+            }
+            e += WG_THREADS;
+        }
+        lds_copy_commit();
+    };
+    if lo < hi {
+        fetch(lo, false);
+    } else {
+        lds_copy_commit();
+    }
+    let fw = unsafe { FullWaves::assume() };
+    let (c2, slack2) = (scale * LOG2_E, ATTN_RESCALE_SLACK * LOG2_E);
+    let mut o = WgAcc::<E>::zero();
+    let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0.0f32; 2]);
+    let mut j0 = lo;
+    while j0 < hi {
+        // k (and q) in and visible to the product; every warp is past the
+        // last stage's second product: v's and p's LDS are free.
+        lds_copy_wait::<0>();
+        wg_lds_fence();
+        barrier();
+        fetch(j0, true);
+        // The scores: 64 rows by the stage's 64 keys.
+        let mut s = WgAcc::<32>::zero();
+        wg_begin();
+        crate::unroll8!(kk < dd as usize / 16 => {
+            let (t, k0) = ((kk / 2) as u32 * tile, 16 * (kk % 2) as u32);
+            wg_mma::<T, true, true, 32>(&mut s, q_b + t, 0, k_b + t, k0);
+        });
+        wg_commit();
+        wg_wait::<0, 32>(&mut s);
+        // Keys outside a row's span (at the span's edges only): -inf.
+        let inside = |h: usize| spans[h].0 <= j0 && j0 + keys <= spans[h].1;
+        if fw.any(!(inside(0) && inside(1))) {
+            unroll32!(e => {
+                {
+                    let h = (e / 2) % 2;
+                    let j = j0 + (e / 4) as u32 * 8 + c_base + (e % 2) as u32;
+                    if !(spans[h].0 <= j && j < spans[h].1) {
+                        s.v[e] = f32::NEG_INFINITY;
+                    }
+                }
+            });
+        }
+        // Each row's max over its four lanes.
+        let mut mx = [f32::NEG_INFINITY; 2];
+        unroll32!(e => {
+            {
+                let h = (e / 2) % 2;
+                mx[h] = max_nan(mx[h], s.v[e]);
+            }
+        });
+        unroll4!(h < 2 => {
+            mx[h] = max_nan(mx[h], fw.shfl_xor_f32(mx[h], 1));
+            mx[h] = max_nan(mx[h], fw.shfl_xor_f32(mx[h], 2));
+        });
+        // Raw scores (a weight is one FMA and a `2^x`, as in
+        // `attn_mma_body`) unless a row's max times `c` leaves
+        // ATTN_RAW_LIMIT (or is NaN or +inf): then the logits in base-2
+        // units, saturated.
+        let mut over = false;
+        unroll4!(h < 2 => {
+            over |= mx[h] != f32::NEG_INFINITY && !((mx[h] * c2).abs() <= ATTN_RAW_LIMIT);
+        });
+        let mut cw = c2;
+        if fw.any(over) {
+            cw = 1.0;
+            unroll32!(e => {
+                {
+                    s.v[e] = base2(s.v[e] * scale);
+                }
+            });
+            unroll4!(h < 2 => {
+                mx[h] = base2(mx[h] * scale);
+            });
+        }
+        // The lazy max: it moves only past the slack (or to NaN).
+        let mut alpha = [1.0f32; 2];
+        let mut moved_any = false;
+        unroll4!(h < 2 => {
+            let x = mx[h] * cw;
+            let moved = max_moves(x, m[h], slack2);
+            if moved {
+                let mn = max_nan(m[h], x);
+                alpha[h] = exp2_fast(m[h] - mn);
+                m[h] = mn;
+                l[h] *= alpha[h];
+            }
+            moved_any |= moved;
+        });
+        if fw.any(moved_any) {
+            crate::unroll64!(e => {
+                if e < E {
+                    o.v[e] *= alpha[(e / 2) % 2];
+                }
+            });
+        }
+        // The weights (0 while a row's max is -inf), this workitem's share
+        // of each row's sum, and the probabilities rounded to T into p's
+        // K-major tiles, two keys a word.
+        let mc = [0, 1].map(|h| if m[h] != f32::NEG_INFINITY { m[h] } else { 0.0 });
+        let pw = lds_at::<u32>(0);
+        unroll32!(e => {
+            if e % 2 == 0 {
+                let h = (e / 2) % 2;
+                let p0 = exp2_fast(math::fma(s.v[e], cw, -mc[h]));
+                let p1 = exp2_fast(math::fma(s.v[e + 1], cw, -mc[h]));
+                l[h] += p0 + p1;
+                let (r, c) = (r0 + 8 * h as u32, (e / 4) as u32 * 8 + c_base);
+                let at = p_b + (c / 32) * tile + wg_tile_byte(true, r, c % 32);
+                pw.store(at / 4, T::pack2(p0, p1));
+            }
+        });
+        // v and p in and visible; every warp is past the scores: k's LDS
+        // is free for the next stage.
+        lds_copy_wait::<0>();
+        wg_lds_fence();
+        barrier();
+        if j0 + keys < hi {
+            fetch(j0 + keys, false);
+        } else {
+            lds_copy_commit();
+        }
+        wg_begin();
+        unroll4!(kk < 4 => {
+            let k0 = 16 * (kk % 2) as u32;
+            wg_mma::<T, true, false, E>(
+                &mut o,
+                p_b + (kk / 2) as u32 * tile,
+                0,
+                v_b + (kk / 2) as u32 * v_tile,
+                k0,
+            );
+        });
+        wg_commit();
+        wg_wait::<0, E>(&mut o);
+        j0 += keys;
+    }
+    // (The last group, empty or the first stage's unused copies.)
+    lds_copy_wait::<0>();
+    // Each row's sum over its four lanes, then the outputs, two columns a
+    // word.
+    unroll4!(h < 2 => {
+        l[h] += fw.shfl_xor_f32(l[h], 1);
+        l[h] += fw.shfl_xor_f32(l[h], 2);
+    });
+    unroll4!(h < 2 => {
+        let (valid, head, i) = block_row(rb, r0 + 8 * h as u32, rows_b, kvh, g, s_q);
+        if valid {
+            let row = (bi as u64 * h_q as u64 + head as u64) * s_q as u64 + i as u64;
+            crate::unroll64!(e => {
+                if e < E && e % 4 == 2 * h {
+                    let c = (e / 4) as u32 * 8 + c_base;
+                    let word = T::pack2(attn_finish(o.v[e], l[h]), attn_finish(o.v[e + 1], l[h]));
+                    unsafe { store(out as *mut u32, ((row * dd as u64 + c as u64) / 2) as usize, word) };
+                }
+            });
+        }
+    });
+}
+
 /// The LDS bytes of a merge launch of [`ATTN_MERGE_BLOCK`] workitems: a
 /// column sum of head dim `d` per wave.
 ///
@@ -1470,6 +1807,9 @@ pub struct AttnTable<T: 'static> {
     /// `attn_mma_{T}_d{64,80,96,128}`: the matrix-unit kernels (16-bit
     /// types), one per head dim.
     pub mma: Option<[KernelRef<AttnArgs<T>>; 4]>,
+    /// `attn_wgmma_{T}_d{64,128}`: the warpgroup kernels (16-bit types,
+    /// Hopper's `wgmma`; [`ATTN_WG_HEAD_DIMS`]).
+    pub wgmma: Option<[KernelRef<AttnArgs<T>>; 2]>,
 }
 
 /// The attention kernels of an element type: float types only.
@@ -1486,7 +1826,7 @@ macro_rules! attn_kernels {
             const ATTN: Option<AttnTable<Self>> = None;
         }
     )*};
-    ($($t:ty => [$($rows:ident $w:literal $l:literal),*], [$w1:ident, $w2:ident, $w4:ident], [$($l8:ident)?], $merge:ident, [$($mma:ident $d:literal),*];)*) => {
+    ($($t:ty => [$($rows:ident $w:literal $l:literal),*], [$w1:ident, $w2:ident, $w4:ident], [$($l8:ident)?], $merge:ident, [$($mma:ident $d:literal),*], [$($wgk:ident $we:literal),*];)*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl AttnKernels for $t {
@@ -1495,6 +1835,7 @@ macro_rules! attn_kernels {
                     rows_l8: attn_kernels!(@one $($l8)?),
                     merge: KernelRef::of::<$merge>(),
                     mma: attn_kernels!(@opt $($mma)*),
+                    wgmma: attn_kernels!(@opt $($wgk)*),
                 });
             }
         )*
@@ -1536,6 +1877,24 @@ macro_rules! attn_kernels {
                     attn_mma_body::<$t, $d>(out, part, q, k, v, mask, geo, params)
                 }
             )*
+            $(
+                fn $wgk(out: *mut $t, part: *mut f32, q: *const $t, k: *const $t, v: *const $t,
+                        mask: *const $t, h_q: u32, h_kv: u32, s_q: u32, s_kv: u32, d: u32,
+                        q_bs: u64, q_hs: u64, q_ss: u64, k_bs: u64, k_hs: u64, k_ss: u64,
+                        v_bs: u64, v_hs: u64, v_ss: u64, m_bs: u64, m_hs: u64, m_qs: u64,
+                        scale: f32, softcap: f32, window: u32, flags: u32, chunk: u32) {
+                    // No split, mask or softcap: the op launches it without.
+                    let _ = (part, mask, m_bs, m_hs, m_qs, softcap, chunk);
+                    let geo = AttnGeometry {
+                        dims: (h_q, h_kv, s_q, s_kv, d),
+                        q: (q_bs, q_hs, q_ss),
+                        k: (k_bs, k_hs, k_ss),
+                        v: (v_bs, v_hs, v_ss),
+                        mask: (0, 0, 0),
+                    };
+                    attn_wgmma_body::<$t, $we>(out, q, k, v, geo, (scale, window, flags))
+                }
+            )*
         )*}
     };
     (@one) => { None };
@@ -1546,12 +1905,14 @@ macro_rules! attn_kernels {
 
 attn_kernels! {
     f32 => [attn_rows_f32_w1 1 16, attn_rows_f32_w2 2 16, attn_rows_f32_w4 4 16],
-        [attn_rows_f32_w1, attn_rows_f32_w2, attn_rows_f32_w4], [], attn_merge_f32, [];
+        [attn_rows_f32_w1, attn_rows_f32_w2, attn_rows_f32_w4], [], attn_merge_f32, [], [];
     F16 => [attn_rows_f16_w1 1 16, attn_rows_f16_w2 2 16, attn_rows_f16_w1_l8 1 8],
         [attn_rows_f16_w1, attn_rows_f16_w2, attn_rows_f16_w2], [attn_rows_f16_w1_l8], attn_merge_f16,
-        [attn_mma_f16_d64 64, attn_mma_f16_d80 80, attn_mma_f16_d96 96, attn_mma_f16_d128 128];
+        [attn_mma_f16_d64 64, attn_mma_f16_d80 80, attn_mma_f16_d96 96, attn_mma_f16_d128 128],
+        [attn_wgmma_f16_d64 32, attn_wgmma_f16_d128 64];
     Bf16 => [attn_rows_bf16_w1 1 16, attn_rows_bf16_w2 2 16, attn_rows_bf16_w1_l8 1 8],
         [attn_rows_bf16_w1, attn_rows_bf16_w2, attn_rows_bf16_w2], [attn_rows_bf16_w1_l8], attn_merge_bf16,
-        [attn_mma_bf16_d64 64, attn_mma_bf16_d80 80, attn_mma_bf16_d96 96, attn_mma_bf16_d128 128];
+        [attn_mma_bf16_d64 64, attn_mma_bf16_d80 80, attn_mma_bf16_d96 96, attn_mma_bf16_d128 128],
+        [attn_wgmma_bf16_d64 32, attn_wgmma_bf16_d128 64];
 }
 attn_kernels!(none: u8, u32, i64);

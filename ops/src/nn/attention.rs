@@ -24,8 +24,9 @@ use crate::engine::{self, Op};
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::attention::{
     ATTN_BLOCK, ATTN_CAUSAL, ATTN_DOUBLE_BUFFER, ATTN_HEAD_DIMS, ATTN_MERGE_BLOCK, ATTN_MMA_MAX_D,
-    ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, AttnKernels, attn_finish, attn_logit,
-    attn_merge_lds_bytes, attn_mma_lds_bytes, attn_rows_lds_bytes, attn_span, attn_weight,
+    ATTN_MMA_ROWS, ATTN_ROWS, ATTN_STATS, ATTN_WG_HEAD_DIMS, ATTN_WG_ROWS, AttnKernels,
+    attn_finish, attn_logit, attn_merge_lds_bytes, attn_mma_lds_bytes, attn_rows_lds_bytes,
+    attn_span, attn_weight, attn_wgmma_lds_bytes,
 };
 use ferrocm_kernels::elem::{Elem, per_word};
 use rayon::prelude::*;
@@ -406,15 +407,43 @@ impl<T: WithDType> Op for Attend<'_, T> {
         // one wave per workgroup, took 22.0 us on the H100 against the row
         // kernel's 18.5: a lone wave per workgroup, and each one's LDS
         // leaves five per SM.)
+        let words_fit = key_words_fit_u32::<T>(s_kv, strides3(a.k)[2], d)
+            && key_words_fit_u32::<T>(s_kv, strides3(a.v)[2], d);
+        // The warpgroup kernel (Hopper's `wgmma`, the emulator at wave 32)
+        // for prefills at d 64 and 128 without a mask tensor or softcap:
+        // one split of the keys, so where its row blocks fill the GPU's
+        // compute units at least once (fewer take the split kernels).
+        let wg_blocks = (b * h_kv * rows.div_ceil(ATTN_WG_ROWS as usize)) as u64;
+        let wg_kernel = table.wgmma.and_then(|wg| {
+            let pos = ATTN_WG_HEAD_DIMS.iter().position(|&h| h == d)?;
+            let fits = dev.warpgroup_mma()
+                && rows > ATTN_MMA_ROWS as usize
+                && a.mask.is_none()
+                && a.softcap <= 0.0
+                && a.scale > 0.0
+                && words_fit
+                && attn_wgmma_lds_bytes(d as u32) <= dev.max_lds_bytes()
+                && dev
+                    .gpu_info()
+                    .is_none_or(|i| wg_blocks >= i.compute_units as u64);
+            fits.then_some(wg[pos])
+        });
         let (kernel, block, block_rows, lds, min_chunk, mma_flags) = match table.mma {
+            _ if wg_kernel.is_some() => (
+                wg_kernel.expect("checked"),
+                ferrocm_kernels::mma::WG_THREADS,
+                ATTN_WG_ROWS,
+                attn_wgmma_lds_bytes(d as u32),
+                s_kv.max(1),
+                0,
+            ),
             // (A GPU without a matrix unit runs the row kernel: the FMA
             // body's registers do not fit there.)
             Some(mma)
                 if d <= ATTN_MMA_MAX_D
                     && rows > ATTN_MMA_ROWS as usize
                     && (!dev.is_gpu() || dev.matrix_unit().is_some())
-                    && key_words_fit_u32::<T>(s_kv, strides3(a.k)[2], d)
-                    && key_words_fit_u32::<T>(s_kv, strides3(a.v)[2], d) =>
+                    && words_fit =>
             {
                 let waves = 4;
                 // Two K/V buffers where the next stage's copy overlaps the
