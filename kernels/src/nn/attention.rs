@@ -16,7 +16,12 @@
 //!   the end the groups of a wave merge through butterflies, the waves
 //!   through LDS; with one split the result is the output, else `(m, l,
 //!   o)` goes to a partial buffer;
-//! - `attn_merge_{dtype}`: merges the splits' partials of each row.
+//! - `attn_merge_{dtype}`: merges the splits' partials of each row;
+//! - `attn_mma_{dtype}_d{64,80,96,128}` (f16, bf16): 16 query rows a wave
+//!   on the device layer's matrix-unit primitive ([`attn_mma_body`]);
+//! - `attn_wgmma_{dtype}_d{64,128}` (f16, bf16): 64 query rows a
+//!   workgroup on Hopper's warpgroup product ([`attn_wgmma_body`]), for
+//!   prefills without a mask tensor or softcap.
 //!
 //! Keys a query cannot see (causal, window) are never read, so one split
 //! of a long cache and a prefill's early rows cost nothing there; a key
@@ -1302,20 +1307,31 @@ pub const ATTN_WG_KEYS: u32 = 64;
 /// head dim: 64 or 128).
 pub const ATTN_WG_HEAD_DIMS: [usize; 2] = [64, 128];
 
+/// Whether the warpgroup kernel at head dim `d` holds two stages of k and
+/// v (the next one copied while this one is computed on): where both fit
+/// the 64 KB every device gives a launch, d 64.
+#[amdgpu_device]
+#[inline(always)]
+pub const fn attn_wgmma_double(d: u32) -> bool {
+    d <= 64
+}
+
 /// LDS of the warpgroup kernel at head dim `d` (64 or 128), in bytes: q
-/// and the stage's k (`d / 32` operand tiles of 64 rows, 4 KB each), v (two
-/// 32-key tiles of `d` columns) and the probabilities (two tiles).
+/// and a stage's k (`d / 32` operand tiles of 64 rows, 4 KB each), v (two
+/// 32-key tiles of `d` columns), the probabilities (two tiles), and a
+/// second stage's k and v where [`attn_wgmma_double`].
 ///
 /// ```
 /// use ferrocm_kernels::nn::attention::attn_wgmma_lds_bytes;
 /// assert_eq!(attn_wgmma_lds_bytes(128), 56 * 1024);
-/// assert_eq!(attn_wgmma_lds_bytes(64), 32 * 1024);
+/// assert_eq!(attn_wgmma_lds_bytes(64), 48 * 1024);
 /// ```
 #[amdgpu_device]
 #[inline(always)]
 pub const fn attn_wgmma_lds_bytes(d: u32) -> u32 {
     let (qk, v, p) = (4096 * (d / 32), 2 * 4096 * (d / 64), 2 * 4096);
-    2 * qk + v + p
+    let stages = if attn_wgmma_double(d) { 2 } else { 1 };
+    qk + stages * (qk + v) + p
 }
 
 /// The warpgroup attention kernel (f16, bf16; head dims 64 and 128; no
@@ -1330,8 +1346,10 @@ pub const fn attn_wgmma_lds_bytes(d: u32) -> u32 {
 /// the raw-score weights of [`attn_mma_body`]; keys outside a row's span
 /// are -inf), the probabilities, rounded to `T`, go to LDS as the left
 /// operand of the second product, `p · v`, into f32 output accumulators (64
-/// x d). The stage's v is copied while its scores are computed, the next
-/// stage's k while its probabilities multiply v: two barriers a stage.
+/// x d). At d 128 the stage's v is copied while its scores are computed,
+/// the next stage's k while its probabilities multiply v; at d 64 (two
+/// stages in LDS, [`attn_wgmma_double`]) the next stage's k and v while
+/// this one is computed on. Two barriers a stage.
 #[amdgpu_device]
 #[inline(always)]
 pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
@@ -1384,6 +1402,10 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
     let v_b = 2 * k_b;
     let v_tile = tile * (dd / 64);
     let p_b = v_b + 2 * v_tile;
+    // Two stages (d 64): the second's k and v after p, as far from the
+    // first's as p's end is from k's start.
+    let double = attn_wgmma_double(dd);
+    let second = p_b + 2 * tile - k_b;
     let words = lds_at::<W128>(0);
     // The keys some row of the block sees (the hull of its rows' spans).
     let first = rb * rows_b;
@@ -1439,28 +1461,42 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
     let (k_stride_words, v_stride_words) = ((geo.k.2 / 8) as u32, (geo.v.2 / 8) as u32);
     // The stage's k (K-major tiles, a row per key) or v (MN-major tiles of
     // 32 keys, the dims along a row): zeros past the span, a copy group.
-    let fetch = |j0: u32, is_v: bool| {
-        let mut e = tid;
-        while e < keys * nw {
-            let (c, w) = (e / nw, e % nw);
-            let j = j0 + c;
-            let ok = j < hi;
-            let jj = if ok { j } else { j0 };
+    // Workitem `tid` copies word `w` of keys `c0 + kp i` (the workgroup's
+    // 128 copies cover `kp` keys a pass): each tile's swizzle is the same
+    // for all of them (`kp` is a multiple of 8), so the LDS offsets are
+    // the first copy's plus constants, and the sources one multiply-add
+    // from the head's first word.
+    let kp = WG_THREADS / nw;
+    let (c0, w) = (tid / nw, tid % nw);
+    let k_at0 = k_b + (w / 4) * tile + wg_tile_byte(true, c0, (w % 4) * 8);
+    let v_at0 = v_b + wg_tile_byte(false, 8 * w, c0);
+    let fetch = |j0: u32, is_v: bool, buf: u32| {
+        let (k_at0, v_at0) = (k_at0 + buf * second, v_at0 + buf * second);
+        let j = j0 + c0;
+        crate::unroll8!(i < (keys / kp) as usize => {
+            let step = kp * i as u32;
+            let jj = j + step;
+            let ok = jj < hi;
+            // Keys past the span point at the stage's first key and copy
+            // zeros.
+            let jj = if ok { jj } else { j0 };
             if is_v {
-                let at = v_b + (c / 32) * v_tile + wg_tile_byte(false, 8 * w, c % 32);
+                let at = v_at0 + (step / 32) * v_tile + (step % 32) * 128;
                 let vi = (jj * v_stride_words + w) as usize;
                 unsafe { lds_copy_async(words, at / 16, v_head, vi, ok) };
             } else {
-                let at = k_b + (w / 4) * tile + wg_tile_byte(true, c, (w % 4) * 8);
+                let at = k_at0 + step * 64;
                 let ki = (jj * k_stride_words + w) as usize;
                 unsafe { lds_copy_async(words, at / 16, k_head, ki, ok) };
             }
-            e += WG_THREADS;
-        }
+        });
         lds_copy_commit();
     };
     if lo < hi {
-        fetch(lo, false);
+        fetch(lo, false, 0);
+        if double {
+            fetch(lo, true, 0);
+        }
     } else {
         lds_copy_commit();
     }
@@ -1468,20 +1504,27 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
     let (c2, slack2) = (scale * LOG2_E, ATTN_RESCALE_SLACK * LOG2_E);
     let mut o = WgAcc::<E>::zero();
     let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0.0f32; 2]);
-    let mut j0 = lo;
+    let (mut j0, mut buf) = (lo, 0);
     while j0 < hi {
-        // k (and q) in and visible to the product; every warp is past the
-        // last stage's second product: v's and p's LDS are free.
+        // k (and q; and v with two stages) in and visible to the product;
+        // every warp is past the last stage's second product: v's and p's
+        // LDS are free (with two stages, the last stage's k and v).
         lds_copy_wait::<0>();
         wg_lds_fence();
         barrier();
-        fetch(j0, true);
+        if !double {
+            fetch(j0, true, 0);
+        } else if j0 + keys < hi {
+            fetch(j0 + keys, false, buf ^ 1);
+            fetch(j0 + keys, true, buf ^ 1);
+        }
+        let (kt, vt) = (k_b + buf * second, v_b + buf * second);
         // The scores: 64 rows by the stage's 64 keys.
         let mut s = WgAcc::<32>::zero();
         wg_begin();
         crate::unroll8!(kk < dd as usize / 16 => {
             let (t, k0) = ((kk / 2) as u32 * tile, 16 * (kk % 2) as u32);
-            wg_mma::<T, true, true, 32>(&mut s, q_b + t, 0, k_b + t, k0);
+            wg_mma::<T, true, true, 32>(&mut s, q_b + t, 0, kt + t, k0);
         });
         wg_commit();
         wg_wait::<0, 32>(&mut s);
@@ -1567,15 +1610,19 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
                 pw.store(at / 4, T::pack2(p0, p1));
             }
         });
-        // v and p in and visible; every warp is past the scores: k's LDS
-        // is free for the next stage.
-        lds_copy_wait::<0>();
+        // p (and v, with one stage) in and visible; every warp is past the
+        // scores: with one stage, k's LDS is free for the next one.
+        if !double {
+            lds_copy_wait::<0>();
+        }
         wg_lds_fence();
         barrier();
-        if j0 + keys < hi {
-            fetch(j0 + keys, false);
-        } else {
-            lds_copy_commit();
+        if !double {
+            if j0 + keys < hi {
+                fetch(j0 + keys, false, 0);
+            } else {
+                lds_copy_commit();
+            }
         }
         wg_begin();
         unroll4!(kk < 4 => {
@@ -1584,12 +1631,15 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
                 &mut o,
                 p_b + (kk / 2) as u32 * tile,
                 0,
-                v_b + (kk / 2) as u32 * v_tile,
+                vt + (kk / 2) as u32 * v_tile,
                 k0,
             );
         });
         wg_commit();
         wg_wait::<0, E>(&mut o);
+        if double {
+            buf ^= 1;
+        }
         j0 += keys;
     }
     // (The last group, empty or the first stage's unused copies.)

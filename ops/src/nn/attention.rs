@@ -15,7 +15,11 @@
 //! score matrix exists anywhere: the Cpu walks tiles of 64 keys for blocks
 //! of 16 query rows, in parallel over heads and row blocks; the kernels
 //! split the keys across workgroups (flash-decoding) and merge the splits'
-//! statistics in a second launch.
+//! statistics in a second launch. A prefill (more than 16 query rows a KV
+//! head) of f16/bf16 at head dim up to 128 runs the matrix-unit kernel
+//! (`attn_mma_*`), or on Hopper at d 64 and 128 without a mask tensor or
+//! softcap, where its row blocks fill the GPU, the warpgroup kernel
+//! (`attn_wgmma_*`, one split).
 
 use crate::core::dtype::WithDType;
 use crate::core::error::{Error, Result};
