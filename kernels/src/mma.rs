@@ -1221,6 +1221,89 @@ pub fn wg_mma<T: MmaElem, const A_K: bool, const B_K: bool, const E: usize>(
     }
 }
 
+/// A's 16 x 16 fragment of one warp for [`wg_mma_ra`], four words of two
+/// 16-bit values: word `w` holds row `lane / 4 + 8 (w % 2)`, columns
+/// `8 (w / 2) + 2 (lane % 4)` and the next, of the warp's 16 rows (the
+/// `mma.sync` m16n8k16 A layout, which a [`WgAcc`]'s columns `16 k0 ..
+/// 16 k0 + 16` take as they are: elements `8 k0 + 2 w` and `8 k0 + 2 w + 1`).
+#[amdgpu_device]
+pub type WgFragA = [u32; 4];
+
+/// `acc += A · B[k0 .. k0 + 16, 0 .. N]` as [`wg_mma`], with A's 64 x 16
+/// values in registers: each warp's 16 rows in its workitems' [`WgFragA`]
+/// (the scores of a product turned into the next one's left operand
+/// without LDS, as attention's probabilities). Elsewhere than NVIDIA each
+/// workitem gathers its rows' 16 values from the four workitems of its
+/// quad (wave shuffles) and computes its elements.
+#[amdgpu_device]
+#[inline(always)]
+pub fn wg_mma_ra<T: MmaElem, const B_K: bool, const E: usize>(
+    acc: &mut WgAcc<E>,
+    a: &WgFragA,
+    b_tile: u32,
+    k0: u32,
+) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let b = wg_desc::<B_K>(b_tile + wg_tile_byte(B_K, 0, k0));
+        if E == 64 {
+            // SAFETY: the same array (E is 64).
+            let v = unsafe { &mut *(acc.v.as_mut_ptr() as *mut [f32; 64]) };
+            nv_wg::mma_ra(v, a, b, T::BF16, !B_K);
+        } else {
+            // SAFETY: the same array (E is 32, `WgAcc::zero`'s check).
+            let v = unsafe { &mut *(acc.v.as_mut_ptr() as *mut [f32; 32]) };
+            nv_wg::mma64_ra(v, a, b, T::BF16, !B_K);
+        }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let t = workitem_id_x() % WG_THREADS;
+        let value = |h: u32| -> f32 {
+            if T::BF16 {
+                f32::from_bits(h << 16)
+            } else {
+                F16(h as u16).to_f32()
+            }
+        };
+        // Row r0's and r0 + 8's 16 values from the quad: workitem q of it
+        // holds columns 2q, 2q + 1 (words 0, 1) and 8 + 2q, 9 + 2q (2, 3).
+        let (mut r_lo, mut r_hi) = ([0.0f32; 16], [0.0f32; 16]);
+        let q_self = lane_id() % 4;
+        unroll4!(x < 4 => {
+            let w = [0, 1, 2, 3].map(|i| crate::device::wave_shfl_xor(a[i], x as u32));
+            let q = (q_self ^ x as u32) as usize;
+            unroll4!(i < 4 => {
+                let col = 8 * (i / 2) + 2 * q;
+                let row = if i % 2 == 0 { &mut r_lo } else { &mut r_hi };
+                row[col] = value(w[i] & 0xffff);
+                row[col + 1] = value(w[i] >> 16);
+            });
+        });
+        let (_, c0) = wg_acc_at(t, 0);
+        let mut kk = 0;
+        while kk < WG_K {
+            let k = k0 + kk;
+            let b_at = |i: u32| -> f32 {
+                let h = lds_at::<u16>(b_tile).load(wg_tile_byte(B_K, i, k) / 2) as u32;
+                value(h)
+            };
+            let (a0, a1) = (r_lo[kk as usize], r_hi[kk as usize]);
+            crate::unroll16!(j => {
+                if 4 * j < E {
+                    unroll4!(e < 2 => {
+                        let b = b_at(c0 + 8 * j as u32 + e as u32);
+                        acc.v[4 * j + e] = math::fma(a0, b, acc.v[4 * j + e]);
+                        acc.v[4 * j + 2 + e] = math::fma(a1, b, acc.v[4 * j + 2 + e]);
+                    });
+                }
+            });
+            kk += 1;
+            schedule_barrier();
+        }
+    }
+}
+
 /// The matrix descriptor of an operand tile's product window starting at
 /// LDS byte `start` ([`wg_tile_byte`]'s layouts): K-major tiles the 64-byte
 /// swizzle with 8-row groups 512 bytes apart; MN-major ones the 128-byte
@@ -1471,6 +1554,148 @@ mod nv_wg {
         };
     }
 
+    macro_rules! wgmma_ra {
+        ($acc:expr, $a:expr, $b:expr, $ty:literal, $tb:literal) => {
+            // SAFETY: reads the B tile the descriptor names in LDS (a
+            // `wg_wait` orders it before its next writes).
+            unsafe {
+                core::arch::asm!(
+                    concat!(
+                        "// ferrocm-sm90a: {{ .reg .pred p; setp.ne.b32 p, {s}, 0; ",
+                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty,
+                        " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, ", $tb, "; }}"
+                    ),
+                        inout(reg32) $acc[0],
+                        inout(reg32) $acc[1],
+                        inout(reg32) $acc[2],
+                        inout(reg32) $acc[3],
+                        inout(reg32) $acc[4],
+                        inout(reg32) $acc[5],
+                        inout(reg32) $acc[6],
+                        inout(reg32) $acc[7],
+                        inout(reg32) $acc[8],
+                        inout(reg32) $acc[9],
+                        inout(reg32) $acc[10],
+                        inout(reg32) $acc[11],
+                        inout(reg32) $acc[12],
+                        inout(reg32) $acc[13],
+                        inout(reg32) $acc[14],
+                        inout(reg32) $acc[15],
+                        inout(reg32) $acc[16],
+                        inout(reg32) $acc[17],
+                        inout(reg32) $acc[18],
+                        inout(reg32) $acc[19],
+                        inout(reg32) $acc[20],
+                        inout(reg32) $acc[21],
+                        inout(reg32) $acc[22],
+                        inout(reg32) $acc[23],
+                        inout(reg32) $acc[24],
+                        inout(reg32) $acc[25],
+                        inout(reg32) $acc[26],
+                        inout(reg32) $acc[27],
+                        inout(reg32) $acc[28],
+                        inout(reg32) $acc[29],
+                        inout(reg32) $acc[30],
+                        inout(reg32) $acc[31],
+                        inout(reg32) $acc[32],
+                        inout(reg32) $acc[33],
+                        inout(reg32) $acc[34],
+                        inout(reg32) $acc[35],
+                        inout(reg32) $acc[36],
+                        inout(reg32) $acc[37],
+                        inout(reg32) $acc[38],
+                        inout(reg32) $acc[39],
+                        inout(reg32) $acc[40],
+                        inout(reg32) $acc[41],
+                        inout(reg32) $acc[42],
+                        inout(reg32) $acc[43],
+                        inout(reg32) $acc[44],
+                        inout(reg32) $acc[45],
+                        inout(reg32) $acc[46],
+                        inout(reg32) $acc[47],
+                        inout(reg32) $acc[48],
+                        inout(reg32) $acc[49],
+                        inout(reg32) $acc[50],
+                        inout(reg32) $acc[51],
+                        inout(reg32) $acc[52],
+                        inout(reg32) $acc[53],
+                        inout(reg32) $acc[54],
+                        inout(reg32) $acc[55],
+                        inout(reg32) $acc[56],
+                        inout(reg32) $acc[57],
+                        inout(reg32) $acc[58],
+                        inout(reg32) $acc[59],
+                        inout(reg32) $acc[60],
+                        inout(reg32) $acc[61],
+                        inout(reg32) $acc[62],
+                        inout(reg32) $acc[63],
+                    a0 = in(reg32) $a[0],
+                    a1 = in(reg32) $a[1],
+                    a2 = in(reg32) $a[2],
+                    a3 = in(reg32) $a[3],
+                    b = in(reg64) $b,
+                    s = in(reg32) 1u32,
+                    options(nostack),
+                )
+            }
+        };
+    }
+
+    macro_rules! wgmma64_ra {
+        ($acc:expr, $a:expr, $b:expr, $ty:literal, $tb:literal) => {
+            // SAFETY: reads the B tile the descriptor names in LDS (a
+            // `wg_wait` orders it before its next writes).
+            unsafe {
+                core::arch::asm!(
+                    concat!(
+                        "// ferrocm-sm90a: {{ .reg .pred p; setp.ne.b32 p, {s}, 0; ",
+                        "wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty,
+                        " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, ", $tb, "; }}"
+                    ),
+                        inout(reg32) $acc[0],
+                        inout(reg32) $acc[1],
+                        inout(reg32) $acc[2],
+                        inout(reg32) $acc[3],
+                        inout(reg32) $acc[4],
+                        inout(reg32) $acc[5],
+                        inout(reg32) $acc[6],
+                        inout(reg32) $acc[7],
+                        inout(reg32) $acc[8],
+                        inout(reg32) $acc[9],
+                        inout(reg32) $acc[10],
+                        inout(reg32) $acc[11],
+                        inout(reg32) $acc[12],
+                        inout(reg32) $acc[13],
+                        inout(reg32) $acc[14],
+                        inout(reg32) $acc[15],
+                        inout(reg32) $acc[16],
+                        inout(reg32) $acc[17],
+                        inout(reg32) $acc[18],
+                        inout(reg32) $acc[19],
+                        inout(reg32) $acc[20],
+                        inout(reg32) $acc[21],
+                        inout(reg32) $acc[22],
+                        inout(reg32) $acc[23],
+                        inout(reg32) $acc[24],
+                        inout(reg32) $acc[25],
+                        inout(reg32) $acc[26],
+                        inout(reg32) $acc[27],
+                        inout(reg32) $acc[28],
+                        inout(reg32) $acc[29],
+                        inout(reg32) $acc[30],
+                        inout(reg32) $acc[31],
+                    a0 = in(reg32) $a[0],
+                    a1 = in(reg32) $a[1],
+                    a2 = in(reg32) $a[2],
+                    a3 = in(reg32) $a[3],
+                    b = in(reg64) $b,
+                    s = in(reg32) 1u32,
+                    options(nostack),
+                )
+            }
+        };
+    }
+
     /// One `wgmma` m64n128k16 with f32 accumulation; `ta`/`tb`: the
     /// operand's tile is MN-major (the instruction's transpose flags).
     #[inline(always)]
@@ -1509,6 +1734,28 @@ mod nv_wg {
             pick!("bf16");
         } else {
             pick!("f16");
+        }
+    }
+
+    /// One `wgmma` m64n128k16 with A from registers, as [`mma`].
+    #[inline(always)]
+    pub fn mma_ra(acc: &mut [f32; 64], a: &[u32; 4], b: u64, bf16: bool, tb: bool) {
+        match (bf16, tb) {
+            (true, false) => wgmma_ra!(acc, a, b, "bf16", "0"),
+            (true, true) => wgmma_ra!(acc, a, b, "bf16", "1"),
+            (false, false) => wgmma_ra!(acc, a, b, "f16", "0"),
+            (false, true) => wgmma_ra!(acc, a, b, "f16", "1"),
+        }
+    }
+
+    /// One `wgmma` m64n64k16 with A from registers, as [`mma`].
+    #[inline(always)]
+    pub fn mma64_ra(acc: &mut [f32; 32], a: &[u32; 4], b: u64, bf16: bool, tb: bool) {
+        match (bf16, tb) {
+            (true, false) => wgmma64_ra!(acc, a, b, "bf16", "0"),
+            (true, true) => wgmma64_ra!(acc, a, b, "bf16", "1"),
+            (false, false) => wgmma64_ra!(acc, a, b, "f16", "0"),
+            (false, true) => wgmma64_ra!(acc, a, b, "f16", "1"),
         }
     }
 }

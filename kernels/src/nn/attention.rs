@@ -1307,9 +1307,11 @@ pub const ATTN_WG_KEYS: u32 = 64;
 /// head dim: 64 or 128).
 pub const ATTN_WG_HEAD_DIMS: [usize; 2] = [64, 128];
 
-/// Whether the warpgroup kernel at head dim `d` holds two stages of k and
-/// v (the next one copied while this one is computed on): where both fit
-/// the 64 KB every device gives a launch, d 64.
+/// Whether the warpgroup kernel at head dim `d` holds two stages of k (it
+/// always holds two of v): the next stage's k and v are then copied while
+/// this one is computed on, where both fit the 64 KB every device gives a
+/// launch, d 64 (at d 128 the next k is copied once this stage's scores
+/// are done).
 #[amdgpu_device]
 #[inline(always)]
 pub const fn attn_wgmma_double(d: u32) -> bool {
@@ -1317,21 +1319,21 @@ pub const fn attn_wgmma_double(d: u32) -> bool {
 }
 
 /// LDS of the warpgroup kernel at head dim `d` (64 or 128), in bytes: q
-/// and a stage's k (`d / 32` operand tiles of 64 rows, 4 KB each), v (two
-/// 32-key tiles of `d` columns), the probabilities (two tiles), and a
-/// second stage's k and v where [`attn_wgmma_double`].
+/// and a stage's k (`d / 32` operand tiles of 64 rows, 4 KB each), two
+/// stages' v (each two 32-key tiles of `d` columns), and a second stage's
+/// k where [`attn_wgmma_double`]. (The probabilities stay in registers.)
 ///
 /// ```
 /// use ferrocm_kernels::nn::attention::attn_wgmma_lds_bytes;
-/// assert_eq!(attn_wgmma_lds_bytes(128), 56 * 1024);
-/// assert_eq!(attn_wgmma_lds_bytes(64), 48 * 1024);
+/// assert_eq!(attn_wgmma_lds_bytes(128), 64 * 1024);
+/// assert_eq!(attn_wgmma_lds_bytes(64), 40 * 1024);
 /// ```
 #[amdgpu_device]
 #[inline(always)]
 pub const fn attn_wgmma_lds_bytes(d: u32) -> u32 {
-    let (qk, v, p) = (4096 * (d / 32), 2 * 4096 * (d / 64), 2 * 4096);
-    let stages = if attn_wgmma_double(d) { 2 } else { 1 };
-    qk + stages * (qk + v) + p
+    let (qk, v) = (4096 * (d / 32), 2 * 4096 * (d / 64));
+    let k_stages = if attn_wgmma_double(d) { 2 } else { 1 };
+    qk + k_stages * qk + 2 * v
 }
 
 /// The warpgroup attention kernel (f16, bf16; head dims 64 and 128; no
@@ -1372,8 +1374,8 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
     #[allow(unused_imports)]
     use crate::math::exp2_fast;
     use crate::mma::{
-        WG_THREADS, WgAcc, wg_acc_at, wg_begin, wg_commit, wg_lds_fence, wg_mma, wg_tile_byte,
-        wg_wait,
+        WG_THREADS, WgAcc, WgFragA, wg_acc_at, wg_begin, wg_commit, wg_lds_fence, wg_mma,
+        wg_mma_ra, wg_tile_byte, wg_wait,
     };
     use core::f32::consts::LOG2_E;
     // The head dim: twice the output accumulator's elements a workitem
@@ -1396,16 +1398,15 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
         wg % heads,
     );
     let (kvh, bi) = (bh % Ord::max(h_kv, 1), bh / Ord::max(h_kv, 1));
-    // LDS: q's d / 32 tiles, k's, v's two 32-key tiles, p's two.
+    // LDS: q's d / 32 tiles, k's (twice at d 64), then two stages' v, each
+    // two 32-key tiles.
     let tile = 4096;
-    let (q_b, k_b) = (0, tile * (dd / 32));
-    let v_b = 2 * k_b;
-    let v_tile = tile * (dd / 64);
-    let p_b = v_b + 2 * v_tile;
-    // Two stages (d 64): the second's k and v after p, as far from the
-    // first's as p's end is from k's start.
     let double = attn_wgmma_double(dd);
-    let second = p_b + 2 * tile - k_b;
+    let (q_b, k_b) = (0, tile * (dd / 32));
+    let k_second = k_b;
+    let v_b = k_b + if double { 2 } else { 1 } * k_second;
+    let v_tile = tile * (dd / 64);
+    let v_second = 2 * v_tile;
     let words = lds_at::<W128>(0);
     // The keys some row of the block sees (the hull of its rows' spans).
     let first = rb * rows_b;
@@ -1471,7 +1472,7 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
     let k_at0 = k_b + (w / 4) * tile + wg_tile_byte(true, c0, (w % 4) * 8);
     let v_at0 = v_b + wg_tile_byte(false, 8 * w, c0);
     let fetch = |j0: u32, is_v: bool, buf: u32| {
-        let (k_at0, v_at0) = (k_at0 + buf * second, v_at0 + buf * second);
+        let (k_at0, v_at0) = (k_at0 + buf * k_second, v_at0 + buf * v_second);
         let j = j0 + c0;
         crate::unroll8!(i < (keys / kp) as usize => {
             let step = kp * i as u32;
@@ -1494,9 +1495,7 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
     };
     if lo < hi {
         fetch(lo, false, 0);
-        if double {
-            fetch(lo, true, 0);
-        }
+        fetch(lo, true, 0);
     } else {
         lds_copy_commit();
     }
@@ -1504,21 +1503,21 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
     let (c2, slack2) = (scale * LOG2_E, ATTN_RESCALE_SLACK * LOG2_E);
     let mut o = WgAcc::<E>::zero();
     let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0.0f32; 2]);
-    let (mut j0, mut buf) = (lo, 0);
+    let (mut j0, mut kb, mut vb) = (lo, 0, 0);
     while j0 < hi {
-        // k (and q; and v with two stages) in and visible to the product;
-        // every warp is past the last stage's second product: v's and p's
-        // LDS are free (with two stages, the last stage's k and v).
+        // This stage's k and v (and q) in and visible to the products;
+        // every warp is past the last stage's second product: the other v
+        // buffer (and k buffer, with two) is free for the next stage's.
         lds_copy_wait::<0>();
         wg_lds_fence();
         barrier();
-        if !double {
-            fetch(j0, true, 0);
-        } else if j0 + keys < hi {
-            fetch(j0 + keys, false, buf ^ 1);
-            fetch(j0 + keys, true, buf ^ 1);
+        if j0 + keys < hi {
+            fetch(j0 + keys, true, vb ^ 1);
+            if double {
+                fetch(j0 + keys, false, kb ^ 1);
+            }
         }
-        let (kt, vt) = (k_b + buf * second, v_b + buf * second);
+        let (kt, vt) = (k_b + kb * k_second, v_b + vb * v_second);
         // The scores: 64 rows by the stage's 64 keys.
         let mut s = WgAcc::<32>::zero();
         wg_begin();
@@ -1595,50 +1594,39 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
             });
         }
         // The weights (0 while a row's max is -inf), this workitem's share
-        // of each row's sum, and the probabilities rounded to T into p's
-        // K-major tiles, two keys a word.
+        // of each row's sum, and the probabilities rounded to T, two keys
+        // a word, as the second product's A fragments: elements 8 kk ..
+        // 8 kk + 8 are keys 16 kk .. 16 kk + 16 of the workitem's rows in
+        // the fragment's order.
         let mc = [0, 1].map(|h| if m[h] != f32::NEG_INFINITY { m[h] } else { 0.0 });
-        let pw = lds_at::<u32>(0);
+        let mut pa: [WgFragA; 4] = [[0; 4]; 4];
         unroll32!(e => {
             if e % 2 == 0 {
                 let h = (e / 2) % 2;
                 let p0 = exp2_fast(math::fma(s.v[e], cw, -mc[h]));
                 let p1 = exp2_fast(math::fma(s.v[e + 1], cw, -mc[h]));
                 l[h] += p0 + p1;
-                let (r, c) = (r0 + 8 * h as u32, (e / 4) as u32 * 8 + c_base);
-                let at = p_b + (c / 32) * tile + wg_tile_byte(true, r, c % 32);
-                pw.store(at / 4, T::pack2(p0, p1));
+                pa[e / 8][(e % 8) / 2] = T::pack2(p0, p1);
             }
         });
-        // p (and v, with one stage) in and visible; every warp is past the
-        // scores: with one stage, k's LDS is free for the next one.
+        // One k buffer: every warp is past the scores before the next
+        // stage's k is copied over this one's.
         if !double {
-            lds_copy_wait::<0>();
-        }
-        wg_lds_fence();
-        barrier();
-        if !double {
+            barrier();
             if j0 + keys < hi {
                 fetch(j0 + keys, false, 0);
-            } else {
-                lds_copy_commit();
             }
         }
         wg_begin();
         unroll4!(kk < 4 => {
             let k0 = 16 * (kk % 2) as u32;
-            wg_mma::<T, true, false, E>(
-                &mut o,
-                p_b + (kk / 2) as u32 * tile,
-                0,
-                vt + (kk / 2) as u32 * v_tile,
-                k0,
-            );
+            wg_mma_ra::<T, false, E>(&mut o, &pa[kk], vt + (kk / 2) as u32 * v_tile, k0);
         });
         wg_commit();
         wg_wait::<0, E>(&mut o);
+        vb ^= 1;
         if double {
-            buf ^= 1;
+            kb ^= 1;
         }
         j0 += keys;
     }
