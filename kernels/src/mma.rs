@@ -1275,7 +1275,7 @@ pub fn wg_mma_ra<T: MmaElem, const B_K: bool, const E: usize>(
             let q = (q_self ^ x as u32) as usize;
             unroll4!(i < 4 => {
                 let col = 8 * (i / 2) + 2 * q;
-                let row = if i % 2 == 0 { &mut r_lo } else { &mut r_hi };
+                let row = if i.is_multiple_of(2) { &mut r_lo } else { &mut r_hi };
                 row[col] = value(w[i] & 0xffff);
                 row[col + 1] = value(w[i] >> 16);
             });

@@ -1346,14 +1346,19 @@ pub const fn attn_wgmma_lds_bytes(d: u32) -> u32 {
 /// warpgroup product from the LDS tiles ([`crate::mma::wg_mma`], 64 x 64),
 /// the online softmax runs on its accumulators (base-2, the lazy max and
 /// the raw-score weights of [`attn_mma_body`]; keys outside a row's span
-/// are -inf), the probabilities, rounded to `T`, go to LDS as the left
-/// operand of the second product, `p · v`, into f32 output accumulators (64
-/// x d). At d 128 the stage's v is copied while its scores are computed,
-/// the next stage's k while its probabilities multiply v; at d 64 (two
-/// stages in LDS, [`attn_wgmma_double`]) the next stage's k and v while
-/// this one is computed on. Two barriers a stage.
+/// are -inf), and the probabilities, rounded to `T`, stay in registers as
+/// the left operand of the second product, `p · v` ([`crate::mma::wg_mma_ra`]),
+/// into f32 output accumulators (64 x d). v has two buffers: the next
+/// stage's is copied while this one is computed on; so is k at d 64 ([`attn_wgmma_double`]),
+/// while at d 128 (one k buffer in the 64 KB) the next stage's k is copied
+/// once every warp's scores are done, behind a second barrier. (Two k
+/// buffers and one v at d 128, and five workgroups an SM at d 64 under a
+/// launch bound, ran no faster on an H200.)
 #[amdgpu_device]
 #[inline(always)]
+// `e % 2 == 0` on the unrolled index folds before rustc's bounds lint
+// sees `s.v[e + 1]`; `is_multiple_of` does not.
+#[allow(clippy::manual_is_multiple_of)]
 pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
     out: *mut T,
     q: *const T,
@@ -1558,7 +1563,8 @@ pub fn attn_wgmma_body<T: MatElem + crate::mma::MmaElem, const E: usize>(
         // units, saturated.
         let mut over = false;
         unroll4!(h < 2 => {
-            over |= mx[h] != f32::NEG_INFINITY && !((mx[h] * c2).abs() <= ATTN_RAW_LIMIT);
+            over |= mx[h] != f32::NEG_INFINITY
+                && !(-ATTN_RAW_LIMIT..=ATTN_RAW_LIMIT).contains(&(mx[h] * c2));
         });
         let mut cw = c2;
         if fw.any(over) {
