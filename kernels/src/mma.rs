@@ -1418,82 +1418,39 @@ struct LdsAligned([u8; 1024]);
 #[amdgpu_device]
 #[cfg(target_arch = "nvptx64")]
 mod nv_wg {
+    /// Hands `[0, 1, .., N - 1]`, an accumulator of N registers' indices, to
+    /// `$m` ahead of its arguments: an `asm!` operand list is written out.
+    macro_rules! acc_regs {
+        (64 => $m:ident!($($args:tt)*)) => {
+            $m!([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63] $($args)*)
+        };
+        (32 => $m:ident!($($args:tt)*)) => {
+            $m!([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] $($args)*)
+        };
+    }
+
+    /// One `wgmma.mma_async` of shape `$shape` (f32 += `$ty` x `$ty`): the
+    /// accumulator's registers `$acc[i]` for each index listed, A as the
+    /// operand text `$a_text` with its operands `$a_ops`, B's descriptor,
+    /// then the scale and transpose flags `$flags`.
     macro_rules! wgmma {
-        ($acc:expr, $a:expr, $b:expr, $ty:literal, $ta:literal, $tb:literal) => {
-            // SAFETY: reads the two tiles the descriptors name in LDS (a
+        (
+            [$i0:literal $(, $i:literal)*] $acc:expr, $shape:literal, $ty:literal,
+            $a_text:literal [$($a_ops:tt)*], $b:expr, $flags:literal
+        ) => {
+            // SAFETY: reads the tiles the descriptors name in LDS (a
             // `wg_wait` orders it before their next writes).
             unsafe {
                 core::arch::asm!(
                     concat!(
                         "// ferrocm-sm90a: {{ .reg .pred p; setp.ne.b32 p, {s}, 0; ",
-                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty,
-                        " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {a}, {b}, p, 1, 1, ", $ta, ", ", $tb, "; }}"
+                        "wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty,
+                        " {{{", $i0, "}", $(", {", $i, "}",)* "}}, ", $a_text,
+                        ", {b}, p, 1, 1, ", $flags, "; }}"
                     ),
-                        inout(reg32) $acc[0],
-                        inout(reg32) $acc[1],
-                        inout(reg32) $acc[2],
-                        inout(reg32) $acc[3],
-                        inout(reg32) $acc[4],
-                        inout(reg32) $acc[5],
-                        inout(reg32) $acc[6],
-                        inout(reg32) $acc[7],
-                        inout(reg32) $acc[8],
-                        inout(reg32) $acc[9],
-                        inout(reg32) $acc[10],
-                        inout(reg32) $acc[11],
-                        inout(reg32) $acc[12],
-                        inout(reg32) $acc[13],
-                        inout(reg32) $acc[14],
-                        inout(reg32) $acc[15],
-                        inout(reg32) $acc[16],
-                        inout(reg32) $acc[17],
-                        inout(reg32) $acc[18],
-                        inout(reg32) $acc[19],
-                        inout(reg32) $acc[20],
-                        inout(reg32) $acc[21],
-                        inout(reg32) $acc[22],
-                        inout(reg32) $acc[23],
-                        inout(reg32) $acc[24],
-                        inout(reg32) $acc[25],
-                        inout(reg32) $acc[26],
-                        inout(reg32) $acc[27],
-                        inout(reg32) $acc[28],
-                        inout(reg32) $acc[29],
-                        inout(reg32) $acc[30],
-                        inout(reg32) $acc[31],
-                        inout(reg32) $acc[32],
-                        inout(reg32) $acc[33],
-                        inout(reg32) $acc[34],
-                        inout(reg32) $acc[35],
-                        inout(reg32) $acc[36],
-                        inout(reg32) $acc[37],
-                        inout(reg32) $acc[38],
-                        inout(reg32) $acc[39],
-                        inout(reg32) $acc[40],
-                        inout(reg32) $acc[41],
-                        inout(reg32) $acc[42],
-                        inout(reg32) $acc[43],
-                        inout(reg32) $acc[44],
-                        inout(reg32) $acc[45],
-                        inout(reg32) $acc[46],
-                        inout(reg32) $acc[47],
-                        inout(reg32) $acc[48],
-                        inout(reg32) $acc[49],
-                        inout(reg32) $acc[50],
-                        inout(reg32) $acc[51],
-                        inout(reg32) $acc[52],
-                        inout(reg32) $acc[53],
-                        inout(reg32) $acc[54],
-                        inout(reg32) $acc[55],
-                        inout(reg32) $acc[56],
-                        inout(reg32) $acc[57],
-                        inout(reg32) $acc[58],
-                        inout(reg32) $acc[59],
-                        inout(reg32) $acc[60],
-                        inout(reg32) $acc[61],
-                        inout(reg32) $acc[62],
-                        inout(reg32) $acc[63],
-                    a = in(reg64) $a,
+                    inout(reg32) $acc[$i0],
+                    $(inout(reg32) $acc[$i],)*
+                    $($a_ops)*
                     b = in(reg64) $b,
                     s = in(reg32) 1u32,
                     options(nostack),
@@ -1502,197 +1459,21 @@ mod nv_wg {
         };
     }
 
-    macro_rules! wgmma64 {
-        ($acc:expr, $a:expr, $b:expr, $ty:literal, $ta:literal, $tb:literal) => {
-            // SAFETY: reads the two tiles the descriptors name in LDS (a
-            // `wg_wait` orders it before their next writes).
-            unsafe {
-                core::arch::asm!(
-                    concat!(
-                        "// ferrocm-sm90a: {{ .reg .pred p; setp.ne.b32 p, {s}, 0; ",
-                        "wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty,
-                        " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}}}, {a}, {b}, p, 1, 1, ", $ta, ", ", $tb, "; }}"
-                    ),
-                        inout(reg32) $acc[0],
-                        inout(reg32) $acc[1],
-                        inout(reg32) $acc[2],
-                        inout(reg32) $acc[3],
-                        inout(reg32) $acc[4],
-                        inout(reg32) $acc[5],
-                        inout(reg32) $acc[6],
-                        inout(reg32) $acc[7],
-                        inout(reg32) $acc[8],
-                        inout(reg32) $acc[9],
-                        inout(reg32) $acc[10],
-                        inout(reg32) $acc[11],
-                        inout(reg32) $acc[12],
-                        inout(reg32) $acc[13],
-                        inout(reg32) $acc[14],
-                        inout(reg32) $acc[15],
-                        inout(reg32) $acc[16],
-                        inout(reg32) $acc[17],
-                        inout(reg32) $acc[18],
-                        inout(reg32) $acc[19],
-                        inout(reg32) $acc[20],
-                        inout(reg32) $acc[21],
-                        inout(reg32) $acc[22],
-                        inout(reg32) $acc[23],
-                        inout(reg32) $acc[24],
-                        inout(reg32) $acc[25],
-                        inout(reg32) $acc[26],
-                        inout(reg32) $acc[27],
-                        inout(reg32) $acc[28],
-                        inout(reg32) $acc[29],
-                        inout(reg32) $acc[30],
-                        inout(reg32) $acc[31],
-                    a = in(reg64) $a,
-                    b = in(reg64) $b,
-                    s = in(reg32) 1u32,
-                    options(nostack),
-                )
-            }
+    /// [`wgmma`] with A from LDS (its descriptor `$a`), N registers.
+    macro_rules! wgmma_lds {
+        ($n:tt, $acc:expr, $shape:literal, $ty:literal, $a:expr, $b:expr, $flags:literal) => {
+            acc_regs!($n => wgmma!($acc, $shape, $ty, "{a}" [a = in(reg64) $a,], $b, $flags))
         };
     }
 
-    macro_rules! wgmma_ra {
-        ($acc:expr, $a:expr, $b:expr, $ty:literal, $tb:literal) => {
-            // SAFETY: reads the B tile the descriptor names in LDS (a
-            // `wg_wait` orders it before its next writes).
-            unsafe {
-                core::arch::asm!(
-                    concat!(
-                        "// ferrocm-sm90a: {{ .reg .pred p; setp.ne.b32 p, {s}, 0; ",
-                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty,
-                        " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, ", $tb, "; }}"
-                    ),
-                        inout(reg32) $acc[0],
-                        inout(reg32) $acc[1],
-                        inout(reg32) $acc[2],
-                        inout(reg32) $acc[3],
-                        inout(reg32) $acc[4],
-                        inout(reg32) $acc[5],
-                        inout(reg32) $acc[6],
-                        inout(reg32) $acc[7],
-                        inout(reg32) $acc[8],
-                        inout(reg32) $acc[9],
-                        inout(reg32) $acc[10],
-                        inout(reg32) $acc[11],
-                        inout(reg32) $acc[12],
-                        inout(reg32) $acc[13],
-                        inout(reg32) $acc[14],
-                        inout(reg32) $acc[15],
-                        inout(reg32) $acc[16],
-                        inout(reg32) $acc[17],
-                        inout(reg32) $acc[18],
-                        inout(reg32) $acc[19],
-                        inout(reg32) $acc[20],
-                        inout(reg32) $acc[21],
-                        inout(reg32) $acc[22],
-                        inout(reg32) $acc[23],
-                        inout(reg32) $acc[24],
-                        inout(reg32) $acc[25],
-                        inout(reg32) $acc[26],
-                        inout(reg32) $acc[27],
-                        inout(reg32) $acc[28],
-                        inout(reg32) $acc[29],
-                        inout(reg32) $acc[30],
-                        inout(reg32) $acc[31],
-                        inout(reg32) $acc[32],
-                        inout(reg32) $acc[33],
-                        inout(reg32) $acc[34],
-                        inout(reg32) $acc[35],
-                        inout(reg32) $acc[36],
-                        inout(reg32) $acc[37],
-                        inout(reg32) $acc[38],
-                        inout(reg32) $acc[39],
-                        inout(reg32) $acc[40],
-                        inout(reg32) $acc[41],
-                        inout(reg32) $acc[42],
-                        inout(reg32) $acc[43],
-                        inout(reg32) $acc[44],
-                        inout(reg32) $acc[45],
-                        inout(reg32) $acc[46],
-                        inout(reg32) $acc[47],
-                        inout(reg32) $acc[48],
-                        inout(reg32) $acc[49],
-                        inout(reg32) $acc[50],
-                        inout(reg32) $acc[51],
-                        inout(reg32) $acc[52],
-                        inout(reg32) $acc[53],
-                        inout(reg32) $acc[54],
-                        inout(reg32) $acc[55],
-                        inout(reg32) $acc[56],
-                        inout(reg32) $acc[57],
-                        inout(reg32) $acc[58],
-                        inout(reg32) $acc[59],
-                        inout(reg32) $acc[60],
-                        inout(reg32) $acc[61],
-                        inout(reg32) $acc[62],
-                        inout(reg32) $acc[63],
-                    a0 = in(reg32) $a[0],
-                    a1 = in(reg32) $a[1],
-                    a2 = in(reg32) $a[2],
-                    a3 = in(reg32) $a[3],
-                    b = in(reg64) $b,
-                    s = in(reg32) 1u32,
-                    options(nostack),
-                )
-            }
-        };
-    }
-
-    macro_rules! wgmma64_ra {
-        ($acc:expr, $a:expr, $b:expr, $ty:literal, $tb:literal) => {
-            // SAFETY: reads the B tile the descriptor names in LDS (a
-            // `wg_wait` orders it before its next writes).
-            unsafe {
-                core::arch::asm!(
-                    concat!(
-                        "// ferrocm-sm90a: {{ .reg .pred p; setp.ne.b32 p, {s}, 0; ",
-                        "wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty,
-                        " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, ", $tb, "; }}"
-                    ),
-                        inout(reg32) $acc[0],
-                        inout(reg32) $acc[1],
-                        inout(reg32) $acc[2],
-                        inout(reg32) $acc[3],
-                        inout(reg32) $acc[4],
-                        inout(reg32) $acc[5],
-                        inout(reg32) $acc[6],
-                        inout(reg32) $acc[7],
-                        inout(reg32) $acc[8],
-                        inout(reg32) $acc[9],
-                        inout(reg32) $acc[10],
-                        inout(reg32) $acc[11],
-                        inout(reg32) $acc[12],
-                        inout(reg32) $acc[13],
-                        inout(reg32) $acc[14],
-                        inout(reg32) $acc[15],
-                        inout(reg32) $acc[16],
-                        inout(reg32) $acc[17],
-                        inout(reg32) $acc[18],
-                        inout(reg32) $acc[19],
-                        inout(reg32) $acc[20],
-                        inout(reg32) $acc[21],
-                        inout(reg32) $acc[22],
-                        inout(reg32) $acc[23],
-                        inout(reg32) $acc[24],
-                        inout(reg32) $acc[25],
-                        inout(reg32) $acc[26],
-                        inout(reg32) $acc[27],
-                        inout(reg32) $acc[28],
-                        inout(reg32) $acc[29],
-                        inout(reg32) $acc[30],
-                        inout(reg32) $acc[31],
-                    a0 = in(reg32) $a[0],
-                    a1 = in(reg32) $a[1],
-                    a2 = in(reg32) $a[2],
-                    a3 = in(reg32) $a[3],
-                    b = in(reg64) $b,
-                    s = in(reg32) 1u32,
-                    options(nostack),
-                )
-            }
+    /// [`wgmma`] with A from four registers, N registers.
+    macro_rules! wgmma_regs {
+        ($n:tt, $acc:expr, $shape:literal, $ty:literal, $a:expr, $b:expr, $flags:literal) => {
+            acc_regs!($n => wgmma!(
+                $acc, $shape, $ty, "{{{a0}, {a1}, {a2}, {a3}}}"
+                [a0 = in(reg32) $a[0], a1 = in(reg32) $a[1], a2 = in(reg32) $a[2], a3 = in(reg32) $a[3],],
+                $b, $flags
+            ))
         };
     }
 
@@ -1703,10 +1484,10 @@ mod nv_wg {
         macro_rules! pick {
             ($ty:literal) => {
                 match (ta, tb) {
-                    (false, false) => wgmma!(acc, a, b, $ty, "0", "0"),
-                    (false, true) => wgmma!(acc, a, b, $ty, "0", "1"),
-                    (true, false) => wgmma!(acc, a, b, $ty, "1", "0"),
-                    (true, true) => wgmma!(acc, a, b, $ty, "1", "1"),
+                    (false, false) => wgmma_lds!(64, acc, "m64n128k16", $ty, a, b, "0, 0"),
+                    (false, true) => wgmma_lds!(64, acc, "m64n128k16", $ty, a, b, "0, 1"),
+                    (true, false) => wgmma_lds!(64, acc, "m64n128k16", $ty, a, b, "1, 0"),
+                    (true, true) => wgmma_lds!(64, acc, "m64n128k16", $ty, a, b, "1, 1"),
                 }
             };
         }
@@ -1723,10 +1504,10 @@ mod nv_wg {
         macro_rules! pick {
             ($ty:literal) => {
                 match (ta, tb) {
-                    (false, false) => wgmma64!(acc, a, b, $ty, "0", "0"),
-                    (false, true) => wgmma64!(acc, a, b, $ty, "0", "1"),
-                    (true, false) => wgmma64!(acc, a, b, $ty, "1", "0"),
-                    (true, true) => wgmma64!(acc, a, b, $ty, "1", "1"),
+                    (false, false) => wgmma_lds!(32, acc, "m64n64k16", $ty, a, b, "0, 0"),
+                    (false, true) => wgmma_lds!(32, acc, "m64n64k16", $ty, a, b, "0, 1"),
+                    (true, false) => wgmma_lds!(32, acc, "m64n64k16", $ty, a, b, "1, 0"),
+                    (true, true) => wgmma_lds!(32, acc, "m64n64k16", $ty, a, b, "1, 1"),
                 }
             };
         }
@@ -1741,10 +1522,10 @@ mod nv_wg {
     #[inline(always)]
     pub fn mma_ra(acc: &mut [f32; 64], a: &[u32; 4], b: u64, bf16: bool, tb: bool) {
         match (bf16, tb) {
-            (true, false) => wgmma_ra!(acc, a, b, "bf16", "0"),
-            (true, true) => wgmma_ra!(acc, a, b, "bf16", "1"),
-            (false, false) => wgmma_ra!(acc, a, b, "f16", "0"),
-            (false, true) => wgmma_ra!(acc, a, b, "f16", "1"),
+            (true, false) => wgmma_regs!(64, acc, "m64n128k16", "bf16", a, b, "0"),
+            (true, true) => wgmma_regs!(64, acc, "m64n128k16", "bf16", a, b, "1"),
+            (false, false) => wgmma_regs!(64, acc, "m64n128k16", "f16", a, b, "0"),
+            (false, true) => wgmma_regs!(64, acc, "m64n128k16", "f16", a, b, "1"),
         }
     }
 
@@ -1752,10 +1533,10 @@ mod nv_wg {
     #[inline(always)]
     pub fn mma64_ra(acc: &mut [f32; 32], a: &[u32; 4], b: u64, bf16: bool, tb: bool) {
         match (bf16, tb) {
-            (true, false) => wgmma64_ra!(acc, a, b, "bf16", "0"),
-            (true, true) => wgmma64_ra!(acc, a, b, "bf16", "1"),
-            (false, false) => wgmma64_ra!(acc, a, b, "f16", "0"),
-            (false, true) => wgmma64_ra!(acc, a, b, "f16", "1"),
+            (true, false) => wgmma_regs!(32, acc, "m64n64k16", "bf16", a, b, "0"),
+            (true, true) => wgmma_regs!(32, acc, "m64n64k16", "bf16", a, b, "1"),
+            (false, false) => wgmma_regs!(32, acc, "m64n64k16", "f16", a, b, "0"),
+            (false, true) => wgmma_regs!(32, acc, "m64n64k16", "f16", a, b, "1"),
         }
     }
 }

@@ -432,9 +432,9 @@ impl<T: WithDType> Op for Attend<'_, T> {
                     .is_none_or(|i| wg_blocks >= i.compute_units as u64);
             fits.then_some(wg[pos])
         });
-        let (kernel, block, block_rows, lds, min_chunk, mma_flags) = match table.mma {
-            _ if wg_kernel.is_some() => (
-                wg_kernel.expect("checked"),
+        let (kernel, block, block_rows, lds, min_chunk, mma_flags) = match (wg_kernel, table.mma) {
+            (Some(wg), _) => (
+                wg,
                 ferrocm_kernels::mma::WG_THREADS,
                 ATTN_WG_ROWS,
                 attn_wgmma_lds_bytes(d as u32),
@@ -443,7 +443,7 @@ impl<T: WithDType> Op for Attend<'_, T> {
             ),
             // (A GPU without a matrix unit runs the row kernel: the FMA
             // body's registers do not fit there.)
-            Some(mma)
+            (None, Some(mma))
                 if d <= ATTN_MMA_MAX_D
                     && rows > ATTN_MMA_ROWS as usize
                     && (!dev.is_gpu() || dev.matrix_unit().is_some())
