@@ -337,6 +337,125 @@ mod x86 {
         }
     }
 
+    /// Whether `B` takes [`legacy_rows`]: Q4_0 and Q8_0, the legacy
+    /// formats models ship (each 32-element block one scale, its halves x's
+    /// groups `2 j` and `2 j + 1`).
+    pub(super) fn legacy_format<B: QuantBlock>() -> bool {
+        matches!(B::GGML_TYPE, 2 | 8)
+    }
+
+    /// `sums[r, c] += w_r · x_c` for Q4_0 or Q8_0 rows `w` and `m` rows of x
+    /// in 8-bit form, decoding each block once into a 32-byte vector for
+    /// every row of x a pass takes (8, 4, 2 or 1): `vpmaddubsw` of the codes
+    /// (Q4_0's nibbles unsigned; Q8_0's as |w| against x signed like w) and
+    /// x's two groups of 16, each group's i32 sums times its scale `dx` and
+    /// the block's `d` in f32 vectors; Q4_0's `-8 d` against x's group sums
+    /// `sx` in scalars. `dx`, `sx2`: per pair of x's groups, the scales as
+    /// `pair_scales` takes them and the two sums added.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; `B` is one of the two formats.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn legacy_rows<B: QuantBlock + bytemuck::Pod>(
+        sums: &mut [f32],
+        w: &[B],
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx2: &[f32],
+        k: usize,
+        m: usize,
+    ) {
+        let mut c = 0;
+        while c < m {
+            let left = m - c;
+            // SAFETY: the features this function's caller promised.
+            unsafe {
+                if left >= 8 {
+                    legacy_pass::<B, 8>(sums, w, codes, dx, sx2, k, m, c);
+                    c += 8;
+                } else if left >= 4 {
+                    legacy_pass::<B, 4>(sums, w, codes, dx, sx2, k, m, c);
+                    c += 4;
+                } else if left >= 2 {
+                    legacy_pass::<B, 2>(sums, w, codes, dx, sx2, k, m, c);
+                    c += 2;
+                } else {
+                    legacy_pass::<B, 1>(sums, w, codes, dx, sx2, k, m, c);
+                    c += 1;
+                }
+            }
+        }
+    }
+
+    /// Columns `c0..c0 + C` of every weight row, as [`legacy_rows`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn legacy_pass<B: QuantBlock + bytemuck::Pod, const C: usize>(
+        sums: &mut [f32],
+        w: &[B],
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx2: &[f32],
+        k: usize,
+        m: usize,
+        c0: usize,
+    ) {
+        let per_row = k / 32;
+        let groups = k / 16;
+        let q4 = B::GGML_TYPE == 2;
+        let ones = _mm256_set1_epi16(1);
+        let low4 = _mm_set1_epi8(0x0F);
+        for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
+            let mut acc = [_mm256_setzero_ps(); C];
+            let mut off = [0.0f32; C];
+            for (bi, b) in row.iter().enumerate() {
+                // Q4_0: 2-byte d, 16 bytes of nibbles (element l low, l + 16
+                // high); Q8_0: 2-byte d, 32 signed codes.
+                let bytes: &[u8] = bytemuck::bytes_of(b);
+                let d = f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]]));
+                // SAFETY: 16 or 32 bytes after the scale; unaligned loads.
+                let (wv, xsign) = unsafe {
+                    if q4 {
+                        let q = _mm_loadu_si128(bytes.as_ptr().add(2).cast());
+                        let lo = _mm_and_si128(q, low4);
+                        let hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+                        (_mm256_set_m128i(hi, lo), None)
+                    } else {
+                        let q = _mm256_loadu_si256(bytes.as_ptr().add(2).cast());
+                        (_mm256_sign_epi8(q, q), Some(q))
+                    }
+                };
+                let dv = _mm256_set1_ps(d);
+                for j in 0..C {
+                    let g = (c0 + j) * groups + 2 * bi;
+                    // SAFETY: groups g, g + 1 < m * groups = codes.len().
+                    let xv = unsafe { _mm256_loadu_si256(codes.as_ptr().add(g).cast()) };
+                    let xv = match xsign {
+                        Some(q) => _mm256_sign_epi8(xv, q),
+                        None => xv,
+                    };
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
+                    let scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g));
+                    acc[j] = _mm256_fmadd_ps(scaled, dv, acc[j]);
+                    if q4 {
+                        off[j] = (-8.0 * d).mul_add(sx2[g / 2], off[j]);
+                    }
+                }
+            }
+            for j in 0..C {
+                s[c0 + j] += hsum_f32(acc[j]) + off[j];
+            }
+        }
+    }
+
+    /// An f16's value (F16C's conversion).
+    #[inline]
+    #[target_feature(enable = "f16c")]
+    fn f16_to_f32(bits: u16) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+
     /// Whether `B` takes [`superblock_rows`]: Q4_K and Q5_K (Q6_K's
     /// super-block form measured slower than its units: 2.9 against 2.7
     /// ms on a 4096 x 14336 weight).
@@ -401,6 +520,7 @@ mod x86 {
 
     /// `[dx_g x4, dx_(g+1) x4]` (`g` even): the scales of the i32 lanes
     /// `vpmaddwd` leaves for 32 codes (groups g and g + 1).
+    #[inline]
     #[target_feature(enable = "avx2")]
     fn pair_scales(dx: &[[f32; 8]], g: usize) -> __m256 {
         // SAFETY: eight f32s; unaligned load.
@@ -408,6 +528,7 @@ mod x86 {
     }
 
     /// The sum of the eight f32 lanes.
+    #[inline]
     #[target_feature(enable = "avx2")]
     fn hsum_f32(v: __m256) -> f32 {
         let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -497,21 +618,46 @@ where
         let codes = crate::engine::cpu::host(&self.x.codes).as_chunks::<4>().0;
         let meta = crate::engine::cpu::host(&self.x.meta);
         debug_assert_eq!(codes.len(), m * k / 16);
+        // Each pair of x's groups' scales as the lanes `vpmaddwd` leaves
+        // for 32 codes: [dx_g x4, dx_(g+1) x4].
         #[cfg(target_arch = "x86_64")]
-        if avx2 && x86::superblock_format::<B>() && per_row > 0 && m > 0 {
-            // Q4_K, Q5_K: integer sums per sub-block with the integer
-            // scales, x's group scales applied in f32 vectors.
-            // Each pair of groups' scales as the lanes `vpmaddwd` leaves
-            // for 32 codes: [dx_g x4, dx_(g+1) x4].
-            let dx: Vec<[f32; 8]> = meta
-                .as_chunks::<2>()
+        let pair_scales = || -> Vec<[f32; 8]> {
+            meta.as_chunks::<2>()
                 .0
                 .iter()
                 .map(|p| {
                     let (a, b) = (f32::from_bits(p[0] as u32), f32::from_bits(p[1] as u32));
                     [a, a, a, a, b, b, b, b]
                 })
+                .collect()
+        };
+        #[cfg(target_arch = "x86_64")]
+        if avx2
+            && std::arch::is_x86_feature_detected!("f16c")
+            && x86::legacy_format::<B>()
+            && per_row > 0
+            && m > 0
+        {
+            // Q4_0, Q8_0: each block decoded once for the rows of x a pass
+            // takes; x's group sums a pair at a time for Q4_0's -8 d.
+            let dx = pair_scales();
+            let sx2: Vec<f32> = meta
+                .as_chunks::<2>()
+                .0
+                .iter()
+                .map(|p| f32::from_bits((p[0] >> 32) as u32) + f32::from_bits((p[1] >> 32) as u32))
                 .collect();
+            sums.par_chunks_mut(m * ROWS_PER_TASK)
+                .zip(w.par_chunks(per_row * ROWS_PER_TASK))
+                // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+                .for_each(|(sums, w)| unsafe { x86::legacy_rows(sums, w, codes, &dx, &sx2, k, m) });
+            return Ok(self.finish(&sums));
+        }
+        #[cfg(target_arch = "x86_64")]
+        if avx2 && x86::superblock_format::<B>() && per_row > 0 && m > 0 {
+            // Q4_K, Q5_K: integer sums per sub-block with the integer
+            // scales, x's group scales applied in f32 vectors.
+            let dx = pair_scales();
             let sx: Vec<f32> = meta
                 .iter()
                 .map(|&v| f32::from_bits((v >> 32) as u32))
