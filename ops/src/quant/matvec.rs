@@ -240,7 +240,7 @@ impl<B, T: WithDType> QMatvec<'_, B, T> {
 mod x86 {
     use super::QuantBlock;
     use ferrocm_kernels::elem::{F16, f16_bits_to_f32};
-    use ferrocm_kernels::quant::blocks::{BlockQ4K, BlockQ5K, QK_K, k4_scale_min};
+    use ferrocm_kernels::quant::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, QK_K, k4_scale_min};
     use std::arch::x86_64::*;
 
     /// `sums[r, c] += w_r · x_c` for every weight row `r` of `w` and every
@@ -449,6 +449,147 @@ mod x86 {
         }
     }
 
+    /// `sums[r, c] += w_r · x_c` for Q6_K rows `w` and `m` rows of x in
+    /// 8-bit form, each super-block decoded once for the rows of x a pass
+    /// takes (8, 4, 2 or 1): its 6-bit codes (unsigned, 0..63) in eight
+    /// 32-byte vectors, `vpmaddubsw` against x's two groups of 16 and
+    /// `vpmaddwd` with the groups' integer scales, x's group scales `dx`
+    /// in f32 vectors and `d` once a super-block; the codes' `-32` against
+    /// x's group sums `sx` (`sc_g sx_g`, eight lanes at a time).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; `B` is Q6_K.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn q6k_rows<B: QuantBlock + bytemuck::Pod>(
+        sums: &mut [f32],
+        w: &[B],
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx: &[f32],
+        k: usize,
+        m: usize,
+    ) {
+        let mut c = 0;
+        while c < m {
+            let left = m - c;
+            // SAFETY: the features this function's caller promised.
+            unsafe {
+                if left >= 8 {
+                    q6k_pass::<B, 8>(sums, w, codes, dx, sx, k, m, c);
+                    c += 8;
+                } else if left >= 4 {
+                    q6k_pass::<B, 4>(sums, w, codes, dx, sx, k, m, c);
+                    c += 4;
+                } else if left >= 2 {
+                    q6k_pass::<B, 2>(sums, w, codes, dx, sx, k, m, c);
+                    c += 2;
+                } else {
+                    q6k_pass::<B, 1>(sums, w, codes, dx, sx, k, m, c);
+                    c += 1;
+                }
+            }
+        }
+    }
+
+    /// Columns `c0..c0 + C` of every weight row, as [`q6k_rows`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn q6k_pass<B: QuantBlock + bytemuck::Pod, const C: usize>(
+        sums: &mut [f32],
+        w: &[B],
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx: &[f32],
+        k: usize,
+        m: usize,
+        c0: usize,
+    ) {
+        let per_row = k / QK_K;
+        let groups = k / 16;
+        let low4 = _mm256_set1_epi8(0x0F);
+        let low2 = _mm256_set1_epi8(3);
+        for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
+            let mut acc = [_mm256_setzero_ps(); C];
+            for (bi, b) in row.iter().enumerate() {
+                let b: &BlockQ6K = bytemuck::cast_ref(b);
+                let d = f16_to_f32(b.d.0);
+                // Chunk 4 h + i: elements 128 h + 32 i .. + 32, groups
+                // 8 h + 2 i and the next, whose scales they take.
+                let mut q = [_mm256_setzero_si256(); 8];
+                for h in 0..2 {
+                    // SAFETY: 32-byte unaligned loads inside ql (128 bytes)
+                    // and qh (64).
+                    let (l0, l1, hb) = unsafe {
+                        (
+                            _mm256_loadu_si256(b.ql.as_ptr().add(64 * h).cast()),
+                            _mm256_loadu_si256(b.ql.as_ptr().add(64 * h + 32).cast()),
+                            _mm256_loadu_si256(b.qh.as_ptr().add(32 * h).cast()),
+                        )
+                    };
+                    let high = |shift: i32| {
+                        let v = match shift {
+                            0 => hb,
+                            2 => _mm256_srli_epi16(hb, 2),
+                            4 => _mm256_srli_epi16(hb, 4),
+                            _ => _mm256_srli_epi16(hb, 6),
+                        };
+                        _mm256_slli_epi16(_mm256_and_si256(v, low2), 4)
+                    };
+                    q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, low4), high(0));
+                    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, low4), high(2));
+                    q[4 * h + 2] =
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), high(4));
+                    q[4 * h + 3] =
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), high(6));
+                }
+                // Each chunk's two group scales as 16-bit lanes, and all
+                // sixteen times -32 d in f32 (the codes' offset).
+                let sc = |g: usize| {
+                    _mm256_set_m128i(
+                        _mm_set1_epi16(b.scales[g + 1] as i16),
+                        _mm_set1_epi16(b.scales[g] as i16),
+                    )
+                };
+                let scales = [sc(0), sc(2), sc(4), sc(6), sc(8), sc(10), sc(12), sc(14)];
+                // SAFETY: 16 bytes of scales; unaligned load.
+                let s16 = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
+                let m32 = _mm256_set1_ps(-32.0);
+                let off = [
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16)), m32),
+                    _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8))),
+                        m32,
+                    ),
+                ];
+                let dv = _mm256_set1_ps(d);
+                for j in 0..C {
+                    let g0 = (c0 + j) * groups + 16 * bi;
+                    // SAFETY: sixteen sums from g0 < m * groups = sx.len().
+                    let mut bacc = unsafe {
+                        let sxv = sx.as_ptr().add(g0);
+                        _mm256_fmadd_ps(
+                            off[1],
+                            _mm256_loadu_ps(sxv.add(8)),
+                            _mm256_mul_ps(off[0], _mm256_loadu_ps(sxv)),
+                        )
+                    };
+                    for (ci, (&qc, &scv)) in q.iter().zip(&scales).enumerate() {
+                        let g = g0 + 2 * ci;
+                        // SAFETY: groups g, g + 1 < m * groups = codes.len().
+                        let xv = unsafe { _mm256_loadu_si256(codes.as_ptr().add(g).cast()) };
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qc, xv), scv);
+                        bacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g), bacc);
+                    }
+                    acc[j] = _mm256_fmadd_ps(bacc, dv, acc[j]);
+                }
+            }
+            for j in 0..C {
+                s[c0 + j] += hsum_f32(acc[j]);
+            }
+        }
+    }
+
     /// An f16's value (F16C's conversion).
     #[inline]
     #[target_feature(enable = "f16c")]
@@ -651,6 +792,26 @@ where
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
                 .for_each(|(sums, w)| unsafe { x86::legacy_rows(sums, w, codes, &dx, &sx2, k, m) });
+            return Ok(self.finish(&sums));
+        }
+        #[cfg(target_arch = "x86_64")]
+        if avx2
+            && std::arch::is_x86_feature_detected!("f16c")
+            && B::GGML_TYPE == 14
+            && per_row > 0
+            && m > 0
+        {
+            // Q6_K: each super-block decoded once for the rows of x a pass
+            // takes, the group scales in 16-bit lanes.
+            let dx = pair_scales();
+            let sx: Vec<f32> = meta
+                .iter()
+                .map(|&v| f32::from_bits((v >> 32) as u32))
+                .collect();
+            sums.par_chunks_mut(m * ROWS_PER_TASK)
+                .zip(w.par_chunks(per_row * ROWS_PER_TASK))
+                // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+                .for_each(|(sums, w)| unsafe { x86::q6k_rows(sums, w, codes, &dx, &sx, k, m) });
             return Ok(self.finish(&sums));
         }
         #[cfg(target_arch = "x86_64")]
