@@ -239,7 +239,6 @@ impl<B, T: WithDType> QMatvec<'_, B, T> {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::QuantBlock;
-    use ferrocm_kernels::elem::{F16, f16_bits_to_f32};
     use ferrocm_kernels::quant::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, QK_K, k4_scale_min};
     use std::arch::x86_64::*;
 
@@ -597,24 +596,23 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
-    /// Whether `B` takes [`superblock_rows`]: Q4_K and Q5_K (Q6_K's
-    /// super-block form measured slower than its units: 2.9 against 2.7
-    /// ms on a 4096 x 14336 weight).
+    /// Whether `B` takes [`superblock_rows`]: Q4_K and Q5_K.
     pub(super) fn superblock_format<B: QuantBlock>() -> bool {
         matches!(B::GGML_TYPE, 12 | 13)
     }
 
-    /// `sums[r, c] += w_r · x_c` for the Q4_K or Q5_K rows `w` and
-    /// `m` rows of x in 8-bit form (`codes`, and each group's scale `dx`
-    /// and scaled code sum `sx`): per sub-block the codes' products summed
-    /// in i32 with the integer sub-block scale, each group's sum scaled by
-    /// x's group scale in f32 vectors, one multiply by the super-block's
-    /// scale (and the minimums against x's group sums), as GGML's CPU dot
-    /// products go.
+    /// `sums[r, c] += w_r · x_c` for the Q4_K or Q5_K rows `w` and `m` rows
+    /// of x in 8-bit form (`codes`, each pair of groups' scales `dx` as
+    /// `pair_scales` takes them, each group's scaled code sum `sx`), each
+    /// super-block decoded once for the rows of x a pass takes (8, 4, 2 or
+    /// 1): per sub-block the codes' products summed in i32 with the integer
+    /// sub-block scale, x's group scales in f32 vectors, one multiply by the
+    /// super-block's scale, and the minimums against x's group sums eight
+    /// lanes at a time, as GGML's CPU dot products go.
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; `B` is one of the two formats.
-    #[target_feature(enable = "avx2,fma")]
+    /// The CPU has AVX2, FMA and F16C; `B` is one of the two formats.
+    #[target_feature(enable = "avx2,fma,f16c")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn superblock_rows<B: QuantBlock + bytemuck::Pod>(
         sums: &mut [f32],
@@ -625,38 +623,122 @@ mod x86 {
         k: usize,
         m: usize,
     ) {
-        let per_row = k / QK_K;
-        let groups = k / 16;
-        for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
-            for (c, s) in s.iter_mut().enumerate() {
-                let mut acc = 0.0f32;
-                for (bi, b) in row.iter().enumerate() {
-                    let g0 = c * groups + bi * 16;
-                    let x = XBlock {
-                        codes: bytemuck::cast_slice(&codes[g0..g0 + 16]),
-                        dx: &dx[g0 / 2..g0 / 2 + 8],
-                        sx: &sx[g0..g0 + 16],
-                    };
-                    acc += if B::GGML_TYPE == 12 {
-                        let b: &BlockQ4K = bytemuck::cast_ref(b);
-                        dot_q45k(b.d, b.dmin, &b.scales, &b.qs, None, &x)
-                    } else {
-                        let b: &BlockQ5K = bytemuck::cast_ref(b);
-                        dot_q45k(b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh), &x)
-                    };
+        let mut c = 0;
+        while c < m {
+            let left = m - c;
+            // SAFETY: the features this function's caller promised.
+            unsafe {
+                if left >= 8 {
+                    superblock_pass::<B, 8>(sums, w, codes, dx, sx, k, m, c);
+                    c += 8;
+                } else if left >= 4 {
+                    superblock_pass::<B, 4>(sums, w, codes, dx, sx, k, m, c);
+                    c += 4;
+                } else if left >= 2 {
+                    superblock_pass::<B, 2>(sums, w, codes, dx, sx, k, m, c);
+                    c += 2;
+                } else {
+                    superblock_pass::<B, 1>(sums, w, codes, dx, sx, k, m, c);
+                    c += 1;
                 }
-                *s += acc;
             }
         }
     }
 
-    /// 256 elements of one row of x in 8-bit form: codes, the scales of
-    /// each pair of groups of 16 (as `pair_scales` returns them) and each
-    /// group's scaled code sum.
-    struct XBlock<'a> {
-        codes: &'a [u8],
-        dx: &'a [[f32; 8]],
-        sx: &'a [f32],
+    /// Columns `c0..c0 + C` of every weight row, as [`superblock_rows`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn superblock_pass<B: QuantBlock + bytemuck::Pod, const C: usize>(
+        sums: &mut [f32],
+        w: &[B],
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx: &[f32],
+        k: usize,
+        m: usize,
+        c0: usize,
+    ) {
+        let per_row = k / QK_K;
+        let groups = k / 16;
+        let low4 = _mm256_set1_epi8(0x0F);
+        let sixteen = _mm256_set1_epi8(16);
+        for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
+            let mut acc = [_mm256_setzero_ps(); C];
+            for (bi, b) in row.iter().enumerate() {
+                let (d, dmin, scales, qs, qh) = if B::GGML_TYPE == 12 {
+                    let b: &BlockQ4K = bytemuck::cast_ref(b);
+                    (b.d, b.dmin, &b.scales, &b.qs, None)
+                } else {
+                    let b: &BlockQ5K = bytemuck::cast_ref(b);
+                    (b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh))
+                };
+                // Sub-block j: elements 32 j .. + 32, x's groups 2 j and
+                // 2 j + 1; its codes (the fifth bit of Q5_K's is bit j of
+                // qh[l]), its scale in 16-bit lanes, its minimum per group
+                // times -dmin / d (d multiplies the whole sum).
+                let (d, dmin) = (f16_to_f32(d.0), f16_to_f32(dmin.0));
+                let mut sc = [_mm256_setzero_si256(); 8];
+                let mut mins = [0.0f32; 16];
+                for j in 0..8 {
+                    let (s, mn) = k4_scale_min(j, scales);
+                    sc[j] = _mm256_set1_epi16(s as i16);
+                    mins[2 * j] = mn as f32;
+                    mins[2 * j + 1] = mn as f32;
+                }
+                // SAFETY: 32-byte unaligned loads inside qs (128 bytes)
+                // and qh (32).
+                let high = qh.map(|h| unsafe { _mm256_loadu_si256(h.as_ptr().cast()) });
+                let mut q = [_mm256_setzero_si256(); 8];
+                for c in 0..4 {
+                    // SAFETY: as above.
+                    let v = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * c).cast()) };
+                    let mut lo = _mm256_and_si256(v, low4);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                    if let Some(h) = high {
+                        let b0 = _mm256_set1_epi8(1 << (2 * c));
+                        let b1 = _mm256_set1_epi8((1 << (2 * c + 1)) as i8);
+                        let set0 = _mm256_cmpeq_epi8(_mm256_and_si256(h, b0), b0);
+                        let set1 = _mm256_cmpeq_epi8(_mm256_and_si256(h, b1), b1);
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(set0, sixteen));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(set1, sixteen));
+                    }
+                    q[2 * c] = lo;
+                    q[2 * c + 1] = hi;
+                }
+                let neg = _mm256_set1_ps(-dmin / d);
+                // SAFETY: sixteen f32s.
+                let minv = unsafe {
+                    [
+                        _mm256_mul_ps(_mm256_loadu_ps(mins.as_ptr()), neg),
+                        _mm256_mul_ps(_mm256_loadu_ps(mins.as_ptr().add(8)), neg),
+                    ]
+                };
+                let dv = _mm256_set1_ps(d);
+                for j in 0..C {
+                    let g0 = (c0 + j) * groups + 16 * bi;
+                    // SAFETY: sixteen sums from g0 < m * groups = sx.len().
+                    let mut bacc = unsafe {
+                        let sxv = sx.as_ptr().add(g0);
+                        _mm256_fmadd_ps(
+                            minv[1],
+                            _mm256_loadu_ps(sxv.add(8)),
+                            _mm256_mul_ps(minv[0], _mm256_loadu_ps(sxv)),
+                        )
+                    };
+                    for (sb, (&qc, &scv)) in q.iter().zip(&sc).enumerate() {
+                        let g = g0 + 2 * sb;
+                        // SAFETY: groups g, g + 1 < m * groups = codes.len().
+                        let xv = unsafe { _mm256_loadu_si256(codes.as_ptr().add(g).cast()) };
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qc, xv), scv);
+                        bacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g), bacc);
+                    }
+                    acc[j] = _mm256_fmadd_ps(bacc, dv, acc[j]);
+                }
+            }
+            for j in 0..C {
+                s[c0 + j] += hsum_f32(acc[j]);
+            }
+        }
     }
 
     /// `[dx_g x4, dx_(g+1) x4]` (`g` even): the scales of the i32 lanes
@@ -675,61 +757,6 @@ mod x86 {
         let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
         _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)))
-    }
-
-    /// One Q4_K (or, with `qh`, Q5_K) super-block times 256 elements of x:
-    /// `d Σ_g dx_g sc_j(g) Σ q xq - dmin Σ_j m_j (sx of sub-block j's groups)`.
-    #[target_feature(enable = "avx2,fma")]
-    fn dot_q45k(
-        d: F16,
-        dmin: F16,
-        scales: &[u8; 12],
-        qs: &[u8; 128],
-        qh: Option<&[u8; 32]>,
-        x: &XBlock,
-    ) -> f32 {
-        let mut sc = [0i16; 8];
-        let mut summ = 0.0f32;
-        for (j, sc) in sc.iter_mut().enumerate() {
-            let (s, mn) = k4_scale_min(j, scales);
-            *sc = s as i16;
-            summ += mn as f32 * (x.sx[2 * j] + x.sx[2 * j + 1]);
-        }
-        let low4 = _mm256_set1_epi8(0x0F);
-        // SAFETY: 32-byte unaligned loads inside qs (128 bytes), qh (32)
-        // and x.codes (256).
-        let high = qh.map(|h| unsafe { _mm256_loadu_si256(h.as_ptr().cast()) });
-        let mut acc = _mm256_setzero_ps();
-        for c in 0..4 {
-            let (q, xl, xh) = unsafe {
-                (
-                    _mm256_loadu_si256(qs.as_ptr().add(32 * c).cast()),
-                    _mm256_loadu_si256(x.codes.as_ptr().add(64 * c).cast()),
-                    _mm256_loadu_si256(x.codes.as_ptr().add(64 * c + 32).cast()),
-                )
-            };
-            let mut lo = _mm256_and_si256(q, low4);
-            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-            if let Some(h) = high {
-                // The fifth bit of sub-block s is bit s of qh[l]: 16 where set.
-                let sixteen = _mm256_set1_epi8(16);
-                let b0 = _mm256_set1_epi8(1 << (2 * c));
-                let b1 = _mm256_set1_epi8((1 << (2 * c + 1)) as i8);
-                let set0 = _mm256_cmpeq_epi8(_mm256_and_si256(h, b0), b0);
-                let set1 = _mm256_cmpeq_epi8(_mm256_and_si256(h, b1), b1);
-                lo = _mm256_or_si256(lo, _mm256_and_si256(set0, sixteen));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(set1, sixteen));
-            }
-            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sc[2 * c]));
-            let ph = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(hi, xh),
-                _mm256_set1_epi16(sc[2 * c + 1]),
-            );
-            // Sub-block 2c is groups 4c, 4c + 1; sub-block 2c + 1 the next two.
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl), pair_scales(x.dx, 4 * c), acc);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ph), pair_scales(x.dx, 4 * c + 2), acc);
-        }
-        f16_bits_to_f32(d.0) * hsum_f32(acc) - f16_bits_to_f32(dmin.0) * summ
     }
 }
 
@@ -815,7 +842,12 @@ where
             return Ok(self.finish(&sums));
         }
         #[cfg(target_arch = "x86_64")]
-        if avx2 && x86::superblock_format::<B>() && per_row > 0 && m > 0 {
+        if avx2
+            && std::arch::is_x86_feature_detected!("f16c")
+            && x86::superblock_format::<B>()
+            && per_row > 0
+            && m > 0
+        {
             // Q4_K, Q5_K: integer sums per sub-block with the integer
             // scales, x's group scales applied in f32 vectors.
             let dx = pair_scales();
@@ -825,7 +857,7 @@ where
                 .collect();
             sums.par_chunks_mut(m * ROWS_PER_TASK)
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
-                // SAFETY: the CPU has AVX2 and FMA (checked above).
+                // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
                 .for_each(|(sums, w)| unsafe {
                     x86::superblock_rows(sums, w, codes, &dx, &sx, k, m)
                 });
