@@ -345,12 +345,11 @@ mod x86 {
 
     /// `sums[r, c] += w_r · x_c` for Q4_0 or Q8_0 rows `w` and `m` rows of x
     /// in 8-bit form, decoding each block once into a 32-byte vector for
-    /// every row of x a pass takes (8, 4, 2 or 1): `vpmaddubsw` of the codes
-    /// (Q4_0's nibbles unsigned; Q8_0's as |w| against x signed like w) and
-    /// x's two groups of 16, each group's i32 sums times its scale `dx` and
-    /// the block's `d` in f32 vectors; Q4_0's `-8 d` against x's group sums
-    /// `sx` in scalars. `dx`, `sx2`: per pair of x's groups, the scales as
-    /// `pair_scales` takes them and the two sums added.
+    /// every row of x a pass takes (8, 4, 2 or 1): `vpmaddubsw` of the
+    /// signed codes (Q4_0's nibbles less 8) as |w| against x signed like w,
+    /// both of x's groups of 16 in one load, each group's i32 sums times its
+    /// scale (`dx`, per pair of groups as `pair_scales` takes them) and the
+    /// block's `d` in f32 vectors.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; `B` is one of the two formats.
@@ -361,7 +360,6 @@ mod x86 {
         w: &[B],
         codes: &[[u32; 4]],
         dx: &[[f32; 8]],
-        sx2: &[f32],
         k: usize,
         m: usize,
     ) {
@@ -371,16 +369,16 @@ mod x86 {
             // SAFETY: the features this function's caller promised.
             unsafe {
                 if left >= 8 {
-                    legacy_pass::<B, 8>(sums, w, codes, dx, sx2, k, m, c);
+                    legacy_pass::<B, 8>(sums, w, codes, dx, k, m, c);
                     c += 8;
                 } else if left >= 4 {
-                    legacy_pass::<B, 4>(sums, w, codes, dx, sx2, k, m, c);
+                    legacy_pass::<B, 4>(sums, w, codes, dx, k, m, c);
                     c += 4;
                 } else if left >= 2 {
-                    legacy_pass::<B, 2>(sums, w, codes, dx, sx2, k, m, c);
+                    legacy_pass::<B, 2>(sums, w, codes, dx, k, m, c);
                     c += 2;
                 } else {
-                    legacy_pass::<B, 1>(sums, w, codes, dx, sx2, k, m, c);
+                    legacy_pass::<B, 1>(sums, w, codes, dx, k, m, c);
                     c += 1;
                 }
             }
@@ -395,7 +393,6 @@ mod x86 {
         w: &[B],
         codes: &[[u32; 4]],
         dx: &[[f32; 8]],
-        sx2: &[f32],
         k: usize,
         m: usize,
         c0: usize,
@@ -405,45 +402,45 @@ mod x86 {
         let q4 = B::GGML_TYPE == 2;
         let ones = _mm256_set1_epi16(1);
         let low4 = _mm_set1_epi8(0x0F);
+        let eight = _mm256_set1_epi8(8);
+        // One row of x: even and odd blocks in two sums, so that each
+        // block's multiply-add waits for the one two blocks back.
+        let halves = if C == 1 { 2 } else { 1 };
         for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
-            let mut acc = [_mm256_setzero_ps(); C];
-            let mut off = [0.0f32; C];
+            let mut acc = [[_mm256_setzero_ps(); C]; 2];
             for (bi, b) in row.iter().enumerate() {
                 // Q4_0: 2-byte d, 16 bytes of nibbles (element l low, l + 16
-                // high); Q8_0: 2-byte d, 32 signed codes.
+                // high), each code less 8; Q8_0: 2-byte d, 32 signed codes.
                 let bytes: &[u8] = bytemuck::bytes_of(b);
                 let d = f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]]));
                 // SAFETY: 16 or 32 bytes after the scale; unaligned loads.
-                let (wv, xsign) = unsafe {
+                let q = unsafe {
                     if q4 {
                         let q = _mm_loadu_si128(bytes.as_ptr().add(2).cast());
                         let lo = _mm_and_si128(q, low4);
                         let hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
-                        (_mm256_set_m128i(hi, lo), None)
+                        _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight)
                     } else {
-                        let q = _mm256_loadu_si256(bytes.as_ptr().add(2).cast());
-                        (_mm256_sign_epi8(q, q), Some(q))
+                        _mm256_loadu_si256(bytes.as_ptr().add(2).cast())
                     }
                 };
+                // |w| against x signed like w: `vpmaddubsw` takes one
+                // unsigned operand.
+                let wv = _mm256_sign_epi8(q, q);
                 let dv = _mm256_set1_ps(d);
-                for j in 0..C {
+                let acc = &mut acc[bi % halves];
+                for (j, acc) in acc.iter_mut().enumerate() {
                     let g = (c0 + j) * groups + 2 * bi;
                     // SAFETY: groups g, g + 1 < m * groups = codes.len().
                     let xv = unsafe { _mm256_loadu_si256(codes.as_ptr().add(g).cast()) };
-                    let xv = match xsign {
-                        Some(q) => _mm256_sign_epi8(xv, q),
-                        None => xv,
-                    };
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
+                    let p =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(wv, _mm256_sign_epi8(xv, q)), ones);
                     let scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g));
-                    acc[j] = _mm256_fmadd_ps(scaled, dv, acc[j]);
-                    if q4 {
-                        off[j] = (-8.0 * d).mul_add(sx2[g / 2], off[j]);
-                    }
+                    *acc = _mm256_fmadd_ps(scaled, dv, *acc);
                 }
             }
             for j in 0..C {
-                s[c0 + j] += hsum_f32(acc[j]) + off[j];
+                s[c0 + j] += hsum_f32(_mm256_add_ps(acc[0][j], acc[1][j]));
             }
         }
     }
@@ -807,18 +804,12 @@ where
             && m > 0
         {
             // Q4_0, Q8_0: each block decoded once for the rows of x a pass
-            // takes; x's group sums a pair at a time for Q4_0's -8 d.
+            // takes.
             let dx = pair_scales();
-            let sx2: Vec<f32> = meta
-                .as_chunks::<2>()
-                .0
-                .iter()
-                .map(|p| f32::from_bits((p[0] >> 32) as u32) + f32::from_bits((p[1] >> 32) as u32))
-                .collect();
             sums.par_chunks_mut(m * ROWS_PER_TASK)
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
-                .for_each(|(sums, w)| unsafe { x86::legacy_rows(sums, w, codes, &dx, &sx2, k, m) });
+                .for_each(|(sums, w)| unsafe { x86::legacy_rows(sums, w, codes, &dx, k, m) });
             return Ok(self.finish(&sums));
         }
         #[cfg(target_arch = "x86_64")]
