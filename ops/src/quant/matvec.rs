@@ -559,7 +559,7 @@ mod x86 {
                     ),
                 ];
                 let dv = _mm256_set1_ps(d);
-                for j in 0..C {
+                for (j, acc) in acc.iter_mut().enumerate() {
                     let g0 = (c0 + j) * groups + 16 * bi;
                     // SAFETY: sixteen sums from g0 < m * groups = sx.len().
                     let mut bacc = unsafe {
@@ -577,7 +577,7 @@ mod x86 {
                         let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qc, xv), scv);
                         bacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g), bacc);
                     }
-                    acc[j] = _mm256_fmadd_ps(bacc, dv, acc[j]);
+                    *acc = _mm256_fmadd_ps(bacc, dv, *acc);
                 }
             }
             for j in 0..C {
@@ -711,7 +711,7 @@ mod x86 {
                     ]
                 };
                 let dv = _mm256_set1_ps(d);
-                for j in 0..C {
+                for (j, acc) in acc.iter_mut().enumerate() {
                     let g0 = (c0 + j) * groups + 16 * bi;
                     // SAFETY: sixteen sums from g0 < m * groups = sx.len().
                     let mut bacc = unsafe {
@@ -729,7 +729,7 @@ mod x86 {
                         let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qc, xv), scv);
                         bacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g), bacc);
                     }
-                    acc[j] = _mm256_fmadd_ps(bacc, dv, acc[j]);
+                    *acc = _mm256_fmadd_ps(bacc, dv, *acc);
                 }
             }
             for j in 0..C {
