@@ -2,10 +2,11 @@
 //! op's path after warm-up, the caching allocator's statistics, typed
 //! kernel launches, and run-time typed tensors.
 //!
-//! The counters are per device and shared by every thread of the process:
-//! the counting test is the only one in this binary that uses its emulator
-//! (no sanitizer, wave 32), and every test that touches `Device::Cpu` holds
-//! [`CPU_COUNTERS`] so that the Cpu's counters move only for the one counting.
+//! The counters and caches are per device and shared by every thread of the
+//! process: the counting test is the only one in this binary that uses its
+//! emulator (no sanitizer, wave 32), and every test holds [`CPU_COUNTERS`]
+//! so that the Cpu's counters move only for the one counting and the
+//! emulators' caches only for the test reading them.
 
 use ferrocm::host::{EmulatorConfig, In, LaunchConfig, MemoryStats, Out};
 use ferrocm::kernels::host::KernelRef;
@@ -13,8 +14,9 @@ use ferrocm::ops::{Binary, DType, DynTensor, Reduce, Unary};
 use ferrocm::{Device, Tensor, WaveSize};
 use std::sync::{Mutex, MutexGuard};
 
-/// Held by each test that uses `Device::Cpu`: its counters are one per
-/// process, and a test running beside the counting one would move them.
+/// Held by every test here: the Cpu's counters and each emulator's cache
+/// are one per process, and a test running beside the one reading them
+/// would move them.
 static CPU_COUNTERS: Mutex<()> = Mutex::new(());
 
 fn hold_cpu_counters() -> MutexGuard<'static, ()> {
@@ -98,6 +100,10 @@ fn a_chain_of_100_strided_ops_after_warm_up_neither_synchronises_nor_allocates()
 
 #[test]
 fn the_cache_reports_use_peak_and_empties() {
+    // The wave-64 emulator's cache is shared with the other tests here: one
+    // freeing a buffer between `empty_cache` and the check would fill it
+    // (CI saw 2560 bytes cached).
+    let _serial = hold_cpu_counters();
     let dev = Device::emulator(WaveSize::Wave64);
     let a = dev.alloc::<f32>(1 << 16).unwrap();
     let s = dev.memory_stats();
@@ -111,6 +117,7 @@ fn the_cache_reports_use_peak_and_empties() {
 
 #[test]
 fn a_reused_block_is_poisoned_again_and_keeps_its_red_zones() {
+    let _serial = hold_cpu_counters();
     let dev = Device::emulator(WaveSize::Wave32); // sanitizer on
     let mut a = dev.alloc::<u32>(100).unwrap();
     a.write(&[7; 100]).unwrap();
