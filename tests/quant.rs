@@ -9,6 +9,7 @@
 
 mod common;
 use common::{devices, one_at_a_time};
+use ferrocm::ops::quant::Q8Activations;
 use ferrocm::ops::{DType, QTensor, QuantFormat};
 use ferrocm::{bf16, f16};
 use rand::{Rng, SeedableRng};
@@ -805,11 +806,14 @@ fn finite_blocks(f: QuantFormat, count: usize, seed: u64) -> Vec<u8> {
 /// every device: 1, 3 and 8 rows of x (the matrix-vector kernels: one row
 /// per pass, one pass of four with a row repeated, two passes of four) and
 /// 33 (the matrix product on the dequantized weight); f32 for every format,
-/// f16 and bf16 for three. Bound: recursive summation's `k u Σ|w x|` plus the one
-/// rounding to the output type; with 1 to 8 rows x is first
-/// rounded to 8 bits per group of 16 (half a step, `amax / 254`, per
-/// element), and each weight is `scale * code + offset`, whose two products
-/// may cancel up to the size of the largest weight of its 32-element unit.
+/// f16 and bf16 for three. With 1 to 8 rows the products are defined on x
+/// rounded to 8 bits per group of 16, so the f64 sum takes x's codes times
+/// their group's scale (`Q8Activations`, itself checked against the
+/// rounding's definition in `q8_activations_match_the_definition`).
+/// Bound: recursive summation's `k u Σ|w x|` plus the one rounding to the
+/// output type; with 1 to 8 rows each weight is `scale * code + offset`,
+/// whose two products may cancel up to the size of the largest weight of
+/// its 32-element unit, and each group's `d Σ codes` is one f32 product.
 #[test]
 fn forward_matches_f64_sums() {
     let _turn = one_at_a_time();
@@ -857,7 +861,25 @@ fn check_forward(n: usize, k: usize, ms: &[usize], all_dtypes: bool) {
                         .to_dyn()
                         .to_dtype(dt)
                         .unwrap();
-                    let xv = x.to_f64_vec().unwrap();
+                    let eight_bit = m <= 8;
+                    // The matrix-vector products' x: codes times scales.
+                    let xv = if eight_bit {
+                        let (codes, scales) = match dt {
+                            DType::F32 => Q8Activations::quantize(&x.typed::<f32>().unwrap()),
+                            DType::F16 => Q8Activations::quantize(&x.typed::<f16>().unwrap()),
+                            _ => Q8Activations::quantize(&x.typed::<bf16>().unwrap()),
+                        }
+                        .unwrap()
+                        .to_host()
+                        .unwrap();
+                        codes
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &c)| c as f64 * scales[i / 16] as f64)
+                            .collect()
+                    } else {
+                        x.to_f64_vec().unwrap()
+                    };
                     let y = match dt {
                         DType::F32 => q.forward(&x.typed::<f32>().unwrap()).unwrap().to_dyn(),
                         DType::F16 => q.forward(&x.typed::<f16>().unwrap()).unwrap().to_dyn(),
@@ -870,21 +892,17 @@ fn check_forward(n: usize, k: usize, ms: &[usize], all_dtypes: bool) {
                         DType::F16 => 2f64.powi(-11),
                         _ => 2f64.powi(-8),
                     };
-                    let eight_bit = m <= 8;
                     let u = 2f64.powi(-24);
                     for c in 0..m {
                         for r in 0..n {
                             let mut q8 = 0.0;
                             if eight_bit {
                                 for j in 0..k {
-                                    let g = &xv[c * k + j / 16 * 16..][..16];
-                                    let amax = g.iter().fold(0.0f64, |a, v| a.max(v.abs()));
                                     let unit_max = w[r * k + j / 32 * 32..][..32]
                                         .iter()
                                         .fold(0.0f64, |a, v| a.max(v.abs()));
                                     let xj = xv[c * k + j].abs();
-                                    q8 += w[r * k + j].abs()
-                                        * (amax / 254.0 * (1.0 + 1e-6) + 2.0 * u * xj)
+                                    q8 += 2.0 * u * w[r * k + j].abs() * xj
                                         + 16.0 * u * unit_max * xj;
                                 }
                             }
@@ -1116,7 +1134,6 @@ fn hard_values(len: usize, seed: u64) -> Vec<f32> {
 /// device, f32, f16 and bf16 (the values rounded to the dtype first).
 #[test]
 fn q8_activations_match_the_definition() {
-    use ferrocm::ops::quant::Q8Activations;
     let _turn = one_at_a_time();
     for (rows, k) in [(1usize, 16usize), (3, 64), (2, 4096), (1, 592)] {
         let xs = hard_values(rows * k, 11);
@@ -1171,7 +1188,6 @@ fn q8_activations_match_the_definition() {
 /// norm computed here in f64.
 #[test]
 fn norm_q8_equals_the_norm_rounded() {
-    use ferrocm::ops::quant::Q8Activations;
     let _turn = one_at_a_time();
     fn bits(q: &Q8Activations) -> (Vec<i8>, Vec<u32>) {
         let (c, s) = q.to_host().unwrap();

@@ -4,6 +4,11 @@
 //! files), sharing nothing with
 //! the crate but the GGUF reader and the dequantizer (both checked against
 //! independent references in the workspace's own tests).
+//!
+//! [`forward`] multiplies by the weights exactly; [`forward_rounded`] first
+//! rounds the input of every product by a quantized weight to 8 bits per
+//! group of 16 (`d = amax / 127`, codes `round(v / d)`), the activation
+//! format the quantized matrix-vector products are defined to take.
 
 use ferrocm_models::Arch;
 use ferrocm_ops::quant::gguf::Gguf;
@@ -11,12 +16,40 @@ use ferrocm_ops::{DType, Device, Format};
 
 /// A tensor of the file as f64 (quantized ones dequantized).
 pub fn values(g: &Gguf, name: &str) -> Vec<f64> {
+    weight(g, name).values
+}
+
+/// A matrix of the file, and whether the file stores it in blocks.
+#[derive(Clone)]
+struct Weight {
+    values: Vec<f64>,
+    quantized: bool,
+}
+
+fn weight(g: &Gguf, name: &str) -> Weight {
     let t = g.tensor(name, &Device::Cpu).unwrap();
-    let t = match t.format() {
-        Format::Blocks(_) => t.dequantize(DType::F32).unwrap(),
-        _ => t,
+    let (t, quantized) = match t.format() {
+        Format::Blocks(_) => (t.dequantize(DType::F32).unwrap(), true),
+        _ => (t, false),
     };
-    t.to_f64_vec().unwrap()
+    Weight {
+        values: t.to_f64_vec().unwrap(),
+        quantized,
+    }
+}
+
+/// `x` rounded to 8 bits per group of 16: each value becomes `round(v / d)
+/// * d` with `d` the group's largest magnitude over 127 (an all-zero group
+/// stays zero).
+fn round_to_8_bits(x: &[f64]) -> Vec<f64> {
+    assert_eq!(x.len() % 16, 0, "groups of 16");
+    x.chunks(16)
+        .flat_map(|g| {
+            let d = g.iter().fold(0.0f64, |m, v| m.max(v.abs())) / 127.0;
+            g.iter()
+                .map(move |v| if d > 0.0 { (v / d).round() * d } else { 0.0 })
+        })
+        .collect()
 }
 
 fn meta(g: &Gguf, key: &str) -> Option<f64> {
@@ -24,8 +57,17 @@ fn meta(g: &Gguf, key: &str) -> Option<f64> {
         .and_then(|v| v.as_f64().or(v.as_i128().map(|n| n as f64)))
 }
 
-/// `y = W x (+ b)` with `W` `[rows, x.len()]` row-major.
-fn linear(w: &[f64], x: &[f64], b: Option<&[f64]>) -> Vec<f64> {
+/// `y = W x (+ b)` with `W` `[rows, x.len()]` row-major; `x` rounded to 8
+/// bits first when `round` and `W` is quantized.
+fn linear(w: &Weight, x: &[f64], b: Option<&[f64]>, round: bool) -> Vec<f64> {
+    let rounded;
+    let x = if round && w.quantized {
+        rounded = round_to_8_bits(x);
+        &rounded[..]
+    } else {
+        x
+    };
+    let w = &w.values;
     let n = x.len();
     (0..w.len() / n)
         .map(|r| {
@@ -60,6 +102,16 @@ fn rope(x: &mut [f64], p: usize, base: f64, scale: f64, interleaved: bool) {
 
 /// The logits `[tokens.len()][vocab]` of every position of `tokens`.
 pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
+    run(g, tokens, false)
+}
+
+/// As [`forward`], with each quantized weight's input rounded to 8 bits per
+/// group of 16 first.
+pub fn forward_rounded(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
+    run(g, tokens, true)
+}
+
+fn run(g: &Gguf, tokens: &[u32], round: bool) -> Vec<Vec<f64>> {
     let arch = Arch::from_name(g.get("general.architecture").unwrap().as_str().unwrap()).unwrap();
     let a = arch.name();
     let m = |k: &str| meta(g, &format!("{a}.{k}")).unwrap();
@@ -100,12 +152,13 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
     let pattern = opt("attention.sliding_window_pattern")
         .map_or(if a == "gemma2" { 2 } else { 6 }, |n| n as usize);
     let swa = |l: usize| window.is_some() && l % pattern < pattern - 1;
-    let embed = values(g, "token_embd.weight");
+    let embed = weight(g, "token_embd.weight");
     // Gemma and Gemma 2 always project by the embedding table.
     let output = match g.tensor_info("output.weight") {
-        Some(_) if a != "gemma" && a != "gemma2" => values(g, "output.weight"),
+        Some(_) if a != "gemma" && a != "gemma2" => weight(g, "output.weight"),
         _ => embed.clone(),
     };
+    let embed = embed.values;
     let n = tokens.len();
     let embed_scale = if gemma { (hidden as f64).sqrt() } else { 1.0 };
     let mut x: Vec<Vec<f64>> = tokens
@@ -119,12 +172,13 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
         .collect();
     for l in 0..layers {
         let w = |s: &str| values(g, &format!("blk.{l}.{s}"));
+        let m = |s: &str| weight(g, &format!("blk.{l}.{s}"));
         let has = |s: &str| g.tensor_info(&format!("blk.{l}.{s}")).is_some();
         let (wq, wk, wv, wo) = (
-            w("attn_q.weight"),
-            w("attn_k.weight"),
-            w("attn_v.weight"),
-            w("attn_output.weight"),
+            m("attn_q.weight"),
+            m("attn_k.weight"),
+            m("attn_v.weight"),
+            m("attn_output.weight"),
         );
         let bias =
             has("attn_q.bias").then(|| [w("attn_q.bias"), w("attn_k.bias"), w("attn_v.bias")]);
@@ -141,9 +195,9 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
         let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
         for (p, xp) in x.iter().enumerate() {
             let h = rms_norm(xp, &attn_norm, eps);
-            let mut qp = linear(&wq, &h, bias.as_ref().map(|b| &b[0][..]));
-            let mut kp = linear(&wk, &h, bias.as_ref().map(|b| &b[1][..]));
-            let vp = linear(&wv, &h, bias.as_ref().map(|b| &b[2][..]));
+            let mut qp = linear(&wq, &h, bias.as_ref().map(|b| &b[0][..]), round);
+            let mut kp = linear(&wk, &h, bias.as_ref().map(|b| &b[1][..]), round);
+            let vp = linear(&wv, &h, bias.as_ref().map(|b| &b[2][..]), round);
             for (t, nh, which) in [(&mut qp, heads, 0), (&mut kp, kv_heads, 1)] {
                 for head in 0..nh {
                     let s = &mut t[head * d..][..d];
@@ -160,9 +214,9 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
         }
         let (ffn_norm, gate, up, down) = (
             w("ffn_norm.weight"),
-            w("ffn_gate.weight"),
-            w("ffn_up.weight"),
-            w("ffn_down.weight"),
+            m("ffn_gate.weight"),
+            m("ffn_up.weight"),
+            m("ffn_down.weight"),
         );
         for i in 0..n {
             let mut o = vec![0.0; heads * d];
@@ -201,7 +255,7 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
                     }
                 }
             }
-            let mut attn = linear(&wo, &o, None);
+            let mut attn = linear(&wo, &o, None, round);
             if let Some([pa, _]) = &post {
                 attn = rms_norm(&attn, pa, eps);
             }
@@ -209,7 +263,7 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
                 *xv += a;
             }
             let h = rms_norm(&x[i], &ffn_norm, eps);
-            let (g_, u) = (linear(&gate, &h, None), linear(&up, &h, None));
+            let (g_, u) = (linear(&gate, &h, None, round), linear(&up, &h, None, round));
             let act: Vec<f64> = g_
                 .iter()
                 .zip(&u)
@@ -228,7 +282,7 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
                     act * u
                 })
                 .collect();
-            let mut ffn = linear(&down, &act, None);
+            let mut ffn = linear(&down, &act, None, round);
             if let Some([_, pf]) = &post {
                 ffn = rms_norm(&ffn, pf, eps);
             }
@@ -240,7 +294,7 @@ pub fn forward(g: &Gguf, tokens: &[u32]) -> Vec<Vec<f64>> {
     let norm = values(g, "output_norm.weight");
     x.iter()
         .map(|xp| {
-            let logits = linear(&output, &rms_norm(xp, &norm, eps), None);
+            let logits = linear(&output, &rms_norm(xp, &norm, eps), None, round);
             match final_cap {
                 Some(c) => logits.iter().map(|v| c * (v / c).tanh()).collect(),
                 None => logits,
