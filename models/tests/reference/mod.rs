@@ -38,9 +38,9 @@ fn weight(g: &Gguf, name: &str) -> Weight {
     }
 }
 
-/// `x` rounded to 8 bits per group of 16: each value becomes `round(v / d)
-/// * d` with `d` the group's largest magnitude over 127 (an all-zero group
-/// stays zero).
+/// `x` rounded to 8 bits per group of 16: each value becomes
+/// `round(v / d) * d` with `d` the group's largest magnitude over 127 (an
+/// all-zero group stays zero).
 fn round_to_8_bits(x: &[f64]) -> Vec<f64> {
     assert_eq!(x.len() % 16, 0, "groups of 16");
     x.chunks(16)
