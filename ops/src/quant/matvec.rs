@@ -239,6 +239,34 @@ impl<B, T: WithDType> QMatvec<'_, B, T> {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::QuantBlock;
+
+    /// Calls `pass::<B, C>(args.., c)` over x's rows `c = 0..m` in passes
+    /// of `C` = 8, 4, 2 and 1 rows, from within an `unsafe fn` whose
+    /// caller promised the target features `pass` needs.
+    macro_rules! in_passes {
+        ($m:expr, $pass:ident::<$b:ty>($($arg:expr),*)) => {{
+            let m = $m;
+            let mut c = 0;
+            while c < m {
+                let step = match m - c {
+                    8.. => 8,
+                    4.. => 4,
+                    2.. => 2,
+                    _ => 1,
+                };
+                // SAFETY: the features this function's caller promised.
+                unsafe {
+                    match step {
+                        8 => $pass::<$b, 8>($($arg,)* c),
+                        4 => $pass::<$b, 4>($($arg,)* c),
+                        2 => $pass::<$b, 2>($($arg,)* c),
+                        _ => $pass::<$b, 1>($($arg,)* c),
+                    }
+                }
+                c += step;
+            }
+        }};
+    }
     use ferrocm_kernels::quant::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, QK_K, k4_scale_min};
     use std::arch::x86_64::*;
 
@@ -256,26 +284,7 @@ mod x86 {
         k: usize,
         m: usize,
     ) {
-        let mut c = 0;
-        while c < m {
-            let left = m - c;
-            // SAFETY: AVX2 and FMA, as this function's caller promised.
-            unsafe {
-                if left >= 8 {
-                    pass::<B, 8>(sums, w, codes, meta, k, m, c);
-                    c += 8;
-                } else if left >= 4 {
-                    pass::<B, 4>(sums, w, codes, meta, k, m, c);
-                    c += 4;
-                } else if left >= 2 {
-                    pass::<B, 2>(sums, w, codes, meta, k, m, c);
-                    c += 2;
-                } else {
-                    pass::<B, 1>(sums, w, codes, meta, k, m, c);
-                    c += 1;
-                }
-            }
-        }
+        in_passes!(m, pass::<B>(sums, w, codes, meta, k, m));
     }
 
     /// Columns `c0..c0 + C` of every weight row.
@@ -336,13 +345,9 @@ mod x86 {
         }
     }
 
-    /// Whether `B` takes [`legacy_rows`]: Q4_0. The path handles Q8_0 too
-    /// (2.3x the unit path's speed on this machine), but Q8_0 stays on the
-    /// unit path until models/tests/llama.rs's quantized-decode bound is
-    /// worked out from x's rounding: Gemma 2 in Q8_0 sits at 1.99% of its
-    /// 2% there, and the path's other summation order gave 2.14%.
+    /// Whether `B` takes [`legacy_rows`]: Q4_0 or Q8_0.
     pub(super) fn legacy_format<B: QuantBlock>() -> bool {
-        matches!(B::GGML_TYPE, 2)
+        matches!(B::GGML_TYPE, 2 | 8)
     }
 
     /// `sums[r, c] += w_r · x_c` for Q4_0 or Q8_0 rows `w` and `m` rows of x
@@ -365,26 +370,7 @@ mod x86 {
         k: usize,
         m: usize,
     ) {
-        let mut c = 0;
-        while c < m {
-            let left = m - c;
-            // SAFETY: the features this function's caller promised.
-            unsafe {
-                if left >= 8 {
-                    legacy_pass::<B, 8>(sums, w, codes, dx, k, m, c);
-                    c += 8;
-                } else if left >= 4 {
-                    legacy_pass::<B, 4>(sums, w, codes, dx, k, m, c);
-                    c += 4;
-                } else if left >= 2 {
-                    legacy_pass::<B, 2>(sums, w, codes, dx, k, m, c);
-                    c += 2;
-                } else {
-                    legacy_pass::<B, 1>(sums, w, codes, dx, k, m, c);
-                    c += 1;
-                }
-            }
-        }
+        in_passes!(m, legacy_pass::<B>(sums, w, codes, dx, k, m));
     }
 
     /// Columns `c0..c0 + C` of every weight row, as [`legacy_rows`].
@@ -468,26 +454,7 @@ mod x86 {
         k: usize,
         m: usize,
     ) {
-        let mut c = 0;
-        while c < m {
-            let left = m - c;
-            // SAFETY: the features this function's caller promised.
-            unsafe {
-                if left >= 8 {
-                    q6k_pass::<B, 8>(sums, w, codes, dx, sx, k, m, c);
-                    c += 8;
-                } else if left >= 4 {
-                    q6k_pass::<B, 4>(sums, w, codes, dx, sx, k, m, c);
-                    c += 4;
-                } else if left >= 2 {
-                    q6k_pass::<B, 2>(sums, w, codes, dx, sx, k, m, c);
-                    c += 2;
-                } else {
-                    q6k_pass::<B, 1>(sums, w, codes, dx, sx, k, m, c);
-                    c += 1;
-                }
-            }
-        }
+        in_passes!(m, q6k_pass::<B>(sums, w, codes, dx, sx, k, m));
     }
 
     /// Columns `c0..c0 + C` of every weight row, as [`q6k_rows`].
@@ -622,26 +589,7 @@ mod x86 {
         k: usize,
         m: usize,
     ) {
-        let mut c = 0;
-        while c < m {
-            let left = m - c;
-            // SAFETY: the features this function's caller promised.
-            unsafe {
-                if left >= 8 {
-                    superblock_pass::<B, 8>(sums, w, codes, dx, sx, k, m, c);
-                    c += 8;
-                } else if left >= 4 {
-                    superblock_pass::<B, 4>(sums, w, codes, dx, sx, k, m, c);
-                    c += 4;
-                } else if left >= 2 {
-                    superblock_pass::<B, 2>(sums, w, codes, dx, sx, k, m, c);
-                    c += 2;
-                } else {
-                    superblock_pass::<B, 1>(sums, w, codes, dx, sx, k, m, c);
-                    c += 1;
-                }
-            }
-        }
+        in_passes!(m, superblock_pass::<B>(sums, w, codes, dx, sx, k, m));
     }
 
     /// Columns `c0..c0 + C` of every weight row, as [`superblock_rows`].
