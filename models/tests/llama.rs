@@ -162,7 +162,8 @@ fn cpu_prefill_logits_match_the_f64_reference() {
 /// boundary the logits agree to about 1e-6 of the largest (measured: Q8_0,
 /// Q6_K and Gemma 3's Q4_K); where one element flips, its product moves by
 /// a step of the 8-bit grid and the flips multiply through the blocks
-/// (measured up to 0.58%, Qwen 3 in Q5_K); 2% bounds that. A cache that
+/// (measured up to 0.64% of the largest, and which models flip moves
+/// with the products' summation order); 2% bounds that. A cache that
 /// mixed up positions or heads would be off by the logits' own size.
 #[test]
 fn cpu_decode_through_the_cache_matches_the_reference() {
