@@ -439,10 +439,9 @@ mod x86 {
     /// 8-bit form, each super-block decoded once for the rows of x a pass
     /// takes (8, 4, 2 or 1), one 32-byte chunk of its 6-bit codes
     /// (unsigned, 0..63) at a time: `vpmaddubsw` against x's two groups of
-    /// 16 and
-    /// `vpmaddwd` with the groups' integer scales, x's group scales `dx`
-    /// in f32 vectors and `d` once a super-block; the codes' `-32` against
-    /// x's group sums `sx` (`sc_g sx_g`, eight lanes at a time).
+    /// 16 and `vpmaddwd` with the groups' integer scales, x's group scales
+    /// `dx` in f32 vectors and `d` once a super-block; the codes' `-32`
+    /// against x's group sums `sx` (`sc_g sx_g`, eight lanes at a time).
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; `B` is Q6_K.
@@ -559,11 +558,11 @@ mod x86 {
     }
 
     /// Q4_K's and Q5_K's twelve packed scale bytes as eight 6-bit scales
-    /// and eight 6-bit minimums, one per byte ([`k4_scale_min`](ferrocm_kernels::quant::blocks::k4_scale_min) for all
-    /// eight sub-blocks at once): sub-blocks 0..4 are the low six bits of
-    /// bytes 0..4 and 4..8; sub-blocks 4..8 take a nibble of bytes 8..12
-    /// (low for the scale, high for the minimum) under the top two bits of
-    /// bytes 0..4 (scale) or 4..8 (minimum).
+    /// and eight 6-bit minimums, one per byte (what `k4_scale_min` gives
+    /// for each sub-block, all eight at once): sub-blocks 0..4 are the low
+    /// six bits of bytes 0..4 and 4..8; sub-blocks 4..8 take a nibble of
+    /// bytes 8..12 (low for the scale, high for the minimum) under the top
+    /// two bits of bytes 0..4 (scale) or 4..8 (minimum).
     #[inline]
     fn k4_scales_mins(q: &[u8; 12]) -> (u64, u64) {
         let word =
