@@ -531,7 +531,7 @@ mod x86 {
                     let low = if i < 2 { l } else { _mm256_srli_epi16::<4>(l) };
                     let qc = _mm256_or_si256(
                         _mm256_and_si256(low, low4),
-                        _mm256_and_si256(q6_top_bits(hb, i), top2),
+                        _mm256_and_si256(bits_to_4(hb, 2 * i), top2),
                     );
                     let pick = (4 * i as i16 + 3) << 8 | (4 * i as i16 + 2);
                     let scv = _mm256_shuffle_epi8(
@@ -577,13 +577,15 @@ mod x86 {
         )
     }
 
-    /// Bit `sb` of each byte of Q5_K's `qh` moved to bit 4 (the other
-    /// bits are the caller's to mask): a shift of the 16-bit lanes by at
-    /// most four, which moves no bit that lands on bit 4 across a byte.
+    /// Bit `b` of each byte of `h` (and the bits above it) moved to bit 4,
+    /// the other bits the caller's to mask: Q5_K's fifth bit of sub-block
+    /// `b`, and Q6_K's top two bits of chunk `i` (bits `2 i`, `2 i + 1` to
+    /// 4 and 5). A shift of the 16-bit lanes by at most four moves no bit
+    /// that lands on bit 4 or 5 across a byte.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn q5_fifth_bit(h: __m256i, sb: usize) -> __m256i {
-        match sb {
+    fn bits_to_4(h: __m256i, b: usize) -> __m256i {
+        match b {
             0 => _mm256_slli_epi16::<4>(h),
             1 => _mm256_slli_epi16::<3>(h),
             2 => _mm256_slli_epi16::<2>(h),
@@ -592,19 +594,6 @@ mod x86 {
             5 => _mm256_srli_epi16::<1>(h),
             6 => _mm256_srli_epi16::<2>(h),
             _ => _mm256_srli_epi16::<3>(h),
-        }
-    }
-
-    /// Bits `2 i` and `2 i + 1` of each byte of Q6_K's `qh` moved to bits 4
-    /// and 5 (the caller masks them), as [`q5_fifth_bit`] does.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn q6_top_bits(hb: __m256i, i: usize) -> __m256i {
-        match i {
-            0 => _mm256_slli_epi16::<4>(hb),
-            1 => _mm256_slli_epi16::<2>(hb),
-            2 => hb,
-            _ => _mm256_srli_epi16::<2>(hb),
         }
     }
 
@@ -711,7 +700,7 @@ mod x86 {
                     };
                     let mut qc = _mm256_and_si256(v, low4);
                     if let Some(h) = high {
-                        qc = _mm256_or_si256(qc, _mm256_and_si256(q5_fifth_bit(h, sb), sixteen));
+                        qc = _mm256_or_si256(qc, _mm256_and_si256(bits_to_4(h, sb), sixteen));
                     }
                     let pick = (2 * sb as i16 + 1) << 8 | (2 * sb as i16);
                     let scv = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(pick));
