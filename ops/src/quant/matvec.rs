@@ -346,21 +346,30 @@ mod x86 {
         }
     }
 
-    /// Whether `B` takes [`legacy_rows`]: Q4_0 or Q8_0.
+    /// Whether `B` takes [`legacy_rows`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or
+    /// Q8_1 (GGML types 2, 3, 6, 7, 8, 9).
     pub(super) fn legacy_format<B: QuantBlock>() -> bool {
-        matches!(B::GGML_TYPE, 2 | 8)
+        matches!(B::GGML_TYPE, 2 | 3 | 6 | 7 | 8 | 9)
     }
 
-    /// `sums[r, c] += w_r · x_c` for Q4_0 or Q8_0 rows `w` and `m` rows of x
-    /// in 8-bit form, decoding each block once into a 32-byte vector for
-    /// every row of x a pass takes (8, 4, 2 or 1): `vpmaddubsw` of the
-    /// signed codes (Q4_0's nibbles less 8) as |w| against x signed like w,
-    /// both of x's groups of 16 in one load, each group's i32 sums times its
+    /// Whether the legacy format `B` adds a minimum (Q4_1, Q5_1).
+    pub(super) fn legacy_has_min<B: QuantBlock>() -> bool {
+        matches!(B::GGML_TYPE, 3 | 7)
+    }
+
+    /// `sums[r, c] += w_r · x_c` for rows `w` of a legacy format
+    /// ([`legacy_format`]) and `m` rows of x in 8-bit form, decoding each
+    /// block once into a 32-byte vector of codes for every row of x a pass
+    /// takes (8, 4, 2 or 1). Signed codes (Q4_0's nibbles less 8, Q5_0's
+    /// five bits less 16, Q8_0/Q8_1's bytes) go into `vpmaddubsw` as |w|
+    /// against x signed like w; unsigned ones (Q4_1, Q5_1) as they are.
+    /// Both of x's groups of 16 in one load, each group's i32 sums times its
     /// scale (`dx`, per pair of groups as `pair_scales` takes them) and the
-    /// block's `d` in f32 vectors.
+    /// block's `d` in f32 vectors; a minimum `m` times x's sum over the
+    /// block (`sx32`, empty for the formats without one).
     ///
     /// # Safety
-    /// The CPU has AVX2, FMA and F16C; `B` is one of the two formats.
+    /// The CPU has AVX2, FMA and F16C; `B` is a legacy format.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn legacy_rows<B: QuantBlock + bytemuck::Pod>(
@@ -368,10 +377,72 @@ mod x86 {
         w: &[B],
         codes: &[[u32; 4]],
         dx: &[[f32; 8]],
+        sx32: &[f32],
         k: usize,
         m: usize,
     ) {
-        in_passes!(m, legacy_pass::<B>(sums, w, codes, dx, k, m));
+        in_passes!(m, legacy_pass::<B>(sums, w, codes, dx, sx32, k, m));
+    }
+
+    /// Block `bytes`' 32 codes (element `l` in byte `l`) and its `d` and
+    /// minimum (0 where the format has none), by GGML's layouts: after the
+    /// f16 `d`, Q4_1/Q5_1 an f16 minimum, Q8_1 an f16 sum (unused), Q5_0/Q5_1
+    /// the fifth bits (u32, bit `l` element `l`), then the nibbles (element
+    /// `l` low, `l + 16` high) or the bytes.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn legacy_codes<B: QuantBlock>(bytes: &[u8]) -> (__m256i, f32, f32) {
+        let half = |at: usize| f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]));
+        let d = half(0);
+        let (min, qs) = match B::GGML_TYPE {
+            3 => (half(2), 4),
+            6 => (0.0, 6),
+            7 => (half(2), 8),
+            9 => (0.0, 4),
+            _ => (0.0, 2),
+        };
+        assert!(
+            bytes.len()
+                >= qs
+                    + if matches!(B::GGML_TYPE, 8 | 9) {
+                        32
+                    } else {
+                        16
+                    }
+        );
+        if matches!(B::GGML_TYPE, 8 | 9) {
+            // SAFETY: 32 bytes from `qs` (asserted); unaligned load.
+            let q = unsafe { _mm256_loadu_si256(bytes.as_ptr().add(qs).cast()) };
+            return (q, d, min);
+        }
+        let low4 = _mm_set1_epi8(0x0F);
+        // SAFETY: 16 bytes from `qs` (asserted); unaligned load.
+        let q = unsafe { _mm_loadu_si128(bytes.as_ptr().add(qs).cast()) };
+        let lo = _mm_and_si128(q, low4);
+        let hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+        let mut codes = _mm256_set_m128i(hi, lo);
+        if matches!(B::GGML_TYPE, 6 | 7) {
+            // Bit l of qh to 16 in byte l: each byte of the word copied to
+            // the eight lanes it covers, one bit tested in each.
+            let qh =
+                u32::from_le_bytes([bytes[qs - 4], bytes[qs - 3], bytes[qs - 2], bytes[qs - 1]]);
+            let spread = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(qh as i32),
+                _mm256_setr_epi8(
+                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                    3, 3, 3, 3, 3, 3,
+                ),
+            );
+            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+            codes = _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+        }
+        match B::GGML_TYPE {
+            2 => codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(8)),
+            6 => codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(16)),
+            _ => {}
+        }
+        (codes, d, min)
     }
 
     /// Columns `c0..c0 + C` of every weight row, as [`legacy_rows`].
@@ -382,55 +453,51 @@ mod x86 {
         w: &[B],
         codes: &[[u32; 4]],
         dx: &[[f32; 8]],
+        sx32: &[f32],
         k: usize,
         m: usize,
         c0: usize,
     ) {
         let per_row = k / 32;
         let groups = k / 16;
-        let q4 = B::GGML_TYPE == 2;
+        let unsigned = legacy_has_min::<B>();
         let ones = _mm256_set1_epi16(1);
-        let low4 = _mm_set1_epi8(0x0F);
-        let eight = _mm256_set1_epi8(8);
         // One row of x: even and odd blocks in two sums, so that each
         // block's multiply-add waits for the one two blocks back.
         let halves = if C == 1 { 2 } else { 1 };
         for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
             let mut acc = [[_mm256_setzero_ps(); C]; 2];
+            let mut off = [[0.0f32; C]; 2];
             for (bi, b) in row.iter().enumerate() {
                 prefetch_ahead(b);
-                // Q4_0: 2-byte d, 16 bytes of nibbles (element l low, l + 16
-                // high), each code less 8; Q8_0: 2-byte d, 32 signed codes.
-                let bytes: &[u8] = bytemuck::bytes_of(b);
-                let d = f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]]));
-                // SAFETY: 16 or 32 bytes after the scale; unaligned loads.
-                let q = unsafe {
-                    if q4 {
-                        let q = _mm_loadu_si128(bytes.as_ptr().add(2).cast());
-                        let lo = _mm_and_si128(q, low4);
-                        let hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
-                        _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight)
-                    } else {
-                        _mm256_loadu_si256(bytes.as_ptr().add(2).cast())
-                    }
-                };
-                // |w| against x signed like w: `vpmaddubsw` takes one
-                // unsigned operand.
-                let wv = _mm256_sign_epi8(q, q);
+                let (q, d, min) = legacy_codes::<B>(bytemuck::bytes_of(b));
+                // `vpmaddubsw` takes one unsigned operand: |w| against x
+                // signed like w, or the unsigned codes as they are.
+                let wv = if unsigned { q } else { _mm256_sign_epi8(q, q) };
                 let dv = _mm256_set1_ps(d);
                 let acc = &mut acc[bi % halves];
                 for (j, acc) in acc.iter_mut().enumerate() {
                     let g = (c0 + j) * groups + 2 * bi;
                     // SAFETY: groups g, g + 1 < m * groups = codes.len().
                     let xv = unsafe { _mm256_loadu_si256(codes.as_ptr().add(g).cast()) };
-                    let p =
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(wv, _mm256_sign_epi8(xv, q)), ones);
+                    let xs = if unsigned {
+                        xv
+                    } else {
+                        _mm256_sign_epi8(xv, q)
+                    };
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xs), ones);
                     let scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g));
                     *acc = _mm256_fmadd_ps(scaled, dv, *acc);
+                    if unsigned {
+                        // SAFETY: g / 2 < m * groups / 2 = sx32.len().
+                        let sx = unsafe { *sx32.get_unchecked(g / 2) };
+                        off[bi % halves][j] = min.mul_add(sx, off[bi % halves][j]);
+                    }
                 }
             }
             for j in 0..C {
-                s[c0 + j] += hsum_f32(_mm256_add_ps(acc[0][j], acc[1][j]));
+                s[c0 + j] +=
+                    hsum_f32(_mm256_add_ps(acc[0][j], acc[1][j])) + (off[0][j] + off[1][j]);
             }
         }
     }
@@ -804,6 +871,15 @@ where
                 })
                 .collect()
         };
+        // x's sums over each pair of groups (32 values).
+        #[cfg(target_arch = "x86_64")]
+        let sums32 = || -> Vec<f32> {
+            meta.as_chunks::<2>()
+                .0
+                .iter()
+                .map(|p| f32::from_bits((p[0] >> 32) as u32) + f32::from_bits((p[1] >> 32) as u32))
+                .collect()
+        };
         #[cfg(target_arch = "x86_64")]
         if avx2
             && std::arch::is_x86_feature_detected!("f16c")
@@ -811,12 +887,20 @@ where
             && per_row > 0
             && m > 0
         {
-            // Q4_0: each block decoded once for the rows of x a pass takes.
+            // The legacy formats: each block decoded once for the rows of x
+            // a pass takes; a minimum against x's sums over each block.
             let dx = pair_scales();
+            let sx32 = if x86::legacy_has_min::<B>() {
+                sums32()
+            } else {
+                Vec::new()
+            };
             sums.par_chunks_mut(m * ROWS_PER_TASK)
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
-                .for_each(|(sums, w)| unsafe { x86::legacy_rows(sums, w, codes, &dx, k, m) });
+                .for_each(|(sums, w)| unsafe {
+                    x86::legacy_rows(sums, w, codes, &dx, &sx32, k, m)
+                });
             return Ok(self.finish(&sums));
         }
         #[cfg(target_arch = "x86_64")]
@@ -850,12 +934,7 @@ where
             // scales, x's group scales applied in f32 vectors, the
             // minimums against x's sums over each sub-block of 32.
             let dx = pair_scales();
-            let sx32: Vec<f32> = meta
-                .as_chunks::<2>()
-                .0
-                .iter()
-                .map(|p| f32::from_bits((p[0] >> 32) as u32) + f32::from_bits((p[1] >> 32) as u32))
-                .collect();
+            let sx32 = sums32();
             sums.par_chunks_mut(m * ROWS_PER_TASK)
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
