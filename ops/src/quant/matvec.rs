@@ -267,7 +267,9 @@ mod x86 {
             }
         }};
     }
-    use ferrocm_kernels::quant::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
+    use ferrocm_kernels::quant::blocks::{
+        BlockQ4K, BlockQ5K, BlockQ6K, IQ4NL_VALUES, MXFP4_VALUES, QK_K, e8m0_half_to_f32,
+    };
     use std::arch::x86_64::*;
 
     /// `sums[r, c] += w_r · x_c` for every weight row `r` of `w` and every
@@ -346,10 +348,11 @@ mod x86 {
         }
     }
 
-    /// Whether `B` takes [`legacy_rows`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or
-    /// Q8_1 (GGML types 2, 3, 6, 7, 8, 9).
+    /// Whether `B` takes [`legacy_rows`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+    /// Q8_1, IQ4_NL, IQ4_XS or MXFP4 (GGML types 2, 3, 6, 7, 8, 9, 20, 23,
+    /// 39): units of 32 codes with one scale (and Q4_1/Q5_1's minimum).
     pub(super) fn legacy_format<B: QuantBlock>() -> bool {
-        matches!(B::GGML_TYPE, 2 | 3 | 6 | 7 | 8 | 9)
+        matches!(B::GGML_TYPE, 2 | 3 | 6 | 7 | 8 | 9 | 20 | 23 | 39)
     }
 
     /// Whether the legacy format `B` adds a minimum (Q4_1, Q5_1).
@@ -359,10 +362,11 @@ mod x86 {
 
     /// `sums[r, c] += w_r · x_c` for rows `w` of a legacy format
     /// ([`legacy_format`]) and `m` rows of x in 8-bit form, decoding each
-    /// block once into a 32-byte vector of codes for every row of x a pass
-    /// takes (8, 4, 2 or 1). Signed codes (Q4_0's nibbles less 8, Q5_0's
-    /// five bits less 16, Q8_0/Q8_1's bytes) go into `vpmaddubsw` as |w|
-    /// against x signed like w; unsigned ones (Q4_1, Q5_1) as they are.
+    /// unit of 32 once into a 32-byte vector of codes for every row of x a
+    /// pass takes (8, 4, 2 or 1). Signed codes (Q4_0's nibbles less 8, Q5_0's
+    /// five bits less 16, Q8_0/Q8_1's bytes, the IQ4 and MXFP4 tables'
+    /// values by `vpshufb`) go into `vpmaddubsw` as |w| against x signed
+    /// like w; unsigned ones (Q4_1, Q5_1) as they are.
     /// Both of x's groups of 16 in one load, each group's i32 sums times its
     /// scale (`dx`, per pair of groups as `pair_scales` takes them) and the
     /// block's `d` in f32 vectors; a minimum `m` times x's sum over the
@@ -384,22 +388,35 @@ mod x86 {
         in_passes!(m, legacy_pass::<B>(sums, w, codes, dx, sx32, k, m));
     }
 
-    /// Block `bytes`' 32 codes (element `l` in byte `l`) and its `d` and
-    /// minimum (0 where the format has none), by GGML's layouts: after the
-    /// f16 `d`, Q4_1/Q5_1 an f16 minimum, Q8_1 an f16 sum (unused), Q5_0/Q5_1
-    /// the fifth bits (u32, bit `l` element `l`), then the nibbles (element
-    /// `l` low, `l + 16` high) or the bytes.
+    /// Unit `sub`'s 32 codes (element `l` in byte `l`), scale and minimum
+    /// (0 where the format has none) from block `bytes`, by GGML's layouts:
+    /// after the f16 `d` (MXFP4: an E8M0 exponent), Q4_1/Q5_1 an f16
+    /// minimum, Q8_1 an f16 sum (unused), Q5_0/Q5_1 the fifth bits (u32, bit
+    /// `l` element `l`), IQ4_XS its sub-block scales, then the nibbles
+    /// (element `l` low, `l + 16` high; IQ4_XS 16 bytes a unit) or the
+    /// bytes.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn legacy_codes<B: QuantBlock>(bytes: &[u8]) -> (__m256i, f32, f32) {
+    fn legacy_codes<B: QuantBlock>(bytes: &[u8], sub: usize) -> (__m256i, f32, f32) {
         let half = |at: usize| f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]));
-        let d = half(0);
-        let (min, qs) = match B::GGML_TYPE {
-            3 => (half(2), 4),
-            6 => (0.0, 6),
-            7 => (half(2), 8),
-            9 => (0.0, 4),
-            _ => (0.0, 2),
+        let (d, min, qs) = match B::GGML_TYPE {
+            3 => (half(0), half(2), 4),
+            6 => (half(0), 0.0, 6),
+            7 => (half(0), half(2), 8),
+            9 => (half(0), 0.0, 4),
+            23 => {
+                // 6-bit sub-block scales less 32: low four bits in
+                // scales_l (bytes 4..8), high two in scales_h (bytes 2..4).
+                let low = (bytes[4 + sub / 2] >> (4 * (sub % 2))) & 0xF;
+                let high = (u16::from_le_bytes([bytes[2], bytes[3]]) >> (2 * sub)) as u8 & 3;
+                (
+                    half(0) * ((low | high << 4) as i32 - 32) as f32,
+                    0.0,
+                    8 + 16 * sub,
+                )
+            }
+            39 => (e8m0_half_to_f32(bytes[0]), 0.0, 1),
+            _ => (half(0), 0.0, 2),
         };
         assert!(
             bytes.len()
@@ -437,9 +454,15 @@ mod x86 {
             let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
             codes = _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(16)));
         }
+        let table = |t: &[i8; 16]| {
+            // SAFETY: 16 bytes; unaligned load.
+            _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(t.as_ptr().cast()) })
+        };
         match B::GGML_TYPE {
             2 => codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(8)),
             6 => codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(16)),
+            20 | 23 => codes = _mm256_shuffle_epi8(table(&IQ4NL_VALUES), codes),
+            39 => codes = _mm256_shuffle_epi8(table(&MXFP4_VALUES), codes),
             _ => {}
         }
         (codes, d, min)
@@ -458,7 +481,8 @@ mod x86 {
         m: usize,
         c0: usize,
     ) {
-        let per_row = k / 32;
+        let per_row = k / B::ELEMS;
+        let subs = B::ELEMS / 32;
         let groups = k / 16;
         let unsigned = legacy_has_min::<B>();
         let ones = _mm256_set1_epi16(1);
@@ -468,16 +492,22 @@ mod x86 {
         for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
             let mut acc = [[_mm256_setzero_ps(); C]; 2];
             let mut off = [[0.0f32; C]; 2];
-            for (bi, b) in row.iter().enumerate() {
-                prefetch_ahead(b);
-                let (q, d, min) = legacy_codes::<B>(bytemuck::bytes_of(b));
+            for (ui, (b, sub)) in row
+                .iter()
+                .flat_map(|b| (0..subs).map(move |sub| (b, sub)))
+                .enumerate()
+            {
+                if sub == 0 {
+                    prefetch_ahead(b);
+                }
+                let (q, d, min) = legacy_codes::<B>(bytemuck::bytes_of(b), sub);
                 // `vpmaddubsw` takes one unsigned operand: |w| against x
                 // signed like w, or the unsigned codes as they are.
                 let wv = if unsigned { q } else { _mm256_sign_epi8(q, q) };
                 let dv = _mm256_set1_ps(d);
-                let acc = &mut acc[bi % halves];
+                let acc = &mut acc[ui % halves];
                 for (j, acc) in acc.iter_mut().enumerate() {
-                    let g = (c0 + j) * groups + 2 * bi;
+                    let g = (c0 + j) * groups + 2 * ui;
                     // SAFETY: groups g, g + 1 < m * groups = codes.len().
                     let xv = unsafe { _mm256_loadu_si256(codes.as_ptr().add(g).cast()) };
                     let xs = if unsigned {
@@ -491,7 +521,7 @@ mod x86 {
                     if unsigned {
                         // SAFETY: g / 2 < m * groups / 2 = sx32.len().
                         let sx = unsafe { *sx32.get_unchecked(g / 2) };
-                        off[bi % halves][j] = min.mul_add(sx, off[bi % halves][j]);
+                        off[ui % halves][j] = min.mul_add(sx, off[ui % halves][j]);
                     }
                 }
             }
