@@ -349,10 +349,11 @@ mod x86 {
     }
 
     /// Whether `B` takes [`legacy_rows`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-    /// Q8_1, IQ4_NL, IQ4_XS or MXFP4 (GGML types 2, 3, 6, 7, 8, 9, 20, 23,
-    /// 39): units of 32 codes with one scale (and Q4_1/Q5_1's minimum).
+    /// Q8_1, Q8_K, IQ4_NL, IQ4_XS or MXFP4 (GGML types 2, 3, 6, 7, 8, 9, 15,
+    /// 20, 23, 39): units of 32 codes with one scale (and Q4_1/Q5_1's
+    /// minimum).
     pub(super) fn legacy_format<B: QuantBlock>() -> bool {
-        matches!(B::GGML_TYPE, 2 | 3 | 6 | 7 | 8 | 9 | 20 | 23 | 39)
+        matches!(B::GGML_TYPE, 2 | 3 | 6 | 7 | 8 | 9 | 15 | 20 | 23 | 39)
     }
 
     /// Whether the legacy format `B` adds a minimum (Q4_1, Q5_1).
@@ -394,7 +395,7 @@ mod x86 {
     /// minimum, Q8_1 an f16 sum (unused), Q5_0/Q5_1 the fifth bits (u32, bit
     /// `l` element `l`), IQ4_XS its sub-block scales, then the nibbles
     /// (element `l` low, `l + 16` high; IQ4_XS 16 bytes a unit) or the
-    /// bytes.
+    /// bytes (Q8_K: an f32 `d`, 256 codes, sums not read).
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     fn legacy_codes<B: QuantBlock>(bytes: &[u8], sub: usize) -> (__m256i, f32, f32) {
@@ -415,19 +416,17 @@ mod x86 {
                     8 + 16 * sub,
                 )
             }
+            15 => {
+                let d = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                (d, 0.0, 4 + 32 * sub)
+            }
             39 => (e8m0_half_to_f32(bytes[0]), 0.0, 1),
             _ => (half(0), 0.0, 2),
         };
-        assert!(
-            bytes.len()
-                >= qs
-                    + if matches!(B::GGML_TYPE, 8 | 9) {
-                        32
-                    } else {
-                        16
-                    }
-        );
-        if matches!(B::GGML_TYPE, 8 | 9) {
+        let bytewise = matches!(B::GGML_TYPE, 8 | 9 | 15);
+        let len = if bytewise { 32 } else { 16 };
+        assert!(bytes.len() >= qs + len);
+        if bytewise {
             // SAFETY: 32 bytes from `qs` (asserted); unaligned load.
             let q = unsafe { _mm256_loadu_si256(bytes.as_ptr().add(qs).cast()) };
             return (q, d, min);
