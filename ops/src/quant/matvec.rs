@@ -268,7 +268,8 @@ mod x86 {
         }};
     }
     use ferrocm_kernels::quant::blocks::{
-        BlockQ4K, BlockQ5K, BlockQ6K, IQ4NL_VALUES, MXFP4_VALUES, QK_K, e8m0_half_to_f32,
+        BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, IQ4NL_VALUES, MXFP4_VALUES, QK_K,
+        e8m0_half_to_f32,
     };
     use std::arch::x86_64::*;
 
@@ -653,6 +654,179 @@ mod x86 {
         }
     }
 
+    /// `sums[r, c] += w_r · x_c` for Q2_K or Q3_K rows `w` and `m` rows of
+    /// x in 8-bit form, each super-block decoded once for the rows of x a
+    /// pass takes (8, 4, 2 or 1), one unit of 32 codes at a time: the two
+    /// bits `2 j` of 32 bytes of `qs` (Q3_K: and bit `4 h + j` of `hmask` as
+    /// the third), unsigned, into `vpmaddubsw` against x's two groups of 16
+    /// and `vpmaddwd` with the groups' integer scales; x's group scales `dx`
+    /// in f32 vectors and `d` once a super-block; the offsets (Q2_K's
+    /// `-dmin m_g`, Q3_K's `-4 d sc_g`) against x's group sums `sx`, eight
+    /// lanes at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; `B` is Q2_K or Q3_K.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn k23_rows<B: QuantBlock + bytemuck::Pod>(
+        sums: &mut [f32],
+        w: &[B],
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx: &[f32],
+        k: usize,
+        m: usize,
+    ) {
+        in_passes!(m, k23_pass::<B>(sums, w, codes, dx, sx, k, m));
+    }
+
+    /// Columns `c0..c0 + C` of every weight row, as [`k23_rows`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn k23_pass<B: QuantBlock + bytemuck::Pod, const C: usize>(
+        sums: &mut [f32],
+        w: &[B],
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx: &[f32],
+        k: usize,
+        m: usize,
+        c0: usize,
+    ) {
+        let per_row = k / QK_K;
+        let groups = k / 16;
+        let q3 = B::GGML_TYPE == 11;
+        let two = _mm256_set1_epi8(3);
+        let one = _mm256_set1_epi8(1);
+        for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
+            let mut acc = [_mm256_setzero_ps(); C];
+            for (bi, b) in row.iter().enumerate() {
+                prefetch_ahead(b);
+                // The sixteen groups' integer scales, the offsets' factors
+                // (f32, applied to x's group sums), `d`, and the 64 bytes of
+                // two-bit codes and (Q3_K) the 32 of third bits.
+                let mut sc = [0i16; 16];
+                let mut off = [0.0f32; 16];
+                let (d, qs, hmask) = if q3 {
+                    let b: &BlockQ3K = bytemuck::cast_ref(b);
+                    let d = f16_to_f32(b.d.0);
+                    for (g, v) in q3k_scales(&b.scales).into_iter().enumerate() {
+                        sc[g] = v as i16;
+                        off[g] = -4.0 * d * v as f32;
+                    }
+                    (d, &b.qs, Some(&b.hmask))
+                } else {
+                    let b: &BlockQ2K = bytemuck::cast_ref(b);
+                    let dmin = f16_to_f32(b.dmin.0);
+                    for g in 0..16 {
+                        sc[g] = (b.scales[g] & 0xF) as i16;
+                        off[g] = -dmin * (b.scales[g] >> 4) as f32;
+                    }
+                    (f16_to_f32(b.d.0), &b.qs, None)
+                };
+                // SAFETY: sixteen f32s; unaligned loads.
+                let offv = unsafe {
+                    [
+                        _mm256_loadu_ps(off.as_ptr()),
+                        _mm256_loadu_ps(off.as_ptr().add(8)),
+                    ]
+                };
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let g0 = (c0 + j) * groups + 16 * bi;
+                    // SAFETY: sixteen sums from g0 < m * groups = sx.len().
+                    unsafe {
+                        let sxv = sx.as_ptr().add(g0);
+                        *acc = _mm256_fmadd_ps(offv[0], _mm256_loadu_ps(sxv), *acc);
+                        *acc = _mm256_fmadd_ps(offv[1], _mm256_loadu_ps(sxv.add(8)), *acc);
+                    }
+                }
+                let mut bacc = [_mm256_setzero_ps(); C];
+                // Unit 4 h + i: elements 128 h + 32 i .. + 32 (groups
+                // 8 h + 2 i and the next), bits 2 i of qs[32 h + l] and
+                // (Q3_K) bit 4 h + i of hmask[l].
+                for u in 0..8 {
+                    let (h, i) = (u / 4, u % 4);
+                    // SAFETY: 32-byte unaligned loads inside qs (64 bytes)
+                    // and hmask (32).
+                    let raw = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * h).cast()) };
+                    let mut qc = _mm256_and_si256(
+                        _mm256_srl_epi16(raw, _mm_cvtsi32_si128(2 * i as i32)),
+                        two,
+                    );
+                    if let Some(hm) = hmask {
+                        // SAFETY: as above.
+                        let hb = unsafe { _mm256_loadu_si256(hm.as_ptr().cast()) };
+                        let bit = _mm256_and_si256(
+                            _mm256_srl_epi16(hb, _mm_cvtsi32_si128((4 * h + i) as i32)),
+                            one,
+                        );
+                        qc = _mm256_or_si256(qc, _mm256_slli_epi16::<2>(bit));
+                    }
+                    let scv =
+                        _mm256_set_m128i(_mm_set1_epi16(sc[2 * u + 1]), _mm_set1_epi16(sc[2 * u]));
+                    for (j, bacc) in bacc.iter_mut().enumerate() {
+                        let g = (c0 + j) * groups + 16 * bi + 2 * u;
+                        // SAFETY: groups g, g + 1 < m * groups = codes.len().
+                        let xv = unsafe { _mm256_loadu_si256(codes.as_ptr().add(g).cast()) };
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qc, xv), scv);
+                        *bacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g), *bacc);
+                    }
+                }
+                let dv = _mm256_set1_ps(d);
+                for (acc, bacc) in acc.iter_mut().zip(bacc) {
+                    *acc = _mm256_fmadd_ps(bacc, dv, *acc);
+                }
+            }
+            for j in 0..C {
+                s[c0 + j] += hsum_f32(acc[j]);
+            }
+        }
+    }
+
+    /// Q3_K's twelve packed scale bytes as its sixteen 6-bit scales less 32
+    /// (`q3k_scale` of each group, all at once): the low four bits of group
+    /// `g` a nibble of byte `g % 8` (low for `g < 8`), the high two bits
+    /// `2 (g / 4)` of byte `8 + g % 4`.
+    #[inline]
+    fn q3k_scales(q: &[u8; 12]) -> [i8; 16] {
+        let low = u64::from_le_bytes(q[..8].try_into().expect("8 bytes"));
+        let high = u32::from_le_bytes(q[8..].try_into().expect("4 bytes")) as u64;
+        let (four, two) = (0x0f0f_0f0f_0f0f_0f0fu64, 0x0303_0303u64);
+        let high_0_7 = (high & two) | ((high >> 2) & two) << 32;
+        let high_8_15 = ((high >> 4) & two) | ((high >> 6) & two) << 32;
+        let a = (low & four) | high_0_7 << 4;
+        let b = ((low >> 4) & four) | high_8_15 << 4;
+        let mut out = [0i8; 16];
+        for (i, byte) in a
+            .to_le_bytes()
+            .into_iter()
+            .chain(b.to_le_bytes())
+            .enumerate()
+        {
+            out[i] = byte as i8 - 32;
+        }
+        out
+    }
+
+    #[test]
+    fn q3k_scales_match_each_groups_definition() {
+        let mut q = [0u8; 12];
+        for seed in 0..64u32 {
+            for (i, b) in q.iter_mut().enumerate() {
+                *b = (seed.wrapping_mul(2_654_435_761) >> (i % 24)) as u8 ^ (37u8.wrapping_mul(i as u8));
+            }
+            q[(seed % 12) as usize] = if seed % 2 == 0 { 0xFF } else { 0 };
+            let all = q3k_scales(&q);
+            for (g, &v) in all.iter().enumerate() {
+                assert_eq!(
+                    v as i32,
+                    ferrocm_kernels::quant::blocks::q3k_scale(g, &q),
+                    "{q:?} {g}"
+                );
+            }
+        }
+    }
+
     /// Q4_K's and Q5_K's twelve packed scale bytes as eight 6-bit scales
     /// and eight 6-bit minimums, one per byte (what `k4_scale_min` gives
     /// for each sub-block, all eight at once): sub-blocks 0..4 are the low
@@ -935,12 +1109,12 @@ where
         #[cfg(target_arch = "x86_64")]
         if avx2
             && std::arch::is_x86_feature_detected!("f16c")
-            && B::GGML_TYPE == 14
+            && matches!(B::GGML_TYPE, 10 | 11 | 14)
             && per_row > 0
             && m > 0
         {
-            // Q6_K: each super-block decoded once for the rows of x a pass
-            // takes, the group scales in 16-bit lanes.
+            // Q2_K, Q3_K, Q6_K: each super-block decoded once for the rows of x
+            // a pass takes, the group scales in 16-bit lanes.
             let dx = pair_scales();
             let sx: Vec<f32> = meta
                 .iter()
@@ -949,7 +1123,13 @@ where
             sums.par_chunks_mut(m * ROWS_PER_TASK)
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
-                .for_each(|(sums, w)| unsafe { x86::q6k_rows(sums, w, codes, &dx, &sx, k, m) });
+                .for_each(|(sums, w)| unsafe {
+                    if B::GGML_TYPE == 14 {
+                        x86::q6k_rows(sums, w, codes, &dx, &sx, k, m)
+                    } else {
+                        x86::k23_rows(sums, w, codes, &dx, &sx, k, m)
+                    }
+                });
             return Ok(self.finish(&sums));
         }
         #[cfg(target_arch = "x86_64")]
