@@ -130,7 +130,7 @@ fn check<T: WithDType>(got: &Tensor<T>, want: &[(f64, f64, f64)], what: &str) {
 }
 
 fn run<T: WithDType>(dev: &Device) {
-    let cases: [(Norm, &[usize], bool, f64); 13] = [
+    let cases: [(Norm, &[usize], bool, f64); 15] = [
         (Norm::Group(2), &[3, 4, 5, 7], true, 0.0),
         (Norm::Group(1), &[1, 6, 3, 3], false, 0.0),
         (Norm::Group(3), &[2, 9, 17], true, 100.0),
@@ -148,6 +148,10 @@ fn run<T: WithDType>(dev: &Device) {
         // each workitem normalises several.
         (Norm::Batch, &[2, 1030, 2, 3], true, 0.0),
         (Norm::Group(4), &[1, 2052, 3], true, 0.0),
+        // Positions in whole chunks of 8 (the kernels' 16-byte paths), with
+        // a large offset, and a batch norm.
+        (Norm::Group(3), &[2, 6, 5, 8], true, 100.0),
+        (Norm::Batch, &[2, 5, 4, 8], true, 0.0),
     ];
     for (i, &(norm, shape, affine, offset)) in cases.iter().enumerate() {
         let seed = 700 + 10 * i as u64;
@@ -208,6 +212,16 @@ fn run<T: WithDType>(dev: &Device) {
             let y = apply(&view);
             check(&y, &want, &format!("{what}, channels-last"));
             assert_eq!(y.layout().strides()[1], 1, "{what}: channels-last output");
+        }
+        if count % 8 == 0 {
+            // The same values one element into their buffer: dense, but not
+            // on a 16-byte boundary, so the kernels go element by element.
+            let mut v = vec![T::from_f64(7.0)];
+            v.extend(xt.to_vec().unwrap());
+            let flat = Tensor::from_vec(v, &[count + 1], dev).unwrap();
+            let t = flat.narrow(0, 1, count).unwrap().reshape(shape).unwrap();
+            assert_eq!(t.layout().offset(), 1, "{what}: an offset view");
+            check(&apply(&t), &want, &format!("{what}, an offset view"));
         }
         if shape.len() > 3 {
             // A spatial view that does not merge: copied, same result.

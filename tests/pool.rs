@@ -780,13 +780,18 @@ fn bilinear_src(
 #[test]
 fn upsampling_matches_pytorchs_formulas_on_every_device_and_dtype() {
     fn run<T: WithDType>(dev: &Device) {
-        let cases: [(usize, usize, usize, usize, Resize); 6] = [
+        let cases: [(usize, usize, usize, usize, Resize); 9] = [
             (2, 3, 5, 7, Resize::Scale([2.0, 2.0])),
             (1, 2, 10, 6, Resize::Size([6, 10])),
             (3, 1, 4, 9, Resize::Size([13, 5])),
             (1, 3, 7, 3, Resize::Scale([1.5, 3.0])),
             (1, 2, 1, 5, Resize::Size([4, 1])),
             (2, 2, 6, 6, Resize::Scale([0.5, 0.75])),
+            // Output rows of whole chunks of 8 columns (a store a chunk):
+            // up by 2, up to a size, and down.
+            (2, 3, 5, 4, Resize::Scale([2.0, 2.0])),
+            (1, 2, 3, 8, Resize::Size([5, 16])),
+            (3, 2, 4, 12, Resize::Size([3, 8])),
         ];
         for (i, &(n, c, h, w, size)) in cases.iter().enumerate() {
             let (x, xr) = rounded::<T>(&values(n * c * h * w, 500 + i as u64));

@@ -8,8 +8,10 @@
 //! read: the two source indices and the weight of the second. So the
 //! kernels hold no scale arithmetic, and the Cpu and GPU agree bit for bit.
 //!
-//! A workitem per output position (grid x), looping over the `(image,
-//! channel)` rows from the grid's y; inputs and outputs at any strides.
+//! A workitem per output position (grid x), or per chunk of eight output
+//! columns where the output's rows allow one store a chunk ([`R_CHUNKS`]),
+//! looping over the `(image, channel)` rows from the grid's y; inputs and
+//! outputs at any strides.
 
 use crate::device::*;
 use crate::elem::*;
@@ -27,9 +29,14 @@ pub const R_OUT: usize = 2;
 pub const R_X_STRIDES: usize = 4;
 /// Header words: the output's element strides `(n, c, h, w)`.
 pub const R_Y_STRIDES: usize = 8;
+/// Header word: 1 where each workitem writes a chunk of [`CHUNK`] output
+/// columns in one store (grid x counts chunks): the host sets it where a
+/// row's columns are contiguous, a whole number of chunks, and every row
+/// starts a whole number of chunks from the output's start.
+pub const R_CHUNKS: usize = 12;
 /// Words of the header; the table follows: an entry per output row, then
 /// one per output column ([`resample_entry`]).
-pub const R_TABLE: usize = 12;
+pub const R_TABLE: usize = 13;
 
 /// A table entry: source index `i0` (below 2^31; the low 31 bits), the step
 /// to the second source index (0 or 1; bit 31) and the second's weight
@@ -70,6 +77,7 @@ struct ResampleGeom {
     out: [u32; 2],
     xs: [u64; 4],
     ys: [u64; 4],
+    chunks: bool,
 }
 
 #[amdgpu_device]
@@ -92,6 +100,7 @@ fn read_geom(g: *const u64) -> ResampleGeom {
             w(R_Y_STRIDES + 2),
             w(R_Y_STRIDES + 3),
         ],
+        chunks: w(R_CHUNKS) != 0,
     }
 }
 
@@ -101,12 +110,17 @@ fn read_geom(g: *const u64) -> ResampleGeom {
 #[inline(always)]
 pub fn resample_body<T: MatElem, const BILINEAR: bool>(y: *mut T, x: *const T, geom: *const u64) {
     let g = read_geom(geom);
-    let p = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
+    let q = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
+    let p = if g.chunks { q * CHUNK as u32 } else { q };
     if p >= g.out[0] * g.out[1] {
         return;
     }
     let (oy, ox) = (p / g.out[1], p % g.out[1]);
     let (y0, y1, h0, h1) = resample_unpack(unsafe { load(geom, R_TABLE + oy as usize) });
+    if g.chunks {
+        resample_chunks::<T, BILINEAR>(y, x, geom, &g, oy, ox, (y0, y1, h0, h1));
+        return;
+    }
     let (x0, x1, w0, w1) =
         resample_unpack(unsafe { load(geom, R_TABLE + (g.out[0] + ox) as usize) });
     let (r0, r1) = (y0 as u64 * g.xs[2], y1 as u64 * g.xs[2]);
@@ -125,6 +139,46 @@ pub fn resample_body<T: MatElem, const BILINEAR: bool>(y: *mut T, x: *const T, g
         let dst =
             n as u64 * g.ys[0] + c as u64 * g.ys[1] + oy as u64 * g.ys[2] + ox as u64 * g.ys[3];
         unsafe { store(y, dst as usize, v) };
+        row += num_workgroups_y();
+    }
+}
+
+/// [`resample_body`]'s chunked form: output columns `ox..ox + CHUNK` of
+/// output row `oy` (source rows and weights `rows`), one store a chunk.
+#[amdgpu_device]
+#[inline(always)]
+fn resample_chunks<T: MatElem, const BILINEAR: bool>(
+    y: *mut T,
+    x: *const T,
+    geom: *const u64,
+    g: &ResampleGeom,
+    oy: u32,
+    ox: u32,
+    rows: (u32, u32, f32, f32),
+) {
+    let (y0, y1, h0, h1) = rows;
+    let (r0, r1) = (y0 as u64 * g.xs[2], y1 as u64 * g.xs[2]);
+    let cols = chunk_of(|k| {
+        let (x0, x1, w0, w1) =
+            resample_unpack(unsafe { load(geom, R_TABLE + (g.out[0] + ox) as usize + k) });
+        (x0 as u64 * g.xs[3], x1 as u64 * g.xs[3], w0, w1)
+    });
+    let mut row = workgroup_id_y();
+    while row < g.rows {
+        let (n, c) = (row / g.channels, row % g.channels);
+        let xb = n as u64 * g.xs[0] + c as u64 * g.xs[1];
+        let at = |o: u64| unsafe { load(x, (xb + o) as usize) };
+        let v = chunk_of(|k| {
+            let (c0, c1, w0, w1) = cols[k];
+            if BILINEAR {
+                let v = [at(r0 + c0), at(r0 + c1), at(r1 + c0), at(r1 + c1)];
+                T::from_f32(bilinear_blend(v.map(|e| e.widen()), (h0, h1), (w0, w1)))
+            } else {
+                at(r0 + c0)
+            }
+        });
+        let dst = n as u64 * g.ys[0] + c as u64 * g.ys[1] + oy as u64 * g.ys[2] + ox as u64;
+        unsafe { store_chunk(y, dst, v) };
         row += num_workgroups_y();
     }
 }

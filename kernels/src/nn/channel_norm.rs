@@ -38,8 +38,21 @@ pub const CN_POSITIONS: usize = 4;
 pub const CN_X_STRIDES: usize = 5;
 /// Header words: the output's element strides `(n, c, s)`.
 pub const CN_Y_STRIDES: usize = 8;
+/// Header word: the chunked paths the host found valid ([`CN_NORM_CHUNKS`],
+/// [`CN_STATS_CHUNKS`]).
+pub const CN_FLAGS: usize = 11;
 /// Words of the header.
-pub const CN_HEADER: usize = 11;
+pub const CN_HEADER: usize = 12;
+
+/// Flag: `channel_norm_*` takes [`CHUNK`] positions a workitem (grid x
+/// counts chunks, not positions). The host sets it where the positions
+/// are a multiple of a chunk, contiguous in `x` and `y`, every `(n, c)`
+/// row starts a whole number of chunks from a chunk-aligned start.
+pub const CN_NORM_CHUNKS: u64 = 1;
+/// Flag: `channel_stats_*` reads each stat row as one contiguous run of
+/// whole chunks from a chunk-aligned start (four chunks in flight a
+/// workitem), where the row's channels lie back to back.
+pub const CN_STATS_CHUNKS: u64 = 2;
 
 /// Workitems per workgroup of `channel_norm_*`.
 pub const CHANNEL_NORM_BLOCK: u32 = NORM_BLOCK;
@@ -58,6 +71,7 @@ struct CnGeom {
     positions: u32,
     xs: [u64; 3],
     ys: [u64; 3],
+    flags: u64,
 }
 
 #[amdgpu_device]
@@ -72,6 +86,7 @@ fn read_geom(g: *const u64) -> CnGeom {
         positions: w(CN_POSITIONS) as u32,
         xs: [w(CN_X_STRIDES), w(CN_X_STRIDES + 1), w(CN_X_STRIDES + 2)],
         ys: [w(CN_Y_STRIDES), w(CN_Y_STRIDES + 1), w(CN_Y_STRIDES + 2)],
+        flags: w(CN_FLAGS),
     }
 }
 
@@ -97,7 +112,38 @@ pub fn channel_stats_body<T: MatElem>(
         let base = n as u64 * g.xs[0] + (grp * g.per_group) as u64 * g.xs[1];
         let shift = unsafe { load(x, base as usize) }.widen();
         let (mut s1, mut s2) = (0.0f32, 0.0f32);
-        let mut c = 0;
+        let mut add = |w: W128| {
+            word_for_each::<T>(w, |_, e| {
+                let d = e.widen() - shift;
+                s1 += d;
+                s2 = crate::math::fma(d, d, s2);
+            })
+        };
+        // The chunked row as 16-byte words: four in flight a workitem, then
+        // the rest one at a time.
+        let per = per_word::<T>();
+        let words = if g.flags & CN_STATS_CHUNKS != 0 {
+            count / per
+        } else {
+            0
+        };
+        let first = base as usize / per as usize;
+        let at = |q: u32| unsafe { load(x as *const W128, first + q as usize) };
+        let mut q = tid;
+        while q + 3 * block < words {
+            let (a, b, c, d) = (at(q), at(q + block), at(q + 2 * block), at(q + 3 * block));
+            add(a);
+            add(b);
+            add(c);
+            add(d);
+            q += 4 * block;
+        }
+        while q < words {
+            add(at(q));
+            q += block;
+        }
+        // Element by element otherwise (`words` 0 skipped the above).
+        let mut c = if words > 0 { g.per_group } else { 0 };
         while c < g.per_group {
             let cb = base + c as u64 * g.xs[1];
             let mut s = tid;
@@ -135,7 +181,10 @@ pub fn channel_norm_body<T: MatElem>(
     geom: *const u64,
 ) {
     let g = read_geom(geom);
-    let s = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
+    let chunked = g.flags & CN_NORM_CHUNKS != 0;
+    // A workitem's first position: one, or a chunk's worth.
+    let q = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
+    let s = if chunked { q * CHUNK as u32 } else { q };
     if s >= g.positions {
         return;
     }
@@ -155,6 +204,15 @@ pub fn channel_norm_body<T: MatElem>(
         } else {
             unsafe { load(b, c as usize) }.widen()
         };
+        if chunked {
+            let at = n as u64 * g.xs[0] + c as u64 * g.xs[1] + s as u64;
+            let dst = n as u64 * g.ys[0] + c as u64 * g.ys[1] + s as u64;
+            let v = unsafe { load_chunk(x, at) };
+            let out = chunk_of(|k| norm_apply(v[k].widen(), m, scale, wc, bc));
+            unsafe { store_chunk_f32(y, dst, out) };
+            row += num_workgroups_y();
+            continue;
+        }
         let at = n as u64 * g.xs[0] + c as u64 * g.xs[1] + s as u64 * g.xs[2];
         let v = unsafe { load(x, at as usize) }.widen();
         let dst = n as u64 * g.ys[0] + c as u64 * g.ys[1] + s as u64 * g.ys[2];

@@ -16,9 +16,10 @@ use crate::engine::{self, Op};
 use ferrocm_host::launch::MAX_GRID_X;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::resample::{
-    R_CHANNELS, R_OUT, R_ROWS, R_TABLE, R_X_STRIDES, R_Y_STRIDES, ResampleKernels, bilinear_blend,
-    resample_entry, resample_unpack,
+    R_CHANNELS, R_CHUNKS, R_OUT, R_ROWS, R_TABLE, R_X_STRIDES, R_Y_STRIDES, ResampleKernels,
+    bilinear_blend, resample_entry, resample_unpack,
 };
+use ferrocm_kernels::device::CHUNK;
 use rayon::prelude::*;
 
 use super::{is_channels_last, narrow, out_strides, spatial_output, store_rows, widen};
@@ -300,7 +301,15 @@ impl<T: WithDType> Op for Resample<'_, T> {
             return Ok(self.out);
         }
         let fits = |v: usize| v < (1 << 31);
-        let blocks = positions.div_ceil(256);
+        let ys = out_strides(&self.shape, self.channels_last);
+        // A chunk of output columns a workitem where each output row is whole
+        // chunks, contiguous, from a chunk-aligned start (the output is
+        // fresh, so its start is).
+        let chunk = CHUNK as usize;
+        let chunks = ys[3] == 1 && ys[..3].iter().all(|s| s % chunk == 0) && ow % chunk == 0;
+        let blocks = positions
+            .div_ceil(if chunks { chunk } else { 1 })
+            .div_ceil(256);
         if !fits(rows)
             || !fits(positions)
             || !fits(self.x.shape()[2])
@@ -313,8 +322,8 @@ impl<T: WithDType> Op for Resample<'_, T> {
             });
         }
         let xs = self.x.layout().strides();
-        let ys = out_strides(&self.shape, self.channels_last);
         let mut geom = vec![0u64; R_TABLE];
+        geom[R_CHUNKS] = chunks as u64;
         geom[R_ROWS] = rows as u64;
         geom[R_CHANNELS] = channels as u64;
         geom[R_OUT] = oh as u64;

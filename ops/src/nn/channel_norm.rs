@@ -21,9 +21,11 @@ use crate::engine::{self, Libraries, Op, Vendor};
 use ferrocm_host::dnn::{BatchNormProblem, DnnType};
 use ferrocm_host::launch::MAX_GRID_X;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
+use ferrocm_kernels::device::CHUNK;
 use ferrocm_kernels::nn::channel_norm::{
     CHANNEL_NORM_BLOCK, CHANNEL_STATS_BLOCK, CN_BATCH, CN_CHANNELS, CN_CHANNELS_PER_GROUP,
-    CN_HEADER, CN_POSITIONS, CN_STATS_PER_IMAGE, CN_X_STRIDES, CN_Y_STRIDES, ChannelNormKernels,
+    CN_FLAGS, CN_HEADER, CN_NORM_CHUNKS, CN_POSITIONS, CN_STATS_CHUNKS, CN_STATS_PER_IMAGE,
+    CN_X_STRIDES, CN_Y_STRIDES, ChannelNormKernels,
 };
 use ferrocm_kernels::norm::{NORM_LDS_BYTES, layer_stats, norm_apply};
 use rayon::prelude::*;
@@ -57,9 +59,44 @@ struct Geom {
     positions: usize,
     xs: [usize; 3],
     ys: [usize; 3],
+    /// The chunked paths that hold ([`CN_NORM_CHUNKS`], [`CN_STATS_CHUNKS`]).
+    flags: u64,
 }
 
 impl Geom {
+    /// The chunked paths of `x` starting `x_offset` elements of `T` into its
+    /// buffer (16-byte aligned, as every allocation is) and a fresh output:
+    /// whole chunks of positions, contiguous, every row a whole number of
+    /// chunks from the start. The stats rows take their chunks as one run
+    /// where a group's channels lie back to back.
+    fn chunk_flags<T>(&self, x_offset: usize) -> u64 {
+        let chunk = CHUNK as usize;
+        let whole = |st: [usize; 3]| st[2] == 1 && st[0] % chunk == 0 && st[1] % chunk == 0;
+        let x_chunks = self.positions % chunk == 0
+            && whole(self.xs)
+            && (x_offset * size_of::<T>()).is_multiple_of(16);
+        let mut flags = 0;
+        if x_chunks && whole(self.ys) {
+            flags |= CN_NORM_CHUNKS;
+        }
+        if x_chunks && (self.per_group == 1 || self.xs[1] == self.positions) {
+            flags |= CN_STATS_CHUNKS;
+        }
+        flags
+    }
+
+    /// Grid x of `channel_norm_*`: a workitem a position, or a chunk of them.
+    fn norm_blocks(&self) -> usize {
+        let per_item = if self.flags & CN_NORM_CHUNKS != 0 {
+            CHUNK as usize
+        } else {
+            1
+        };
+        self.positions
+            .div_ceil(per_item)
+            .div_ceil(CHANNEL_NORM_BLOCK as usize)
+    }
+
     fn words(&self) -> Vec<u64> {
         let mut g = vec![0u64; CN_HEADER];
         g[CN_BATCH] = self.batch as u64;
@@ -71,6 +108,7 @@ impl Geom {
             g[CN_X_STRIDES + d] = self.xs[d] as u64;
             g[CN_Y_STRIDES + d] = self.ys[d] as u64;
         }
+        g[CN_FLAGS] = self.flags;
         g
     }
 
@@ -276,7 +314,7 @@ impl<T: WithDType> Tensor<T> {
             Stats::Input { groups, .. } => (channels / (*groups).max(1), *groups),
             Stats::Given { .. } => (1, 0),
         };
-        let geom = Geom {
+        let mut geom = Geom {
             batch,
             channels,
             per_group,
@@ -284,7 +322,9 @@ impl<T: WithDType> Tensor<T> {
             positions,
             xs,
             ys,
+            flags: 0,
         };
+        geom.flags = geom.chunk_flags::<T>(x.layout().offset());
         let out = dev.alloc::<T>(n_out)?;
         if n_out == 0 {
             return spatial_output(out, &shape, channels_last);
@@ -583,7 +623,7 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {
         let g = self.geom;
-        let blocks = g.positions.div_ceil(CHANNEL_NORM_BLOCK as usize);
+        let blocks = g.norm_blocks();
         if !g.fits() || blocks > MAX_GRID_X as usize {
             return Err(Error::TooLarge {
                 op: self.op,
