@@ -37,6 +37,7 @@ fn main() {
     ];
     for format in formats {
         build = build.launch_bounds(&format!("qmatvec4_{format}"), 256, 2);
+        build = build.launch_bounds(&format!("qmatvec8_{format}"), 256, 2);
     }
     build.compile();
 }

@@ -26,7 +26,7 @@ cp target/release/ferrocm "$out/"
 # through Device, and the example crate's fused op (a kernel module of its
 # own, loaded on the GPU at its first launch).
 cargo test --release --features cuda --no-run --message-format=json \
-    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing --test matmul --test llm --test dyn_tensor --test quant --test gguf \
+    -p ferrocm --test reference --test nan_and_accuracy --test integer_semantics --test indexing --test matmul --test llm --test dyn_tensor --test quant --test gguf --test conv --test pool --test channel_norm \
     -p ferrocm-models --test llama --test sampling \
     -p ferrocm-host --lib --test gpu_backends \
     -p ferrocm-example-fused-op --test fused 2>/dev/null |

@@ -570,6 +570,18 @@ pub unsafe fn lds_copy_async<T: Copy>(dst: Lds<T>, j: u32, src: *const T, i: usi
 #[amdgpu_device]
 pub const COPY_STAGED_LOOPS: bool = cfg!(any(target_arch = "nvptx64", not(ferrocm_device)));
 
+/// Rows of `x` the quantized matrix-vector kernels' widest pass holds
+/// (`qmatvec8_*`): eight on NVIDIA (up to 128 registers under its launch
+/// bound) and in the emulator, which checks that pass's logic; four on AMD,
+/// where the fifth to eighth rows' sums spilled VGPRs on gfx942, so its
+/// 8-row kernels make two passes of four.
+#[amdgpu_device]
+pub const QMATVEC_WIDE_PASS: usize = if cfg!(any(target_arch = "nvptx64", not(ferrocm_device))) {
+    8
+} else {
+    4
+};
+
 /// Closes the group of this workitem's [`lds_copy_async`] copies issued
 /// since the last one (a no-op where the copies are synchronous).
 #[amdgpu_device]

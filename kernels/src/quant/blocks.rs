@@ -113,6 +113,14 @@ pub trait QuantBlock: Copy + 'static {
     /// than the loads it saves (Q5_K, H200, 4096 x 14336, 8 rows of x:
     /// 89.3 -> 77.4 us with 1; Q6_K 70.8 -> 88.6 us, so it keeps 2).
     const MATVEC_ROWS_WIDE: u32 = 2;
+    /// Whether `qmatvec8_*` takes eight rows of `x` in one pass where the
+    /// device holds them ([`QMATVEC_WIDE_PASS`](crate::device::QMATVEC_WIDE_PASS)):
+    /// each load of `x` then meets every weight byte of the unit once, not
+    /// twice. False keeps two passes of four (H200, 4096 x 14336, 8 rows of
+    /// x: one pass took Q6_K 62.2 -> 54.4 us, MXFP4 57.4 -> 49.0, Q4_K 48.0
+    /// -> 44.8, Q8_0 51.0 -> 48.5, but Q4_0 41.0 -> 41.7 and IQ4_XS 45.6 ->
+    /// 47.3).
+    const MATVEC_ONE_PASS_8: bool = true;
     /// Whether every unit's halves are groups `2 j` and `2 j + 1` of its
     /// block: the matrix-vector kernels then load both groups' `x` scales
     /// in one 16-byte load (their L1 traffic is what bounds them).
@@ -570,6 +578,7 @@ pub fn q3k_scale(g: usize, q: &[u8; 12]) -> i32 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4_0 {
+    const MATVEC_ONE_PASS_8: bool = false;
     const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
@@ -1106,6 +1115,7 @@ impl QuantBlock for BlockIq4Nl {
 
 #[amdgpu_device]
 impl QuantBlock for BlockIq4Xs {
+    const MATVEC_ONE_PASS_8: bool = false;
     const PAIRED_GROUPS: bool = true;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 23;

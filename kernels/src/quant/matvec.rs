@@ -1,4 +1,4 @@
-//! `qmatvec{C}_{format}_{dtype}` (C = 1, 2, 4): `y = x · Wᵀ` for a
+//! `qmatvec{C}_{format}_{dtype}` (C = 1, 2, 4, 8): `y = x · Wᵀ` for a
 //! quantized weight `W` `[n, k]` (rows = output features, as GGUF stores them) and a few rows of
 //! activations `x` `[m, k]` (decode: m = 1 to 8), `y` `[m, n]`.
 //!
@@ -236,6 +236,19 @@ pub const fn qmatvec_rows<B: QuantBlock>(c: u32) -> u32 {
     }
 }
 
+/// Rows of `x` a pass of `qmatvec8_*` takes: [`QMATVEC_WIDE_PASS`] where
+/// the format gains from one pass ([`QuantBlock::MATVEC_ONE_PASS_8`]), else
+/// 4 (two passes).
+#[amdgpu_device]
+#[inline(always)]
+pub const fn qmatvec_pass8<B: QuantBlock>() -> usize {
+    if B::MATVEC_ONE_PASS_8 {
+        QMATVEC_WIDE_PASS
+    } else {
+        4
+    }
+}
+
 /// LDS bytes a quantized matrix-vector launch reserves: a partial sum per
 /// wave (of 32), weight row of a workitem (up to 2) and row of `x` in a
 /// pass (up to 4; sized for [`QMATVEC_MAX_M`], room to spare).
@@ -247,7 +260,7 @@ pub const QMATVEC_LDS_BYTES: u32 = (QMATVEC_BLOCK / 32) * 2 * QMATVEC_MAX_M * 4;
 /// `[m, n]`. [`QMATVEC_ROW_LANES`] workitems share a weight row, or two
 /// ([`qmatvec_rows`]: each row of `x` loaded then serves both), each wave
 /// reducing its sums and the row's first workitem adding the waves' in LDS.
-/// `C` (1, 2 or 4) rows of `x` per pass; more take further passes that
+/// `C` (1, 2, 4 or 8) rows of `x` per pass; more take further passes that
 /// find the weight row in the cache.
 #[amdgpu_device]
 #[inline(always)]
@@ -267,7 +280,7 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
     // Weight rows per workitem (`qmatvec_rows`).
     let rows: u32 = qmatvec_rows::<B>(C as u32);
     const { assert!(qmatvec_rows::<B>(C as u32) <= 2) };
-    const { assert!(C == 1 || C == 2 || C == 4) };
+    const { assert!(C == 1 || C == 2 || C == 4 || C == 8) };
     let wave = wave_size();
     let waves_per_row = QMATVEC_ROW_LANES / wave;
     let slots = QMATVEC_BLOCK / QMATVEC_ROW_LANES;
@@ -380,9 +393,10 @@ use crate::host::KernelRef;
 /// per pass (host side).
 #[cfg(not(ferrocm_device))]
 pub trait QMatvecKernels<T>: QuantBlock {
-    /// 1, 2 and 4 rows of `x` per pass (more rows take passes of 4: a
-    /// fifth to eighth row of `x` in registers spills on AMD).
-    const ROWS: [KernelRef<QMatvecArgs<Self, T>>; 3];
+    /// 1, 2, 4 and 8 rows of `x` (the last in one pass or two,
+    /// [`qmatvec_pass8`]: a fifth to eighth row of `x` in registers spills
+    /// on AMD).
+    const ROWS: [KernelRef<QMatvecArgs<Self, T>>; 4];
 }
 
 /// The activation-quantize kernel of `x`'s dtype (host side).
@@ -393,14 +407,15 @@ pub trait QuantizeXKernel: Elem {
 }
 
 macro_rules! qmatvec {
-    ($($b:ident: [$($t:ty => $one:ident, $two:ident, $four:ident);*];)*) => {
+    ($($b:ident: [$($t:ty => $one:ident, $two:ident, $four:ident, $eight:ident);*];)*) => {
         $($(
             #[cfg(not(ferrocm_device))]
             impl QMatvecKernels<$t> for $b {
-                const ROWS: [KernelRef<QMatvecArgs<Self, $t>>; 3] = [
+                const ROWS: [KernelRef<QMatvecArgs<Self, $t>>; 4] = [
                     KernelRef::of::<$one>(),
                     KernelRef::of::<$two>(),
                     KernelRef::of::<$four>(),
+                    KernelRef::of::<$eight>(),
                 ];
             }
         )*)*
@@ -408,26 +423,27 @@ macro_rules! qmatvec {
             fn $one(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 1>(y, w, codes, meta, n, k, m) }
             fn $two(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 2>(y, w, codes, meta, n, k, m) }
             fn $four(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 4>(y, w, codes, meta, n, k, m) }
+            fn $eight(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m) }
         )*)*}
     };
 }
 
 qmatvec! {
-    BlockQ4_0: [f32 => qmatvec1_q4_0_f32, qmatvec2_q4_0_f32, qmatvec4_q4_0_f32; F16 => qmatvec1_q4_0_f16, qmatvec2_q4_0_f16, qmatvec4_q4_0_f16; Bf16 => qmatvec1_q4_0_bf16, qmatvec2_q4_0_bf16, qmatvec4_q4_0_bf16];
-    BlockQ4_1: [f32 => qmatvec1_q4_1_f32, qmatvec2_q4_1_f32, qmatvec4_q4_1_f32; F16 => qmatvec1_q4_1_f16, qmatvec2_q4_1_f16, qmatvec4_q4_1_f16; Bf16 => qmatvec1_q4_1_bf16, qmatvec2_q4_1_bf16, qmatvec4_q4_1_bf16];
-    BlockQ5_0: [f32 => qmatvec1_q5_0_f32, qmatvec2_q5_0_f32, qmatvec4_q5_0_f32; F16 => qmatvec1_q5_0_f16, qmatvec2_q5_0_f16, qmatvec4_q5_0_f16; Bf16 => qmatvec1_q5_0_bf16, qmatvec2_q5_0_bf16, qmatvec4_q5_0_bf16];
-    BlockQ5_1: [f32 => qmatvec1_q5_1_f32, qmatvec2_q5_1_f32, qmatvec4_q5_1_f32; F16 => qmatvec1_q5_1_f16, qmatvec2_q5_1_f16, qmatvec4_q5_1_f16; Bf16 => qmatvec1_q5_1_bf16, qmatvec2_q5_1_bf16, qmatvec4_q5_1_bf16];
-    BlockQ8_0: [f32 => qmatvec1_q8_0_f32, qmatvec2_q8_0_f32, qmatvec4_q8_0_f32; F16 => qmatvec1_q8_0_f16, qmatvec2_q8_0_f16, qmatvec4_q8_0_f16; Bf16 => qmatvec1_q8_0_bf16, qmatvec2_q8_0_bf16, qmatvec4_q8_0_bf16];
-    BlockQ8_1: [f32 => qmatvec1_q8_1_f32, qmatvec2_q8_1_f32, qmatvec4_q8_1_f32; F16 => qmatvec1_q8_1_f16, qmatvec2_q8_1_f16, qmatvec4_q8_1_f16; Bf16 => qmatvec1_q8_1_bf16, qmatvec2_q8_1_bf16, qmatvec4_q8_1_bf16];
-    BlockQ2K: [f32 => qmatvec1_q2_k_f32, qmatvec2_q2_k_f32, qmatvec4_q2_k_f32; F16 => qmatvec1_q2_k_f16, qmatvec2_q2_k_f16, qmatvec4_q2_k_f16; Bf16 => qmatvec1_q2_k_bf16, qmatvec2_q2_k_bf16, qmatvec4_q2_k_bf16];
-    BlockQ3K: [f32 => qmatvec1_q3_k_f32, qmatvec2_q3_k_f32, qmatvec4_q3_k_f32; F16 => qmatvec1_q3_k_f16, qmatvec2_q3_k_f16, qmatvec4_q3_k_f16; Bf16 => qmatvec1_q3_k_bf16, qmatvec2_q3_k_bf16, qmatvec4_q3_k_bf16];
-    BlockQ4K: [f32 => qmatvec1_q4_k_f32, qmatvec2_q4_k_f32, qmatvec4_q4_k_f32; F16 => qmatvec1_q4_k_f16, qmatvec2_q4_k_f16, qmatvec4_q4_k_f16; Bf16 => qmatvec1_q4_k_bf16, qmatvec2_q4_k_bf16, qmatvec4_q4_k_bf16];
-    BlockQ5K: [f32 => qmatvec1_q5_k_f32, qmatvec2_q5_k_f32, qmatvec4_q5_k_f32; F16 => qmatvec1_q5_k_f16, qmatvec2_q5_k_f16, qmatvec4_q5_k_f16; Bf16 => qmatvec1_q5_k_bf16, qmatvec2_q5_k_bf16, qmatvec4_q5_k_bf16];
-    BlockQ6K: [f32 => qmatvec1_q6_k_f32, qmatvec2_q6_k_f32, qmatvec4_q6_k_f32; F16 => qmatvec1_q6_k_f16, qmatvec2_q6_k_f16, qmatvec4_q6_k_f16; Bf16 => qmatvec1_q6_k_bf16, qmatvec2_q6_k_bf16, qmatvec4_q6_k_bf16];
-    BlockQ8K: [f32 => qmatvec1_q8_k_f32, qmatvec2_q8_k_f32, qmatvec4_q8_k_f32; F16 => qmatvec1_q8_k_f16, qmatvec2_q8_k_f16, qmatvec4_q8_k_f16; Bf16 => qmatvec1_q8_k_bf16, qmatvec2_q8_k_bf16, qmatvec4_q8_k_bf16];
-    BlockIq4Nl: [f32 => qmatvec1_iq4_nl_f32, qmatvec2_iq4_nl_f32, qmatvec4_iq4_nl_f32; F16 => qmatvec1_iq4_nl_f16, qmatvec2_iq4_nl_f16, qmatvec4_iq4_nl_f16; Bf16 => qmatvec1_iq4_nl_bf16, qmatvec2_iq4_nl_bf16, qmatvec4_iq4_nl_bf16];
-    BlockIq4Xs: [f32 => qmatvec1_iq4_xs_f32, qmatvec2_iq4_xs_f32, qmatvec4_iq4_xs_f32; F16 => qmatvec1_iq4_xs_f16, qmatvec2_iq4_xs_f16, qmatvec4_iq4_xs_f16; Bf16 => qmatvec1_iq4_xs_bf16, qmatvec2_iq4_xs_bf16, qmatvec4_iq4_xs_bf16];
-    BlockMxfp4: [f32 => qmatvec1_mxfp4_f32, qmatvec2_mxfp4_f32, qmatvec4_mxfp4_f32; F16 => qmatvec1_mxfp4_f16, qmatvec2_mxfp4_f16, qmatvec4_mxfp4_f16; Bf16 => qmatvec1_mxfp4_bf16, qmatvec2_mxfp4_bf16, qmatvec4_mxfp4_bf16];
+    BlockQ4_0: [f32 => qmatvec1_q4_0_f32, qmatvec2_q4_0_f32, qmatvec4_q4_0_f32, qmatvec8_q4_0_f32; F16 => qmatvec1_q4_0_f16, qmatvec2_q4_0_f16, qmatvec4_q4_0_f16, qmatvec8_q4_0_f16; Bf16 => qmatvec1_q4_0_bf16, qmatvec2_q4_0_bf16, qmatvec4_q4_0_bf16, qmatvec8_q4_0_bf16];
+    BlockQ4_1: [f32 => qmatvec1_q4_1_f32, qmatvec2_q4_1_f32, qmatvec4_q4_1_f32, qmatvec8_q4_1_f32; F16 => qmatvec1_q4_1_f16, qmatvec2_q4_1_f16, qmatvec4_q4_1_f16, qmatvec8_q4_1_f16; Bf16 => qmatvec1_q4_1_bf16, qmatvec2_q4_1_bf16, qmatvec4_q4_1_bf16, qmatvec8_q4_1_bf16];
+    BlockQ5_0: [f32 => qmatvec1_q5_0_f32, qmatvec2_q5_0_f32, qmatvec4_q5_0_f32, qmatvec8_q5_0_f32; F16 => qmatvec1_q5_0_f16, qmatvec2_q5_0_f16, qmatvec4_q5_0_f16, qmatvec8_q5_0_f16; Bf16 => qmatvec1_q5_0_bf16, qmatvec2_q5_0_bf16, qmatvec4_q5_0_bf16, qmatvec8_q5_0_bf16];
+    BlockQ5_1: [f32 => qmatvec1_q5_1_f32, qmatvec2_q5_1_f32, qmatvec4_q5_1_f32, qmatvec8_q5_1_f32; F16 => qmatvec1_q5_1_f16, qmatvec2_q5_1_f16, qmatvec4_q5_1_f16, qmatvec8_q5_1_f16; Bf16 => qmatvec1_q5_1_bf16, qmatvec2_q5_1_bf16, qmatvec4_q5_1_bf16, qmatvec8_q5_1_bf16];
+    BlockQ8_0: [f32 => qmatvec1_q8_0_f32, qmatvec2_q8_0_f32, qmatvec4_q8_0_f32, qmatvec8_q8_0_f32; F16 => qmatvec1_q8_0_f16, qmatvec2_q8_0_f16, qmatvec4_q8_0_f16, qmatvec8_q8_0_f16; Bf16 => qmatvec1_q8_0_bf16, qmatvec2_q8_0_bf16, qmatvec4_q8_0_bf16, qmatvec8_q8_0_bf16];
+    BlockQ8_1: [f32 => qmatvec1_q8_1_f32, qmatvec2_q8_1_f32, qmatvec4_q8_1_f32, qmatvec8_q8_1_f32; F16 => qmatvec1_q8_1_f16, qmatvec2_q8_1_f16, qmatvec4_q8_1_f16, qmatvec8_q8_1_f16; Bf16 => qmatvec1_q8_1_bf16, qmatvec2_q8_1_bf16, qmatvec4_q8_1_bf16, qmatvec8_q8_1_bf16];
+    BlockQ2K: [f32 => qmatvec1_q2_k_f32, qmatvec2_q2_k_f32, qmatvec4_q2_k_f32, qmatvec8_q2_k_f32; F16 => qmatvec1_q2_k_f16, qmatvec2_q2_k_f16, qmatvec4_q2_k_f16, qmatvec8_q2_k_f16; Bf16 => qmatvec1_q2_k_bf16, qmatvec2_q2_k_bf16, qmatvec4_q2_k_bf16, qmatvec8_q2_k_bf16];
+    BlockQ3K: [f32 => qmatvec1_q3_k_f32, qmatvec2_q3_k_f32, qmatvec4_q3_k_f32, qmatvec8_q3_k_f32; F16 => qmatvec1_q3_k_f16, qmatvec2_q3_k_f16, qmatvec4_q3_k_f16, qmatvec8_q3_k_f16; Bf16 => qmatvec1_q3_k_bf16, qmatvec2_q3_k_bf16, qmatvec4_q3_k_bf16, qmatvec8_q3_k_bf16];
+    BlockQ4K: [f32 => qmatvec1_q4_k_f32, qmatvec2_q4_k_f32, qmatvec4_q4_k_f32, qmatvec8_q4_k_f32; F16 => qmatvec1_q4_k_f16, qmatvec2_q4_k_f16, qmatvec4_q4_k_f16, qmatvec8_q4_k_f16; Bf16 => qmatvec1_q4_k_bf16, qmatvec2_q4_k_bf16, qmatvec4_q4_k_bf16, qmatvec8_q4_k_bf16];
+    BlockQ5K: [f32 => qmatvec1_q5_k_f32, qmatvec2_q5_k_f32, qmatvec4_q5_k_f32, qmatvec8_q5_k_f32; F16 => qmatvec1_q5_k_f16, qmatvec2_q5_k_f16, qmatvec4_q5_k_f16, qmatvec8_q5_k_f16; Bf16 => qmatvec1_q5_k_bf16, qmatvec2_q5_k_bf16, qmatvec4_q5_k_bf16, qmatvec8_q5_k_bf16];
+    BlockQ6K: [f32 => qmatvec1_q6_k_f32, qmatvec2_q6_k_f32, qmatvec4_q6_k_f32, qmatvec8_q6_k_f32; F16 => qmatvec1_q6_k_f16, qmatvec2_q6_k_f16, qmatvec4_q6_k_f16, qmatvec8_q6_k_f16; Bf16 => qmatvec1_q6_k_bf16, qmatvec2_q6_k_bf16, qmatvec4_q6_k_bf16, qmatvec8_q6_k_bf16];
+    BlockQ8K: [f32 => qmatvec1_q8_k_f32, qmatvec2_q8_k_f32, qmatvec4_q8_k_f32, qmatvec8_q8_k_f32; F16 => qmatvec1_q8_k_f16, qmatvec2_q8_k_f16, qmatvec4_q8_k_f16, qmatvec8_q8_k_f16; Bf16 => qmatvec1_q8_k_bf16, qmatvec2_q8_k_bf16, qmatvec4_q8_k_bf16, qmatvec8_q8_k_bf16];
+    BlockIq4Nl: [f32 => qmatvec1_iq4_nl_f32, qmatvec2_iq4_nl_f32, qmatvec4_iq4_nl_f32, qmatvec8_iq4_nl_f32; F16 => qmatvec1_iq4_nl_f16, qmatvec2_iq4_nl_f16, qmatvec4_iq4_nl_f16, qmatvec8_iq4_nl_f16; Bf16 => qmatvec1_iq4_nl_bf16, qmatvec2_iq4_nl_bf16, qmatvec4_iq4_nl_bf16, qmatvec8_iq4_nl_bf16];
+    BlockIq4Xs: [f32 => qmatvec1_iq4_xs_f32, qmatvec2_iq4_xs_f32, qmatvec4_iq4_xs_f32, qmatvec8_iq4_xs_f32; F16 => qmatvec1_iq4_xs_f16, qmatvec2_iq4_xs_f16, qmatvec4_iq4_xs_f16, qmatvec8_iq4_xs_f16; Bf16 => qmatvec1_iq4_xs_bf16, qmatvec2_iq4_xs_bf16, qmatvec4_iq4_xs_bf16, qmatvec8_iq4_xs_bf16];
+    BlockMxfp4: [f32 => qmatvec1_mxfp4_f32, qmatvec2_mxfp4_f32, qmatvec4_mxfp4_f32, qmatvec8_mxfp4_f32; F16 => qmatvec1_mxfp4_f16, qmatvec2_mxfp4_f16, qmatvec4_mxfp4_f16, qmatvec8_mxfp4_f16; Bf16 => qmatvec1_mxfp4_bf16, qmatvec2_mxfp4_bf16, qmatvec4_mxfp4_bf16, qmatvec8_mxfp4_bf16];
 }
 
 macro_rules! quantize_x {

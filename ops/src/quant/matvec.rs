@@ -813,7 +813,8 @@ mod x86 {
         let mut q = [0u8; 12];
         for seed in 0..64u32 {
             for (i, b) in q.iter_mut().enumerate() {
-                *b = (seed.wrapping_mul(2_654_435_761) >> (i % 24)) as u8 ^ (37u8.wrapping_mul(i as u8));
+                *b = (seed.wrapping_mul(2_654_435_761) >> (i % 24)) as u8
+                    ^ (37u8.wrapping_mul(i as u8));
             }
             q[(seed % 12) as usize] = if seed % 2 == 0 { 0xFF } else { 0 };
             let all = q3k_scales(&q);
@@ -1182,14 +1183,15 @@ where
         if n == 0 || m == 0 {
             return Ok(self.out);
         }
-        // Rows of x per pass: 1, 2, or 4 (more take passes of 4).
+        // Rows of x per pass: 1, 2, 4 or 8.
         let variant = match m {
             1 => 0,
             2 => 1,
-            _ => 2,
+            3 | 4 => 2,
+            _ => 3,
         };
         // QMATVEC_ROW_LANES workitems per weight row, or per two.
-        let rows_per_lane = qmatvec_rows::<B>([1, 2, 4][variant]) as u64;
+        let rows_per_lane = qmatvec_rows::<B>([1, 2, 4, 8][variant]) as u64;
         let mut cfg = LaunchConfig::linear(
             (n as u64).div_ceil(rows_per_lane) * QMATVEC_ROW_LANES as u64,
             QMATVEC_BLOCK,
