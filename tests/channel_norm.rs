@@ -213,7 +213,7 @@ fn run<T: WithDType>(dev: &Device) {
             check(&y, &want, &format!("{what}, channels-last"));
             assert_eq!(y.layout().strides()[1], 1, "{what}: channels-last output");
         }
-        if count % 8 == 0 {
+        if count.is_multiple_of(8) {
             // The same values one element into their buffer: dense, but not
             // on a 16-byte boundary, so the kernels go element by element.
             let mut v = vec![T::from_f64(7.0)];

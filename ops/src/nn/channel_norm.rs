@@ -71,8 +71,10 @@ impl Geom {
     /// where a group's channels lie back to back.
     fn chunk_flags<T>(&self, x_offset: usize) -> u64 {
         let chunk = CHUNK as usize;
-        let whole = |st: [usize; 3]| st[2] == 1 && st[0] % chunk == 0 && st[1] % chunk == 0;
-        let x_chunks = self.positions % chunk == 0
+        let whole = |st: [usize; 3]| {
+            st[2] == 1 && st[0].is_multiple_of(chunk) && st[1].is_multiple_of(chunk)
+        };
+        let x_chunks = self.positions.is_multiple_of(chunk)
             && whole(self.xs)
             && (x_offset * size_of::<T>()).is_multiple_of(16);
         let mut flags = 0;
