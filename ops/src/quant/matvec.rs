@@ -483,51 +483,91 @@ mod x86 {
     ) {
         let per_row = k / B::ELEMS;
         let subs = B::ELEMS / 32;
+        let units = per_row * subs;
         let groups = k / 16;
-        let unsigned = legacy_has_min::<B>();
-        let ones = _mm256_set1_epi16(1);
-        // One row of x: even and odd blocks in two sums, so that each
-        // block's multiply-add waits for the one two blocks back.
-        let halves = if C == 1 { 2 } else { 1 };
         for (s, row) in sums.chunks_exact_mut(m).zip(w.chunks_exact(per_row)) {
             let mut acc = [[_mm256_setzero_ps(); C]; 2];
             let mut off = [[0.0f32; C]; 2];
-            for (ui, (b, sub)) in row
-                .iter()
-                .flat_map(|b| (0..subs).map(move |sub| (b, sub)))
-                .enumerate()
-            {
-                if sub == 0 {
-                    prefetch_ahead(b);
+            let mut ui = 0;
+            // One row of x: even and odd units in two sums, so that each
+            // unit's multiply-add waits for the one two units back. (Indexed
+            // by the unit's parity, the sums lived on the stack: the store
+            // and reload held one row of x to half of Q4_K's rate.)
+            if C == 1 {
+                let [acc0, acc1] = &mut acc;
+                let [off0, off1] = &mut off;
+                while ui + 1 < units {
+                    legacy_unit::<B, C>(row, ui, codes, dx, sx32, groups, c0, acc0, off0);
+                    legacy_unit::<B, C>(row, ui + 1, codes, dx, sx32, groups, c0, acc1, off1);
+                    ui += 2;
                 }
-                let (q, d, min) = legacy_codes::<B>(bytemuck::bytes_of(b), sub);
-                // `vpmaddubsw` takes one unsigned operand: |w| against x
-                // signed like w, or the unsigned codes as they are.
-                let wv = if unsigned { q } else { _mm256_sign_epi8(q, q) };
-                let dv = _mm256_set1_ps(d);
-                let acc = &mut acc[ui % halves];
-                for (j, acc) in acc.iter_mut().enumerate() {
-                    let g = (c0 + j) * groups + 2 * ui;
-                    // SAFETY: groups g, g + 1 < m * groups = codes.len().
-                    let xv = unsafe { _mm256_loadu_si256(codes.as_ptr().add(g).cast()) };
-                    let xs = if unsigned {
-                        xv
-                    } else {
-                        _mm256_sign_epi8(xv, q)
-                    };
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xs), ones);
-                    let scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g));
-                    *acc = _mm256_fmadd_ps(scaled, dv, *acc);
-                    if unsigned {
-                        // SAFETY: g / 2 < m * groups / 2 = sx32.len().
-                        let sx = unsafe { *sx32.get_unchecked(g / 2) };
-                        off[ui % halves][j] = min.mul_add(sx, off[ui % halves][j]);
-                    }
-                }
+            }
+            while ui < units {
+                legacy_unit::<B, C>(
+                    row,
+                    ui,
+                    codes,
+                    dx,
+                    sx32,
+                    groups,
+                    c0,
+                    &mut acc[0],
+                    &mut off[0],
+                );
+                ui += 1;
             }
             for j in 0..C {
                 s[c0 + j] +=
                     hsum_f32(_mm256_add_ps(acc[0][j], acc[1][j])) + (off[0][j] + off[1][j]);
+            }
+        }
+    }
+
+    /// Unit `ui` of weight row `row` into the sums `acc` (and `off`, the
+    /// minimums' terms) of x's rows `c0..c0 + C`, as [`legacy_rows`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    fn legacy_unit<B: QuantBlock + bytemuck::Pod, const C: usize>(
+        row: &[B],
+        ui: usize,
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx32: &[f32],
+        groups: usize,
+        c0: usize,
+        acc: &mut [__m256; C],
+        off: &mut [f32; C],
+    ) {
+        let subs = B::ELEMS / 32;
+        let (b, sub) = (&row[ui / subs], ui % subs);
+        if sub == 0 {
+            prefetch_ahead(b);
+        }
+        let unsigned = legacy_has_min::<B>();
+        let (q, d, min) = legacy_codes::<B>(bytemuck::bytes_of(b), sub);
+        // `vpmaddubsw` takes one unsigned operand: |w| against x signed
+        // like w, or the unsigned codes as they are.
+        let wv = if unsigned { q } else { _mm256_sign_epi8(q, q) };
+        let dv = _mm256_set1_ps(d);
+        let ones = _mm256_set1_epi16(1);
+        for (j, sum) in acc.iter_mut().enumerate() {
+            let g = (c0 + j) * groups + 2 * ui;
+            debug_assert!(g + 1 < codes.len());
+            // SAFETY: groups g, g + 1 < m * groups = codes.len().
+            let xv = unsafe { _mm256_loadu_si256(codes.as_ptr().add(g).cast()) };
+            let xs = if unsigned {
+                xv
+            } else {
+                _mm256_sign_epi8(xv, q)
+            };
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xs), ones);
+            let scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(p), pair_scales(dx, g));
+            *sum = _mm256_fmadd_ps(scaled, dv, *sum);
+            if unsigned {
+                // SAFETY: g / 2 < m * groups / 2 = sx32.len().
+                let sx = unsafe { *sx32.get_unchecked(g / 2) };
+                off[j] = min.mul_add(sx, off[j]);
             }
         }
     }
