@@ -848,7 +848,7 @@ fn check_forward(n: usize, k: usize, ms: &[usize], all_dtypes: bool) {
         .map(|_| rng.random_range(-1.0f32..1.0))
         .collect();
     for f in QuantFormat::ALL {
-        if k % f.block_elems() != 0 {
+        if !k.is_multiple_of(f.block_elems()) {
             continue;
         }
         let bytes = finite_blocks(f, n * k / f.block_elems(), 1000 + f.ggml_type() as u64);
