@@ -838,6 +838,15 @@ fn forward_matches_f64_sums_on_odd_unit_counts() {
     check_forward(3, 37 * 32, &[1, 3], false);
 }
 
+/// More rows of x than the matrix-vector products take, with more weight
+/// rows than one of the Cpu's panels (64): two whole panels and a partial
+/// one, each writing its own columns of y.
+#[test]
+fn forward_matches_f64_sums_across_cpu_panels() {
+    let _turn = one_at_a_time();
+    check_forward(131, 256, &[9], false);
+}
+
 /// `q.forward(x)` for `m` in `ms` (every format whose blocks divide `k`)
 /// against f64 sums of the definition's weights times `x`, within the
 /// bounds of `x`'s 8-bit rounding (decode) or the matrix product's.

@@ -4,7 +4,8 @@
 //! reads each weight byte once, on `x` rounded to 8 bits per group of 16
 //! (`quantize_x_{dtype}` then `qmatvec{1,2,4}_{format}_{dtype}` on GPUs,
 //! the same two functions under rayon on the Cpu); more rows dequantize the
-//! weight to `x`'s dtype and run the dense matrix product.
+//! weight to `x`'s dtype and run the dense matrix product (on the Cpu, for
+//! f32 `x`, a panel of weight rows at a time).
 
 use crate::engine::{self, Op};
 use crate::quant::format::with_block;
@@ -86,11 +87,83 @@ impl QTensor {
         }
         let m = x.elem_count() / k.max(1);
         if m > QMATVEC_MAX_M as usize || n > u32::MAX as usize || k > u32::MAX as usize {
+            if *self.device() == Device::Cpu && T::DTYPE == DType::F32 && m > 0 {
+                let x = x.to_dyn().typed::<f32>()?;
+                let y = self.forward_cpu_panels(&x, n, k, m)?;
+                return y.to_dyn().typed::<T>();
+            }
             // The matrix product: the weight dequantized to x's dtype.
             let w = self.dequantize::<T>()?;
             return x.linear(&w, None, None);
         }
         self.forward_q8(&Q8Activations::quantize(x)?)
+    }
+
+    /// [`QTensor::forward`]'s matrix product on the Cpu for f32 `x` of `m`
+    /// rows: the weight dequantized [`CPU_PANEL_ROWS`] rows at a time into
+    /// each thread's buffer, and each panel's product (the gemm crate, one
+    /// thread) written into its columns of y. The whole weight in f32 went
+    /// to memory and was read back to be packed, which cost a prefill more
+    /// than the products did; a panel stays in the caches. The same values
+    /// as [`QTensor::dequantize`] then [`Tensor::linear`]: each weight as
+    /// `group16` gives it, each output an f32 sum.
+    fn forward_cpu_panels(
+        &self,
+        x: &Tensor<f32>,
+        n: usize,
+        k: usize,
+        m: usize,
+    ) -> Result<Tensor<f32>> {
+        let x = x.contiguous()?;
+        let xs = &crate::engine::cpu::host(x.buf())[x.layout().offset()..][..m * k];
+        let mut y = Device::Cpu.alloc::<f32>(m * n)?;
+        let dst = PanelDst(crate::engine::cpu::host_mut(&mut y).as_mut_ptr());
+        with_block!(self.format(), B => {
+            let blocks = crate::engine::cpu::host(self.blocks::<B>());
+            let per_row = k / B::ELEMS;
+            (0..n.div_ceil(CPU_PANEL_ROWS)).into_par_iter().for_each(|p| {
+                let r0 = p * CPU_PANEL_ROWS;
+                let rows = CPU_PANEL_ROWS.min(n - r0);
+                PANEL.with_borrow_mut(|panel| {
+                    panel.resize(panel.len().max(rows * k), 0.0);
+                    // [k, rows]: each k's weights of the panel's rows side
+                    // by side, as the gemm crate packs them (from [rows, k]
+                    // its packing cost more than the products), filled a
+                    // block column at a time (a few KiB of lines).
+                    let panel = &mut panel[..rows * k];
+                    for bi in 0..per_row {
+                        let column = &mut panel[bi * B::ELEMS * rows..][..B::ELEMS * rows];
+                        for r in 0..rows {
+                            let b = &blocks[(r0 + r) * per_row + bi];
+                            for g in 0..B::GROUPS {
+                                for (l, v) in b.group16(g).into_iter().enumerate() {
+                                    column[(16 * g + l) * rows + r] = v;
+                                }
+                            }
+                        }
+                    }
+                    let dst = &dst;
+                    // SAFETY: columns r0..r0 + rows of the m rows of y
+                    // (n apart) are this task's alone; the panel is the
+                    // [k, rows] right operand.
+                    unsafe {
+                        crate::matmul::dense::sgemm_rows(
+                            (m, rows, k),
+                            dst.0.add(r0),
+                            n,
+                            xs,
+                            (k, 1),
+                            panel,
+                            (rows, 1),
+                            1,
+                        )
+                    };
+                });
+            });
+        });
+        let mut shape = x.shape().to_vec();
+        *shape.last_mut().expect("x has a last dim") = n;
+        Ok(Tensor::from_parts(y, &shape))
     }
 
     /// [`QTensor::forward`] of up to [`QMATVEC_MAX_M`] rows of `x` already
@@ -176,6 +249,21 @@ struct QMatvec<'a, B, T: WithDType> {
 
 /// Weight rows per Cpu task.
 const ROWS_PER_TASK: usize = 16;
+
+/// Weight rows a Cpu task of the quantized matrix product dequantizes at
+/// once ([`QTensor::forward`] with more than [`QMATVEC_MAX_M`] rows of x):
+/// 64 rows of 2048 to 14336 f32 values, 0.5 to 3.5 MiB.
+const CPU_PANEL_ROWS: usize = 64;
+
+std::thread_local! {
+    /// Each thread's dequantized panel, kept between calls.
+    static PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// y's first element, shared by the tasks that write its disjoint columns.
+struct PanelDst(*mut f32);
+// SAFETY: each task writes only its own columns (`forward_cpu_panels`).
+unsafe impl Sync for PanelDst {}
 
 /// A Cpu task: whole weight rows `w` times every row of `x` in 8-bit form
 /// into `sums` (`[rows, m]`), unit by unit as the kernels go.

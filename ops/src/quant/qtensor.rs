@@ -314,6 +314,15 @@ impl QTensor {
         Ok(Tensor::from_parts(buf, &self.shape))
     }
 
+    /// The blocks as `B` (the caller matched `B` to the format, as
+    /// `with_block!` does).
+    pub(crate) fn blocks<B: bytemuck::Pod>(&self) -> &DeviceBuffer<B> {
+        self.storage
+            .raw()
+            .typed::<B>()
+            .expect("a whole number of blocks (checked at creation)")
+    }
+
     /// Rows of a 2-D quantized table (`[vocab, hidden]`, a GGUF's
     /// `token_embd.weight`) at `ids` of any shape, dequantized to `T`
     /// (f32, f16 or bf16): shape `ids.shape() + [hidden]`, each value as
