@@ -895,6 +895,106 @@ mod x86 {
         }
     }
 
+    /// [`q6k_rows`] for one row of x (`m` = 1): two chunks of codes (64
+    /// elements, one 64-byte load of ql) in one 512-bit vector against x's
+    /// four groups, so one multiply-add, conversion and scaling serve both.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA, F16C and AVX-512 F, BW and VL; `B` is Q6_K.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn q6k_row512<B: QuantBlock + bytemuck::Pod>(
+        sums: &mut [f32],
+        w: &[B],
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx: &[f32],
+        k: usize,
+    ) {
+        let per_row = k / QK_K;
+        let low4 = _mm512_set1_epi8(0x0F);
+        let top2 = _mm512_set1_epi8(0x30);
+        let m32 = _mm256_set1_ps(-32.0);
+        // Chunk i's two group scales (16-bit lanes of its half's eight).
+        let pat = |i: usize| {
+            let pick = (4 * i as i16 + 3) << 8 | (4 * i as i16 + 2);
+            _mm256_set_m128i(_mm_set1_epi16(pick), _mm_set1_epi16(pick - 0x0202))
+        };
+        let join = |a: __m256i, b: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        for (s, row) in sums.iter_mut().zip(w.chunks_exact(per_row)) {
+            let mut acc = _mm256_setzero_ps();
+            for (bi, b) in row.iter().enumerate() {
+                prefetch_ahead(b);
+                let b: &BlockQ6K = bytemuck::cast_ref(b);
+                let d = f16_to_f32(b.d.0);
+                // SAFETY: 16 bytes of scales; unaligned load.
+                let s16 = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
+                let w16 = _mm256_cvtepi8_epi16(s16);
+                let halves = [
+                    _mm512_broadcast_i64x4(_mm256_permute2x128_si256::<0x00>(w16, w16)),
+                    _mm512_broadcast_i64x4(_mm256_permute2x128_si256::<0x11>(w16, w16)),
+                ];
+                let g0 = 16 * bi;
+                debug_assert!(g0 + 15 < codes.len() && g0 + 15 < sx.len());
+                // SAFETY: sixteen group sums from g0 (the block's groups).
+                let offs = unsafe {
+                    let sxv = sx.as_ptr().add(g0);
+                    let off0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16)), m32);
+                    let off1 = _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8))),
+                        m32,
+                    );
+                    _mm256_fmadd_ps(
+                        off1,
+                        _mm256_loadu_ps(sxv.add(8)),
+                        _mm256_mul_ps(off0, _mm256_loadu_ps(sxv)),
+                    )
+                };
+                let mut bacc = _mm512_setzero_ps();
+                // Chunks 4 h + i and 4 h + i + 1 (i = 0, 2): ql bytes 64 h
+                // .. + 64 (the high nibbles for i = 2), qh bit pairs 2 i and
+                // 2 i + 2 of qh[32 h ..].
+                for (h, half) in halves.iter().enumerate() {
+                    // SAFETY: 64- and 32-byte unaligned loads inside ql (128
+                    // bytes) and qh (64).
+                    let (l, hb) = unsafe {
+                        (
+                            _mm512_loadu_si512(b.ql.as_ptr().add(64 * h).cast()),
+                            _mm256_loadu_si256(b.qh.as_ptr().add(32 * h).cast()),
+                        )
+                    };
+                    for i in [0, 2] {
+                        let low = if i == 0 { l } else { _mm512_srli_epi16::<4>(l) };
+                        let qc = _mm512_or_si512(
+                            _mm512_and_si512(low, low4),
+                            _mm512_and_si512(
+                                join(bits_to_4(hb, 2 * i), bits_to_4(hb, 2 * i + 2)),
+                                top2,
+                            ),
+                        );
+                        let scv = _mm512_shuffle_epi8(*half, join(pat(i), pat(i + 1)));
+                        let g = g0 + 2 * (4 * h + i);
+                        // SAFETY: groups g..g + 4 and their pair scales
+                        // (the block's chunks); unaligned loads.
+                        let (xv, dxs) = unsafe {
+                            (
+                                _mm512_loadu_si512(codes.as_ptr().add(g).cast()),
+                                _mm512_loadu_ps(dx.as_ptr().add(g / 2).cast()),
+                            )
+                        };
+                        let p = _mm512_madd_epi16(_mm512_maddubs_epi16(qc, xv), scv);
+                        bacc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dxs, bacc);
+                    }
+                }
+                let folded = _mm256_add_ps(
+                    _mm512_castps512_ps256(bacc),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(bacc))),
+                );
+                acc = _mm256_fmadd_ps(_mm256_add_ps(folded, offs), _mm256_set1_ps(d), acc);
+            }
+            *s += hsum_f32(acc);
+        }
+    }
+
     /// `sums[r, c] += w_r · x_c` for Q2_K or Q3_K rows `w` and `m` rows of
     /// x in 8-bit form, each super-block decoded once for the rows of x a
     /// pass takes (8, 4, 2 or 1), one unit of 32 codes at a time: the two
@@ -1235,6 +1335,101 @@ mod x86 {
         }
     }
 
+    /// [`superblock_rows`] for one row of x (`m` = 1): each 32-byte chunk
+    /// of codes (two sub-blocks, the low and the high nibbles) in one
+    /// 512-bit vector against x's four groups, so one multiply-add,
+    /// conversion and scaling serve both sub-blocks.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA, F16C and AVX-512 F, BW and VL; `B` is Q4_K
+    /// or Q5_K.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn superblock_row512<B: QuantBlock + bytemuck::Pod>(
+        sums: &mut [f32],
+        w: &[B],
+        codes: &[[u32; 4]],
+        dx: &[[f32; 8]],
+        sx32: &[f32],
+        k: usize,
+    ) {
+        let per_row = k / QK_K;
+        let low4 = _mm512_set1_epi8(0x0F);
+        let sixteen = _mm256_set1_epi8(16);
+        // Sub-block sb's scale: 16-bit lane sb of the eight, in every lane.
+        let pick = |sb: usize| _mm256_set1_epi16((2 * sb as i16 + 1) << 8 | (2 * sb as i16));
+        for (s, row) in sums.iter_mut().zip(w.chunks_exact(per_row)) {
+            let mut acc = _mm256_setzero_ps();
+            for (bi, b) in row.iter().enumerate() {
+                prefetch_ahead(b);
+                let (d, dmin, scales, qs, qh) = if B::GGML_TYPE == 12 {
+                    let b: &BlockQ4K = bytemuck::cast_ref(b);
+                    (b.d, b.dmin, &b.scales, &b.qs, None)
+                } else {
+                    let b: &BlockQ5K = bytemuck::cast_ref(b);
+                    (b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh))
+                };
+                let (d, dmin) = (f16_to_f32(d.0), f16_to_f32(dmin.0));
+                let (sc8, mn8) = k4_scales_mins(scales);
+                let sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc8 as i64)));
+                let minv = _mm256_mul_ps(
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn8 as i64))),
+                    _mm256_set1_ps(-dmin / d),
+                );
+                let g0 = 16 * bi;
+                debug_assert!(g0 + 15 < codes.len() && g0 / 2 + 7 < sx32.len());
+                // SAFETY: eight sums from g0 / 2 (the block's sub-blocks).
+                let mins =
+                    _mm256_mul_ps(minv, unsafe { _mm256_loadu_ps(sx32.as_ptr().add(g0 / 2)) });
+                // SAFETY: a 32-byte unaligned load inside qh (32 bytes).
+                let high = qh.map(|h| unsafe { _mm256_loadu_si256(h.as_ptr().cast()) });
+                let mut bacc = _mm512_setzero_ps();
+                for c in 0..4 {
+                    // SAFETY: a 32-byte unaligned load inside qs (128 bytes).
+                    let v = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * c).cast()) };
+                    let v = _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(v),
+                        _mm256_srli_epi16::<4>(v),
+                    );
+                    let mut qc = _mm512_and_si512(v, low4);
+                    if let Some(h) = high {
+                        let fifth = |sb| _mm256_and_si256(bits_to_4(h, sb), sixteen);
+                        qc = _mm512_or_si512(
+                            qc,
+                            _mm512_inserti64x4::<1>(
+                                _mm512_castsi256_si512(fifth(2 * c)),
+                                fifth(2 * c + 1),
+                            ),
+                        );
+                    }
+                    let scv = _mm512_shuffle_epi8(
+                        sc16,
+                        _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(pick(2 * c)),
+                            pick(2 * c + 1),
+                        ),
+                    );
+                    let g = g0 + 4 * c;
+                    // SAFETY: groups g..g + 4 and their pair scales (the
+                    // block's sub-blocks 2 c and 2 c + 1); unaligned loads.
+                    let (xv, dxs) = unsafe {
+                        (
+                            _mm512_loadu_si512(codes.as_ptr().add(g).cast()),
+                            _mm512_loadu_ps(dx.as_ptr().add(g / 2).cast()),
+                        )
+                    };
+                    let p = _mm512_madd_epi16(_mm512_maddubs_epi16(qc, xv), scv);
+                    bacc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dxs, bacc);
+                }
+                let halves = _mm256_add_ps(
+                    _mm512_castps512_ps256(bacc),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(bacc))),
+                );
+                acc = _mm256_fmadd_ps(_mm256_add_ps(halves, mins), _mm256_set1_ps(d), acc);
+            }
+            *s += hsum_f32(acc);
+        }
+    }
+
     /// How far ahead of the block being decoded the weight rows are
     /// requested, in bytes. With one row of x, perf put a third of Q4_K's
     /// time on the first use of a block's bytes: the hardware's own
@@ -1368,11 +1563,15 @@ where
                 .iter()
                 .map(|&v| f32::from_bits((v >> 32) as u32))
                 .collect();
+            let wide = x86::has_avx512bw();
             sums.par_chunks_mut(m * ROWS_PER_TASK)
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
                 .for_each(|(sums, w)| unsafe {
-                    if B::GGML_TYPE == 14 {
+                    if B::GGML_TYPE == 14 && m == 1 && wide {
+                        // SAFETY: and AVX-512 F, BW and VL (checked).
+                        x86::q6k_row512(sums, w, codes, &dx, &sx, k)
+                    } else if B::GGML_TYPE == 14 {
                         x86::q6k_rows(sums, w, codes, &dx, &sx, k, m)
                     } else {
                         x86::k23_rows(sums, w, codes, &dx, &sx, k, m)
@@ -1392,11 +1591,17 @@ where
             // minimums against x's sums over each sub-block of 32.
             let dx = pair_scales();
             let sx32 = sums32();
+            let wide = x86::has_avx512bw();
             sums.par_chunks_mut(m * ROWS_PER_TASK)
                 .zip(w.par_chunks(per_row * ROWS_PER_TASK))
                 // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
                 .for_each(|(sums, w)| unsafe {
-                    x86::superblock_rows(sums, w, codes, &dx, &sx32, k, m)
+                    if m == 1 && wide {
+                        // SAFETY: and AVX-512 F, BW and VL (checked).
+                        x86::superblock_row512(sums, w, codes, &dx, &sx32, k)
+                    } else {
+                        x86::superblock_rows(sums, w, codes, &dx, &sx32, k, m)
+                    }
                 });
             return Ok(self.finish(&sums));
         }
