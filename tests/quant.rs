@@ -1022,8 +1022,9 @@ fn forward_with_x_off_a_word_boundary() {
 /// multiply): `scale * code + offset` against the f64 reference of the same
 /// element, within the two roundings of `scale` and `offset` and the one of
 /// the f64 reference's f32 value; the units of a block cover each of its
-/// groups once. Blocks with extreme scales included, in a 16-byte aligned
-/// array (the loads the units use assume one).
+/// groups once, and the values [`unit_half`] makes of them are
+/// `group16`'s to the bit. Blocks with extreme scales included, in a
+/// 16-byte aligned array (the loads the units use assume one).
 #[test]
 fn units_match_the_definition() {
     let _turn = one_at_a_time();
@@ -1050,6 +1051,20 @@ fn units_match_the_definition() {
                 for h in 0..2 {
                     let g = unit.group[h] as usize;
                     seen[g] += 1;
+                    // What the Cpu's prefill panels store: group16's
+                    // values to the bit (zeros' signs and NaNs' bits
+                    // included).
+                    let (from_unit, defined) = (unit_half::<B>(&unit, h), b.group16(g));
+                    for l in 0..16 {
+                        assert_eq!(
+                            from_unit[l].to_bits(),
+                            defined[l].to_bits(),
+                            "{f} block {bi} unit {u} half {h}: element {} from the unit {:e}, group16 {:e}",
+                            16 * g + l,
+                            from_unit[l],
+                            defined[l]
+                        );
+                    }
                     for l in 0..16 {
                         let code = (unit.codes[4 * h + l / 4] >> (8 * (l % 4))) as u8 as i8 as f64;
                         let (s, o) = (unit.scale[h] as f64, unit.offset[h] as f64);

@@ -132,6 +132,15 @@ pub trait QuantBlock: Copy + 'static {
     /// it is long enough to keep the SM issuing (Q8_0 53.9 against 56.0 with
     /// 2, Q6_K 55.1 against 61.4).
     const DEQUANT_GROUPS: u32 = 1;
+    /// The bias [`QuantBlock::unit8`]'s codes carry: `group16` gives
+    /// `(code - UNIT_BIAS) * scale` (+ `offset` with
+    /// [`QuantBlock::UNIT_HAS_MIN`]), one rounding as GGML's definition,
+    /// where the unit's `offset` holds `-UNIT_BIAS * scale` for the dot
+    /// products. 8 for Q4_0, 16 for Q5_0, 4 for Q3_K, 32 for Q6_K.
+    const UNIT_BIAS: i32 = 0;
+    /// Whether a unit's `offset` is a minimum of its own (Q4_1, Q5_1, Q2_K,
+    /// Q4_K, Q5_K): `group16` gives `code * scale + offset`.
+    const UNIT_HAS_MIN: bool = false;
 }
 
 /// 32 elements of a block as signed 8-bit codes: the 16 codes of half `h`
@@ -149,6 +158,25 @@ pub struct Unit8 {
     pub offset: [f32; 2],
     /// Group (of 16 elements in the block) of each half.
     pub group: [u32; 2],
+}
+
+/// Half `h` of unit `x` of a `B` block as f32: the 16 values of its group
+/// exactly as [`QuantBlock::group16`] gives them (the same products, each
+/// rounded once; zeros keep their sign, an infinite scale gives what the
+/// definition gives), from the unit's wide loads.
+#[amdgpu_device]
+#[inline(always)]
+pub fn unit_half<B: QuantBlock>(x: &Unit8, h: usize) -> [f32; 16] {
+    let mut out = [0.0f32; 16];
+    crate::unroll4!(i < 4 => {
+        let w = x.codes[4 * h + i];
+        crate::unroll4!(b < 4 => {
+            let code = (w >> (8 * b)) as u8 as i8 as i32;
+            let v = (code - B::UNIT_BIAS) as f32 * x.scale[h];
+            out[4 * i + b] = if B::UNIT_HAS_MIN { v + x.offset[h] } else { v };
+        });
+    });
+    out
 }
 
 /// The alignment of byte `offset` of every block of `size` bytes in an
@@ -578,6 +606,7 @@ pub fn q3k_scale(g: usize, q: &[u8; 12]) -> i32 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4_0 {
+    const UNIT_BIAS: i32 = 8;
     const MATVEC_ONE_PASS_8: bool = false;
     const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
@@ -606,6 +635,7 @@ impl QuantBlock for BlockQ4_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4_1 {
+    const UNIT_HAS_MIN: bool = true;
     const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
@@ -664,6 +694,7 @@ fn q5_units(w: [u32; 4], qh: u32) -> [u32; 8] {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_0 {
+    const UNIT_BIAS: i32 = 16;
     const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
@@ -691,6 +722,7 @@ impl QuantBlock for BlockQ5_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_1 {
+    const UNIT_HAS_MIN: bool = true;
     const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
@@ -778,6 +810,7 @@ impl QuantBlock for BlockQ8_1 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ2K {
+    const UNIT_HAS_MIN: bool = true;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 10;
     #[inline(always)]
@@ -830,6 +863,7 @@ impl QuantBlock for BlockQ2K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ3K {
+    const UNIT_BIAS: i32 = 4;
     const MATVEC_ROWS_PAIR: u32 = 1;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 11;
@@ -889,6 +923,7 @@ impl QuantBlock for BlockQ3K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4K {
+    const UNIT_HAS_MIN: bool = true;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 12;
     #[inline(always)]
@@ -940,6 +975,7 @@ impl QuantBlock for BlockQ4K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5K {
+    const UNIT_HAS_MIN: bool = true;
     const MATVEC_ROWS_PAIR: u32 = 1;
     const MATVEC_ROWS_WIDE: u32 = 1;
     const DEQUANT_GROUPS: u32 = 2;
@@ -996,6 +1032,7 @@ impl QuantBlock for BlockQ5K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ6K {
+    const UNIT_BIAS: i32 = 32;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 14;
     #[inline(always)]

@@ -121,6 +121,8 @@ impl QTensor {
         with_block!(self.format(), B => {
             let blocks = crate::engine::cpu::host(self.blocks::<B>());
             let per_row = k / B::ELEMS;
+            #[cfg(target_arch = "x86_64")]
+            let avx512 = std::arch::is_x86_feature_detected!("avx512f");
             (0..n.div_ceil(CPU_PANEL_ROWS)).into_par_iter().for_each(|p| {
                 let r0 = p * CPU_PANEL_ROWS;
                 let rows = CPU_PANEL_ROWS.min(n - r0);
@@ -131,10 +133,20 @@ impl QTensor {
                     // its packing cost more than the products), filled a
                     // block column at a time (a few KiB of lines).
                     let panel = &mut panel[..rows * k];
+                    let src = &blocks[r0 * per_row..(r0 + rows) * per_row];
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: AVX-512 F (checked); a Cpu buffer's blocks.
+                    let filled = if avx512 {
+                        unsafe { x86::fill_panel512::<B>(panel, src, per_row, rows) }
+                    } else {
+                        0
+                    };
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let filled = 0;
                     for bi in 0..per_row {
                         let column = &mut panel[bi * B::ELEMS * rows..][..B::ELEMS * rows];
-                        for r in 0..rows {
-                            let b = &blocks[(r0 + r) * per_row + bi];
+                        for r in filled..rows {
+                            let b = &src[r * per_row + bi];
                             for g in 0..B::GROUPS {
                                 for (l, v) in b.group16(g).into_iter().enumerate() {
                                     column[(16 * g + l) * rows + r] = v;
@@ -1147,6 +1159,132 @@ mod x86 {
             out[i] = byte as i8 - 32;
         }
         out
+    }
+
+    /// The 16 x 16 matrix whose rows are `r` transposed: element `e` of
+    /// output `e'` is element `e'` of row `e`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+        // Pairs of rows interleaved, then quads (each 128-bit lane j holds
+        // elements 4 j .. 4 j + 4), then the lanes gathered.
+        let t: [__m512; 16] = std::array::from_fn(|i| {
+            let (a, b) = (r[2 * (i / 2)], r[2 * (i / 2) + 1]);
+            if i % 2 == 0 {
+                _mm512_unpacklo_ps(a, b)
+            } else {
+                _mm512_unpackhi_ps(a, b)
+            }
+        });
+        // u[4 q + c]: rows 4 q .. 4 q + 4 of element 4 j + c in lane j.
+        let u: [__m512; 16] = std::array::from_fn(|i| {
+            let (q, c) = (i / 4, i % 4);
+            let (a, b) = (
+                _mm512_castps_pd(t[4 * q + c / 2]),
+                _mm512_castps_pd(t[4 * q + 2 + c / 2]),
+            );
+            _mm512_castpd_ps(if c % 2 == 0 {
+                _mm512_unpacklo_pd(a, b)
+            } else {
+                _mm512_unpackhi_pd(a, b)
+            })
+        });
+        let mut out = [_mm512_setzero_ps(); 16];
+        for c in 0..4 {
+            let v0 = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
+            let w0 = _mm512_shuffle_f32x4::<0xDD>(u[c], u[4 + c]);
+            let v1 = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
+            let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + c], u[12 + c]);
+            out[c] = _mm512_shuffle_f32x4::<0x88>(v0, v1);
+            out[8 + c] = _mm512_shuffle_f32x4::<0xDD>(v0, v1);
+            out[4 + c] = _mm512_shuffle_f32x4::<0x88>(w0, w1);
+            out[12 + c] = _mm512_shuffle_f32x4::<0xDD>(w0, w1);
+        }
+        out
+    }
+
+    /// Fills the first `16 * (rows / 16)` rows of a prefill panel
+    /// (`[k, rows]`: element `e` of weight row `r` at `e * rows + r`) from
+    /// their blocks (`rows` rows of `per_row` blocks) and returns how many:
+    /// each unit of 16 rows decoded from [`QuantBlock::unit8`]'s wide loads
+    /// into 512-bit vectors of values ([`unit_half`]'s products, to the
+    /// bit), then transposed so that each element's 16 rows go out in one
+    /// store.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `blocks` lies in a 16-byte aligned array (a
+    /// Cpu buffer); `panel` holds `rows * per_row * B::ELEMS` values.
+    ///
+    /// [`unit_half`]: ferrocm_kernels::quant::blocks::unit_half
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn fill_panel512<B: QuantBlock>(
+        panel: &mut [f32],
+        blocks: &[B],
+        per_row: usize,
+        rows: usize,
+    ) -> usize {
+        let tiles = rows / 16;
+        assert!(panel.len() >= rows * per_row * B::ELEMS && blocks.len() >= rows * per_row);
+        let bias = _mm512_set1_epi32(B::UNIT_BIAS);
+        for bi in 0..per_row {
+            for tile in 0..tiles {
+                let rb = 16 * tile;
+                for u in 0..B::UNITS {
+                    let mut v = [[_mm512_setzero_ps(); 16]; 2];
+                    let mut groups = [0u32; 2];
+                    for r in 0..16 {
+                        // SAFETY: a Cpu buffer's blocks (the caller's promise).
+                        let x = unsafe { blocks[(rb + r) * per_row + bi].unit8(u) };
+                        groups = x.group;
+                        for (h, v) in v.iter_mut().enumerate() {
+                            // SAFETY: 16 bytes of the unit's 32; unaligned.
+                            let bytes =
+                                unsafe { _mm_loadu_si128(x.codes.as_ptr().add(4 * h).cast()) };
+                            let c = _mm512_sub_epi32(_mm512_cvtepi8_epi32(bytes), bias);
+                            let mut val =
+                                _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(x.scale[h]));
+                            if B::UNIT_HAS_MIN {
+                                val = _mm512_add_ps(val, _mm512_set1_ps(x.offset[h]));
+                            }
+                            v[r] = val;
+                        }
+                    }
+                    for (h, v) in v.into_iter().enumerate() {
+                        let e0 = bi * B::ELEMS + 16 * groups[h] as usize;
+                        for (e, col) in transpose16(v).into_iter().enumerate() {
+                            // SAFETY: (e0 + e) * rows + rb + 16 <= rows *
+                            // per_row * ELEMS <= panel.len() (asserted).
+                            unsafe {
+                                _mm512_storeu_ps(panel.as_mut_ptr().add((e0 + e) * rows + rb), col)
+                            };
+                        }
+                    }
+                }
+            }
+        }
+        16 * tiles
+    }
+
+    #[test]
+    fn transpose16_transposes() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            eprintln!("skipping: no AVX-512 F");
+            return;
+        }
+        let m: Vec<f32> = (0..256).map(|i| i as f32).collect();
+        // SAFETY: AVX-512 F (checked); 16-float unaligned loads and stores.
+        unsafe {
+            let rows: [__m512; 16] =
+                std::array::from_fn(|r| _mm512_loadu_ps(m.as_ptr().add(16 * r)));
+            let cols = transpose16(rows);
+            for (e, c) in cols.iter().enumerate() {
+                let mut got = [0.0f32; 16];
+                _mm512_storeu_ps(got.as_mut_ptr(), *c);
+                for (r, g) in got.iter().enumerate() {
+                    assert_eq!(*g, m[16 * r + e], "column {e}, row {r}");
+                }
+            }
+        }
     }
 
     #[test]
