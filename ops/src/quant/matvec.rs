@@ -843,14 +843,7 @@ mod x86 {
                     _mm256_permute2x128_si256::<0x00>(w16, w16),
                     _mm256_permute2x128_si256::<0x11>(w16, w16),
                 ];
-                let m32 = _mm256_set1_ps(-32.0);
-                let off = [
-                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16)), m32),
-                    _mm256_mul_ps(
-                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8))),
-                        m32,
-                    ),
-                ];
+                let off = q6k_offsets(s16);
                 let mut bacc: [__m256; C] = std::array::from_fn(|j| {
                     let g0 = (c0 + j) * groups + 16 * bi;
                     // SAFETY: sixteen sums from g0 < m * groups = sx.len().
@@ -907,6 +900,21 @@ mod x86 {
         }
     }
 
+    /// A Q6_K block's sixteen group scales (`s16`, i8) times -32, groups
+    /// 0..8 and 8..16: the codes' offset, against x's group sums.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn q6k_offsets(s16: __m128i) -> [__m256; 2] {
+        let m32 = _mm256_set1_ps(-32.0);
+        [
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16)), m32),
+            _mm256_mul_ps(
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8))),
+                m32,
+            ),
+        ]
+    }
+
     /// [`q6k_rows`] for one row of x (`m` = 1): two chunks of codes (64
     /// elements, one 64-byte load of ql) in one 512-bit vector against x's
     /// four groups, so one multiply-add, conversion and scaling serve both.
@@ -925,7 +933,6 @@ mod x86 {
         let per_row = k / QK_K;
         let low4 = _mm512_set1_epi8(0x0F);
         let top2 = _mm512_set1_epi8(0x30);
-        let m32 = _mm256_set1_ps(-32.0);
         // Chunk i's two group scales (16-bit lanes of its half's eight).
         let pat = |i: usize| {
             let pick = (4 * i as i16 + 3) << 8 | (4 * i as i16 + 2);
@@ -948,13 +955,9 @@ mod x86 {
                 let g0 = 16 * bi;
                 debug_assert!(g0 + 15 < codes.len() && g0 + 15 < sx.len());
                 // SAFETY: sixteen group sums from g0 (the block's groups).
+                let [off0, off1] = q6k_offsets(s16);
                 let offs = unsafe {
                     let sxv = sx.as_ptr().add(g0);
-                    let off0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16)), m32);
-                    let off1 = _mm256_mul_ps(
-                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8))),
-                        m32,
-                    );
                     _mm256_fmadd_ps(
                         off1,
                         _mm256_loadu_ps(sxv.add(8)),
@@ -1359,6 +1362,39 @@ mod x86 {
         matches!(B::GGML_TYPE, 12 | 13)
     }
 
+    /// What both Q4_K/Q5_K row functions take from a super-block before
+    /// its sub-blocks: `d`, the eight sub-block scales as 16-bit lanes, the
+    /// eight minimums times `-dmin / d` (against x's sums over each
+    /// sub-block; `d` multiplies the whole sum), the codes and Q5_K's fifth
+    /// bits.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    #[allow(clippy::type_complexity)]
+    fn superblock_head<B: QuantBlock + bytemuck::Pod>(
+        b: &B,
+    ) -> (f32, __m128i, __m256, &[u8; 128], Option<&[u8; 32]>) {
+        let (d, dmin, scales, qs, qh) = if B::GGML_TYPE == 12 {
+            let b: &BlockQ4K = bytemuck::cast_ref(b);
+            (b.d, b.dmin, &b.scales, &b.qs, None)
+        } else {
+            let b: &BlockQ5K = bytemuck::cast_ref(b);
+            (b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh))
+        };
+        let (d, dmin) = (f16_to_f32(d.0), f16_to_f32(dmin.0));
+        let (sc8, mn8) = k4_scales_mins(scales);
+        let minv = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn8 as i64))),
+            _mm256_set1_ps(-dmin / d),
+        );
+        (
+            d,
+            _mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc8 as i64)),
+            minv,
+            qs,
+            qh,
+        )
+    }
+
     /// `sums[r, c] += w_r · x_c` for the Q4_K or Q5_K rows `w` and `m` rows
     /// of x in 8-bit form (`codes`, each pair of groups' scales `dx` as
     /// `pair_scales` takes them, x's sum over each 32 elements `sx32`),
@@ -1408,28 +1444,15 @@ mod x86 {
             let mut acc = [_mm256_setzero_ps(); C];
             for (bi, b) in row.iter().enumerate() {
                 prefetch_ahead(b);
-                let (d, dmin, scales, qs, qh) = if B::GGML_TYPE == 12 {
-                    let b: &BlockQ4K = bytemuck::cast_ref(b);
-                    (b.d, b.dmin, &b.scales, &b.qs, None)
-                } else {
-                    let b: &BlockQ5K = bytemuck::cast_ref(b);
-                    (b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh))
-                };
                 // Sub-block j: elements 32 j .. + 32, x's groups 2 j and
                 // 2 j + 1; its codes (the fifth bit of Q5_K's is bit j of
                 // qh[l]), its scale in 16-bit lanes, its minimum times
                 // -dmin / d (d multiplies the whole sum) against x's sum
                 // over the sub-block.
-                let (d, dmin) = (f16_to_f32(d.0), f16_to_f32(dmin.0));
-                let (sc8, mn8) = k4_scales_mins(scales);
+                let (d, scales8, minv, qs, qh) = superblock_head(b);
                 // The eight scales as 16-bit lanes in both halves (each
                 // sub-block's broadcast to all sixteen by a shuffle).
-                let sc16 =
-                    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc8 as i64)));
-                let minv = _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn8 as i64))),
-                    _mm256_set1_ps(-dmin / d),
-                );
+                let sc16 = _mm256_broadcastsi128_si256(scales8);
                 let mut bacc: [__m256; C] = std::array::from_fn(|j| {
                     let g0 = (c0 + j) * groups + 16 * bi;
                     // SAFETY: eight sums from g0 / 2 < m * groups / 2 =
@@ -1499,20 +1522,8 @@ mod x86 {
             let mut acc = _mm256_setzero_ps();
             for (bi, b) in row.iter().enumerate() {
                 prefetch_ahead(b);
-                let (d, dmin, scales, qs, qh) = if B::GGML_TYPE == 12 {
-                    let b: &BlockQ4K = bytemuck::cast_ref(b);
-                    (b.d, b.dmin, &b.scales, &b.qs, None)
-                } else {
-                    let b: &BlockQ5K = bytemuck::cast_ref(b);
-                    (b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh))
-                };
-                let (d, dmin) = (f16_to_f32(d.0), f16_to_f32(dmin.0));
-                let (sc8, mn8) = k4_scales_mins(scales);
-                let sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc8 as i64)));
-                let minv = _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn8 as i64))),
-                    _mm256_set1_ps(-dmin / d),
-                );
+                let (d, scales8, minv, qs, qh) = superblock_head(b);
+                let sc16 = _mm512_broadcast_i32x4(scales8);
                 let g0 = 16 * bi;
                 debug_assert!(g0 + 15 < codes.len() && g0 / 2 + 7 < sx32.len());
                 // SAFETY: eight sums from g0 / 2 (the block's sub-blocks).
