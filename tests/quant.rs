@@ -840,7 +840,9 @@ fn forward_matches_f64_sums_on_odd_unit_counts() {
 
 /// More rows of x than the matrix-vector products take, with more weight
 /// rows than one of the Cpu's panels (64): two whole panels and a partial
-/// one, each writing its own columns of y.
+/// one, each writing its own columns of y; on a Cpu with AVX-512 VNNI,
+/// eight tiles of 16 rows and a partial one, in a pass of 8 rows of x and
+/// one of 1 (ops' unit tests check the f32 panels there).
 #[test]
 fn forward_matches_f64_sums_across_cpu_panels() {
     let _turn = one_at_a_time();
@@ -882,7 +884,8 @@ fn check_forward(n: usize, k: usize, ms: &[usize], all_dtypes: bool) {
                         .to_dyn()
                         .to_dtype(dt)
                         .unwrap();
-                    let eight_bit = m <= 8;
+                    // Decode, and a prompt on a Cpu with AVX-512 VNNI.
+                    let eight_bit = q.rounds_x_to_8_bits(m);
                     // The matrix-vector products' x: codes times scales.
                     let xv = if eight_bit {
                         let (codes, scales) = match dt {
@@ -930,9 +933,9 @@ fn check_forward(n: usize, k: usize, ms: &[usize], all_dtypes: bool) {
                             let terms = (0..k).map(|j| w[r * k + j] * xv[c * k + j]);
                             let (want, mag) =
                                 terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
-                            // The matrix product (33 rows) multiplies weights
+                            // The dense matrix product multiplies weights
                             // rounded to x's dtype.
-                            let wround = if m > 8 && dt != DType::F32 {
+                            let wround = if !eight_bit && dt != DType::F32 {
                                 unit * mag
                             } else {
                                 0.0

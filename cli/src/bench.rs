@@ -1311,7 +1311,8 @@ const ROTATED_BYTES: usize = 512 << 20;
 /// rows, k = 14336): the linear layer with 1 and 8 rows of f32 activations
 /// (bytes: the weight's), and dequantize to bf16 (bytes: the weight's and
 /// the output's); on GPUs also 1 row against weights rotated past the
-/// caches and the batched product with 512 rows of bf16 (TFLOP/s).
+/// caches and the batched product with 512 rows of bf16 (TFLOP/s), on the
+/// Cpu the product with 128 rows of f32 (a prompt).
 fn quant_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
     use ferrocm_ops::{QTensor, QuantFormat};
     let n = cfg.cols;
@@ -1394,6 +1395,20 @@ fn quant_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Benc
                 |(w, x)| w.forward(x).map(drop),
             )?;
             row.flops = Some((2 * 512 * n * k) as u64);
+            rows.push(row);
+        }
+        if *dev == Device::Cpu {
+            // A prompt's product on the Cpu: 128 rows of f32 activations.
+            let x = Tensor::<f32>::rand(&[128, k], -1.0, 1.0, 3, dev)?;
+            let mut row = timed.row(
+                &format!("qlinear {format} x128 f32 (weight bytes)"),
+                vec![n, k],
+                wbytes,
+                &(w.clone(), x),
+                None,
+                |(w, x)| w.forward(x).map(drop),
+            )?;
+            row.flops = Some((2 * 128 * n * k) as u64);
             rows.push(row);
         }
         let out_bytes = (n * k * 2) as u64;

@@ -36,6 +36,16 @@ fn q4_k_m(m: &SyntheticModel) -> Gguf {
     g
 }
 
+/// Whether the Cpu's quantized products round a prompt's rows to 8 bits
+/// (the integer products of a CPU with AVX-512 VNNI), as they round one
+/// decode row everywhere.
+fn cpu_rounds_the_prompt() -> bool {
+    let w = Tensor::from_slice(&[0.5f32; 64], &[2, 32], &Device::Cpu).unwrap();
+    ferrocm_ops::QTensor::quantize(&w, QuantFormat::Q8_0)
+        .unwrap()
+        .rounds_x_to_8_bits(PROMPT.len())
+}
+
 fn rows<T: WithDType>(t: &Tensor<T>) -> Vec<Vec<f64>> {
     let v: Vec<f64> = t.to_vec().unwrap().iter().map(|v| v.to_f64()).collect();
     v.chunks(*t.shape().last().unwrap())
@@ -132,11 +142,21 @@ fn cases() -> Vec<(String, Gguf, bool)> {
 /// 16 rows takes the dense products (weights dequantized exactly), so the
 /// only error is f32 arithmetic: sums of up to 512 products, softmax and
 /// norms, about 1e-7 relative at each step (measured: at most 7e-7 of the
-/// largest logit); 1e-5 of the largest logit bounds that with room.
+/// largest logit); 1e-5 of the largest logit bounds that with room. Where
+/// the Cpu's quantized products round the prompt to 8 bits
+/// ([`cpu_rounds_the_prompt`]), quantized models are held to the rounded
+/// reference as decode is (2%, see
+/// `cpu_decode_through_the_cache_matches_the_reference`).
 #[test]
 fn cpu_prefill_logits_match_the_f64_reference() {
-    for (name, g, _) in cases() {
-        let want = reference::forward(&g, &PROMPT);
+    let rounds = cpu_rounds_the_prompt();
+    for (name, g, quantized) in cases() {
+        let rounded = quantized && rounds;
+        let want = if rounded {
+            reference::forward_rounded(&g, &PROMPT)
+        } else {
+            reference::forward(&g, &PROMPT)
+        };
         let model = Llama::<f32>::load(&g, &Device::Cpu, &LoadOptions::default()).unwrap();
         let mut cache = model.new_cache(64).unwrap();
         let got = rows(&model.forward(&PROMPT, &mut cache, Logits::All).unwrap());
@@ -145,8 +165,9 @@ fn cpu_prefill_logits_match_the_f64_reference() {
             "{}: prefill max error {err:.3e} of logits up to {scale:.3}",
             name
         );
+        let bound = if rounded { 2e-2 } else { 1e-5 };
         assert!(
-            err <= 1e-5 * scale,
+            err <= bound * scale,
             "{}: error {err} against logits up to {scale}",
             name
         );
@@ -223,9 +244,14 @@ fn devices() -> Vec<Device> {
 /// (b) The emulator (wave 32 and 64) and any GPU against the Cpu: the same
 /// greedy tokens for 16 generated after the prompt, and the prompt's
 /// logits within 1e-4 of the largest (both f32; only summation order
-/// differs).
+/// differs). Where the Cpu rounds a quantized model's prompt to 8 bits
+/// and the other devices do not ([`cpu_rounds_the_prompt`]), their
+/// prompt logits are held to the f64 reference instead, as (a) holds the
+/// dense prompt (1e-5); the tokens still agree on these models (the
+/// rounding moves the logits by about 1%, no greedy pick is that close).
 #[test]
 fn devices_generate_the_cpus_tokens() {
+    let rounds = cpu_rounds_the_prompt();
     for m in [
         SyntheticModel::new(Arch::Llama),
         SyntheticModel {
@@ -247,10 +273,12 @@ fn devices_generate_the_cpus_tokens() {
         let cpu = Llama::<f32>::load(&g, &Device::Cpu, &LoadOptions::default()).unwrap();
         let mut gen_cpu = Generation::with_capacity(&cpu, SamplingOptions::greedy(), 64).unwrap();
         let want = gen_cpu.generate(&PROMPT, 16, |_| true).unwrap();
-        let want_logits = rows(
-            &cpu.forward(&PROMPT, &mut cpu.new_cache(16).unwrap(), Logits::All)
-                .unwrap(),
-        );
+        let (want_logits, bound) = if rounds && m.format.is_some() {
+            (reference::forward(&g, &PROMPT), 1e-5)
+        } else {
+            let cpu_logits = cpu.forward(&PROMPT, &mut cpu.new_cache(16).unwrap(), Logits::All);
+            (rows(&cpu_logits.unwrap()), 1e-4)
+        };
         for dev in devices() {
             let wave = &dev;
             let emu = Llama::<f32>::load(&g, &dev, &LoadOptions::default()).unwrap();
@@ -264,7 +292,7 @@ fn devices_generate_the_cpus_tokens() {
             );
             let (err, scale) = worst(&logits, &want_logits);
             assert!(
-                err <= 1e-4 * scale,
+                err <= bound * scale,
                 "{} on {wave}: {err} of {scale}",
                 label(&m)
             );

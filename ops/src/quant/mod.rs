@@ -10,6 +10,8 @@ pub mod gguf;
 pub mod matvec;
 pub mod qtensor;
 pub mod requantize;
+#[cfg(target_arch = "x86_64")]
+mod tiles;
 
 pub use activations::Q8Activations;
 pub use format::QuantFormat;
