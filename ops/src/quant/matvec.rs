@@ -398,7 +398,7 @@ impl<B, T: WithDType> QMatvec<'_, B, T> {
 /// sum per output. Columns go in passes of 8, 4, 2 and 1 over a task's
 /// weight rows (cached by then).
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use super::QuantBlock;
 
     /// Calls `pass::<B, C>(args.., c)` over x's rows `c = 0..m` in passes
@@ -1655,7 +1655,7 @@ mod x86 {
     /// asked for).
     #[inline]
     #[target_feature(enable = "sse")]
-    fn prefetch_ahead<B>(b: &B) {
+    pub(in crate::quant) fn prefetch_ahead<B>(b: &B) {
         let at = (b as *const B).cast::<i8>().wrapping_add(PREFETCH_DISTANCE);
         for line in 0..size_of::<B>().div_ceil(64) {
             // A prefetch never faults, even past the end of the weights.

@@ -9,12 +9,15 @@
 //! line) and multiplies it by every row of `x`, 8 rows at a time, holding
 //! 16 x 8 outputs in registers across the whole row.
 //!
-//! Each output is bit for bit what [`unit_half_dot`] sums, unit by unit in
-//! order, as the Cpu's scalar matrix-vector rows do (the vector rows of
-//! [`QTensor::forward_q8`](super::QTensor::forward_q8) sum in other orders): the integer dot
-//! product is exact (`vpdpbusd` takes one operand unsigned, so the codes go
-//! in offset by 128 and the accumulator starts at `-128 · Σ x codes`), then
-//! `fma(scale · dx, dot, y)` and `fma(offset, sx, y)` as there.
+//! Each half unit's integer dot product is exact: `vpdpbusd` takes one
+//! operand unsigned, so the codes go in offset by 128 and the accumulator
+//! starts at `-(128 + UNIT_BIAS) · Σ x codes`, which leaves `Σ (code -
+//! UNIT_BIAS) · x code`, the definition's values over the scale. Each
+//! output then sums, unit by unit in order, `fma(scale · dx, dot, y)` and,
+//! for formats with a minimum, `fma(offset, sx, y)`: for those, bit for
+//! bit the scalar rows' [`unit_half_dot`]; for the others the bias's term
+//! is in the integer sum, exact, where [`unit_half_dot`] rounds it apart
+//! (one FMA fewer a half unit, 7-10% of the product's time).
 //!
 //! [`unit_half_dot`]: ferrocm_kernels::quant::matvec::unit_half_dot
 
@@ -43,7 +46,8 @@ struct Line([u32; 16]);
 struct XGroup {
     /// Codes, four per word.
     codes: [u32; 4],
-    /// `-128 · Σ codes`: where the tile's offset codes leave the dot.
+    /// `-(128 + UNIT_BIAS) · Σ codes`: where the tile's offset codes leave
+    /// the dot.
     init: i32,
     /// The group's scale.
     dx: f32,
@@ -116,7 +120,7 @@ pub(crate) fn product<B: QuantBlock + Sync>(
                         .sum();
                     x[g * PASS_ROWS + c] = XGroup {
                         codes,
-                        init: -128 * sum,
+                        init: -(128 + B::UNIT_BIAS) * sum,
                         dx: f32::from_bits(meta as u32),
                         sx: f32::from_bits((meta >> 32) as u32),
                         _pad: 0,
@@ -161,10 +165,10 @@ pub(crate) fn product<B: QuantBlock + Sync>(
                     let y = dst.0.add(c * n + r0);
                     let x = &x[c / PASS_ROWS * groups * PASS_ROWS + c % PASS_ROWS..];
                     match step {
-                        8 => pass::<8>(tile, &unit_groups, x, y, n, mask),
-                        4 => pass::<4>(tile, &unit_groups, x, y, n, mask),
-                        2 => pass::<2>(tile, &unit_groups, x, y, n, mask),
-                        _ => pass::<1>(tile, &unit_groups, x, y, n, mask),
+                        8 => pass::<B, 8>(tile, &unit_groups, x, y, n, mask),
+                        4 => pass::<B, 4>(tile, &unit_groups, x, y, n, mask),
+                        2 => pass::<B, 2>(tile, &unit_groups, x, y, n, mask),
+                        _ => pass::<B, 1>(tile, &unit_groups, x, y, n, mask),
                     }
                 }
                 c += step;
@@ -189,8 +193,14 @@ unsafe fn fill<B: QuantBlock>(tile: &mut [Line], blocks: &[B], per_row: usize, r
         // Each half's scales, then its offsets.
         let mut scales = [[0.0f32; TILE_ROWS]; 4];
         for r in 0..rows {
+            let b = &blocks[r * per_row + bi];
+            if u == 0 {
+                // 16 rows' streams: the hardware's prefetch left them
+                // waiting, as it did the matrix-vector rows.
+                super::matvec::x86::prefetch_ahead(b);
+            }
             // SAFETY: a Cpu buffer's blocks (16-byte aligned).
-            let q = unsafe { blocks[r * per_row + bi].unit8(u) };
+            let q = unsafe { b.unit8(u) };
             // SAFETY: 32 bytes of the unit's codes.
             codes[r] = unsafe { _mm256_loadu_si256(q.codes.as_ptr().cast()) };
             scales[0][r] = q.scale[0];
@@ -249,12 +259,12 @@ fn transpose_codes(rows: [__m256i; TILE_ROWS]) -> [__m512i; 8] {
 
 /// Rows `0..C` of `x` (group `g` of row `c` at `x[g * 8 + c]`) times a
 /// filled tile, stored to `y` (row `c` at `y + c * n`) in the lanes of
-/// `mask`.
+/// `mask`; the offsets' term only for formats with a minimum.
 ///
 /// # Safety
 /// AVX-512 F, BW and VNNI; `y` as said.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn pass<const C: usize>(
+unsafe fn pass<B: QuantBlock, const C: usize>(
     tile: &[Line],
     unit_groups: &[[u32; 2]],
     x: &[XGroup],
@@ -289,7 +299,9 @@ unsafe fn pass<const C: usize>(
                 }
                 let s = _mm512_mul_ps(scale, _mm512_set1_ps(xg.dx));
                 *acc = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot), *acc);
-                *acc = _mm512_fmadd_ps(offset, _mm512_set1_ps(xg.sx), *acc);
+                if B::UNIT_HAS_MIN {
+                    *acc = _mm512_fmadd_ps(offset, _mm512_set1_ps(xg.sx), *acc);
+                }
             }
         }
     }
@@ -307,8 +319,10 @@ mod tests {
     use ferrocm_kernels::quant::matvec::unit_half_dot;
     use rand::{Rng, SeedableRng};
 
-    /// `product` against the scalar rows' sums (`unit_half_dot`, unit by
-    /// unit in order), bit for bit, for every format: random block bytes
+    /// `product` bit for bit against its sums written out: `unit_half_dot`,
+    /// unit by unit in order, for formats with a minimum; for the others
+    /// the exact integer `Σ (code - UNIT_BIAS) · x code` times `scale · dx`
+    /// in one FMA. Every format: random block bytes
     /// (scales of every f16/e8m0 value, NaN and infinities included),
     /// random x codes, 37 weight rows (two tiles and a partial one) and 11
     /// rows of x (a pass of 8, of 2 and of 1).
@@ -349,7 +363,18 @@ mod tests {
                                 let q = unsafe { b.unit8(u) };
                                 for h in 0..2 {
                                     let g = c * groups + bi * B::GROUPS + q.group[h] as usize;
-                                    want = unit_half_dot(&q, h, codes[g], meta[g], want);
+                                    if B::UNIT_HAS_MIN {
+                                        want = unit_half_dot(&q, h, codes[g], meta[g], want);
+                                        continue;
+                                    }
+                                    let w = q.codes[4 * h..][..4].iter().flat_map(|w| w.to_le_bytes());
+                                    let x = codes[g].iter().flat_map(|w| w.to_le_bytes());
+                                    let dot: i32 = w
+                                        .zip(x)
+                                        .map(|(w, x)| (w as i8 as i32 - B::UNIT_BIAS) * x as i8 as i32)
+                                        .sum();
+                                    let dx = f32::from_bits(meta[g] as u32);
+                                    want = (q.scale[h] * dx).mul_add(dot as f32, want);
                                 }
                             }
                         }
