@@ -805,8 +805,10 @@ fn finite_blocks(f: QuantFormat, count: usize, seed: u64) -> Vec<u8> {
 /// `x · Wᵀ` against f64 sums of the reference weights, for every format on
 /// every device: 1, 3 and 8 rows of x (the matrix-vector kernels: one row
 /// per pass, one pass of four with a row repeated, two passes of four) and
-/// 33 (the matrix product on the dequantized weight); f32 for every format,
-/// f16 and bf16 for three. With 1 to 8 rows the products are defined on x
+/// 33 (the matrix product on the dequantized weight, or on a Cpu with
+/// AVX-512 VNNI the integer tiles on x's 8-bit form); f32 for every format,
+/// f16 and bf16 for three. With 1 to 8 rows (and where
+/// `rounds_x_to_8_bits` says so) the products are defined on x
 /// rounded to 8 bits per group of 16, so the f64 sum takes x's codes times
 /// their group's scale (`Q8Activations`, itself checked against the
 /// rounding's definition in `q8_activations_match_the_definition`).

@@ -866,6 +866,24 @@ impl<T: WithDType> Llama<T> {
         ids: &Tensor<u32>,
         cache: &mut KvCache<T>,
         logits: Logits,
+        graphs: Option<&mut StepGraphs>,
+    ) -> Result<Tensor<T>> {
+        if self.device == Device::Cpu {
+            // The step's ops (some 300 in a decode step) from a worker
+            // thread, rather than each handing its loop to the pool.
+            return ferrocm_ops::engine::cpu::on_worker(|| {
+                self.run_blocks(ids, cache, logits, graphs)
+            });
+        }
+        self.run_blocks(ids, cache, logits, graphs)
+    }
+
+    /// [`Llama::run`] on the calling thread.
+    fn run_blocks(
+        &self,
+        ids: &Tensor<u32>,
+        cache: &mut KvCache<T>,
+        logits: Logits,
         mut graphs: Option<&mut StepGraphs>,
     ) -> Result<Tensor<T>> {
         let c = &self.config;

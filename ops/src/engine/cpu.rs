@@ -35,6 +35,25 @@ pub fn host_mut<T: bytemuck::Pod>(b: &mut DeviceBuffer<T>) -> &mut [T] {
     b.as_mut_slice().unwrap_or_default()
 }
 
+/// Runs `f` on one of the Cpu's worker threads (rayon's global pool) and
+/// returns what it returns. Every Cpu op splits its loop over that pool;
+/// called from another thread, each op hands its loop to the pool and
+/// sleeps until the loop is done, a wake-up per op. A caller that runs
+/// many small ops in a row (a model's decode step: some 300) runs them
+/// all through one `on_worker`, from a thread that takes part in each
+/// loop. From a worker thread, `f` simply runs.
+///
+/// ```
+/// use ferrocm_ops::{engine::cpu::on_worker, Device, Tensor};
+/// let x = Tensor::from_slice(&[1.0f32, 2.0], &[2], &Device::Cpu)?;
+/// let y = on_worker(|| x.affine(2.0, 1.0))?;
+/// assert_eq!(y.to_vec()?, [3.0, 5.0]);
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
+pub fn on_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
+}
+
 /// A loop the Cpu backend runs vectorised: [`vectorized`] compiles `run` a
 /// second time for AVX2 + FMA. Implementations mark `run` (and every function
 /// it calls per element) `#[inline(always)]` and call no closures in the hot
