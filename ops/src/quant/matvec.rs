@@ -514,7 +514,7 @@ pub(super) mod x86 {
     /// Q8_1, Q8_K, IQ4_NL, IQ4_XS or MXFP4 (GGML types 2, 3, 6, 7, 8, 9, 15,
     /// 20, 23, 39): units of 32 codes with one scale (and Q4_1/Q5_1's
     /// minimum).
-    pub(super) fn legacy_format<B: QuantBlock>() -> bool {
+    pub(in crate::quant) fn legacy_format<B: QuantBlock>() -> bool {
         matches!(B::GGML_TYPE, 2 | 3 | 6 | 7 | 8 | 9 | 15 | 20 | 23 | 39)
     }
 
@@ -560,7 +560,10 @@ pub(super) mod x86 {
     /// bytes (Q8_K: an f32 `d`, 256 codes, sums not read).
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn legacy_codes<B: QuantBlock>(bytes: &[u8], sub: usize) -> (__m256i, f32, f32) {
+    pub(in crate::quant) fn legacy_codes<B: QuantBlock>(
+        bytes: &[u8],
+        sub: usize,
+    ) -> (__m256i, f32, f32) {
         let half = |at: usize| f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]));
         let (d, min, qs) = match B::GGML_TYPE {
             3 => (half(0), half(2), 4),

@@ -21,6 +21,7 @@
 //!
 //! [`unit_half_dot`]: ferrocm_kernels::quant::matvec::unit_half_dot
 
+use super::matvec::x86::{legacy_codes, legacy_format, prefetch_ahead};
 use ferrocm_kernels::quant::blocks::QuantBlock;
 use rayon::prelude::*;
 use std::arch::x86_64::*;
@@ -61,9 +62,12 @@ std::thread_local! {
     static TILE: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Whether this CPU runs [`product`]: AVX-512 F, BW and VNNI.
+/// Whether this CPU runs [`product`]: AVX-512 F, BW and VNNI (and AVX2 and
+/// F16C, which every such CPU has).
 pub(crate) fn available() -> bool {
-    is_x86_feature_detected!("avx512f")
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("f16c")
+        && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vnni")
 }
@@ -81,7 +85,7 @@ unsafe impl Sync for Dst {}
 /// # Panics
 /// When [`available`] is false, or the slices are shorter than the shapes
 /// say (the callers' invariants).
-pub(crate) fn product<B: QuantBlock + Sync>(
+pub(crate) fn product<B: QuantBlock + bytemuck::Pod + Sync>(
     y: &mut [f32],
     blocks: &[B],
     codes: &[[u32; 4]],
@@ -120,7 +124,7 @@ pub(crate) fn product<B: QuantBlock + Sync>(
                         .sum();
                     x[g * PASS_ROWS + c] = XGroup {
                         codes,
-                        init: -(128 + B::UNIT_BIAS) * sum,
+                        init: -(128 + tile_bias::<B>()) * sum,
                         dx: f32::from_bits(meta as u32),
                         sx: f32::from_bits((meta >> 32) as u32),
                         _pad: 0,
@@ -147,7 +151,7 @@ pub(crate) fn product<B: QuantBlock + Sync>(
             tile.resize(tile.len().max(units * UNIT_LINES), Line([0; 16]));
             let tile = &mut tile[..units * UNIT_LINES];
             let src = &blocks[r0 * per_row..(r0 + rows) * per_row];
-            // SAFETY: AVX-512 F (asserted).
+            // SAFETY: AVX-512 F, AVX2 and F16C (asserted).
             unsafe { fill(tile, src, per_row, rows) };
             let mask = ((1u32 << rows) - 1) as u16;
             let mut c = 0;
@@ -183,9 +187,14 @@ pub(crate) fn product<B: QuantBlock + Sync>(
 /// and 11 its offsets; rows past `rows` get zero scales and offsets.
 ///
 /// # Safety
-/// AVX-512 F.
-#[target_feature(enable = "avx512f")]
-unsafe fn fill<B: QuantBlock>(tile: &mut [Line], blocks: &[B], per_row: usize, rows: usize) {
+/// AVX-512 F, AVX2 and F16C.
+#[target_feature(enable = "avx512f,avx2,f16c")]
+unsafe fn fill<B: QuantBlock + bytemuck::Pod>(
+    tile: &mut [Line],
+    blocks: &[B],
+    per_row: usize,
+    rows: usize,
+) {
     assert!(rows <= TILE_ROWS && blocks.len() >= rows * per_row);
     for (i, lines) in tile.as_chunks_mut::<UNIT_LINES>().0.iter_mut().enumerate() {
         let (bi, u) = (i / B::UNITS, i % B::UNITS);
@@ -197,7 +206,18 @@ unsafe fn fill<B: QuantBlock>(tile: &mut [Line], blocks: &[B], per_row: usize, r
             if u == 0 {
                 // 16 rows' streams: the hardware's prefetch left them
                 // waiting, as it did the matrix-vector rows.
-                super::matvec::x86::prefetch_ahead(b);
+                prefetch_ahead(b);
+            }
+            if legacy_format::<B>() {
+                // The matrix-vector rows' decode: a few vector
+                // instructions where `unit8` spends many (MXFP4's table).
+                let (c, d, min) = legacy_codes::<B>(bytemuck::bytes_of(b), u);
+                codes[r] = c;
+                scales[0][r] = d;
+                scales[1][r] = d;
+                scales[2][r] = min;
+                scales[3][r] = min;
+                continue;
             }
             // SAFETY: a Cpu buffer's blocks (16-byte aligned).
             let q = unsafe { b.unit8(u) };
@@ -217,6 +237,17 @@ unsafe fn fill<B: QuantBlock>(tile: &mut [Line], blocks: &[B], per_row: usize, r
             // SAFETY: 16 f32 into an aligned line.
             unsafe { _mm512_store_ps(line.0.as_mut_ptr().cast(), _mm512_loadu_ps(s.as_ptr())) };
         }
+    }
+}
+
+/// The bias of the codes [`fill`] puts in a tile: `legacy_codes` gives the
+/// legacy formats' values less their bias already, `unit8` the others'
+/// codes with [`QuantBlock::UNIT_BIAS`].
+fn tile_bias<B: QuantBlock>() -> i32 {
+    if legacy_format::<B>() {
+        0
+    } else {
+        B::UNIT_BIAS
     }
 }
 
