@@ -5,7 +5,9 @@
 //! (`quantize_x_{dtype}` then `qmatvec{1,2,4}_{format}_{dtype}` on GPUs,
 //! the same two functions under rayon on the Cpu); more rows dequantize the
 //! weight to `x`'s dtype and run the dense matrix product (on the Cpu, for
-//! f32 `x`, a panel of weight rows at a time).
+//! f32 `x`, a panel of weight rows at a time), except on a Cpu with AVX-512
+//! VNNI, whose integer tiles (`tiles.rs`) take any number of rows on
+//! `x`'s 8-bit form (and the legacy formats' 4 to 8 rows).
 
 use crate::engine::{self, Op};
 use crate::quant::format::with_block;
