@@ -575,8 +575,18 @@ impl<T: WithDType> Tensor<T> {
                     .and_then(|b| b.as_mut_slice())
                     .expect("a Cpu storage of T's");
                 let from = crate::engine::cpu::host(src.buf());
-                for i in 0..src.elem_count() {
-                    dst[region.offset_of(i)] = from[src.layout.offset_of(i)];
+                // A run of the innermost (merged) dim at a time: whole rows
+                // by memcpy where both sides hold them contiguously.
+                let walk = crate::engine::cpu::Walk::new([&region, &src.layout]);
+                let [ds, ss] = walk.inner_strides();
+                for (_, [d, s], n) in walk.runs(0, src.elem_count()) {
+                    if ds == 1 && ss == 1 {
+                        dst[d..d + n].copy_from_slice(&from[s..s + n]);
+                    } else {
+                        for e in 0..n {
+                            dst[d + e * ds] = from[s + e * ss];
+                        }
+                    }
                 }
             }
             _ => {
