@@ -512,6 +512,112 @@ fn linear_with_bias_and_every_activation() {
     }
 }
 
+/// `linear_mixed`: x in `T`, the weight in `W`, against the f64 sums of
+/// both as stored. Rows 1, 5 and 8 (the Cpu's matrix-vector rows), 9 and
+/// 70 (its widened GEMM blocks, 70 x 1900 crossing one); the weight
+/// contiguous, a narrowed view (rows k + 3 apart) and a transposed view.
+fn linear_mixed_case<T: WithDType, W: WithDType>(dev: &Device) {
+    for (i, &(lead, k, n)) in [
+        (&[1usize][..], 37usize, 29usize),
+        (&[5][..], 64, 17),
+        (&[2, 4][..], 19, 33),
+        (&[9][..], 70, 1900),
+        (&[70][..], 41, 45),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let m: usize = lead.iter().product();
+        let vx = values::<T>(m * k, 80 + i as u64);
+        let wide = values::<W>(n * (k + 3), 90 + i as u64);
+        let vw: Vec<W> = (0..n * k)
+            .map(|e| wide[e / k * (k + 3) + 2 + e % k])
+            .collect();
+        let wt: Vec<f64> = (0..k * n)
+            .map(|e| vw[(e % n) * k + e / n].to_f64())
+            .collect();
+        let (want, _) = matmul_ref(&f64s(&vx), &[m, k], &wt, &[k, n]);
+        let mut shape = lead.to_vec();
+        shape.push(k);
+        let x = Tensor::from_slice(&vx, &shape, dev).unwrap();
+        let whole = Tensor::from_slice(&vw, &[n, k], dev).unwrap();
+        let narrowed = Tensor::from_slice(&wide, &[n, k + 3], dev)
+            .unwrap()
+            .narrow(1, 2, k)
+            .unwrap();
+        let transposed = Tensor::from_slice(
+            &wt.iter().map(|v| W::from_f64(*v)).collect::<Vec<_>>(),
+            &[k, n],
+            dev,
+        )
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+        for (name, w) in [
+            ("whole", whole),
+            ("narrowed", narrowed),
+            ("transposed", transposed),
+        ] {
+            let y = x.linear_mixed(&w.into()).unwrap();
+            let mut out = lead.to_vec();
+            out.push(n);
+            assert_eq!(y.shape(), &out[..]);
+            let what = format!("{:?} x {name} {:?} [{n}, {k}]", T::DTYPE, W::DTYPE);
+            assert_close(&what, &y.to_vec().unwrap(), &want, k, dev);
+        }
+    }
+}
+
+#[test]
+fn linear_mixed_reads_weights_of_another_dtype() {
+    for dev in devices() {
+        linear_mixed_case::<f32, f16>(&dev);
+        linear_mixed_case::<f32, bf16>(&dev);
+        linear_mixed_case::<bf16, f16>(&dev);
+        linear_mixed_case::<f16, f32>(&dev);
+        linear_mixed_case::<f32, f32>(&dev);
+    }
+    let dev = Device::Cpu;
+    let x = Tensor::from_slice(&[1.0f32; 6], &[2, 3], &dev).unwrap();
+    let ints = Tensor::from_slice(&[1u32; 6], &[2, 3], &dev).unwrap();
+    assert!(matches!(
+        x.linear_mixed(&ints.into()),
+        Err(Error::UnsupportedDType {
+            op: "linear_mixed",
+            dtype: DType::U32
+        })
+    ));
+    let w = Tensor::from_slice(&[f16::ONE; 8], &[2, 4], &dev).unwrap();
+    match x.linear_mixed(&w.into()) {
+        Err(Error::ShapeMismatch {
+            op: "linear_mixed",
+            lhs,
+            rhs,
+        }) => {
+            assert_eq!((lhs, rhs), (vec![2, 3], vec![2, 4]));
+        }
+        other => panic!("{other:?}"),
+    }
+    let w3 = Tensor::from_slice(&[f16::ONE; 6], &[1, 2, 3], &dev).unwrap();
+    assert!(matches!(
+        x.linear_mixed(&w3.into()),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    // Empty: no rows of x, and k = 0 (zeros).
+    let none = Tensor::<f32>::zeros(&[0, 3], &dev).unwrap();
+    let w = Tensor::from_slice(&[f16::ONE; 6], &[2, 3], &dev).unwrap();
+    assert_eq!(
+        none.linear_mixed(&w.clone().into()).unwrap().shape(),
+        &[0, 2]
+    );
+    let x0 = Tensor::<f32>::zeros(&[2, 0], &dev).unwrap();
+    let w0 = Tensor::<f16>::zeros(&[3, 0], &dev).unwrap();
+    assert_eq!(
+        x0.linear_mixed(&w0.into()).unwrap().to_vec().unwrap(),
+        vec![0.0; 6]
+    );
+}
+
 /// The gated unit fused into the product: `linear_glu` against the f64
 /// reference `act(gate) * up` (each half an f64 sum; the tolerance carries
 /// the halves' f32 sums and their rounding to `T` through the gate), and

@@ -44,7 +44,8 @@ use ferrocm_ops::quant::matvec::QMATVEC_MAX_M;
 use ferrocm_ops::quant::{Q8Activations, Weight};
 use ferrocm_ops::rope::RopeMode;
 use ferrocm_ops::{
-    Activation, AttentionOptions, Device, Graph, GraphStats, QTensor, Tensor, WithDType,
+    Activation, AttentionOptions, DType, Device, Graph, GraphStats, QTensor, Tensor, WithDType,
+    bf16, f16,
 };
 
 /// How a model is loaded.
@@ -114,7 +115,7 @@ fn project<T: WithDType>(w: &Weight<T>, x: &Input<T>) -> Result<Tensor<T>> {
     Ok(match (w, x) {
         (_, Input::Dense(x)) => w.forward(x)?,
         (Weight::Quantized(w), Input::Q8(x)) => w.forward_q8(x)?,
-        (Weight::Dense(_), Input::Q8(_)) => {
+        (Weight::Dense(_) | Weight::Mixed(_), Input::Q8(_)) => {
             return Err(Error::BadRequest {
                 op: "Llama::forward",
                 what: "an 8-bit input for a dense weight".into(),
@@ -377,7 +378,19 @@ fn dense<T: WithDType>(g: &Gguf, name: &str, shape: &[usize], dev: &Device) -> R
     Ok(g.tensor(name, dev)?.to_dtype(T::DTYPE)?.typed::<T>()?)
 }
 
-/// A weight `[out, in]` of the file: quantized as stored, or dense as `T`.
+/// Whether a dense weight stored as `stored` is kept so under activations
+/// `T` on `dev` ([`Weight::Mixed`]): on the Cpu, f16 and bf16 under f32.
+/// The products read it at its own width (half an f32 copy's bytes; a
+/// TinyLlama-shaped f16 file decoded 15 tokens/s with f32 copies, 23 as
+/// stored) and loading makes no copy in another dtype.
+fn kept_as_stored<T: WithDType>(stored: DType, dev: &Device) -> bool {
+    matches!(dev, Device::Cpu)
+        && T::DTYPE == DType::F32
+        && matches!(stored, DType::F16 | DType::BF16)
+}
+
+/// A weight `[out, in]` of the file: quantized as stored, dense as stored
+/// where [`kept_as_stored`], else dense as `T`.
 fn weight<T: WithDType>(
     g: &Gguf,
     name: &str,
@@ -388,8 +401,27 @@ fn weight<T: WithDType>(
     check_shape(name, &t.shape, &shape)?;
     Ok(match t.ggml_type {
         GgmlType::Quant(_) => Weight::Quantized(g.qtensor(name, dev)?),
+        GgmlType::Dense(d) if kept_as_stored::<T>(d, dev) => Weight::Mixed(g.tensor(name, dev)?),
         _ => Weight::Dense(dense(g, name, &shape, dev)?),
     })
+}
+
+/// Matrices `names` (`rows[i]` x `cols` each, read by `part`) as one, their
+/// rows back to back.
+fn stack_rows<W: WithDType>(
+    names: &[&str],
+    rows: &[usize],
+    cols: usize,
+    dev: &Device,
+    part: impl Fn(&str, usize) -> Result<Tensor<W>>,
+) -> Result<Tensor<W>> {
+    let mut all = Tensor::zeros(&[rows.iter().sum(), cols], dev)?;
+    let mut at = 0;
+    for (name, &r) in names.iter().zip(rows) {
+        all.slice_set(&part(name, r)?, 0, at)?;
+        at += r;
+    }
+    Ok(all)
 }
 
 /// Weights `names` (`rows[i]` x `cols` each), stacked into one matrix when
@@ -409,6 +441,7 @@ fn stacked<T: WithDType, const N: usize>(
         types.push(t.ggml_type);
     }
     let total: usize = rows.iter().sum();
+    let parts: Vec<&str> = names.iter().map(String::as_str).collect();
     let one = match types[0] {
         _ if types.iter().any(|t| *t != types[0]) => None,
         GgmlType::Quant(f) => {
@@ -424,15 +457,23 @@ fn stacked<T: WithDType, const N: usize>(
                 dev,
             )?))
         }
-        GgmlType::Dense(_) => {
-            let mut all = Tensor::zeros(&[total, cols], dev)?;
-            let mut at = 0;
-            for (name, &r) in names.iter().zip(&rows) {
-                all.slice_set(&dense::<T>(g, name, &[r, cols], dev)?, 0, at)?;
-                at += r;
-            }
-            Some(Weight::Dense(all))
-        }
+        GgmlType::Dense(d) if kept_as_stored::<T>(d, dev) => Some(Weight::Mixed(match d {
+            DType::F16 => stack_rows(&parts, &rows, cols, dev, |n, _| {
+                Ok(g.tensor(n, dev)?.typed::<f16>()?)
+            })?
+            .into(),
+            _ => stack_rows(&parts, &rows, cols, dev, |n, _| {
+                Ok(g.tensor(n, dev)?.typed::<bf16>()?)
+            })?
+            .into(),
+        })),
+        GgmlType::Dense(_) => Some(Weight::Dense(stack_rows(
+            &parts,
+            &rows,
+            cols,
+            dev,
+            |name, r| dense::<T>(g, name, &[r, cols], dev),
+        )?)),
         GgmlType::Other(_) => None,
     };
     names.iter().for_each(|n| tick(n));
@@ -610,12 +651,7 @@ impl<T: WithDType> Llama<T> {
 
     /// Bytes of weights on the device.
     pub fn weight_bytes(&self) -> usize {
-        fn w<T: WithDType>(w: &Weight<T>) -> usize {
-            match w {
-                Weight::Dense(t) => t.elem_count() * size_of::<T>(),
-                Weight::Quantized(q) => q.len_bytes(),
-            }
-        }
+        let w = |w: &Weight<T>| w.len_bytes();
         let v = |t: &Tensor<T>| t.elem_count() * size_of::<T>();
         let blocks: usize = self
             .blocks
@@ -641,10 +677,7 @@ impl<T: WithDType> Llama<T> {
     /// untied embedding table only a row (the numerator of the
     /// weight-bandwidth limit).
     pub fn decode_read_bytes(&self) -> usize {
-        let embed = match &self.embed {
-            Weight::Dense(t) => t.elem_count() * size_of::<T>(),
-            Weight::Quantized(q) => q.len_bytes(),
-        };
+        let embed = self.embed.len_bytes();
         let row = embed / self.config.vocab;
         self.weight_bytes() - if self.tied { 0 } else { embed - row }
     }

@@ -22,6 +22,7 @@
 //! [k, n]` is one `[b*s, k] x [k, n]` product).
 
 use crate::core::dtype::{DType, WithDType};
+use crate::core::dyn_tensor::DynTensor;
 use crate::core::error::{Error, Result};
 use crate::core::layout::{broadcast_shape, checked_count};
 use crate::core::tensor::Tensor;
@@ -304,6 +305,111 @@ impl<T: WithDType> Tensor<T> {
         shape.push(out);
         y.reshape(&shape)
     }
+}
+
+impl<T: WithDType> Tensor<T> {
+    /// `x · Wᵀ` ([`Tensor::linear`] without bias) for a weight `w` `[out,
+    /// in]` of any float dtype, which may differ from x's: a model keeps an
+    /// f16 or bf16 file's weights as stored under f32 activations.
+    ///
+    /// On the Cpu the weight is widened to f32 as the product reads it, so
+    /// it is read at its own width (half of an f32 copy's bytes, and no
+    /// copy in memory), and x is widened once; the sums are f32, rounded
+    /// once to T. Elsewhere x and `w` are cast to f32 first, copies every
+    /// call: load weights there as T.
+    ///
+    /// ```
+    /// use ferrocm_ops::{Device, DynTensor, Tensor, f16};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0], &[1, 2], &Device::Cpu)?;
+    /// let w = [f16::from_f32(0.5), f16::from_f32(-1.0)];
+    /// let w = DynTensor::from(Tensor::from_slice(&w, &[1, 2], &Device::Cpu)?);
+    /// assert_eq!(x.linear_mixed(&w)?.to_vec()?, vec![-1.5]);
+    /// # Ok::<(), ferrocm_ops::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] when `w` or x is not a float dtype;
+    /// [`Error::FormatMismatch`] when `w` holds blocks;
+    /// [`Error::ShapeMismatch`] when `w` is not 2-D or x's last dim is not
+    /// `w`'s second; [`Error::DeviceMismatch`]; [`Error::Host`].
+    pub fn linear_mixed(&self, w: &DynTensor) -> Result<Self> {
+        const OP: &str = "linear_mixed";
+        let wd = w.dtype_for(OP)?;
+        for dtype in [T::DTYPE, wd] {
+            if !dtype.is_float() {
+                return Err(Error::UnsupportedDType { op: OP, dtype });
+            }
+        }
+        if wd == T::DTYPE {
+            return self.linear(&w.typed::<T>()?, None, None);
+        }
+        if !matches!(self.device(), Device::Cpu) {
+            // Both as f32 (each holds every f16 and bf16 value), so the
+            // weight is not rounded to T.
+            let w = w.to_dtype(DType::F32)?.typed::<f32>()?;
+            return self
+                .to_dtype::<f32>()?
+                .linear(&w, None, None)?
+                .to_dtype::<T>();
+        }
+        crate::core::dyn_tensor::with_dtype!(w, OP, |w| linear_widened(OP, self, &w))
+    }
+}
+
+/// [`Tensor::linear_mixed`] on the Cpu: `w` widened inside the product.
+fn linear_widened<T: WithDType, W: WithDType>(
+    op: &'static str,
+    x: &Tensor<T>,
+    w: &Tensor<W>,
+) -> Result<Tensor<T>> {
+    x.same_device(op, w)?;
+    let r = x.rank();
+    if w.rank() != 2 || r == 0 || x.shape()[r - 1] != w.shape()[1] {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: x.shape().to_vec(),
+            rhs: w.shape().to_vec(),
+        });
+    }
+    let (n, k) = (w.shape()[0], w.shape()[1]);
+    let mut out_shape = x.shape()[..r - 1].to_vec();
+    out_shape.push(n);
+    let m: usize = x.shape()[..r - 1].iter().product();
+    checked_count(op, &out_shape, size_of::<T>())?;
+    let mut y = vec![0.0f32; m * n];
+    if !y.is_empty() && k > 0 {
+        let xc = x.contiguous()?;
+        let mut xf = vec![0.0f32; m * k];
+        super::cpu::widen(&mut xf, &host_view(&xc)[..m * k]);
+        // The product reads W's rows contiguous along k.
+        let w = match w.layout().strides()[1] == 1 {
+            true => w.clone(),
+            false => w.contiguous()?,
+        };
+        let (rs, wv) = (w.layout().strides()[0], host_view(&w));
+        if m <= GEMV_MAX_M as usize {
+            super::cpu::gemv(&mut y, &xf, wv, rs, m, k);
+        } else {
+            // SAFETY: y holds the m x n product; Wᵀ's element (i, j) is
+            // wv[j * rs + i], inside w's storage for i < k, j < n.
+            unsafe {
+                super::cpu::gemm_widened(
+                    (m, n, k),
+                    y.as_mut_ptr(),
+                    n,
+                    &xf,
+                    wv,
+                    (1, rs),
+                    rayon::current_num_threads(),
+                )
+            }
+        }
+    }
+    let y: Vec<T> = y
+        .into_iter()
+        .map(|v| T::from_kernel(T::Kernel::from_f32(v)))
+        .collect();
+    Tensor::from_vec(y, &out_shape, &Device::Cpu)
 }
 
 /// One operand's element strides: row, column, batch (0: shared).

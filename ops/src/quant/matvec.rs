@@ -1935,6 +1935,7 @@ where
 /// // Q8_0 keeps 1.0 as 127 times an f16 scale of 1/127: 0.99994.
 /// assert!(q.forward(&x)?.to_vec()?.iter().all(|v| (v - 16.0).abs() < 1e-2));
 /// assert_eq!(q.shape(), &[2, 32]);
+/// assert_eq!((dense.len_bytes(), q.len_bytes()), (256, 68));
 /// # Ok::<(), ferrocm_ops::Error>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -1943,10 +1944,15 @@ pub enum Weight<T: WithDType> {
     Dense(Tensor<T>),
     /// A quantized `[out, in]` weight.
     Quantized(QTensor),
+    /// A dense `[out, in]` weight in a float dtype other than the
+    /// activations' (an f16 or bf16 file's weight kept as stored under f32
+    /// activations on the Cpu): [`Tensor::linear_mixed`].
+    Mixed(crate::DynTensor),
 }
 
 impl<T: WithDType> Weight<T> {
-    /// `x · Wᵀ`: [`Tensor::linear`] or [`QTensor::forward`].
+    /// `x · Wᵀ`: [`Tensor::linear`], [`QTensor::forward`] or
+    /// [`Tensor::linear_mixed`].
     ///
     /// # Errors
     /// Those of the product taken.
@@ -1954,6 +1960,7 @@ impl<T: WithDType> Weight<T> {
         match self {
             Weight::Dense(w) => x.linear(w, None, None),
             Weight::Quantized(w) => w.forward(x),
+            Weight::Mixed(w) => x.linear_mixed(w),
         }
     }
 
@@ -1967,6 +1974,21 @@ impl<T: WithDType> Weight<T> {
         match self {
             Weight::Dense(w) => w.embedding(ids),
             Weight::Quantized(w) => w.embedding::<T, I>(ids),
+            Weight::Mixed(w) => {
+                crate::core::dyn_tensor::with_dtype!(w, "Weight::embedding", |w| w
+                    .embedding(ids)?
+                    .to_dtype::<T>())
+            }
+        }
+    }
+
+    /// Bytes the weight holds (its elements at their own width, or its
+    /// blocks).
+    pub fn len_bytes(&self) -> usize {
+        match self {
+            Weight::Dense(w) => w.elem_count() * size_of::<T>(),
+            Weight::Quantized(w) => w.len_bytes(),
+            Weight::Mixed(w) => w.elem_count() * w.dtype().map_or(0, |d| d.size_in_bytes()),
         }
     }
 
@@ -1975,6 +1997,7 @@ impl<T: WithDType> Weight<T> {
         match self {
             Weight::Dense(w) => w.shape(),
             Weight::Quantized(w) => w.shape(),
+            Weight::Mixed(w) => w.shape(),
         }
     }
 }
