@@ -844,6 +844,46 @@ pub(crate) unsafe fn sgemm_rows(
     }
 }
 
+/// A row of f32 sums given its bias and activation in place, compiled for
+/// AVX2 + FMA by [`crate::engine::cpu::vectorized`] (as a closure the
+/// activation called libm's `fmaf` per element: a quarter of a bf16
+/// `linear` with bias and silu at 128 x 1024 x 1024).
+struct BiasActF32<'a> {
+    row: &'a mut [f32],
+    bias: Option<&'a [f32]>,
+    act: u32,
+}
+
+impl crate::engine::cpu::Task for BiasActF32<'_> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        for (j, v) in self.row.iter_mut().enumerate() {
+            *v = activation::<f32>(*v + self.bias.map_or(0.0, |b| b[j]), self.act);
+        }
+    }
+}
+
+/// [`BiasActF32`] into `T`: a row of f32 sums given its bias and
+/// activation, then rounded once.
+struct BiasActRound<'a, T> {
+    out: &'a mut [T],
+    sums: &'a [f32],
+    bias: Option<&'a [f32]>,
+    act: u32,
+}
+
+impl<T: WithDType> crate::engine::cpu::Task for BiasActRound<'_, T> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self) {
+        for (j, (o, v)) in self.out.iter_mut().zip(self.sums).enumerate() {
+            let v = activation::<T::Kernel>(*v + self.bias.map_or(0.0, |b| b[j]), self.act);
+            *o = T::from_kernel(T::Kernel::from_f32(v));
+        }
+    }
+}
+
 impl<T: WithDType> Op for Matmul<'_, T> {
     type Output = DeviceBuffer<T>;
 
@@ -929,24 +969,23 @@ impl<T: WithDType> Op for Matmul<'_, T> {
             }
         }
         let (n, act) = (p.n, self.act);
-        let biased = |j: usize, v: f32| v + bias.as_ref().map_or(0.0, |b| b[j]);
+        let bias = bias.as_deref();
         if f32_out {
             if bias.is_some() || act != ACT_NONE {
-                acc.par_chunks_mut(n.max(1)).for_each(|r| {
-                    for (j, v) in r.iter_mut().enumerate() {
-                        *v = activation::<f32>(biased(j, *v), act);
-                    }
-                });
+                acc.par_chunks_mut(n.max(1))
+                    .for_each(|row| crate::engine::cpu::vectorized(BiasActF32 { row, bias, act }));
             }
         } else {
             let out = crate::engine::cpu::host_mut(&mut self.out);
             out.par_chunks_mut(n.max(1))
                 .zip(scratch.par_chunks(n.max(1)))
-                .for_each(|(o, r)| {
-                    for (j, (o, v)) in o.iter_mut().zip(r).enumerate() {
-                        let v = activation::<T::Kernel>(biased(j, *v), act);
-                        *o = T::from_kernel(T::Kernel::from_f32(v));
-                    }
+                .for_each(|(out, sums)| {
+                    crate::engine::cpu::vectorized(BiasActRound {
+                        out,
+                        sums,
+                        bias,
+                        act,
+                    })
                 });
         }
         Ok(self.out)
