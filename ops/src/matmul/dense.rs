@@ -405,11 +405,14 @@ fn linear_widened<T: WithDType, W: WithDType>(
             }
         }
     }
-    let y: Vec<T> = y
-        .into_iter()
-        .map(|v| T::from_kernel(T::Kernel::from_f32(v)))
-        .collect();
-    Tensor::from_vec(y, &out_shape, &Device::Cpu)
+    let mut out = vec![T::from_f64(0.0); m * n];
+    crate::engine::cpu::vectorized(BiasActRound {
+        out: &mut out,
+        sums: &y,
+        bias: None,
+        act: ACT_NONE,
+    });
+    Tensor::from_vec(out, &out_shape, &Device::Cpu)
 }
 
 /// One operand's element strides: row, column, batch (0: shared).
