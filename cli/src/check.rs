@@ -333,6 +333,20 @@ impl Runner<'_> {
                         .linear_glu(&b(dev)?.narrow(0, 0, 2 * (r / 2))?, Activation::Silu)
                 });
             }
+            // A weight of another float dtype (an f16/bf16 model's weights
+            // kept as stored under f32 activations): one row (the Cpu's
+            // matrix-vector path) and all rows (its blocked product).
+            for wd in [DType::F32, DType::F16, DType::BF16] {
+                if wd == d {
+                    continue;
+                }
+                for (tag, rows) in [(", rows=1", r.min(1)), ("", r)] {
+                    self.case(format!("linear_mixed[w={wd}{tag}]"), d, move |dev| {
+                        let w = b(dev)?.to_dyn().to_dtype(wd)?;
+                        a(dev)?.narrow(0, 0, rows)?.linear_mixed(&w)
+                    });
+                }
+            }
             // The LLM ops: norms over the rows (weights and bias from their
             // own seeds), the fused adds (both outputs), gated activations,
             // rotary embeddings of the rows as positions (the first
