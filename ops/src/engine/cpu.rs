@@ -86,6 +86,18 @@ unsafe fn avx2_fma<T: Task>(task: T) -> T::Out {
     task.run()
 }
 
+/// The sum of an AVX register's eight f32 lanes, `((0 + 4) + (2 + 6)) + ((1
+/// + 5) + (3 + 7))`: the reductions of the Cpu's matrix-vector products.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn hsum_f32(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)))
+}
+
 /// An elementwise function of one value (implementations: `#[inline(always)]`).
 pub trait Func1<S, D>: Sync {
     /// The function.

@@ -188,6 +188,7 @@ pub(super) unsafe fn gemm_widened<T: WithDType>(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
+    use crate::engine::cpu::hsum_f32;
     use std::arch::x86_64::*;
 
     /// Whether the CPU has what these paths are compiled for.
@@ -312,14 +313,6 @@ mod x86 {
         ]
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    }
-
     /// [`super::gemv`]'s sums for W's rows `j0..j0 + out.len()`.
     ///
     /// # Safety
@@ -393,7 +386,7 @@ mod x86 {
                     .zip(&x[r * k + whole..r * k + k])
                     .map(|(w, x)| w.to_kernel().to_f32() * x)
                     .sum();
-                o[r] = hsum(v) + tail;
+                o[r] = hsum_f32(v) + tail;
             }
         }
     }

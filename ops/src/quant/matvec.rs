@@ -430,6 +430,7 @@ pub(super) mod x86 {
             }
         }};
     }
+    use crate::engine::cpu::hsum_f32;
     use ferrocm_kernels::quant::blocks::{
         BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, IQ4NL_VALUES, MXFP4_VALUES, QK_K,
         e8m0_half_to_f32,
@@ -1675,15 +1676,6 @@ pub(super) mod x86 {
     fn pair_scales(dx: &[[f32; 8]], g: usize) -> __m256 {
         // SAFETY: eight f32s; unaligned load.
         unsafe { _mm256_loadu_ps(dx[g / 2].as_ptr()) }
-    }
-
-    /// The sum of the eight f32 lanes.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn hsum_f32(v: __m256) -> f32 {
-        let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)))
     }
 }
 
