@@ -37,14 +37,21 @@ fn main() {
     ];
     for format in formats {
         build = build.launch_bounds(&format!("qmatvec4_{format}"), 256, 2);
+    }
+    for format in [
+        "q4_0", "q4_1", "q5_0", "q8_0", "q8_1", "q4_k", "q6_k", "iq4_nl", "mxfp4",
+    ] {
         build = build.launch_bounds(&format!("qmatvec8_{format}"), 256, 2);
     }
     // Q2_K's 4-row pass under the same bound; its 8-row pass (one pass on
     // NVIDIA, about 250 registers left alone) held to one workgroup an SM
     // instead: 54.5 -> 49.8 us on an H100 (4096 x 14336), where one
     // workgroup cost the other one-pass formats 10 to 45%
-    // (docs/h100-bench.md).
+    // (docs/h100-bench.md). So are the 8-row passes whose workitems take
+    // four weight rows (`QuantBlock::MATVEC_ROWS_8`, the numbers there).
     build = build.launch_bounds("qmatvec4_q2_k", 256, 2);
-    build = build.launch_bounds("qmatvec8_q2_k", 256, 1);
+    for format in ["q2_k", "q5_1", "q5_k", "q8_k", "iq4_xs"] {
+        build = build.launch_bounds(&format!("qmatvec8_{format}"), 256, 1);
+    }
     build.compile();
 }

@@ -197,6 +197,26 @@ impl Device {
         self.gpu().and_then(|g| g.matrix_unit())
     }
 
+    /// Whether this is a ROCm GPU: the code it runs is compiled for AMD, so
+    /// the device layer's AMD constants hold there (the emulator and CUDA
+    /// run the NVIDIA/host ones).
+    ///
+    /// ```
+    /// use ferrocm_host::{Device, WaveSize};
+    /// assert!(!Device::emulator(WaveSize::Wave64).is_rocm());
+    /// assert!(!Device::Cpu.is_rocm());
+    /// ```
+    pub fn is_rocm(&self) -> bool {
+        #[cfg(feature = "rocm")]
+        {
+            matches!(self, Device::Rocm(_))
+        }
+        #[cfg(not(feature = "rocm"))]
+        {
+            false
+        }
+    }
+
     /// Whether kernels run on this device (emulator or GPU), as opposed to the CPU backend.
     pub fn runs_kernels(&self) -> bool {
         !matches!(self, Device::Cpu)

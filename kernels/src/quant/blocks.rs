@@ -113,13 +113,26 @@ pub trait QuantBlock: Copy + 'static {
     /// than the loads it saves (Q5_K, H200, 4096 x 14336, 8 rows of x:
     /// 89.3 -> 77.4 us with 1; Q6_K 70.8 -> 88.6 us, so it keeps 2).
     const MATVEC_ROWS_WIDE: u32 = 2;
+    /// Weight rows each workitem of the matrix-vector kernels takes with
+    /// eight rows of `x` in one pass ([`QuantBlock::MATVEC_ONE_PASS_8`] on
+    /// a device whose widest pass holds eight), up to
+    /// [`QMATVEC_MAX_ROWS`](crate::quant::matvec::QMATVEC_MAX_ROWS): 4
+    /// where two more rows sharing each load of `x` paid, with the kernel
+    /// held to one workgroup an SM so the registers hold them (kernels'
+    /// build script; H100, 4096 x 14336, 8 rows of x: Q5_1 46.2 -> 44.0 us,
+    /// Q3_K 70.7 -> 62.8, Q5_K 71.4 -> 67.2, Q8_K 55.0 -> 50.5, IQ4_XS
+    /// 45.7 -> 42.4 in one pass), else [`QuantBlock::MATVEC_ROWS_WIDE`]
+    /// (four rows under the same bound cost Q8_0 49.6 -> 52.3, Q4_K 44.8 ->
+    /// 52.8, Q6_K 55.8 -> 82.6).
+    const MATVEC_ROWS_8: u32 = Self::MATVEC_ROWS_WIDE;
     /// Whether `qmatvec8_*` takes eight rows of `x` in one pass where the
     /// device holds them ([`QMATVEC_WIDE_PASS`](crate::device::QMATVEC_WIDE_PASS)):
     /// each load of `x` then meets every weight byte of the unit once, not
     /// twice. False keeps two passes of four (H200, 4096 x 14336, 8 rows of
     /// x: one pass took Q6_K 62.2 -> 54.4 us, MXFP4 57.4 -> 49.0, Q4_K 48.0
-    /// -> 44.8, Q8_0 51.0 -> 48.5, but Q4_0 41.0 -> 41.7 and IQ4_XS 45.6 ->
-    /// 47.3).
+    /// -> 44.8, Q8_0 51.0 -> 48.5, but Q4_0 41.0 -> 41.7, and 43.7 on an
+    /// H100 with four weight rows a workitem; IQ4_XS 45.6 -> 47.3 with two,
+    /// 45.7 -> 42.4 with four, [`QuantBlock::MATVEC_ROWS_8`]).
     const MATVEC_ONE_PASS_8: bool = true;
     /// Whether every unit's halves are groups `2 j` and `2 j + 1` of its
     /// block: the matrix-vector kernels then load both groups' `x` scales
@@ -722,6 +735,7 @@ impl QuantBlock for BlockQ5_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_1 {
+    const MATVEC_ROWS_8: u32 = 4;
     const UNIT_HAS_MIN: bool = true;
     const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
@@ -863,6 +877,7 @@ impl QuantBlock for BlockQ2K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ3K {
+    const MATVEC_ROWS_8: u32 = 4;
     const UNIT_BIAS: i32 = 4;
     const MATVEC_ROWS_PAIR: u32 = 1;
     const ELEMS: usize = QK_K;
@@ -975,6 +990,7 @@ impl QuantBlock for BlockQ4K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5K {
+    const MATVEC_ROWS_8: u32 = 4;
     const UNIT_HAS_MIN: bool = true;
     const MATVEC_ROWS_PAIR: u32 = 1;
     const MATVEC_ROWS_WIDE: u32 = 1;
@@ -1085,6 +1101,7 @@ impl QuantBlock for BlockQ6K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ8K {
+    const MATVEC_ROWS_8: u32 = 4;
     // Paired groups, but the one load of both scales was slower here
     // (H200, 4096 x 14336, one row of x: 21.8 -> 25.2 us).
     const PAIRED_GROUPS: bool = false;
@@ -1152,7 +1169,7 @@ impl QuantBlock for BlockIq4Nl {
 
 #[amdgpu_device]
 impl QuantBlock for BlockIq4Xs {
-    const MATVEC_ONE_PASS_8: bool = false;
+    const MATVEC_ROWS_8: u32 = 4;
     const PAIRED_GROUPS: bool = true;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 23;

@@ -219,15 +219,22 @@ pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, gr
 /// (4096 rows of one wave each filled half an H100's workitem slots).
 pub const QMATVEC_ROW_LANES: u32 = 128;
 
-/// Weight rows each workitem of `qmatvec{c}` takes (1 or 2): the format's
-/// [`QuantBlock::MATVEC_ROWS`], [`QuantBlock::MATVEC_ROWS_PAIR`] or
-/// [`QuantBlock::MATVEC_ROWS_WIDE`] with 1, 2 or 4 rows of `x` per pass
-/// (the loads of `x` outnumber the weight's as rows of `x` grow; a second
-/// weight row shares them).
+/// Most weight rows one workitem of the quantized matrix-vector kernels
+/// takes ([`qmatvec_rows`]).
+pub const QMATVEC_MAX_ROWS: u32 = 4;
+
+/// Weight rows each workitem of a quantized matrix-vector kernel takes with
+/// `c` rows of `x` a pass (1, 2, 4 or 8): the format's
+/// [`QuantBlock::MATVEC_ROWS`], [`QuantBlock::MATVEC_ROWS_PAIR`],
+/// [`QuantBlock::MATVEC_ROWS_WIDE`] or [`QuantBlock::MATVEC_ROWS_8`] (the
+/// loads of `x` outnumber the weight's as rows of `x` grow; further weight
+/// rows share them).
 #[amdgpu_device]
 #[inline(always)]
 pub const fn qmatvec_rows<B: QuantBlock>(c: u32) -> u32 {
-    if c >= 4 {
+    if c >= 8 {
+        B::MATVEC_ROWS_8
+    } else if c >= 4 {
         B::MATVEC_ROWS_WIDE
     } else if c == 2 {
         B::MATVEC_ROWS_PAIR
@@ -236,36 +243,46 @@ pub const fn qmatvec_rows<B: QuantBlock>(c: u32) -> u32 {
     }
 }
 
-/// Rows of `x` a pass of `qmatvec8_*` takes: [`QMATVEC_WIDE_PASS`] where
-/// the format gains from one pass ([`QuantBlock::MATVEC_ONE_PASS_8`]), else
-/// 4 (two passes).
+/// Rows of `x` a pass of `qmatvec8_*` takes on a device whose widest pass
+/// holds `wide` rows ([`QMATVEC_WIDE_PASS`] where the code runs): `wide`
+/// where the format gains from one pass ([`QuantBlock::MATVEC_ONE_PASS_8`]),
+/// else 4 (two passes).
+#[amdgpu_device]
+#[inline(always)]
+pub const fn qmatvec_pass8_on<B: QuantBlock>(wide: usize) -> usize {
+    if B::MATVEC_ONE_PASS_8 { wide } else { 4 }
+}
+
+/// [`qmatvec_pass8_on`] for the device this code is compiled for.
 #[amdgpu_device]
 #[inline(always)]
 pub const fn qmatvec_pass8<B: QuantBlock>() -> usize {
-    if B::MATVEC_ONE_PASS_8 {
-        QMATVEC_WIDE_PASS
-    } else {
-        4
-    }
+    qmatvec_pass8_on::<B>(QMATVEC_WIDE_PASS)
 }
 
 /// LDS bytes a quantized matrix-vector launch reserves: a partial sum per
-/// wave (of 32), weight row of a workitem (up to 2) and row of `x` in a
-/// pass (up to 4; sized for [`QMATVEC_MAX_M`], room to spare).
-pub const QMATVEC_LDS_BYTES: u32 = (QMATVEC_BLOCK / 32) * 2 * QMATVEC_MAX_M * 4;
+/// wave (of 32), weight row of a workitem (up to [`QMATVEC_MAX_ROWS`]) and
+/// row of `x` in a pass (up to [`QMATVEC_MAX_M`]).
+pub const QMATVEC_LDS_BYTES: u32 = (QMATVEC_BLOCK / 32) * QMATVEC_MAX_ROWS * QMATVEC_MAX_M * 4;
 
-/// The body every quantized matrix-vector kernel instantiates (see the
+/// The bodies every quantized matrix-vector kernel instantiates (see the
 /// module doc): `n` weight rows of `k` elements (a whole number of blocks),
 /// `m` rows of `x` in 8-bit form (`quantize_x_body`), `y` contiguous
-/// `[m, n]`. [`QMATVEC_ROW_LANES`] workitems share a weight row, or two
-/// ([`qmatvec_rows`]: each row of `x` loaded then serves both), each wave
-/// reducing its sums and the row's first workitem adding the waves' in LDS.
-/// `C` (1, 2, 4 or 8) rows of `x` per pass; more take further passes that
-/// find the weight row in the cache.
+/// `[m, n]`. [`QMATVEC_ROW_LANES`] workitems share [`qmatvec_rows`] weight
+/// rows (each row of `x` loaded then serves them all), each wave reducing
+/// its sums and the rows' first workitem adding the waves' in LDS. `C` (1,
+/// 2, 4 or 8) rows of `x` per pass; more take further passes that find the
+/// weight rows in the cache. `qmatvec_body` takes up to two weight rows,
+/// `qmatvec_body4` up to four: one source, two widths of its arrays, so the
+/// one- and two-row kernels' code stays what it was when the four-row
+/// width came (a body generic over the width moved their registers: H100,
+/// 8 rows of x, Q4_K 45.1 -> 53.1 us).
+macro_rules! qmatvec_bodies {
+    ($($name:ident: $cap:literal, [$($q:ident = $r:literal),*];)*) => {$(
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
+pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
     y: *mut T,
     w: *const B,
     codes: *const u32,
@@ -278,8 +295,9 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
     wait_prior_grids();
     release_dependent_grids();
     // Weight rows per workitem (`qmatvec_rows`).
-    let rows: u32 = qmatvec_rows::<B>(C as u32);
-    const { assert!(qmatvec_rows::<B>(C as u32) <= 2) };
+    // At most the arrays' width (the kernels call the body of the rows
+    // they take; the other width is instantiated, never run).
+    let rows: u32 = Ord::min(qmatvec_rows::<B>(C as u32), $cap);
     const { assert!(C == 1 || C == 2 || C == 4 || C == 8) };
     let wave = wave_size();
     let waves_per_row = QMATVEC_ROW_LANES / wave;
@@ -301,7 +319,7 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
         let live = row0 < n;
         let mut m0 = 0;
         while m0 < m {
-            let mut acc = [[0.0f32; C]; 2];
+            let mut acc = [[0.0f32; C]; $cap];
             // Unit u of weight row row0 + r (a missing second row re-reads
             // the first; not stored).
             let unit_at = |r: u32, u: u32| {
@@ -310,7 +328,7 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
                 let b = unsafe { global_ref(w, row as usize * blocks_per_row + bi) };
                 (unsafe { b.unit8((u % per_block) as usize) }, bi * B::GROUPS)
             };
-            let mut add = |qs: &[Unit8; 2], group0: usize| {
+            let mut add = |qs: &[Unit8; $cap], group0: usize| {
                 crate::unroll8!(c < C => {
                     // Rows of x past `m` re-read the last one (not stored).
                     let xr = Ord::min(m0 + c as u32, last) as usize * groups_per_row + group0;
@@ -325,7 +343,7 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
                     };
                     crate::unroll4!(h < 2 => {
                         let xc = unsafe { load(xw, g[h]) }.0;
-                        crate::unroll4!(r < 2 => {
+                        crate::unroll4!(r < $cap => {
                             if r < rows as usize {
                                 acc[r][c] = unit_half_dot(&qs[r], h, xc, xm[h], acc[r][c]);
                             }
@@ -336,30 +354,30 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
             let mut u = if live { lane } else { units };
             while u < units {
                 let (q0, g0) = unit_at(0, u);
-                let q1 = if rows == 2 { unit_at(1, u).0 } else { q0 };
-                add(&[q0, q1], g0);
+                $(let $q = if rows > $r { unit_at($r, u).0 } else { q0 };)*
+                add(&[q0, $($q),*], g0);
                 u += QMATVEC_ROW_LANES;
             }
-            crate::unroll4!(r < 2 => {
+            crate::unroll4!(r < $cap => {
                 if r < rows as usize {
                 crate::unroll8!(c < C => {
                     let s = wave_sum_f32(acc[r][c]);
                     if lane_id() == 0 {
-                        partials.store((w_id * 2 + r as u32) * C as u32 + c as u32, s);
+                        partials.store((w_id * $cap + r as u32) * C as u32 + c as u32, s);
                     }
                 });
                 }
             });
             barrier();
             if lane == 0 {
-                crate::unroll4!(r < 2 => {
+                crate::unroll4!(r < $cap => {
                     let row = row0 + r as u32;
                     crate::unroll8!(c < C => {
                         let mut s = 0.0f32;
                         let mut i = 0;
                         while i < waves_per_row {
                             let wi = slot * waves_per_row + i;
-                            s += partials.load((wi * 2 + r as u32) * C as u32 + c as u32);
+                            s += partials.load((wi * $cap + r as u32) * C as u32 + c as u32);
                             i += 1;
                         }
                         let xrow = m0 + c as u32;
@@ -374,6 +392,13 @@ pub fn qmatvec_body<B: QuantBlock, T: Elem, const C: usize>(
         }
         base += num_workgroups_x() * slots * rows;
     }
+}
+    )*};
+}
+
+qmatvec_bodies! {
+    qmatvec_body: 2, [q1 = 1];
+    qmatvec_body4: 4, [q1 = 1, q2 = 2, q3 = 3];
 }
 
 /// The parameter types of a quantized matrix-vector kernel: `(y, w,
@@ -423,7 +448,13 @@ macro_rules! qmatvec {
             fn $one(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 1>(y, w, codes, meta, n, k, m) }
             fn $two(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 2>(y, w, codes, meta, n, k, m) }
             fn $four(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 4>(y, w, codes, meta, n, k, m) }
-            fn $eight(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m) }
+            fn $eight(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) {
+                if qmatvec_rows::<$b>(qmatvec_pass8::<$b>() as u32) > 2 {
+                    qmatvec_body4::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m)
+                } else {
+                    qmatvec_body::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m)
+                }
+            }
         )*)*}
     };
 }

@@ -18,8 +18,8 @@ use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::quant::blocks::QuantBlock;
 pub use ferrocm_kernels::quant::matvec::QMATVEC_MAX_M;
 use ferrocm_kernels::quant::matvec::{
-    QMATVEC_BLOCK, QMATVEC_LDS_BYTES, QMATVEC_ROW_LANES, QMatvecKernels, qmatvec_rows,
-    unit_half_dot,
+    QMATVEC_BLOCK, QMATVEC_LDS_BYTES, QMATVEC_ROW_LANES, QMatvecKernels, qmatvec_pass8_on,
+    qmatvec_rows, unit_half_dot,
 };
 use rayon::prelude::*;
 
@@ -1871,8 +1871,14 @@ where
             3 | 4 => 2,
             _ => 3,
         };
-        // QMATVEC_ROW_LANES workitems per weight row, or per two.
-        let rows_per_lane = qmatvec_rows::<B>([1, 2, 4, 8][variant]) as u64;
+        // Rows of x a pass of the chosen kernel takes on this device (AMD's
+        // widest pass holds four), and so the weight rows each
+        // QMATVEC_ROW_LANES workitems share.
+        let pass = match variant {
+            3 => qmatvec_pass8_on::<B>(if dev.is_rocm() { 4 } else { 8 }) as u32,
+            v => [1, 2, 4][v],
+        };
+        let rows_per_lane = qmatvec_rows::<B>(pass) as u64;
         let mut cfg = LaunchConfig::linear(
             (n as u64).div_ceil(rows_per_lane) * QMATVEC_ROW_LANES as u64,
             QMATVEC_BLOCK,
