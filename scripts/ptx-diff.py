@@ -23,6 +23,14 @@ import sys
 def entries(path):
     text = open(path).read()
     text = re.sub(r"anon_\$_[0-9a-f]+_\$_\d+", "ANON", text)
+    # Call sequence numbers count across the module: one kernel's calls
+    # renumber every later kernel's comments.
+    text = re.sub(r"// callseq \d+", "// callseq N", text)
+    # Block labels carry the function's number in the module.
+    text = re.sub(r"\$L__BB\d+_", "$L__BBF_", text)
+    text = re.sub(r"\bBB\d+_", "BBF_", text)
+    # Comments are padded to a column that the label's width moves.
+    text = re.sub(r"[ \t]+//", " //", text)
     out = {}
     for m in re.finditer(r"\.visible \.entry (\w+)\(", text):
         end = text.find("\n}\n", m.start())
