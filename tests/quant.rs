@@ -837,7 +837,7 @@ fn forward_matches_f64_sums_on_long_rows() {
 #[test]
 fn forward_matches_f64_sums_on_odd_unit_counts() {
     let _turn = one_at_a_time();
-    check_forward(3, 37 * 32, &[1, 3], false);
+    check_forward(3, 37 * 32, &[1, 3, 8], false);
 }
 
 /// More rows of x than the matrix-vector products take, with more weight
@@ -1045,6 +1045,11 @@ fn units_match_the_definition() {
             let mut seen = vec![0u32; B::GROUPS];
             for u in 0..B::UNITS {
                 let unit = unsafe { b.unit8(u) };
+                if B::PAIRED_X {
+                    // The kernels find both halves' codes of x in the paired
+                    // copy by the unit's number.
+                    assert_eq!(unit.group, [2 * u as u32, 2 * u as u32 + 1], "{f} unit {u}");
+                }
                 if B::PAIRED_GROUPS {
                     // The kernels load both halves' x scales as one pair.
                     assert!(
@@ -1234,7 +1239,7 @@ fn norm_q8_equals_the_norm_rounded() {
         let (c, s) = q.to_host().unwrap();
         (c, s.iter().map(|v| v.to_bits()).collect())
     }
-    for (rows, k) in [(1usize, 4096usize), (3, 1024), (5, 48), (2, 1040)] {
+    for (rows, k) in [(1usize, 4096usize), (3, 1024), (5, 48), (2, 1040), (3, 288)] {
         let xs = hard_values(rows * k + 1, 3);
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         let rs: Vec<f32> = (0..rows * k)
@@ -1271,11 +1276,9 @@ fn norm_q8_equals_the_norm_rounded() {
                                 format!("{dev} {dt:?} {rows}x{k} offset {}", x.layout().offset());
                             let q = x.rms_norm_q8(&w, 1e-5).unwrap();
                             let y = x.rms_norm(&w, 1e-5).unwrap();
-                            assert_eq!(
-                                bits(&q),
-                                bits(&Q8Activations::quantize(&y).unwrap()),
-                                "{what}"
-                            );
+                            let yq = Q8Activations::quantize(&y).unwrap();
+                            assert_eq!(bits(&q), bits(&yq), "{what}");
+                            same_paired_products(&q, &yq, &what);
                             let (sum_q, q2) = x.add_rms_norm_q8(&r, &w, 1e-5).unwrap();
                             let (sum, y2) = x.add_rms_norm(&r, &w, 1e-5).unwrap();
                             let tbits = |t: ferrocm::Tensor<$ty>| -> Vec<u64> {
@@ -1287,11 +1290,9 @@ fn norm_q8_equals_the_norm_rounded() {
                                     .collect()
                             };
                             assert_eq!(tbits(sum_q), tbits(sum), "{what}");
-                            assert_eq!(
-                                bits(&q2),
-                                bits(&Q8Activations::quantize(&y2).unwrap()),
-                                "{what}"
-                            );
+                            let y2q = Q8Activations::quantize(&y2).unwrap();
+                            assert_eq!(bits(&q2), bits(&y2q), "{what}");
+                            same_paired_products(&q2, &y2q, &what);
                             (q, x.to_dyn().to_f64_vec().unwrap())
                         }};
                     }
@@ -1331,6 +1332,29 @@ fn norm_q8_equals_the_norm_rounded() {
     }
 }
 
+/// A paired format's products (Q4_0, Q5_0: their kernels read the paired
+/// copy of x's codes, `x_paired_slots`) of `q`, made by a fused producer,
+/// and `r`, made by `Q8Activations::quantize`, bit for bit the same: the
+/// producer's paired copy is the one quantize stores (the kernels against
+/// the definition check that one). Rows of `x` that are not whole units
+/// have no paired copy and no paired format's weight to meet.
+fn same_paired_products(q: &Q8Activations, r: &Q8Activations, what: &str) {
+    let k = *q.shape().last().unwrap();
+    let m = q.shape().iter().product::<usize>() / k;
+    if !k.is_multiple_of(32) || m > 8 {
+        return;
+    }
+    for f in [QuantFormat::Q4_0, QuantFormat::Q5_0] {
+        let bytes = finite_blocks(f, 3 * k / 32, 13);
+        let w = QTensor::from_bytes(&bytes, f, &[3, k], q.device()).unwrap();
+        let bits = |x: &Q8Activations| -> Vec<u32> {
+            let y = w.forward_q8::<f32>(x).unwrap();
+            y.to_vec().unwrap().iter().map(|v| v.to_bits()).collect()
+        };
+        assert_eq!(bits(q), bits(r), "{what}: {f} products");
+    }
+}
+
 /// `glu_halves_q8` stores bit for bit what rounding `glu_halves` gives, for
 /// every activation, device and dtype, one row and several, halves off a
 /// 16-byte word too; and its bad inputs are typed errors naming it.
@@ -1339,7 +1363,7 @@ fn glu_q8_equals_the_gated_unit_rounded() {
     use ferrocm::Activation;
     use ferrocm::ops::quant::Q8Activations;
     let _turn = one_at_a_time();
-    for (rows, d) in [(1usize, 4096usize), (3, 48), (2, 16)] {
+    for (rows, d) in [(1usize, 4096usize), (3, 48), (2, 16), (2, 288)] {
         let xs = hard_values(rows * 2 * d + 8, 5);
         for dev in devices() {
             for dt in [DType::F32, DType::F16, DType::BF16] {
@@ -1379,6 +1403,7 @@ fn glu_q8_equals_the_gated_unit_rounded() {
                         let (rc, rs) = r.to_host().unwrap();
                         let what = format!("{dev} {dt:?} {rows}x{d} offset {off} {act:?}");
                         assert_eq!(qc, rc, "{what}");
+                        same_paired_products(&q, &r, &what);
                         assert_eq!(
                             qs.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                             rs.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),

@@ -577,10 +577,20 @@ pub const COPY_STAGED_LOOPS: bool = cfg!(any(target_arch = "nvptx64", not(ferroc
 /// 8-row kernels make two passes of four.
 #[amdgpu_device]
 pub const QMATVEC_WIDE_PASS: usize = if cfg!(any(target_arch = "nvptx64", not(ferrocm_device))) {
-    8
+    QMATVEC_WIDE_PASS_NVIDIA
 } else {
-    4
+    QMATVEC_WIDE_PASS_AMD
 };
+
+/// [`QMATVEC_WIDE_PASS`] in AMD's code objects, for the host that sizes
+/// their grids.
+#[amdgpu_device]
+pub const QMATVEC_WIDE_PASS_AMD: usize = 4;
+
+/// [`QMATVEC_WIDE_PASS`] in the PTX module and the emulator, for the host
+/// that sizes their grids.
+#[amdgpu_device]
+pub const QMATVEC_WIDE_PASS_NVIDIA: usize = 8;
 
 /// Closes the group of this workitem's [`lds_copy_async`] copies issued
 /// since the last one (a no-op where the copies are synchronous).

@@ -18,7 +18,7 @@ use crate::elem::W128;
 use crate::elem::*;
 use crate::elementwise::unary::activation;
 use crate::kernels;
-use crate::quant::matvec::store_x_lanes;
+use crate::quant::matvec::{X8Out, store_x_lanes};
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
 /// `act(gate) * up` in f32, rounded once: the scalar definition the kernels
@@ -130,6 +130,7 @@ pub fn glu_q8_body<T: Elem>(
     // Launched with `early_start`: nothing global is touched before this.
     wait_prior_grids();
     release_dependent_grids();
+    let out = X8Out::new(codes, meta, (rows * cols) as usize, cols as usize);
     let per = per_word::<T>() as u64;
     let (gw, uw) = (gate as *const W128, up as *const W128);
     let per_row = cols / per;
@@ -141,8 +142,8 @@ pub fn glu_q8_body<T: Elem>(
     while round < rounds {
         let live = i < words;
         let mut v = [0.0f32; 8];
+        let (r, c) = (i / per_row, i % per_row);
         if live {
-            let (r, c) = (i / per_row, i % per_row);
             let (g, u) = unsafe {
                 (
                     load(gw, (r * gate_stride / per + c) as usize),
@@ -151,11 +152,11 @@ pub fn glu_q8_body<T: Elem>(
             };
             word_for_each::<T>(glu_word::<T>(g, u, act), |k, y| v[k as usize] = y.to_f32());
         }
-        let e = (i * per) as usize;
+        let (row, col) = (r as usize, (c * per) as usize);
         if per == 8 {
-            store_x_lanes::<8>(codes, meta, e, v, live);
+            store_x_lanes::<8>(out, row, col, v, live);
         } else {
-            store_x_lanes::<4>(codes, meta, e, [v[0], v[1], v[2], v[3]], live);
+            store_x_lanes::<4>(out, row, col, [v[0], v[1], v[2], v[3]], live);
         }
         i += stride;
         round += 1;

@@ -33,7 +33,7 @@ use crate::device::*;
 use crate::elem::W128;
 use crate::elem::*;
 use crate::kernels;
-use crate::quant::matvec::store_x_lanes;
+use crate::quant::matvec::{X8Out, store_x_lanes};
 use crate::reduce::reductions::{Sum, block_reduce};
 use rocm_kernel_macros::{amdgpu_device, amdgpu_global};
 
@@ -118,18 +118,6 @@ pub const NORM_PER_WAVE: u32 = 1;
 #[amdgpu_device]
 pub const NORM_WORDS: u32 = 2;
 
-/// Where the `_q8` norms store their output: `x` in the 8-bit form the
-/// quantized products take (`codes`, `meta`; see
-/// [`crate::quant::matvec::quantize_x_group`]).
-#[amdgpu_device]
-#[derive(Clone, Copy)]
-pub struct Q8Out {
-    /// Four codes per word.
-    pub codes: *mut u32,
-    /// A group's scale and scaled code sum.
-    pub meta: *mut u64,
-}
-
 /// The body of the norm kernels: `LAYER` picks the layer norm, `ADD` the
 /// fused residual add (`res` and `sum_out` are used only then; `b` may be
 /// null); `flags` holds [`NORM_PER_WAVE`] and [`NORM_WORDS`]. `Q8` (RMS
@@ -141,7 +129,7 @@ pub struct Q8Out {
 #[allow(clippy::too_many_arguments)]
 pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool, const Q8: bool>(
     out: *mut T,
-    q8: Q8Out,
+    q8: X8Out,
     sum_out: *mut T,
     x: *const T,
     res: *const T,
@@ -230,7 +218,7 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool, const Q8: bool>(
         // (the same elements as in the first pass).
         let src = if ADD { sum_out as *const T } else { x };
         if Q8 {
-            norm_store_q8::<T>(q8, src, w, base, cols, scale, me, size);
+            norm_store_q8::<T>(q8, src, w, row as usize, cols, scale, me, size);
             row += teams;
             continue;
         }
@@ -294,10 +282,10 @@ pub fn norm_body<T: Elem, const LAYER: bool, const ADD: bool, const Q8: bool>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn norm_store_q8<T: Elem>(
-    q8: Q8Out,
+    q8: X8Out,
     src: *const T,
     w: *const T,
-    base: usize,
+    row: usize,
     cols: u32,
     scale: f32,
     me: u32,
@@ -305,7 +293,7 @@ fn norm_store_q8<T: Elem>(
 ) {
     let per = per_word::<T>() as usize;
     let (src, ww) = (src as *const W128, w as *const W128);
-    let (wbase, nw) = (base / per, cols / per as u32);
+    let (wbase, nw) = (row * cols as usize / per, cols / per as u32);
     let rounds = nw.div_ceil(size);
     let mut round = 0;
     while round < rounds {
@@ -318,11 +306,11 @@ fn norm_store_q8<T: Elem>(
                 v[k as usize] = y.to_f32()
             });
         }
-        let e = (wbase + c as usize) * per;
+        let col = c as usize * per;
         if per == 8 {
-            store_x_lanes::<8>(q8.codes, q8.meta, e, v, live);
+            store_x_lanes::<8>(q8, row, col, v, live);
         } else {
-            store_x_lanes::<4>(q8.codes, q8.meta, e, [v[0], v[1], v[2], v[3]], live);
+            store_x_lanes::<4>(q8, row, col, [v[0], v[1], v[2], v[3]], live);
         }
         round += 1;
     }
@@ -609,7 +597,7 @@ macro_rules! norm_kernels {
         kernels! {$($(
             fn $name(out: *mut $t, sum_out: *mut $t, x: *const $t, res: *const $t, w: *const $t,
                      b: *const $t, rows: u64, cols: u32, eps: f32, flags: u32) {
-                let q8 = Q8Out { codes: core::ptr::null_mut(), meta: core::ptr::null_mut() };
+                let q8 = X8Out { codes: core::ptr::null_mut(), meta: core::ptr::null_mut(), k: 0, paired: 0 };
                 norm_body::<$t, $layer, $add, false>(out, q8, sum_out, x, res, w, b, rows, cols, eps, flags)
             }
         )*)*}
@@ -618,13 +606,13 @@ macro_rules! norm_kernels {
         kernels! { table Q8_KERNELS; $(
             fn $rms(codes: *mut u32, meta: *mut u64, x: *const $t, w: *const $t, rows: u64, cols: u32, eps: f32, flags: u32) {
                 let (out, sum_out, res, b) = (core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null(), core::ptr::null());
-                let q8 = Q8Out { codes, meta };
+                let q8 = X8Out::new(codes, meta, rows as usize * cols as usize, cols as usize);
                 norm_body::<$t, false, false, true>(out, q8, sum_out, x, res, w, b, rows, cols, eps, flags)
             }
             fn $add_rms(codes: *mut u32, meta: *mut u64, sum_out: *mut $t, x: *const $t, res: *const $t, w: *const $t,
                         rows: u64, cols: u32, eps: f32, flags: u32) {
                 let (out, b) = (core::ptr::null_mut(), core::ptr::null());
-                let q8 = Q8Out { codes, meta };
+                let q8 = X8Out::new(codes, meta, rows as usize * cols as usize, cols as usize);
                 norm_body::<$t, false, true, true>(out, q8, sum_out, x, res, w, b, rows, cols, eps, flags)
             }
         )*}

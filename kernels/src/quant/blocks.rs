@@ -138,6 +138,16 @@ pub trait QuantBlock: Copy + 'static {
     /// block: the matrix-vector kernels then load both groups' `x` scales
     /// in one 16-byte load (their L1 traffic is what bounds them).
     const PAIRED_GROUPS: bool = false;
+    /// Whether the matrix-vector kernels read `x`'s codes from their
+    /// paired copy ([`x_paired_slot`](crate::quant::matvec::x_paired_slot)),
+    /// where a half of eight neighbouring units is one 128-byte line: only
+    /// for a format whose unit `u` is groups `2 u` and `2 u + 1` of its
+    /// row, and true where it paid (H100, 4096 x 14336: Q4_0 one row of x
+    /// 14.8 -> 12.4 us, eight 41.3 -> 38.4; Q5_0 16.3 -> 15.2, 46.3 ->
+    /// 43.5). The other paired formats were mixed (Q4_1 12.5 -> 12.1 at one
+    /// row but 39.0 -> 44.7 at eight; MXFP4 19.1 -> 20.2 at one) or slower
+    /// (Q8_0, Q8_1, Q8_K, IQ4_XS 2-8%) and read `x` in row order.
+    const PAIRED_X: bool = false;
     /// Groups of 16 each workitem of the dequantize kernels takes (1 or 2;
     /// both read before either is stored): 2 where the decode is short
     /// and the workitem waits on its loads (H200, 4096 x 14336 to bf16:
@@ -622,6 +632,7 @@ impl QuantBlock for BlockQ4_0 {
     const UNIT_BIAS: i32 = 8;
     const MATVEC_ONE_PASS_8: bool = false;
     const PAIRED_GROUPS: bool = true;
+    const PAIRED_X: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 2;
@@ -709,6 +720,7 @@ fn q5_units(w: [u32; 4], qh: u32) -> [u32; 8] {
 impl QuantBlock for BlockQ5_0 {
     const UNIT_BIAS: i32 = 16;
     const PAIRED_GROUPS: bool = true;
+    const PAIRED_X: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 6;

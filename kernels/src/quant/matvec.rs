@@ -139,29 +139,122 @@ pub fn quantize_x_lanes<const L: usize>(v: [f32; L]) -> ([u32; 2], u64) {
     (words, x_meta(d, bad == 0, sum))
 }
 
-/// Stores this lane's part of `x` in 8-bit form ([`quantize_x_lanes`]):
-/// `L` values starting at element `e` (a multiple of `L`) of `x`'s codes
-/// and, from the group's first lane, its `meta`. Every lane of the wave
-/// calls it together; only `live` lanes store.
+/// Where a kernel stores `x` in 8-bit form (a `Q8Activations` of the
+/// op library): the codes in row order, then (where a row holds whole
+/// units, [`x_code_words`]) the same codes again in paired order
+/// ([`x_paired_slot`]), and each group's `meta`.
+#[amdgpu_device]
+#[derive(Clone, Copy)]
+pub struct X8Out {
+    /// Four codes per word: row order, then the paired copy.
+    pub codes: *mut u32,
+    /// A group's scale and scaled code sum.
+    pub meta: *mut u64,
+    /// Elements per row of `x`.
+    pub k: usize,
+    /// The word of `codes` where the paired copy starts (0: none).
+    pub paired: usize,
+}
+
+impl X8Out {
+    /// The stores of `elems` elements of `x` in rows of `k`.
+    #[amdgpu_device]
+    #[inline(always)]
+    pub fn new(codes: *mut u32, meta: *mut u64, elems: usize, k: usize) -> Self {
+        let paired = if x_code_words(elems, k) > elems / 4 {
+            elems / 4
+        } else {
+            0
+        };
+        Self {
+            codes,
+            meta,
+            k,
+            paired,
+        }
+    }
+}
+
+/// Groups of 16 a row of `k` elements takes in the paired copy of `x`'s
+/// codes: 16 per run of eight units (the last run padded).
 #[amdgpu_device]
 #[inline(always)]
-pub fn store_x_lanes<const L: usize>(
-    codes: *mut u32,
-    meta: *mut u64,
-    e: usize,
-    v: [f32; L],
-    live: bool,
-) {
+pub const fn x_paired_row_groups(k: usize) -> usize {
+    16 * k.div_ceil(256)
+}
+
+/// Words of codes `elems` elements of `x` in 8-bit form take in rows of
+/// `k` on a device that runs the kernels: the codes in row order and,
+/// where `k` is a multiple of 32 (a row of whole units, which every
+/// weight of a paired format has), the paired copy after them
+/// ([`x_paired_row_groups`] a row). The Cpu reads the row order only.
+///
+/// ```
+/// use ferrocm_kernels::quant::matvec::x_code_words;
+/// assert_eq!(x_code_words(2 * 256, 256), 128 + 128);
+/// assert_eq!(x_code_words(2 * 288, 288), 144 + 256); // padded runs
+/// assert_eq!(x_code_words(2 * 48, 48), 24); // no paired copy
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn x_code_words(elems: usize, k: usize) -> usize {
+    if k > 0 && k.is_multiple_of(32) {
+        elems / 4 + (elems / k) * 4 * x_paired_row_groups(k)
+    } else {
+        elems / 4
+    }
+}
+
+/// Where the paired copy of a row of `x`'s codes holds the first group of
+/// unit `u` (a unit is 32 elements), in groups of 16 from the row's start;
+/// its second group is 8 on. Each run of eight units' first halves
+/// (groups `2 u`), then their second halves (`2 u + 1`), a row's last run
+/// padded to eight. A paired format's unit is groups `2 u` and `2 u + 1`
+/// ([`QuantBlock::PAIRED_X`]), so neighbouring workitems' loads of a half
+/// fall on one 128-byte line, where in row order they straddle two.
+///
+/// ```
+/// use ferrocm_kernels::quant::matvec::x_paired_slot;
+/// assert_eq!(x_paired_slot(0), 0);
+/// assert_eq!(x_paired_slot(7), 7);
+/// assert_eq!(x_paired_slot(9), 17);
+/// ```
+#[amdgpu_device]
+#[inline(always)]
+pub const fn x_paired_slot(u: u32) -> u32 {
+    u + (u & !7)
+}
+
+/// Stores this lane's part of `x` in 8-bit form ([`quantize_x_lanes`]):
+/// `L` values from column `col` (a multiple of `L`) of row `row` of `x`,
+/// in row order and in the paired copy where `out` has one, and, from the
+/// group's first lane, its `meta`. Every lane of the wave calls it
+/// together; only `live` lanes store.
+#[amdgpu_device]
+#[inline(always)]
+pub fn store_x_lanes<const L: usize>(out: X8Out, row: usize, col: usize, v: [f32; L], live: bool) {
     let (words, m) = quantize_x_lanes::<L>(v);
+    let e = row * out.k + col;
     if live {
         unsafe {
             crate::unroll4!(j < 2 => {
                 if j < L / 4 {
-                    store(codes, e / 4 + j, words[j]);
+                    store(out.codes, e / 4 + j, words[j]);
                 }
             });
+            if out.paired != 0 {
+                let g = (col / 16) as u32;
+                let slot = (x_paired_slot(g / 2) + 8 * (g % 2)) as usize;
+                let group = row * x_paired_row_groups(out.k) + slot;
+                let word = out.paired + 4 * group + (col % 16) / 4;
+                crate::unroll4!(j < 2 => {
+                    if j < L / 4 {
+                        store(out.codes, word + j, words[j]);
+                    }
+                });
+            }
             if e.is_multiple_of(16) {
-                store(meta, e / 16, m);
+                store(out.meta, e / 16, m);
             }
         }
     }
@@ -183,15 +276,18 @@ pub fn unit_half_dot(q: &Unit8, h: usize, xc: [u32; 4], xm: u64, acc: f32) -> f3
     math::fma(q.offset[h], sx, s)
 }
 
-/// `x` in 8-bit form ([`quantize_x_group`]'s values): four workitems per
-/// group of 16, each loading four elements and storing their four codes,
+/// `x` (rows of `k`) in 8-bit form ([`quantize_x_group`]'s values, and
+/// the paired copy where rows hold whole units and `k` is not 0,
+/// [`X8Out`]): four workitems
+/// per group of 16, each loading four elements and storing their four codes,
 /// the group's maximum and code sum exchanged across the four lanes (a
 /// decode step's x is a few thousand elements: one workitem per group left
 /// the launch waiting on a few hundred workitems' loads).
 #[amdgpu_device]
 #[inline(always)]
-pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, groups: u64) {
+pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, groups: u64, k: u64) {
     wait_prior_grids();
+    let out = X8Out::new(codes, meta, 16 * groups as usize, k as usize);
     // Whole waves run the loop together (the exchanges); a quad of lanes
     // never straddles a wave, as waves hold a multiple of 4 lanes.
     let quads = groups * 4;
@@ -207,7 +303,18 @@ pub fn quantize_x_body<T: Elem>(codes: *mut u32, meta: *mut u64, x: *const T, gr
                 v[l] = unsafe { load(x, 4 * i as usize + l) }.to_f32();
             });
         }
-        store_x_lanes::<4>(codes, meta, 4 * i as usize, v, live);
+        let e = 4 * i as usize;
+        // The row in 32 bits where it fits (a 64-bit division is a long
+        // sequence on the GPU; `e < 2^32` for any decode step's `x`).
+        let (row, col) = if out.paired == 0 {
+            (0, e)
+        } else if out.paired <= u32::MAX as usize / 4 {
+            let (e, k) = (e as u32, out.k as u32);
+            ((e / k) as usize, (e % k) as usize)
+        } else {
+            (e / out.k, e % out.k)
+        };
+        store_x_lanes::<4>(out, row, col, v, live);
         i += stride;
         round += 1;
     }
@@ -311,6 +418,10 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
     let per_block = B::UNITS as u32;
     let last = Ord::max(m, 1) - 1;
     let xw = codes as *const W128;
+    // The paired formats' codes of x from the paired copy (`X8Out`), after
+    // the `m` rows in row order.
+    let xp = unsafe { xw.add(m as usize * groups_per_row) };
+    let paired_row = x_paired_row_groups(k as usize);
     let partials = lds::<f32>();
     // Every wave runs the same number of passes (the barriers).
     let mut base = workgroup_id_x() * slots * rows;
@@ -328,10 +439,12 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
                 let b = unsafe { global_ref(w, row as usize * blocks_per_row + bi) };
                 (unsafe { b.unit8((u % per_block) as usize) }, bi * B::GROUPS)
             };
-            let mut add = |qs: &[Unit8; $cap], group0: usize| {
+            let mut add = |qs: &[Unit8; $cap], group0: usize, slot: u32| {
                 crate::unroll8!(c < C => {
                     // Rows of x past `m` re-read the last one (not stored).
-                    let xr = Ord::min(m0 + c as u32, last) as usize * groups_per_row + group0;
+                    let xrow = Ord::min(m0 + c as u32, last) as usize;
+                    let xr = xrow * groups_per_row + group0;
+                    let xs = xrow * paired_row + slot as usize;
                     let g = [xr + qs[0].group[0] as usize, xr + qs[0].group[1] as usize];
                     // Both halves' scales in one load where the groups pair
                     // (`g[0]` even: rows of x and blocks hold even counts).
@@ -342,7 +455,11 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
                         unsafe { [load(meta, g[0]), load(meta, g[1])] }
                     };
                     crate::unroll4!(h < 2 => {
-                        let xc = unsafe { load(xw, g[h]) }.0;
+                        let xc = if B::PAIRED_X {
+                            unsafe { load(xp, xs + 8 * h) }.0
+                        } else {
+                            unsafe { load(xw, g[h]) }.0
+                        };
                         crate::unroll4!(r < $cap => {
                             if r < rows as usize {
                                 acc[r][c] = unit_half_dot(&qs[r], h, xc, xm[h], acc[r][c]);
@@ -355,7 +472,7 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
             while u < units {
                 let (q0, g0) = unit_at(0, u);
                 $(let $q = if rows > $r { unit_at($r, u).0 } else { q0 };)*
-                add(&[q0, $($q),*], g0);
+                add(&[q0, $($q),*], g0, x_paired_slot(u));
                 u += QMATVEC_ROW_LANES;
             }
             crate::unroll4!(r < $cap => {
@@ -407,9 +524,10 @@ qmatvec_bodies! {
 pub type QMatvecArgs<B, T> = (*mut T, *const B, *const u32, *const u64, u32, u32, u32);
 
 /// The parameter types of an activation-quantize kernel: `(codes, meta, x,
-/// groups)`.
+/// groups, k)`: `x`'s rows hold `k` elements, and `k` = 0 stores no paired
+/// copy ([`X8Out`]).
 #[cfg(not(ferrocm_device))]
-pub type QuantizeXArgs<T> = (*mut u32, *mut u64, *const T, u64);
+pub type QuantizeXArgs<T> = (*mut u32, *mut u64, *const T, u64, u64);
 
 #[cfg(not(ferrocm_device))]
 use crate::host::KernelRef;
@@ -444,6 +562,12 @@ macro_rules! qmatvec {
                 ];
             }
         )*)*
+        // The host sizes a grid by the rows a workitem takes: a body's
+        // arrays must hold them (its `min` never clamps).
+        $(
+            const _: () = assert!(qmatvec_rows::<$b>(4) <= 2 && qmatvec_rows::<$b>(2) <= 2 && qmatvec_rows::<$b>(1) <= 2);
+            const _: () = assert!(qmatvec_rows::<$b>(8) <= QMATVEC_MAX_ROWS);
+        )*
         kernels! {$($(
             fn $one(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 1>(y, w, codes, meta, n, k, m) }
             fn $two(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 2>(y, w, codes, meta, n, k, m) }
@@ -486,7 +610,7 @@ macro_rules! quantize_x {
             }
         )*
         kernels! { table QUANTIZE_X_KERNELS; $(
-            fn $name(codes: *mut u32, meta: *mut u64, x: *const $t, groups: u64) { quantize_x_body::<$t>(codes, meta, x, groups) }
+            fn $name(codes: *mut u32, meta: *mut u64, x: *const $t, groups: u64, k: u64) { quantize_x_body::<$t>(codes, meta, x, groups, k) }
         )*}
     };
 }

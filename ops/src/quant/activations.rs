@@ -12,7 +12,7 @@ use crate::engine::{self, Op};
 use crate::{DType, Device, Error, Result, Tensor, WithDType};
 use ferrocm_host::{DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::elem::Elem;
-use ferrocm_kernels::quant::matvec::{QuantizeXKernel, quantize_x_group};
+use ferrocm_kernels::quant::matvec::{QuantizeXKernel, quantize_x_group, x_code_words};
 use rayon::prelude::*;
 
 /// A tensor `[.., k]` (`k` a multiple of 16) in 8-bit form: per group of 16
@@ -37,7 +37,10 @@ use rayon::prelude::*;
 /// ```
 #[derive(Debug)]
 pub struct Q8Activations {
-    /// Four codes per word, four words per group.
+    /// Four codes per word, four words per group, in row order; on a
+    /// device that runs kernels, then the paired copy where rows hold
+    /// whole units of 32
+    /// ([`X8Out`](ferrocm_kernels::quant::matvec::X8Out)).
     pub(crate) codes: DeviceBuffer<u32>,
     /// Per group: `d` in the low 32 bits, `d * Σ codes` in the high (f32 bits).
     pub(crate) meta: DeviceBuffer<u64>,
@@ -53,28 +56,47 @@ impl Q8Activations {
     /// for a rank-0 `x` or a last dim that is not a multiple of 16;
     /// [`Error::Host`] (memory, launch).
     pub fn quantize<T: WithDType>(x: &Tensor<T>) -> Result<Self> {
+        Self::quantize_with(x, true)
+    }
+
+    /// [`Q8Activations::quantize`], with the paired copy of the codes only
+    /// where `paired` asks for it (and the device runs kernels).
+    pub(crate) fn quantize_with<T: WithDType>(x: &Tensor<T>, paired: bool) -> Result<Self> {
         let op = "Q8Activations::quantize";
         check_shape::<T>(op, x.shape())?;
         let x = x.contiguous()?;
         let dev = x.device();
-        let groups = x.elem_count() / 16;
+        let q = Self::alloc_on(dev, x.shape(), paired && !matches!(dev, Device::Cpu))?;
         let (codes, meta) = engine::run(
             dev,
             QuantizeX {
                 x: &x,
-                codes: dev.alloc::<u32>(4 * groups)?,
-                meta: dev.alloc::<u64>(groups)?,
+                codes: q.codes,
+                meta: q.meta,
             },
         )?;
         Ok(Self::from_parts(codes, meta, x.shape()))
     }
 
-    /// Storage for `shape`'s groups, filled by a kernel that produces them.
+    /// Storage for `shape`'s groups, filled by a kernel that produces them
+    /// (on a device that runs kernels, with room for the paired copy of
+    /// the codes, [`x_code_words`]).
     pub(crate) fn alloc(dev: &Device, shape: &[usize]) -> Result<Self> {
-        let groups = shape.iter().product::<usize>() / 16;
+        Self::alloc_on(dev, shape, !matches!(dev, Device::Cpu))
+    }
+
+    /// Storage for `shape`'s groups, with room for the paired copy where
+    /// `paired` asks for it and rows hold whole units.
+    fn alloc_on(dev: &Device, shape: &[usize], paired: bool) -> Result<Self> {
+        let elems = shape.iter().product::<usize>();
+        let words = if paired {
+            x_code_words(elems, shape.last().copied().unwrap_or(0))
+        } else {
+            elems / 4
+        };
         Ok(Self::from_parts(
-            dev.alloc::<u32>(4 * groups)?,
-            dev.alloc::<u64>(groups)?,
+            dev.alloc::<u32>(words)?,
+            dev.alloc::<u64>(elems / 16)?,
             shape,
         ))
     }
@@ -89,6 +111,11 @@ impl Q8Activations {
             meta,
             shape: shape.to_vec(),
         }
+    }
+
+    /// Whether the codes hold their paired copy after the row order.
+    pub(crate) fn paired(&self) -> bool {
+        self.codes.len() > 4 * self.meta.len()
     }
 
     /// The shape of the tensor this rounds, `[.., k]`.
@@ -111,7 +138,8 @@ impl Q8Activations {
     pub fn to_host(&self) -> Result<(Vec<i8>, Vec<f32>)> {
         let words = self.codes.download()?;
         let meta = self.meta.download()?;
-        let codes = words
+        // The row order (a paired copy may follow).
+        let codes = words[..4 * meta.len()]
             .iter()
             .flat_map(|w| w.to_le_bytes())
             .map(|b| b as i8)
@@ -202,6 +230,12 @@ impl<T: WithDType> Op for QuantizeX<'_, T> {
         // Four workitems per group.
         let cfg = LaunchConfig::linear(4 * groups as u64, 256).starting_early();
         let (offset, len) = (self.x.layout().offset(), self.x.elem_count());
+        // Rows of k elements; 0: no paired copy to store.
+        let k = if self.codes.len() > 4 * groups {
+            *self.x.shape().last().expect("rank checked") as u64
+        } else {
+            0
+        };
         macro_rules! go {
             ($t:ty) => {{
                 let x = In::range(
@@ -217,6 +251,7 @@ impl<T: WithDType> Op for QuantizeX<'_, T> {
                         Out::new(&self.meta),
                         x,
                         groups as u64,
+                        k,
                     ),
                 )?
             }};

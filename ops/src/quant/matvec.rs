@@ -14,6 +14,7 @@ use crate::quant::format::with_block;
 use crate::quant::{Q8Activations, QTensor};
 use crate::{DType, Device, Error, Result, Tensor, WithDType};
 use ferrocm_host::{DeviceBuffer, In, LaunchConfig, Out};
+use ferrocm_kernels::device::{QMATVEC_WIDE_PASS_AMD, QMATVEC_WIDE_PASS_NVIDIA};
 use ferrocm_kernels::elem::Elem;
 use ferrocm_kernels::quant::blocks::QuantBlock;
 pub use ferrocm_kernels::quant::matvec::QMATVEC_MAX_M;
@@ -105,7 +106,10 @@ impl QTensor {
             let w = self.dequantize::<T>()?;
             return x.linear(&w, None, None);
         }
-        self.forward_q8(&Q8Activations::quantize(x)?)
+        // The paired copy of x's codes only for a format that reads it
+        // (the copy's stores cost the others' one-row products 2-4%).
+        let paired = with_block!(self.format(), B => B::PAIRED_X);
+        self.forward_q8(&Q8Activations::quantize_with(x, paired)?)
     }
 
     /// Whether [`QTensor::forward`] rounds `m` rows of `x` to their 8-bit
@@ -305,6 +309,14 @@ impl QTensor {
         let dev = self.device();
         let out = dev.alloc::<T>(m * n)?;
         let buf = with_block!(self.format(), B => {
+            if B::PAIRED_X && !x.paired() && !matches!(dev, Device::Cpu) {
+                // Only `forward` makes x without the copy, for a format that
+                // does not read it.
+                return Err(Error::BadParameter {
+                    op,
+                    what: format!("x in 8-bit form {:?} lacks the paired copy of its codes a {} weight reads", x.shape(), self.format()),
+                });
+            }
             let w = self.shared_storage().raw().typed::<B>().expect("a whole number of blocks (checked at creation)");
             engine::run(dev, QMatvec { w, x, n, k, m, out })?
         });
@@ -1875,7 +1887,11 @@ where
         // widest pass holds four), and so the weight rows each
         // QMATVEC_ROW_LANES workitems share.
         let pass = match variant {
-            3 => qmatvec_pass8_on::<B>(if dev.is_rocm() { 4 } else { 8 }) as u32,
+            3 => qmatvec_pass8_on::<B>(if dev.is_rocm() {
+                QMATVEC_WIDE_PASS_AMD
+            } else {
+                QMATVEC_WIDE_PASS_NVIDIA
+            }) as u32,
             v => [1, 2, 4][v],
         };
         let rows_per_lane = qmatvec_rows::<B>(pass) as u64;
