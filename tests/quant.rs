@@ -347,10 +347,25 @@ fn dequantize_matches_the_definition_on_every_device() {
             .flat_map(|b| reference(f, b))
             .collect();
         let shape = [rows, per_row * f.block_elems()];
+        let mut cpu: Option<Vec<f32>> = None;
         for dev in devices() {
             let w = QTensor::from_bytes(&bytes, f, &shape, &dev).unwrap();
             let got = w.dequantize::<f32>().unwrap().to_vec().unwrap();
             assert_eq!(got.len(), refs.len());
+            // Second check: every device's kernels give the Cpu's values
+            // bit for bit (both round each value once, as group16
+            // defines it).
+            match &cpu {
+                None => cpu = Some(got.clone()),
+                Some(c) => {
+                    for (i, (&g, &c)) in got.iter().zip(c).enumerate() {
+                        assert!(
+                            g.to_bits() == c.to_bits() || (g.is_nan() && c.is_nan()),
+                            "{f} on {dev}: element {i}: {g:e}, the Cpu's {c:e}"
+                        );
+                    }
+                }
+            }
             for (i, (&g, &r)) in got.iter().zip(&refs).enumerate() {
                 assert!(
                     close(g, r),
