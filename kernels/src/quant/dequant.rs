@@ -2,7 +2,8 @@
 //! every format of [`blocks`](super::blocks). One workitem per group of 16
 //! elements, or two ([`QuantBlock::DEQUANT_GROUPS`]; neighbouring
 //! workitems share a block, so its scales are read once from memory), each
-//! value as [`QuantBlock::group16`] defines it, then rounded to the output
+//! value as [`QuantBlock::group16`] defines it (read in wide loads,
+//! [`QuantBlock::group16_wide`]), then rounded to the output
 //! type ([`Elem::pack2`]: pairs by one instruction on NVIDIA) and stored in
 //! 16-byte words.
 
@@ -25,7 +26,8 @@ pub fn dequant_body<B: QuantBlock, T: Elem>(out: *mut T, blocks: *const B, group
     let per_block = B::GROUPS as u64;
     let group = |g: u64| {
         let b = unsafe { global_ref(blocks, (g / per_block) as usize) };
-        b.group16((g % per_block) as usize)
+        // A device buffer starts on a 16-byte boundary.
+        unsafe { b.group16_wide((g % per_block) as usize) }
     };
     // 16-byte words (the output is a fresh buffer, a group's 16 values
     // start on a 32- or 64-byte boundary): element e of word j in lane
