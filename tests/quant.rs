@@ -1043,8 +1043,9 @@ fn forward_with_x_off_a_word_boundary() {
 /// element, within the two roundings of `scale` and `offset` and the one of
 /// the f64 reference's f32 value; the units of a block cover each of its
 /// groups once, and the values [`unit_half`] makes of them are
-/// `group16`'s to the bit. Blocks with extreme scales included, in a
-/// 16-byte aligned array (the loads the units use assume one).
+/// `group16`'s to the bit, as are `group16_wide`'s. Blocks with extreme
+/// scales included, in a 16-byte aligned array (the loads the units use
+/// assume one).
 #[test]
 fn units_match_the_definition() {
     let _turn = one_at_a_time();
@@ -1060,6 +1061,17 @@ fn units_match_the_definition() {
             let mut seen = vec![0u32; B::GROUPS];
             for u in 0..B::UNITS {
                 let unit = unsafe { b.unit8(u) };
+                // The form the kernels read with two or more rows of x, to
+                // the bit (NaN scales included).
+                let bits = |x: &Unit8| {
+                    let f = |v: [f32; 2]| v.map(f32::to_bits);
+                    (x.codes, f(x.scale), f(x.offset), x.group)
+                };
+                assert_eq!(
+                    bits(&unsafe { b.unit8_shared(u) }),
+                    bits(&unit),
+                    "{f} block {bi} unit {u}: unit8_shared"
+                );
                 if B::PAIRED_X {
                     // The kernels find both halves' codes of x in the paired
                     // copy by the unit's number.
@@ -1112,6 +1124,20 @@ fn units_match_the_definition() {
                 }
             }
             assert!(seen.iter().all(|&c| c == 1), "{f}: groups covered {seen:?}");
+            // What the dequantize kernels read: group16's values, to the
+            // bit, from wide loads.
+            for g in 0..B::GROUPS {
+                let (wide, defined) = (unsafe { b.group16_wide(g) }, b.group16(g));
+                for l in 0..16 {
+                    assert_eq!(
+                        wide[l].to_bits(),
+                        defined[l].to_bits(),
+                        "{f} block {bi} group {g}: element {l} group16_wide {:e}, group16 {:e}",
+                        wide[l],
+                        defined[l]
+                    );
+                }
+            }
         }
     }
     for f in QuantFormat::ALL {

@@ -84,7 +84,11 @@ pub trait QuantBlock: Copy + 'static {
     /// [`QuantBlock::group16`], bit for bit, from the widest loads the
     /// block's place in a 16-byte aligned array allows (the dequantize
     /// kernels: one load a byte made them issue-bound, H200 Q5_K 37 loads a
-    /// group). The formats that have no such form give `group16`.
+    /// group; H100, 4096 x 14336 to bf16, % of copy: IQ4_XS 82.9 -> 92.6,
+    /// Q8_K 86.1 -> 93.8, Q4_K 87.9 -> 93.2, Q2_K 86.5 -> 91.8). The
+    /// formats that have no such form give `group16` (MXFP4: its 17-byte
+    /// blocks allow only byte loads; its codes looked up four at a time in
+    /// registers were level, 85.7 -> 85.5%).
     ///
     /// # Safety
     /// As [`QuantBlock::unit8`]: `self` lies in an array of blocks that
@@ -106,6 +110,21 @@ pub trait QuantBlock: Copy + 'static {
     /// `self` lies in an array of blocks that starts on a 16-byte boundary
     /// (a device buffer), as the widest loads assume.
     unsafe fn unit8(&self, u: usize) -> Unit8;
+    /// [`QuantBlock::unit8`], field for field, as the matrix-vector
+    /// kernels read it with two or more rows of `x` a pass, where a form
+    /// with more work in registers and fewer loads pays but the one-row
+    /// kernel (decode) is faster with `unit8`'s. Q4_K's and Q5_K's scales
+    /// in one 16-byte load (H100, 4096 x 14336: Q5_K 2/4/8 rows of x 24.0
+    /// -> 22.5, 40.0 -> 37.4, 62.9 -> 60.3 us; Q4_K 19.2 -> 16.4, 26.3 ->
+    /// 24.3, 43.5 -> 43.8), where Q5_K's one-row product took 17.4 -> 18.2
+    /// us.
+    ///
+    /// # Safety
+    /// As [`QuantBlock::unit8`].
+    #[inline(always)]
+    unsafe fn unit8_shared(&self, u: usize) -> Unit8 {
+        unsafe { self.unit8(u) }
+    }
     /// Weight rows each workitem of the matrix-vector kernels takes with one
     /// or two rows of `x` (with more it takes two, as their loads of `x`
     /// then outnumber the weight's): 2 where sharing each load of `x`
@@ -163,9 +182,10 @@ pub trait QuantBlock: Copy + 'static {
     /// Groups of 16 each workitem of the dequantize kernels takes (1 or 2;
     /// both read before either is stored): 2 where the decode is short
     /// and the workitem waits on its loads (H200, 4096 x 14336 to bf16:
-    /// Q4_0 60.6 -> 42.7 us, Q5_K 66.2 -> 60.1, IQ4_NL 65.7 -> 47.5), 1 where
-    /// it is long enough to keep the SM issuing (Q8_0 53.9 against 56.0 with
-    /// 2, Q6_K 55.1 against 61.4).
+    /// Q4_0 60.6 -> 42.7 us, Q5_K 66.2 -> 60.1, IQ4_NL 65.7 -> 47.5; H100,
+    /// with [`QuantBlock::group16_wide`]'s five-load `read16::<2>`: Q8_0
+    /// 88.4 -> 95.7% of copy, Q6_K 76.4 -> 91.9%), 1 where it is long enough
+    /// to keep the SM issuing.
     const DEQUANT_GROUPS: u32 = 1;
     /// The bias [`QuantBlock::unit8`]'s codes carry: `group16` gives
     /// `(code - UNIT_BIAS) * scale` (+ `offset` with
@@ -627,6 +647,41 @@ pub fn k4_scale_min(j: usize, q: &[u8; 12]) -> (u8, u8) {
     }
 }
 
+/// Unit `u`'s scales and offsets (`-dmin * min`) for Q4_K and Q5_K, whose
+/// blocks both start with `d`, `dmin` and the 12 scale bytes: those 16
+/// bytes in one load, sub-blocks `2 c` and `2 c + 1` (`c = u / 2`,
+/// [`k4_scale_min`]) picked from them in registers.
+///
+/// # Safety
+/// `p` is the block's first byte, 16-byte aligned (the blocks are 144 and
+/// 176 bytes in an array that starts on a 16-byte boundary).
+#[amdgpu_device]
+#[inline(always)]
+unsafe fn k4_unit_scales(p: *const u8, u: usize) -> ([f32; 2], [f32; 2]) {
+    let head = unsafe { read16::<16>(p) };
+    let c = (u & 7) >> 1;
+    let sh = 16 * (c & 1) as u32;
+    let (a, b, e) = (head[1] >> sh, head[2] >> sh, head[3] >> sh);
+    // Sub-blocks 0..4: 6-bit fields of bytes 0..8; 4..8: a nibble of bytes
+    // 8..12 and the top two bits of bytes 0..8.
+    let (scales, mins) = if c < 2 {
+        (a & 0x3F3F, b & 0x3F3F)
+    } else {
+        (
+            (e & 0x0F0F) | ((a >> 2) & 0x3030),
+            ((e >> 4) & 0x0F0F) | ((b >> 2) & 0x3030),
+        )
+    };
+    let (d, dmin) = (
+        f16_bits_to_f32(head[0] as u16),
+        f16_bits_to_f32((head[0] >> 16) as u16),
+    );
+    (
+        [d * (scales & 0xFF) as f32, d * (scales >> 8) as f32],
+        [-(dmin * (mins & 0xFF) as f32), -(dmin * (mins >> 8) as f32)],
+    )
+}
+
 /// Group scale `g` (0..16) of Q3_K's 12 packed bytes, 6 bits minus 32: the
 /// low four bits are nibbles of bytes 0..8 (low nibbles for groups 0..8),
 /// the high two are the 2-bit fields of bytes 8..12.
@@ -792,6 +847,20 @@ impl QuantBlock for BlockQ5_1 {
     }
 }
 
+/// The 16 signed bytes of four little-endian words, each times `d` (one
+/// rounding, as `q as f32 * d`).
+#[amdgpu_device]
+#[inline(always)]
+fn signed_bytes_times(w: [u32; 4], d: f32) -> [f32; 16] {
+    let mut out = [0.0f32; 16];
+    crate::unroll4!(i < 4 => {
+        crate::unroll4!(b < 4 => {
+            out[4 * i + b] = (w[i] >> (8 * b)) as u8 as i8 as f32 * d;
+        });
+    });
+    out
+}
+
 /// Group `g` of 32 signed 8-bit codes times `d`.
 #[amdgpu_device]
 #[inline(always)]
@@ -807,6 +876,7 @@ fn q8_group(qs: &[i8; 32], d: f32, g: usize) -> [f32; 16] {
 #[amdgpu_device]
 impl QuantBlock for BlockQ8_0 {
     const PAIRED_GROUPS: bool = true;
+    const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 8;
     #[inline(always)]
@@ -822,6 +892,12 @@ impl QuantBlock for BlockQ8_0 {
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         q8_group(&self.qs, f16_bits_to_f32(self.d.0), g)
+    }
+    #[inline(always)]
+    unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
+        let off = 2 + 16 * (g & 1);
+        let w = unsafe { read16::<{ align_in_array(34, 2) }>(byte_at(self, off)) };
+        signed_bytes_times(w, f16_bits_to_f32(self.d.0))
     }
 }
 
@@ -843,6 +919,12 @@ impl QuantBlock for BlockQ8_1 {
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         q8_group(&self.qs, f16_bits_to_f32(self.d.0), g)
+    }
+    #[inline(always)]
+    unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
+        let off = 4 + 16 * (g & 1);
+        let w = unsafe { read16::<{ align_in_array(36, 4) }>(byte_at(self, off)) };
+        signed_bytes_times(w, f16_bits_to_f32(self.d.0))
     }
 }
 
@@ -895,6 +977,30 @@ impl QuantBlock for BlockQ2K {
         for (l, o) in out.iter_mut().enumerate() {
             *o = dl * ((self.qs[base + l] >> (2 * j)) & 3) as f32 - ml;
         }
+        out
+    }
+    #[inline(always)]
+    unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
+        let g = g & 15;
+        let (h, j, sub) = (g >> 3, (g >> 1) & 3, g & 1);
+        let (w, dd) = unsafe {
+            (
+                read16::<{ align_in_array(84, 16) }>(byte_at(self, 16 + 32 * h + 16 * sub)),
+                // d and dmin in one load.
+                (byte_at(self, 80) as *const u32).read(),
+            )
+        };
+        let sc = self.scales[g];
+        let dl = f16_bits_to_f32(dd as u16) * (sc & 0xF) as f32;
+        let ml = f16_bits_to_f32((dd >> 16) as u16) * (sc >> 4) as f32;
+        let mut out = [0.0f32; 16];
+        crate::unroll4!(i < 4 => {
+            let codes = (w[i] >> (2 * j)) & 0x0303_0303;
+            crate::unroll4!(b < 4 => {
+                let q = (codes >> (8 * b)) & 0xFF;
+                out[4 * i + b] = dl * q as f32 - ml;
+            });
+        });
         out
     }
 }
@@ -1017,6 +1123,16 @@ impl QuantBlock for BlockQ4K {
         }
     }
     #[inline(always)]
+    unsafe fn unit8_shared(&self, u: usize) -> Unit8 {
+        // unit8's codes; its byte loads of the scales, unused, go.
+        let (scale, offset) = unsafe { k4_unit_scales(byte_at(self, 0), u) };
+        Unit8 {
+            scale,
+            offset,
+            ..unsafe { self.unit8(u) }
+        }
+    }
+    #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
         // Sub-block s = g / 2: chunk s / 2 (32 bytes of qs), low or high
         // nibbles.
@@ -1031,6 +1147,26 @@ impl QuantBlock for BlockQ4K {
         for (l, o) in out.iter_mut().enumerate() {
             *o = d1 * ((self.qs[base + l] >> shift) & 0xF) as f32 - m1;
         }
+        out
+    }
+    #[inline(always)]
+    unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
+        let g = g & 15;
+        let s = g >> 1;
+        let (sc, m) = k4_scale_min(s, &self.scales);
+        let d1 = f16_bits_to_f32(self.d.0) * sc as f32;
+        let m1 = f16_bits_to_f32(self.dmin.0) * m as f32;
+        let off = 16 + 32 * (s >> 1) + 16 * (g & 1);
+        let w = unsafe { read16::<{ align_in_array(144, 16) }>(byte_at(self, off)) };
+        let shift = 4 * (s & 1);
+        let mut out = [0.0f32; 16];
+        crate::unroll4!(i < 4 => {
+            let codes = (w[i] >> shift) & 0x0F0F_0F0F;
+            crate::unroll4!(b < 4 => {
+                let q = (codes >> (8 * b)) & 0xFF;
+                out[4 * i + b] = d1 * q as f32 - m1;
+            });
+        });
         out
     }
 }
@@ -1069,6 +1205,16 @@ impl QuantBlock for BlockQ5K {
                 offset: [-(dmin * m0 as f32), -(dmin * m1 as f32)],
                 group: [g, g + 2],
             }
+        }
+    }
+    #[inline(always)]
+    unsafe fn unit8_shared(&self, u: usize) -> Unit8 {
+        // unit8's codes; its byte loads of the scales, unused, go.
+        let (scale, offset) = unsafe { k4_unit_scales(byte_at(self, 0), u) };
+        Unit8 {
+            scale,
+            offset,
+            ..unsafe { self.unit8(u) }
         }
     }
     #[inline(always)]
@@ -1123,6 +1269,7 @@ impl QuantBlock for BlockQ5K {
 #[amdgpu_device]
 impl QuantBlock for BlockQ6K {
     const UNIT_BIAS: i32 = 32;
+    const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 14;
     #[inline(always)]
@@ -1171,6 +1318,31 @@ impl QuantBlock for BlockQ6K {
         }
         out
     }
+    #[inline(always)]
+    unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
+        let g = g & 15;
+        let (h, k, sub) = (g >> 3, (g >> 1) & 3, g & 1);
+        let d = f16_bits_to_f32(self.d.0) * self.scales[g] as f32;
+        let (lo, hi) = unsafe {
+            (
+                read16::<{ align_in_array(210, 16) }>(byte_at(
+                    self,
+                    64 * h + 32 * (k & 1) + 16 * sub,
+                )),
+                read16::<{ align_in_array(210, 16) }>(byte_at(self, 128 + 32 * h + 16 * sub)),
+            )
+        };
+        let lo_shift = 4 * (k >> 1);
+        let mut out = [0.0f32; 16];
+        crate::unroll4!(i < 4 => {
+            let codes = ((lo[i] >> lo_shift) & 0x0F0F_0F0F) | (((hi[i] >> (2 * k)) & 0x0303_0303) << 4);
+            crate::unroll4!(b < 4 => {
+                let q = ((codes >> (8 * b)) & 0xFF) as i32;
+                out[4 * i + b] = d * (q - 32) as f32;
+            });
+        });
+        out
+    }
 }
 
 #[amdgpu_device]
@@ -1200,6 +1372,12 @@ impl QuantBlock for BlockQ8K {
             *o = self.d * self.qs[base + l] as f32;
         }
         out
+    }
+    #[inline(always)]
+    unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
+        let off = 4 + 16 * (g & 15);
+        let w = unsafe { read16::<{ align_in_array(292, 4) }>(byte_at(self, off)) };
+        signed_bytes_times(w, self.d)
     }
 }
 
@@ -1282,6 +1460,33 @@ impl QuantBlock for BlockIq4Xs {
         for (l, o) in out.iter_mut().enumerate() {
             *o = dl * lookup16(IQ4NL_PACKED, (self.qs[base + l] >> shift) & 0xF) as f32;
         }
+        out
+    }
+    #[inline(always)]
+    unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
+        let g = g & 15;
+        let ib = g >> 1;
+        let (head, w) = unsafe {
+            (
+                // d, scales_h and scales_l, as unit8 reads them.
+                (byte_at(self, 0) as *const u64).read(),
+                read16::<{ align_in_array(136, 8) }>(byte_at(self, 8 + 16 * ib)),
+            )
+        };
+        let low = ((head >> 32) as u32 >> (4 * ib)) & 0xF;
+        let high = ((head >> 16) as u32 >> (2 * ib)) & 3;
+        let dl = f16_bits_to_f32(head as u16) * ((low | (high << 4)) as i32 - 32) as f32;
+        let shift = 4 * (g & 1);
+        let mut values = [0u32; 4];
+        crate::unroll4!(i < 4 => {
+            values[i] = crate::device::byte_table16(IQ4NL_WORDS, (w[i] >> shift) & 0x0F0F_0F0F);
+        });
+        let mut out = [0.0f32; 16];
+        crate::unroll4!(i < 4 => {
+            crate::unroll4!(b < 4 => {
+                out[4 * i + b] = dl * (values[i] >> (8 * b)) as u8 as i8 as f32;
+            });
+        });
         out
     }
 }

@@ -469,7 +469,13 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
                 let row = if row0 + r < n { row0 + r } else { row0 };
                 let bi = (u / per_block) as usize;
                 let b = unsafe { global_ref(w, row as usize * blocks_per_row + bi) };
-                (unsafe { b.unit8((u % per_block) as usize) }, bi * B::GROUPS)
+                let u = (u % per_block) as usize;
+                let unit = if C > 1 {
+                    unsafe { b.unit8_shared(u) }
+                } else {
+                    unsafe { b.unit8(u) }
+                };
+                (unit, bi * B::GROUPS)
             };
             let mut add = |qs: &[Unit8; $cap], group0: usize, slot: u32| {
                 crate::unroll8!(c < C => {
