@@ -85,10 +85,9 @@ pub trait QuantBlock: Copy + 'static {
     /// block's place in a 16-byte aligned array allows (the dequantize
     /// kernels: one load a byte made them issue-bound, H200 Q5_K 37 loads a
     /// group; H100, 4096 x 14336 to bf16, % of copy: IQ4_XS 82.9 -> 92.6,
-    /// Q8_K 86.1 -> 93.8, Q4_K 87.9 -> 93.2, Q2_K 86.5 -> 91.8). The
-    /// formats that have no such form give `group16` (MXFP4: its 17-byte
-    /// blocks allow only byte loads; its codes looked up four at a time in
-    /// registers were level, 85.7 -> 85.5%).
+    /// Q8_K 86.1 -> 93.8, Q4_K 87.9 -> 93.2, Q2_K 86.5 -> 91.8; MXFP4's
+    /// 17-byte blocks in [`read16`]'s six loads, 85.6 -> 90.9). The
+    /// formats that have no such form give `group16`.
     ///
     /// # Safety
     /// As [`QuantBlock::unit8`]: `self` lies in an array of blocks that
@@ -176,14 +175,15 @@ pub trait QuantBlock: Copy + 'static {
     /// row, and true where it paid (H100, 4096 x 14336: Q4_0 one row of x
     /// 14.8 -> 12.4 us, eight 41.3 -> 38.4; Q5_0 16.3 -> 15.2, 46.3 ->
     /// 43.5). The other paired formats were mixed (Q4_1 12.5 -> 12.1 at one
-    /// row but 39.0 -> 44.7 at eight; MXFP4 19.1 -> 20.2 at one) or slower
-    /// (Q8_0, Q8_1, Q8_K, IQ4_XS 2-8%) and read `x` in row order.
+    /// row but 39.0 -> 44.7 at eight; MXFP4 19.1 -> 20.2 at one, and with
+    /// its codes in six loads level at one but 44.9 -> 47.5 at eight) or
+    /// slower (Q8_0, Q8_1, Q8_K, IQ4_XS 2-8%) and read `x` in row order.
     const PAIRED_X: bool = false;
     /// Groups of 16 each workitem of the dequantize kernels takes (1 or 2;
     /// both read before either is stored): 2 where the decode is short
     /// and the workitem waits on its loads (H200, 4096 x 14336 to bf16:
     /// Q4_0 60.6 -> 42.7 us, Q5_K 66.2 -> 60.1, IQ4_NL 65.7 -> 47.5; H100,
-    /// with [`QuantBlock::group16_wide`]'s five-load `read16::<2>`: Q8_0
+    /// with [`QuantBlock::group16_wide`]'s five-load [`read16_selected`]: Q8_0
     /// 88.4 -> 95.7% of copy, Q6_K 76.4 -> 91.9%), 1 where it is long enough
     /// to keep the SM issuing.
     const DEQUANT_GROUPS: u32 = 1;
@@ -245,10 +245,13 @@ pub const fn align_in_array(size: usize, offset: usize) -> usize {
 
 /// The 16 bytes at `p` as four little-endian words, in loads as wide as
 /// `p`'s alignment `ALIGN` (16, 8, 4, 2 or 1) allows: one of 16 bytes, two
-/// of 8, four of 4, five (three of 4, two of 2) or sixteen of 1.
+/// of 8, four of 4, five (four of 4, one of 2) or six (four of 4, one of 2,
+/// one of 1).
 ///
 /// # Safety
-/// `p..p + 16` is readable and `p` is `ALIGN`-aligned.
+/// `p..p + 16` is readable and `p` is `ALIGN`-aligned; with `ALIGN` 2 or 1, so
+/// is the 4-byte aligned word holding `p` (`p` lies in an array that starts
+/// on a 4-byte boundary).
 #[amdgpu_device]
 #[inline(always)]
 pub unsafe fn read16<const ALIGN: usize>(p: *const u8) -> [u32; 4] {
@@ -270,51 +273,88 @@ pub unsafe fn read16<const ALIGN: usize>(p: *const u8) -> [u32; 4] {
         } else if ALIGN >= 2 {
             // Five loads rather than eight 2-byte ones (a matrix-vector
             // kernel's weight loads are most of its load instructions):
-            // three words from the first 4-byte boundary at or after `p`
-            // and two 2-byte ends, at addresses chosen without a branch
-            // (neighbouring blocks of 18 or 34 bytes alternate).
-            let odd = (p as usize) & 2;
-            let q = p.wrapping_add(odd) as *const u32;
-            let (w0, w1, w2) = (q.read(), q.add(1).read(), q.add(2).read());
-            // Bytes 12..14 when p is 4-byte aligned, else bytes 0..2.
-            let h0 = (p.wrapping_add(12 - 6 * odd) as *const u16).read() as u32;
-            let h1 = (p.wrapping_add(14) as *const u16).read() as u32;
-            let aligned = [w0, w1, w2, h0 | h1 << 16];
-            let shifted = [
-                h0 | w0 << 16,
-                w0 >> 16 | w1 << 16,
-                w1 >> 16 | w2 << 16,
-                w2 >> 16 | h1 << 16,
-            ];
-            if odd == 0 { aligned } else { shifted }
+            // the four words from the 4-byte boundary at or before `p` (in
+            // the array, which starts on one) and bytes 14, 15 of `p` (the
+            // two past those words when `p` is not on a boundary), joined
+            // by funnel shifts: no branch and no select (neighbouring blocks
+            // of 18 or 110 bytes alternate). H100, 4096 x 14336, against
+            // `read16_selected`: Q3_K 8 rows of x 58.9 -> 54.7 us, IQ4_NL
+            // 42.1 -> 40.6 (one row 16.0 -> 15.5, from eight 2-byte loads),
+            // Q6_K one row 24.0 -> 23.5.
+            let s = (p as usize) & 2;
+            let q = p.wrapping_sub(s) as *const u32;
+            let w = [q.read(), q.add(1).read(), q.add(2).read(), q.add(3).read()];
+            let tail = (p.add(14) as *const u16).read() as u32;
+            let sh = 8 * s as u32;
+            let join = |lo: u32, hi: u32| ((((hi as u64) << 32) | lo as u64) >> sh) as u32;
+            [
+                join(w[0], w[1]),
+                join(w[1], w[2]),
+                join(w[2], w[3]),
+                join(w[3], tail),
+            ]
         } else {
-            let w = |i: usize| {
-                u32::from_le_bytes([
-                    p.add(4 * i).read(),
-                    p.add(4 * i + 1).read(),
-                    p.add(4 * i + 2).read(),
-                    p.add(4 * i + 3).read(),
-                ])
+            // Six loads rather than sixteen of a byte (MXFP4's 17-byte
+            // blocks): the four words from the 4-byte boundary at or before
+            // `p` (in the array, which starts on one), and the `s = p % 4`
+            // bytes past them in a 2-byte and a 1-byte load that never
+            // reach past `p + 16`, joined by funnel shifts.
+            let s = (p as usize) & 3;
+            let base = p.wrapping_sub(s);
+            let q = base as *const u32;
+            let w = [q.read(), q.add(1).read(), q.add(2).read(), q.add(3).read()];
+            // Bytes 16, 17 of `base` when s >= 2 (else bytes 14, 15, unused).
+            let h = (base.wrapping_add(if s >= 2 { 16 } else { 14 }) as *const u16).read() as u32;
+            let last = p.add(15).read() as u32;
+            let tail = match s {
+                3 => h | last << 16,
+                2 => h,
+                _ => last,
             };
-            [w(0), w(1), w(2), w(3)]
+            let sh = 8 * s as u32;
+            let join = |lo: u32, hi: u32| ((((hi as u64) << 32) | lo as u64) >> sh) as u32;
+            [
+                join(w[0], w[1]),
+                join(w[1], w[2]),
+                join(w[2], w[3]),
+                join(w[3], tail),
+            ]
         }
     }
 }
 
 /// The 16 bytes at a 2-byte aligned `p` as four little-endian words, in
-/// eight 2-byte loads. IQ4_NL's unit reads its codes so: its matrix-vector
-/// kernel ran 5% slower on the H100 with [`read16`]'s five loads (their
-/// selects beside its table lookups), where Q8_0's ran 9% faster.
+/// five loads: three words from the first 4-byte boundary at or after `p`
+/// and two 2-byte ends, at addresses chosen without a branch, the words
+/// picked by a select. Q5_0 and Q8_0 read their codes so: with
+/// [`read16`]'s funnel shifts (the other 2-byte aligned formats' form)
+/// their products ran slower on the H100 (4096 x 14336: Q5_0 8 rows of x
+/// 42.2 -> 49.4 us, Q8_0 2 rows 28.2 -> 29.6, Q8_0 dequantize to bf16
+/// 62.9 -> 63.6).
 ///
 /// # Safety
 /// `p..p + 16` is readable and `p` is 2-byte aligned.
 #[amdgpu_device]
 #[inline(always)]
-pub unsafe fn read16_halves(p: *const u8) -> [u32; 4] {
-    let q = p as *const u16;
-    let w =
-        |i: usize| unsafe { q.add(2 * i).read() as u32 | (q.add(2 * i + 1).read() as u32) << 16 };
-    [w(0), w(1), w(2), w(3)]
+pub unsafe fn read16_selected(p: *const u8) -> [u32; 4] {
+    #[cfg(not(ferrocm_device))]
+    debug_assert!((p as usize).is_multiple_of(2), "read16_selected at {p:?}");
+    unsafe {
+        let odd = (p as usize) & 2;
+        let q = p.wrapping_add(odd) as *const u32;
+        let (w0, w1, w2) = (q.read(), q.add(1).read(), q.add(2).read());
+        // Bytes 12..14 when p is 4-byte aligned, else bytes 0..2.
+        let h0 = (p.wrapping_add(12 - 6 * odd) as *const u16).read() as u32;
+        let h1 = (p.wrapping_add(14) as *const u16).read() as u32;
+        let aligned = [w0, w1, w2, h0 | h1 << 16];
+        let shifted = [
+            h0 | w0 << 16,
+            w0 >> 16 | w1 << 16,
+            w1 >> 16 | w2 << 16,
+            w2 >> 16 | h1 << 16,
+        ];
+        if odd == 0 { aligned } else { shifted }
+    }
 }
 
 /// Byte `offset` of the block `b`, as a pointer.
@@ -682,6 +722,23 @@ unsafe fn k4_unit_scales(p: *const u8, u: usize) -> ([f32; 2], [f32; 2]) {
     )
 }
 
+/// [`QuantBlock::unit8_shared`] for Q4_K and Q5_K: `unit8`'s codes with
+/// the scales from [`k4_unit_scales`]; `unit8`'s byte loads of the scales,
+/// unused, go.
+///
+/// # Safety
+/// As [`QuantBlock::unit8`].
+#[amdgpu_device]
+#[inline(always)]
+unsafe fn k4_unit8_shared<B: QuantBlock>(b: &B, u: usize) -> Unit8 {
+    let (scale, offset) = unsafe { k4_unit_scales(byte_at(b, 0), u) };
+    Unit8 {
+        scale,
+        offset,
+        ..unsafe { b.unit8(u) }
+    }
+}
+
 /// Group scale `g` (0..16) of Q3_K's 12 packed bytes, 6 bits minus 32: the
 /// low four bits are nibbles of bytes 0..8 (low nibbles for groups 0..8),
 /// the high two are the 2-bit fields of bytes 8..12.
@@ -795,7 +852,7 @@ impl QuantBlock for BlockQ5_0 {
     unsafe fn unit8(&self, u: usize) -> Unit8 {
         let _ = u;
         unsafe {
-            let w = read16::<{ align_in_array(22, 6) }>(byte_at(self, 6));
+            let w = read16_selected(byte_at(self, 6));
             let d = f16_bits_to_f32(self.d.0);
             unit(q5_units(w, u32::from_le_bytes(self.qh)), d, -16.0 * d, 0, 1)
         }
@@ -883,8 +940,8 @@ impl QuantBlock for BlockQ8_0 {
     unsafe fn unit8(&self, u: usize) -> Unit8 {
         let _ = u;
         unsafe {
-            let a = read16::<{ align_in_array(34, 2) }>(byte_at(self, 2));
-            let b = read16::<{ align_in_array(34, 18) }>(byte_at(self, 18));
+            let a = read16_selected(byte_at(self, 2));
+            let b = read16_selected(byte_at(self, 18));
             let c = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
             unit(c, f16_bits_to_f32(self.d.0), 0.0, 0, 1)
         }
@@ -896,7 +953,7 @@ impl QuantBlock for BlockQ8_0 {
     #[inline(always)]
     unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
         let off = 2 + 16 * (g & 1);
-        let w = unsafe { read16::<{ align_in_array(34, 2) }>(byte_at(self, off)) };
+        let w = unsafe { read16_selected(byte_at(self, off)) };
         signed_bytes_times(w, f16_bits_to_f32(self.d.0))
     }
 }
@@ -1124,13 +1181,7 @@ impl QuantBlock for BlockQ4K {
     }
     #[inline(always)]
     unsafe fn unit8_shared(&self, u: usize) -> Unit8 {
-        // unit8's codes; its byte loads of the scales, unused, go.
-        let (scale, offset) = unsafe { k4_unit_scales(byte_at(self, 0), u) };
-        Unit8 {
-            scale,
-            offset,
-            ..unsafe { self.unit8(u) }
-        }
+        unsafe { k4_unit8_shared(self, u) }
     }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
@@ -1209,13 +1260,7 @@ impl QuantBlock for BlockQ5K {
     }
     #[inline(always)]
     unsafe fn unit8_shared(&self, u: usize) -> Unit8 {
-        // unit8's codes; its byte loads of the scales, unused, go.
-        let (scale, offset) = unsafe { k4_unit_scales(byte_at(self, 0), u) };
-        Unit8 {
-            scale,
-            offset,
-            ..unsafe { self.unit8(u) }
-        }
+        unsafe { k4_unit8_shared(self, u) }
     }
     #[inline(always)]
     fn group16(&self, g: usize) -> [f32; 16] {
@@ -1403,7 +1448,7 @@ impl QuantBlock for BlockIq4Nl {
     unsafe fn unit8(&self, u: usize) -> Unit8 {
         let _ = u;
         unsafe {
-            let w = read16_halves(byte_at(self, 2));
+            let w = read16::<{ align_in_array(18, 2) }>(byte_at(self, 2));
             unit(
                 table_nibbles(IQ4NL_WORDS, w),
                 f16_bits_to_f32(self.d.0),
@@ -1520,6 +1565,20 @@ impl QuantBlock for BlockMxfp4 {
         for (l, o) in out.iter_mut().enumerate() {
             *o = lookup16(MXFP4_PACKED, (self.qs[l] >> shift) & 0xF) as f32 * d;
         }
+        out
+    }
+    #[inline(always)]
+    unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
+        let d = e8m0_half_to_f32(self.e);
+        let w = unsafe { read16::<{ align_in_array(17, 1) }>(byte_at(self, 1)) };
+        let shift = 4 * (g & 1);
+        let mut out = [0.0f32; 16];
+        crate::unroll4!(i < 4 => {
+            let values = crate::device::byte_table16(MXFP4_WORDS, (w[i] >> shift) & 0x0F0F_0F0F);
+            crate::unroll4!(b < 4 => {
+                out[4 * i + b] = (values >> (8 * b)) as u8 as i8 as f32 * d;
+            });
+        });
         out
     }
 }
