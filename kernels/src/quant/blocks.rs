@@ -243,6 +243,32 @@ pub const fn align_in_array(size: usize, offset: usize) -> usize {
     bits.isolate_lowest_one()
 }
 
+/// The four words at the 4-byte aligned `q`.
+///
+/// # Safety
+/// The 16 bytes at `q` are readable and `q` is 4-byte aligned.
+#[amdgpu_device]
+#[inline(always)]
+unsafe fn words4(q: *const u32) -> [u32; 4] {
+    unsafe { [q.read(), q.add(1).read(), q.add(2).read(), q.add(3).read()] }
+}
+
+/// The 16 bytes from byte `s` (0..4) of the words `w`, `tail` the word
+/// after them (its bytes past `s` unused): each word joined with the next
+/// by a funnel shift (`shf.r.wrap`, `v_alignbit_b32`).
+#[amdgpu_device]
+#[inline(always)]
+fn funnel16(w: [u32; 4], tail: u32, s: usize) -> [u32; 4] {
+    let sh = 8 * s as u32;
+    let join = |lo: u32, hi: u32| ((((hi as u64) << 32) | lo as u64) >> sh) as u32;
+    [
+        join(w[0], w[1]),
+        join(w[1], w[2]),
+        join(w[2], w[3]),
+        join(w[3], tail),
+    ]
+}
+
 /// The 16 bytes at `p` as four little-endian words, in loads as wide as
 /// `p`'s alignment `ALIGN` (16, 8, 4, 2 or 1) allows: one of 16 bytes, two
 /// of 8, four of 4, five (four of 4, one of 2) or six (four of 4, one of 2,
@@ -268,8 +294,7 @@ pub unsafe fn read16<const ALIGN: usize>(p: *const u8) -> [u32; 4] {
             let (a, b) = (q.read(), q.add(1).read());
             [a as u32, (a >> 32) as u32, b as u32, (b >> 32) as u32]
         } else if ALIGN >= 4 {
-            let q = p as *const u32;
-            [q.read(), q.add(1).read(), q.add(2).read(), q.add(3).read()]
+            words4(p as *const u32)
         } else if ALIGN >= 2 {
             // Five loads rather than eight 2-byte ones (a matrix-vector
             // kernel's weight loads are most of its load instructions):
@@ -283,16 +308,9 @@ pub unsafe fn read16<const ALIGN: usize>(p: *const u8) -> [u32; 4] {
             // Q6_K one row 24.0 -> 23.5.
             let s = (p as usize) & 2;
             let q = p.wrapping_sub(s) as *const u32;
-            let w = [q.read(), q.add(1).read(), q.add(2).read(), q.add(3).read()];
+            let w = words4(q);
             let tail = (p.add(14) as *const u16).read() as u32;
-            let sh = 8 * s as u32;
-            let join = |lo: u32, hi: u32| ((((hi as u64) << 32) | lo as u64) >> sh) as u32;
-            [
-                join(w[0], w[1]),
-                join(w[1], w[2]),
-                join(w[2], w[3]),
-                join(w[3], tail),
-            ]
+            funnel16(w, tail, s)
         } else {
             // Six loads rather than sixteen of a byte (MXFP4's 17-byte
             // blocks): the four words from the 4-byte boundary at or before
@@ -302,7 +320,7 @@ pub unsafe fn read16<const ALIGN: usize>(p: *const u8) -> [u32; 4] {
             let s = (p as usize) & 3;
             let base = p.wrapping_sub(s);
             let q = base as *const u32;
-            let w = [q.read(), q.add(1).read(), q.add(2).read(), q.add(3).read()];
+            let w = words4(q);
             // Bytes 16, 17 of `base` when s >= 2 (else bytes 14, 15, unused).
             let h = (base.wrapping_add(if s >= 2 { 16 } else { 14 }) as *const u16).read() as u32;
             let last = p.add(15).read() as u32;
@@ -311,14 +329,7 @@ pub unsafe fn read16<const ALIGN: usize>(p: *const u8) -> [u32; 4] {
                 2 => h,
                 _ => last,
             };
-            let sh = 8 * s as u32;
-            let join = |lo: u32, hi: u32| ((((hi as u64) << 32) | lo as u64) >> sh) as u32;
-            [
-                join(w[0], w[1]),
-                join(w[1], w[2]),
-                join(w[2], w[3]),
-                join(w[3], tail),
-            ]
+            funnel16(w, tail, s)
         }
     }
 }
