@@ -155,6 +155,18 @@ pub trait QuantBlock: Copy + 'static {
     /// (four rows under the same bound cost Q8_0 49.6 -> 52.3, Q4_K 44.8 ->
     /// 52.8, Q6_K 55.8 -> 82.6).
     const MATVEC_ROWS_8: u32 = Self::MATVEC_ROWS_WIDE;
+    /// Workitems that share a weight row with 1, 2, 4 and 8 rows of `x` a
+    /// pass, at least a wave (the host doubles them while the grid would
+    /// leave a compute unit without a workgroup, up to
+    /// [`QMATVEC_ROW_LANES`](crate::quant::matvec::QMATVEC_ROW_LANES)):
+    /// fewer give each row's sums a shorter reduction and each workitem a
+    /// longer loop over its units. H100, 4096 x 14336, against 128 for
+    /// every pass, us: 4 rows of x at 32 lanes Q4_0 21.4 -> 17.4, Q5_K
+    /// 36.9 -> 32.6, 8 rows Q5_K 60.6 -> 42.4, IQ4_XS 39.0 -> 27.9; one
+    /// row stays at 128 where 64 was slower (Q6_K 23.4 -> 24.7, Q5_K 17.2
+    /// -> 18.7, IQ4_NL 15.5 -> 16.4) or level; docs/h100-bench.md has every
+    /// format's.
+    const MATVEC_LANES: [u32; 4] = [128, 64, 32, 32];
     /// Whether `qmatvec8_*` takes eight rows of `x` in one pass where the
     /// device holds them ([`QMATVEC_WIDE_PASS`](crate::device::QMATVEC_WIDE_PASS)):
     /// each load of `x` then meets every weight byte of the unit once, not
@@ -764,6 +776,7 @@ pub fn q3k_scale(g: usize, q: &[u8; 12]) -> i32 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4_0 {
+    const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const UNIT_BIAS: i32 = 8;
     const MATVEC_ONE_PASS_8: bool = false;
     const PAIRED_GROUPS: bool = true;
@@ -794,6 +807,7 @@ impl QuantBlock for BlockQ4_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4_1 {
+    const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const UNIT_HAS_MIN: bool = true;
     const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
@@ -853,6 +867,7 @@ fn q5_units(w: [u32; 4], qh: u32) -> [u32; 8] {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_0 {
+    const MATVEC_LANES: [u32; 4] = [64, 64, 32, 64];
     const UNIT_BIAS: i32 = 16;
     const PAIRED_GROUPS: bool = true;
     const PAIRED_X: bool = true;
@@ -882,6 +897,7 @@ impl QuantBlock for BlockQ5_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_1 {
+    const MATVEC_LANES: [u32; 4] = [128, 128, 32, 32];
     const MATVEC_ROWS_8: u32 = 4;
     const UNIT_HAS_MIN: bool = true;
     const PAIRED_GROUPS: bool = true;
@@ -943,6 +959,7 @@ fn q8_group(qs: &[i8; 32], d: f32, g: usize) -> [f32; 16] {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ8_0 {
+    const MATVEC_LANES: [u32; 4] = [128, 64, 32, 64];
     const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
@@ -971,6 +988,7 @@ impl QuantBlock for BlockQ8_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ8_1 {
+    const MATVEC_LANES: [u32; 4] = [128, 64, 32, 128];
     const PAIRED_GROUPS: bool = true;
     const ELEMS: usize = 32;
     const GGML_TYPE: u32 = 9;
@@ -1075,6 +1093,7 @@ impl QuantBlock for BlockQ2K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ3K {
+    const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const MATVEC_ROWS_8: u32 = 4;
     const UNIT_BIAS: i32 = 4;
     const MATVEC_ROWS_PAIR: u32 = 1;
@@ -1159,6 +1178,7 @@ impl QuantBlock for BlockQ3K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4K {
+    const MATVEC_LANES: [u32; 4] = [64, 128, 32, 32];
     const UNIT_HAS_MIN: bool = true;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 12;
@@ -1324,6 +1344,7 @@ impl QuantBlock for BlockQ5K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ6K {
+    const MATVEC_LANES: [u32; 4] = [128, 64, 32, 64];
     const UNIT_BIAS: i32 = 32;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = QK_K;
@@ -1477,6 +1498,7 @@ impl QuantBlock for BlockIq4Nl {
 
 #[amdgpu_device]
 impl QuantBlock for BlockIq4Xs {
+    const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const MATVEC_ROWS_8: u32 = 4;
     const PAIRED_GROUPS: bool = true;
     const ELEMS: usize = QK_K;

@@ -6,8 +6,8 @@
 //! (`quantize_x_{dtype}`: per group of 16, the scale `amax / 127`, the codes
 //! and the group's sum), so the product is integer dot products of 8-bit
 //! codes ([`dot4_i8`]: one instruction per four codes where the GPU has
-//! one) scaled once per group. [`QMATVEC_ROW_LANES`] workitems per weight
-//! row: each takes units of 32 weights ([`QuantBlock::unit8`], neighbouring
+//! one) scaled once per group. `lanes` workitems (the host's choice, up
+//! to [`QMATVEC_ROW_LANES`]) per weight row: each takes units of 32 weights ([`QuantBlock::unit8`], neighbouring
 //! workitems neighbouring bytes), decodes a unit once and multiplies it into
 //! `C` rows of `x`; the sums are reduced across waves and then in LDS. Each
 //! weight byte is read once; rows of `x` past `m` repeat the last (not
@@ -339,9 +339,9 @@ fn quantize_x_rounds<T: Elem>(
     }
 }
 
-/// Workitems that share one weight row (whole waves: 4 of 32 or 2 of 64):
-/// enough rows in flight to keep memory busy when a layer has few rows
-/// (4096 rows of one wave each filled half an H100's workitem slots).
+/// Most workitems that share one weight row (whole waves: 4 of 32 or 2 of
+/// 64), the `lanes` a launch takes where fewer would leave compute units
+/// without a workgroup (a layer of few rows).
 pub const QMATVEC_ROW_LANES: u32 = 128;
 
 /// Most weight rows one workitem of the quantized matrix-vector kernels
@@ -393,7 +393,7 @@ pub const QMATVEC_LDS_BYTES: u32 = (QMATVEC_BLOCK / 32) * QMATVEC_MAX_ROWS * QMA
 /// The bodies every quantized matrix-vector kernel instantiates (see the
 /// module doc): `n` weight rows of `k` elements (a whole number of blocks),
 /// `m` rows of `x` in 8-bit form (`quantize_x_body`), `y` contiguous
-/// `[m, n]`. [`QMATVEC_ROW_LANES`] workitems share [`qmatvec_rows`] weight
+/// `[m, n]`. `lanes` workitems (whole waves) share [`qmatvec_rows`] weight
 /// rows (each row of `x` loaded then serves them all), each wave reducing
 /// its sums and the rows' first workitem adding the waves' in LDS. `C` (1,
 /// 2, 4 or 8) rows of `x` per pass; more take further passes that find the
@@ -415,6 +415,7 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
     n: u32,
     k: u32,
     m: u32,
+    lanes: u32,
 ) {
     // Launched with `early_start`: nothing global is touched before this.
     wait_prior_grids();
@@ -425,8 +426,11 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
     let rows: u32 = Ord::min(qmatvec_rows::<B>(C as u32), $cap);
     const { assert!(C == 1 || C == 2 || C == 4 || C == 8) };
     let wave = wave_size();
-    let waves_per_row = QMATVEC_ROW_LANES / wave;
-    let slots = QMATVEC_BLOCK / QMATVEC_ROW_LANES;
+    // Workitems that share a weight row (the host's choice: whole waves,
+    // a power of two up to QMATVEC_ROW_LANES).
+    let row_lanes = lanes;
+    let waves_per_row = row_lanes / wave;
+    let slots = QMATVEC_BLOCK / row_lanes;
     let w_id = wave_id();
     let slot = w_id / waves_per_row;
     // With two or more rows of x, a row's waves in reverse order in every
@@ -511,7 +515,7 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
                 let (q0, g0) = unit_at(0, u);
                 $(let $q = if rows > $r { unit_at($r, u).0 } else { q0 };)*
                 add(&[q0, $($q),*], g0, x_paired_slot(u));
-                u += QMATVEC_ROW_LANES;
+                u += row_lanes;
             }
             crate::unroll4!(r < $cap => {
                 if r < rows as usize {
@@ -556,10 +560,28 @@ qmatvec_bodies! {
     qmatvec_body4: 4, [q1 = 1, q2 = 2, q3 = 3];
 }
 
+/// Whether every entry of a format's [`QuantBlock::MATVEC_LANES`] is a
+/// power of two from 32 to [`QMATVEC_ROW_LANES`] (whole waves that divide
+/// a workgroup, as the body's slots need).
+#[amdgpu_device]
+const fn lanes_fit(lanes: [u32; 4]) -> bool {
+    let mut i = 0;
+    while i < 4 {
+        let l = lanes[i];
+        if !l.is_power_of_two() || l < 32 || l > QMATVEC_ROW_LANES {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// The parameter types of a quantized matrix-vector kernel: `(y, w,
-/// codes, meta, n, k, m)` (`codes` and `meta`: `x` in 8-bit form).
+/// codes, meta, n, k, m, lanes)` (`codes` and `meta`: `x` in 8-bit form;
+/// `lanes` workitems share a weight row: a power of two, whole waves, up
+/// to [`QMATVEC_ROW_LANES`]).
 #[cfg(not(ferrocm_device))]
-pub type QMatvecArgs<B, T> = (*mut T, *const B, *const u32, *const u64, u32, u32, u32);
+pub type QMatvecArgs<B, T> = (*mut T, *const B, *const u32, *const u64, u32, u32, u32, u32);
 
 /// The parameter types of an activation-quantize kernel: `(codes, meta, x,
 /// groups, k)`: `x`'s rows hold `k` elements, and `k` = 0 stores no paired
@@ -605,16 +627,17 @@ macro_rules! qmatvec {
         $(
             const _: () = assert!(qmatvec_rows::<$b>(4) <= 2 && qmatvec_rows::<$b>(2) <= 2 && qmatvec_rows::<$b>(1) <= 2);
             const _: () = assert!(qmatvec_rows::<$b>(8) <= QMATVEC_MAX_ROWS);
+            const _: () = assert!(lanes_fit(<$b as QuantBlock>::MATVEC_LANES));
         )*
         kernels! {$($(
-            fn $one(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 1>(y, w, codes, meta, n, k, m) }
-            fn $two(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 2>(y, w, codes, meta, n, k, m) }
-            fn $four(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) { qmatvec_body::<$b, $t, 4>(y, w, codes, meta, n, k, m) }
-            fn $eight(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32) {
+            fn $one(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) { qmatvec_body::<$b, $t, 1>(y, w, codes, meta, n, k, m, lanes) }
+            fn $two(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) { qmatvec_body::<$b, $t, 2>(y, w, codes, meta, n, k, m, lanes) }
+            fn $four(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) { qmatvec_body::<$b, $t, 4>(y, w, codes, meta, n, k, m, lanes) }
+            fn $eight(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) {
                 if qmatvec_rows::<$b>(qmatvec_pass8::<$b>() as u32) > 2 {
-                    qmatvec_body4::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m)
+                    qmatvec_body4::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m, lanes)
                 } else {
-                    qmatvec_body::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m)
+                    qmatvec_body::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m, lanes)
                 }
             }
         )*)*}

@@ -1884,8 +1884,8 @@ where
             _ => 3,
         };
         // Rows of x a pass of the chosen kernel takes on this device (AMD's
-        // widest pass holds four), and so the weight rows each
-        // QMATVEC_ROW_LANES workitems share.
+        // widest pass holds four), and so the weight rows each workitem
+        // takes and the workitems that share them.
         let pass = match variant {
             3 => qmatvec_pass8_on::<B>(if dev.is_rocm() {
                 QMATVEC_WIDE_PASS_AMD
@@ -1894,12 +1894,15 @@ where
             }) as u32,
             v => [1, 2, 4][v],
         };
-        let rows_per_lane = qmatvec_rows::<B>(pass) as u64;
-        let mut cfg = LaunchConfig::linear(
-            (n as u64).div_ceil(rows_per_lane) * QMATVEC_ROW_LANES as u64,
-            QMATVEC_BLOCK,
-        )
-        .starting_early();
+        let row_groups = (n as u64).div_ceil(qmatvec_rows::<B>(pass) as u64);
+        let lanes = qmatvec_lanes(
+            B::MATVEC_LANES[pass.trailing_zeros() as usize],
+            dev.wave_size().unwrap_or(32),
+            row_groups,
+            dev.gpu_info().map_or(1, |i| i.compute_units as u64),
+        );
+        let mut cfg =
+            LaunchConfig::linear(row_groups * lanes as u64, QMATVEC_BLOCK).starting_early();
         cfg.lds_bytes = QMATVEC_LDS_BYTES;
         let (codes, meta) = (&self.x.codes, &self.x.meta);
         macro_rules! go {
@@ -1917,6 +1920,7 @@ where
                         n,
                         k,
                         m,
+                        lanes,
                     ),
                 )?
             }};
@@ -2016,11 +2020,42 @@ impl<T: WithDType> Weight<T> {
     }
 }
 
+/// Workitems that share a weight row of a quantized matrix-vector launch:
+/// the format's `preferred` ([`QuantBlock::MATVEC_LANES`] for the pass), at
+/// least a `wave`, doubled up to [`QMATVEC_ROW_LANES`] while `row_groups`
+/// groups of weight rows (a workitem's) would leave one of the
+/// `compute_units` without a workgroup (a layer of few rows). The emulator
+/// (no compute units to fill) takes the preferred.
+fn qmatvec_lanes(preferred: u32, wave: u32, row_groups: u64, compute_units: u64) -> u32 {
+    let mut lanes = Ord::max(preferred, wave);
+    while lanes < QMATVEC_ROW_LANES
+        && (row_groups * lanes as u64).div_ceil(QMATVEC_BLOCK as u64) < compute_units
+    {
+        lanes *= 2;
+    }
+    lanes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::quant::QuantFormat;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn lanes_are_the_fewest_that_fill_the_compute_units() {
+        // 4096 rows, two a workitem, on an H100 (132) and an MI300X (304,
+        // wave 64).
+        assert_eq!(qmatvec_lanes(32, 32, 2048, 132), 32);
+        assert_eq!(qmatvec_lanes(32, 64, 2048, 304), 64);
+        assert_eq!(qmatvec_lanes(128, 32, 4096, 132), 128);
+        // 1024 rows: 64 workgroups at 32 lanes, 128 at 64.
+        assert_eq!(qmatvec_lanes(32, 32, 512, 132), 128);
+        assert_eq!(qmatvec_lanes(32, 32, 512, 100), 64);
+        // Never past 128, however few the rows.
+        assert_eq!(qmatvec_lanes(64, 64, 1, 132), 128);
+        assert_eq!(qmatvec_lanes(32, 32, 1, 1), 32);
+    }
 
     /// The f32 panels (the prompt's path on a Cpu without AVX-512 VNNI,
     /// which `tests/quant.rs` then checks against f64 sums) against the
