@@ -156,9 +156,9 @@ pub trait QuantBlock: Copy + 'static {
     /// 52.8, Q6_K 55.8 -> 82.6).
     const MATVEC_ROWS_8: u32 = Self::MATVEC_ROWS_WIDE;
     /// Workitems that share a weight row with 1, 2, 4 and 8 rows of `x` a
-    /// pass, at least a wave (the host doubles them while the grid would
-    /// leave a compute unit without a workgroup, up to
-    /// [`QMATVEC_ROW_LANES`](crate::quant::matvec::QMATVEC_ROW_LANES)):
+    /// pass, at least a wave (the host takes
+    /// [`QMATVEC_ROW_LANES`](crate::quant::matvec::QMATVEC_ROW_LANES) where
+    /// these would leave a compute unit without a workgroup):
     /// fewer give each row's sums a shorter reduction and each workitem a
     /// longer loop over its units. H100, 4096 x 14336, against 128 for
     /// every pass, us: 4 rows of x at 32 lanes Q4_0 21.4 -> 17.4, Q5_K
@@ -414,6 +414,23 @@ fn table_nibbles(table: [u32; 4], w: [u32; 4]) -> [u32; 8] {
     let mut out = [0u32; 8];
     crate::unroll4!(i < 4 => {
         (out[i], out[i + 4]) = crate::device::nibble_table16(table, w[i]);
+    });
+    out
+}
+
+/// A group of 16 values of a table format from the four words `w`
+/// holding its 4-bit codes at bit `shift` (0 or 4) of each byte: each code's
+/// entry of the 16-entry i8 `table` (four at a time,
+/// [`byte_table16`](crate::device::byte_table16)) times `scale`.
+#[amdgpu_device]
+#[inline(always)]
+fn table_group16(table: [u32; 4], w: [u32; 4], shift: usize, scale: f32) -> [f32; 16] {
+    let mut out = [0.0f32; 16];
+    crate::unroll4!(i < 4 => {
+        let values = crate::device::byte_table16(table, (w[i] >> shift) & 0x0F0F_0F0F);
+        crate::unroll4!(b < 4 => {
+            out[4 * i + b] = scale * (values >> (8 * b)) as u8 as i8 as f32;
+        });
     });
     out
 }
@@ -1554,18 +1571,7 @@ impl QuantBlock for BlockIq4Xs {
         let low = ((head >> 32) as u32 >> (4 * ib)) & 0xF;
         let high = ((head >> 16) as u32 >> (2 * ib)) & 3;
         let dl = f16_bits_to_f32(head as u16) * ((low | (high << 4)) as i32 - 32) as f32;
-        let shift = 4 * (g & 1);
-        let mut values = [0u32; 4];
-        crate::unroll4!(i < 4 => {
-            values[i] = crate::device::byte_table16(IQ4NL_WORDS, (w[i] >> shift) & 0x0F0F_0F0F);
-        });
-        let mut out = [0.0f32; 16];
-        crate::unroll4!(i < 4 => {
-            crate::unroll4!(b < 4 => {
-                out[4 * i + b] = dl * (values[i] >> (8 * b)) as u8 as i8 as f32;
-            });
-        });
-        out
+        table_group16(IQ4NL_WORDS, w, 4 * (g & 1), dl)
     }
 }
 
@@ -1604,15 +1610,7 @@ impl QuantBlock for BlockMxfp4 {
     unsafe fn group16_wide(&self, g: usize) -> [f32; 16] {
         let d = e8m0_half_to_f32(self.e);
         let w = unsafe { read16::<{ align_in_array(17, 1) }>(byte_at(self, 1)) };
-        let shift = 4 * (g & 1);
-        let mut out = [0.0f32; 16];
-        crate::unroll4!(i < 4 => {
-            let values = crate::device::byte_table16(MXFP4_WORDS, (w[i] >> shift) & 0x0F0F_0F0F);
-            crate::unroll4!(b < 4 => {
-                out[4 * i + b] = (values >> (8 * b)) as u8 as i8 as f32 * d;
-            });
-        });
-        out
+        table_group16(MXFP4_WORDS, w, 4 * (g & 1), d)
     }
 }
 

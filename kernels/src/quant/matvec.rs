@@ -1,17 +1,19 @@
 //! `qmatvec{C}_{format}_{dtype}` (C = 1, 2, 4, 8): `y = x · Wᵀ` for a
-//! quantized weight `W` `[n, k]` (rows = output features, as GGUF stores them) and a few rows of
-//! activations `x` `[m, k]` (decode: m = 1 to 8), `y` `[m, n]`.
+//! quantized weight `W` `[n, k]` (rows = output features, as GGUF stores
+//! them) and a few rows of activations `x` `[m, k]` (decode: m = 1 to 8),
+//! `y` `[m, n]`.
 //!
 //! As llama.cpp's mmvq does, `x` is first rounded to 8 bits
 //! (`quantize_x_{dtype}`: per group of 16, the scale `amax / 127`, the codes
 //! and the group's sum), so the product is integer dot products of 8-bit
 //! codes ([`dot4_i8`]: one instruction per four codes where the GPU has
-//! one) scaled once per group. `lanes` workitems (the host's choice, up
-//! to [`QMATVEC_ROW_LANES`]) per weight row: each takes units of 32 weights ([`QuantBlock::unit8`], neighbouring
-//! workitems neighbouring bytes), decodes a unit once and multiplies it into
-//! `C` rows of `x`; the sums are reduced across waves and then in LDS. Each
-//! weight byte is read once; rows of `x` past `m` repeat the last (not
-//! stored).
+//! one) scaled once per group. `L` workitems per weight row (the format's
+//! [`QuantBlock::MATVEC_LANES`] for the pass, or [`QMATVEC_ROW_LANES`]
+//! where the host's `lanes` asks for them): each takes units
+//! of 32 weights ([`QuantBlock::unit8`], neighbouring workitems
+//! neighbouring bytes), decodes a unit once and multiplies it into `C` rows
+//! of `x`; the sums are reduced across waves and then in LDS. Each weight
+//! byte is read once; rows of `x` past `m` repeat the last (not stored).
 
 use crate::device::*;
 use crate::elem::*;
@@ -340,8 +342,8 @@ fn quantize_x_rounds<T: Elem>(
 }
 
 /// Most workitems that share one weight row (whole waves: 4 of 32 or 2 of
-/// 64), the `lanes` a launch takes where fewer would leave compute units
-/// without a workgroup (a layer of few rows).
+/// 64), the `lanes` a launch asks for where the format's count would leave
+/// compute units without a workgroup (a layer of few rows).
 pub const QMATVEC_ROW_LANES: u32 = 128;
 
 /// Most weight rows one workitem of the quantized matrix-vector kernels
@@ -393,7 +395,7 @@ pub const QMATVEC_LDS_BYTES: u32 = (QMATVEC_BLOCK / 32) * QMATVEC_MAX_ROWS * QMA
 /// The bodies every quantized matrix-vector kernel instantiates (see the
 /// module doc): `n` weight rows of `k` elements (a whole number of blocks),
 /// `m` rows of `x` in 8-bit form (`quantize_x_body`), `y` contiguous
-/// `[m, n]`. `lanes` workitems (whole waves) share [`qmatvec_rows`] weight
+/// `[m, n]`. `L` workitems (at least a wave) share [`qmatvec_rows`] weight
 /// rows (each row of `x` loaded then serves them all), each wave reducing
 /// its sums and the rows' first workitem adding the waves' in LDS. `C` (1,
 /// 2, 4 or 8) rows of `x` per pass; more take further passes that find the
@@ -407,7 +409,7 @@ macro_rules! qmatvec_bodies {
 #[amdgpu_device]
 #[inline(always)]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
+pub fn $name<B: QuantBlock, T: Elem, const C: usize, const L: u32>(
     y: *mut T,
     w: *const B,
     codes: *const u32,
@@ -415,7 +417,6 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
     n: u32,
     k: u32,
     m: u32,
-    lanes: u32,
 ) {
     // Launched with `early_start`: nothing global is touched before this.
     wait_prior_grids();
@@ -426,9 +427,11 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize>(
     let rows: u32 = Ord::min(qmatvec_rows::<B>(C as u32), $cap);
     const { assert!(C == 1 || C == 2 || C == 4 || C == 8) };
     let wave = wave_size();
-    // Workitems that share a weight row (the host's choice: whole waves,
-    // a power of two up to QMATVEC_ROW_LANES).
-    let row_lanes = lanes;
+    // Workitems that share a weight row: a compile-time count where the
+    // wave's size is one (a run-time stride cost up to 40%: the unit a
+    // workitem takes of each block, and its decoding, no longer folded out
+    // of the loop; H100, Q5_K, 1 row of x, 17.3 -> 24.5 us).
+    let row_lanes = Ord::max(L, wave);
     let waves_per_row = row_lanes / wave;
     let slots = QMATVEC_BLOCK / row_lanes;
     let w_id = wave_id();
@@ -576,10 +579,47 @@ const fn lanes_fit(lanes: [u32; 4]) -> bool {
     true
 }
 
+/// A quantized matrix-vector kernel's body for its `lanes` argument:
+/// `P` (the format's [`QuantBlock::MATVEC_LANES`] for the pass) or
+/// [`QMATVEC_ROW_LANES`], each a compiled instance (uniform across the
+/// grid: one branch a launch). `WIDE` takes [`qmatvec_body4`] (up to four
+/// weight rows a workitem).
+#[amdgpu_device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn qmatvec_entry<B: QuantBlock, T: Elem, const C: usize, const P: u32, const WIDE: bool>(
+    y: *mut T,
+    w: *const B,
+    codes: *const u32,
+    meta: *const u64,
+    n: u32,
+    k: u32,
+    m: u32,
+    lanes: u32,
+) {
+    macro_rules! body {
+        ($l:expr) => {
+            if WIDE {
+                qmatvec_body4::<B, T, C, { $l }>(y, w, codes, meta, n, k, m)
+            } else {
+                qmatvec_body::<B, T, C, { $l }>(y, w, codes, meta, n, k, m)
+            }
+        };
+    }
+    if P < QMATVEC_ROW_LANES && lanes == QMATVEC_ROW_LANES {
+        body!(QMATVEC_ROW_LANES)
+    } else {
+        body!(P)
+    }
+}
+
 /// The parameter types of a quantized matrix-vector kernel: `(y, w,
 /// codes, meta, n, k, m, lanes)` (`codes` and `meta`: `x` in 8-bit form;
-/// `lanes` workitems share a weight row: a power of two, whole waves, up
-/// to [`QMATVEC_ROW_LANES`]).
+/// `lanes`, the workitems that share a weight row: [`QMATVEC_ROW_LANES`],
+/// else the format's [`QuantBlock::MATVEC_LANES`] for the pass or a wave,
+/// whichever is more, whatever value it holds; the host sizes the grid by
+/// the same count). Each count is its own compiled body
+/// ([`qmatvec_entry`]).
 #[cfg(not(ferrocm_device))]
 pub type QMatvecArgs<B, T> = (*mut T, *const B, *const u32, *const u64, u32, u32, u32, u32);
 
@@ -630,15 +670,23 @@ macro_rules! qmatvec {
             const _: () = assert!(lanes_fit(<$b as QuantBlock>::MATVEC_LANES));
         )*
         kernels! {$($(
-            fn $one(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) { qmatvec_body::<$b, $t, 1>(y, w, codes, meta, n, k, m, lanes) }
-            fn $two(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) { qmatvec_body::<$b, $t, 2>(y, w, codes, meta, n, k, m, lanes) }
-            fn $four(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) { qmatvec_body::<$b, $t, 4>(y, w, codes, meta, n, k, m, lanes) }
+            fn $one(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) {
+                qmatvec_entry::<$b, $t, 1, { <$b as QuantBlock>::MATVEC_LANES[0] }, false>(y, w, codes, meta, n, k, m, lanes)
+            }
+            fn $two(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) {
+                qmatvec_entry::<$b, $t, 2, { <$b as QuantBlock>::MATVEC_LANES[1] }, false>(y, w, codes, meta, n, k, m, lanes)
+            }
+            fn $four(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) {
+                qmatvec_entry::<$b, $t, 4, { <$b as QuantBlock>::MATVEC_LANES[2] }, false>(y, w, codes, meta, n, k, m, lanes)
+            }
             fn $eight(y: *mut $t, w: *const $b, codes: *const u32, meta: *const u64, n: u32, k: u32, m: u32, lanes: u32) {
-                if qmatvec_rows::<$b>(qmatvec_pass8::<$b>() as u32) > 2 {
-                    qmatvec_body4::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m, lanes)
-                } else {
-                    qmatvec_body::<$b, $t, { qmatvec_pass8::<$b>() }>(y, w, codes, meta, n, k, m, lanes)
-                }
+                qmatvec_entry::<
+                    $b,
+                    $t,
+                    { qmatvec_pass8::<$b>() },
+                    { <$b as QuantBlock>::MATVEC_LANES[qmatvec_pass8::<$b>().trailing_zeros() as usize] },
+                    { qmatvec_rows::<$b>(qmatvec_pass8::<$b>() as u32) > 2 },
+                >(y, w, codes, meta, n, k, m, lanes)
             }
         )*)*}
     };

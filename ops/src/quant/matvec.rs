@@ -2021,19 +2021,20 @@ impl<T: WithDType> Weight<T> {
 }
 
 /// Workitems that share a weight row of a quantized matrix-vector launch:
-/// the format's `preferred` ([`QuantBlock::MATVEC_LANES`] for the pass), at
-/// least a `wave`, doubled up to [`QMATVEC_ROW_LANES`] while `row_groups`
-/// groups of weight rows (a workitem's) would leave one of the
-/// `compute_units` without a workgroup (a layer of few rows). The emulator
-/// (no compute units to fill) takes the preferred.
+/// the format's `preferred` ([`QuantBlock::MATVEC_LANES`] for the pass) or
+/// a `wave`, whichever is more, unless `row_groups` groups of weight rows
+/// (a workitem's) would then leave one of the `compute_units` without a
+/// workgroup (a layer of few rows): [`QMATVEC_ROW_LANES`]. The kernels
+/// hold a compiled body for each of the two counts, none between (a
+/// run-time count cost up to 40%). The emulator (no compute units to fill)
+/// takes the preferred.
 fn qmatvec_lanes(preferred: u32, wave: u32, row_groups: u64, compute_units: u64) -> u32 {
-    let mut lanes = Ord::max(preferred, wave);
-    while lanes < QMATVEC_ROW_LANES
-        && (row_groups * lanes as u64).div_ceil(QMATVEC_BLOCK as u64) < compute_units
-    {
-        lanes *= 2;
+    let lanes = Ord::max(preferred, wave);
+    if (row_groups * lanes as u64).div_ceil(QMATVEC_BLOCK as u64) < compute_units {
+        QMATVEC_ROW_LANES
+    } else {
+        lanes
     }
-    lanes
 }
 
 #[cfg(test)]
@@ -2043,15 +2044,17 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     #[test]
-    fn lanes_are_the_fewest_that_fill_the_compute_units() {
+    fn lanes_are_the_format_s_where_they_fill_the_compute_units() {
         // 4096 rows, two a workitem, on an H100 (132) and an MI300X (304,
         // wave 64).
         assert_eq!(qmatvec_lanes(32, 32, 2048, 132), 32);
         assert_eq!(qmatvec_lanes(32, 64, 2048, 304), 64);
         assert_eq!(qmatvec_lanes(128, 32, 4096, 132), 128);
-        // 1024 rows: 64 workgroups at 32 lanes, 128 at 64.
+        // 1024 rows: 64 workgroups at 32 lanes, short of 132 and of 100;
+        // 128 at 64, which the kernels skip: 128 lanes.
         assert_eq!(qmatvec_lanes(32, 32, 512, 132), 128);
-        assert_eq!(qmatvec_lanes(32, 32, 512, 100), 64);
+        assert_eq!(qmatvec_lanes(32, 32, 512, 100), 128);
+        assert_eq!(qmatvec_lanes(32, 32, 512, 64), 32);
         // Never past 128, however few the rows.
         assert_eq!(qmatvec_lanes(64, 64, 1, 132), 128);
         assert_eq!(qmatvec_lanes(32, 32, 1, 1), 32);
