@@ -158,7 +158,7 @@ pub trait QuantBlock: Copy + 'static {
     /// Workitems that share a weight row with 1, 2, 4 and 8 rows of `x` a
     /// pass, at least a wave (the host takes
     /// [`QMATVEC_ROW_LANES`](crate::quant::matvec::QMATVEC_ROW_LANES) where
-    /// these would leave a compute unit without a workgroup):
+    /// these would leave half the compute units without a workgroup):
     /// fewer give each row's sums a shorter reduction and each workitem a
     /// longer loop over its units. H100, 4096 x 14336, against 128 for
     /// every pass, us: 4 rows of x at 32 lanes Q4_0 21.4 -> 17.4, Q5_K

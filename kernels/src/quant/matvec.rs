@@ -343,7 +343,7 @@ fn quantize_x_rounds<T: Elem>(
 
 /// Most workitems that share one weight row (whole waves: 4 of 32 or 2 of
 /// 64), the `lanes` a launch asks for where the format's count would leave
-/// compute units without a workgroup (a layer of few rows).
+/// half the compute units without a workgroup (a layer of few rows).
 pub const QMATVEC_ROW_LANES: u32 = 128;
 
 /// Most weight rows one workitem of the quantized matrix-vector kernels

@@ -2023,14 +2023,16 @@ impl<T: WithDType> Weight<T> {
 /// Workitems that share a weight row of a quantized matrix-vector launch:
 /// the format's `preferred` ([`QuantBlock::MATVEC_LANES`] for the pass) or
 /// a `wave`, whichever is more, unless `row_groups` groups of weight rows
-/// (a workitem's) would then leave one of the `compute_units` without a
-/// workgroup (a layer of few rows): [`QMATVEC_ROW_LANES`]. The kernels
-/// hold a compiled body for each of the two counts, none between (a
-/// run-time count cost up to 40%). The emulator (no compute units to fill)
-/// takes the preferred.
+/// (a workitem's) would then give fewer workgroups than half the
+/// `compute_units` (a layer of few rows): [`QMATVEC_ROW_LANES`]. Half, not
+/// all: 128 workgroups on the H100's 132 lost little, but 128 lanes there
+/// cost up to 40% (4096 rows, four a workitem, 8 rows of x: IQ4_XS 27.7
+/// -> 38.9 us, Q5_K 42.4 -> 59.7). The kernels hold a compiled body for
+/// each of the two counts, none between (a run-time count cost up to
+/// 40%). The emulator (no compute units to fill) takes the preferred.
 fn qmatvec_lanes(preferred: u32, wave: u32, row_groups: u64, compute_units: u64) -> u32 {
     let lanes = Ord::max(preferred, wave);
-    if (row_groups * lanes as u64).div_ceil(QMATVEC_BLOCK as u64) < compute_units {
+    if 2 * (row_groups * lanes as u64).div_ceil(QMATVEC_BLOCK as u64) < compute_units {
         QMATVEC_ROW_LANES
     } else {
         lanes
@@ -2044,17 +2046,21 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     #[test]
-    fn lanes_are_the_format_s_where_they_fill_the_compute_units() {
+    fn lanes_are_the_format_s_where_they_fill_half_the_compute_units() {
         // 4096 rows, two a workitem, on an H100 (132) and an MI300X (304,
         // wave 64).
         assert_eq!(qmatvec_lanes(32, 32, 2048, 132), 32);
         assert_eq!(qmatvec_lanes(32, 64, 2048, 304), 64);
         assert_eq!(qmatvec_lanes(128, 32, 4096, 132), 128);
-        // 1024 rows: 64 workgroups at 32 lanes, short of 132 and of 100;
-        // 128 at 64, which the kernels skip: 128 lanes.
+        // Four a workitem: 128 workgroups on 132 keep 32 lanes.
+        assert_eq!(qmatvec_lanes(32, 32, 1024, 132), 32);
+        // 1024 rows, two a workitem: 64 workgroups at 32 lanes, under half
+        // of 132 (128 lanes), half of 128 (32 lanes).
         assert_eq!(qmatvec_lanes(32, 32, 512, 132), 128);
-        assert_eq!(qmatvec_lanes(32, 32, 512, 100), 128);
-        assert_eq!(qmatvec_lanes(32, 32, 512, 64), 32);
+        assert_eq!(qmatvec_lanes(32, 32, 512, 128), 32);
+        // An MI300X: 512 groups at 64 lanes (wave 64) are 128 workgroups,
+        // under half of 304.
+        assert_eq!(qmatvec_lanes(32, 64, 512, 304), 128);
         // Never past 128, however few the rows.
         assert_eq!(qmatvec_lanes(64, 64, 1, 132), 128);
         assert_eq!(qmatvec_lanes(32, 32, 1, 1), 32);
