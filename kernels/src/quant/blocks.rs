@@ -162,10 +162,14 @@ pub trait QuantBlock: Copy + 'static {
     /// fewer give each row's sums a shorter reduction and each workitem a
     /// longer loop over its units. H100, 4096 x 14336, against 128 for
     /// every pass, us: 4 rows of x at 32 lanes Q4_0 21.4 -> 17.4, Q5_K
-    /// 36.9 -> 32.6, 8 rows Q5_K 60.6 -> 42.4, IQ4_XS 39.0 -> 27.9; one
-    /// row stays at 128 where 64 was slower (Q6_K 23.4 -> 24.7, Q5_K 17.2
-    /// -> 18.7, IQ4_NL 15.5 -> 16.4) or level; docs/h100-bench.md has every
-    /// format's.
+    /// 36.9 -> 32.6, 8 rows Q5_K 60.6 -> 42.4, IQ4_XS 39.0 -> 27.9. One row
+    /// of x is chosen by a 7B model's decode, whose weights are mostly
+    /// 4096 wide (the 14336 x 4096 gate and up, 54% of the bytes): 64
+    /// where the decode was faster with it (Q2_K, Q5_K, though Q5_K's 4096
+    /// x 14336 alone prefers 128) or both large shapes were (Q5_1,
+    /// IQ4_NL), 128 where 64 was level or slower (Q6_K decode 289.7 ->
+    /// 290.2 tokens/s, Q8_0 277.9 -> 274.6);
+    /// docs/h100-bench.md has every format's.
     const MATVEC_LANES: [u32; 4] = [128, 64, 32, 32];
     /// Whether `qmatvec8_*` takes eight rows of `x` in one pass where the
     /// device holds them ([`QMATVEC_WIDE_PASS`](crate::device::QMATVEC_WIDE_PASS)):
@@ -914,7 +918,9 @@ impl QuantBlock for BlockQ5_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_1 {
-    const MATVEC_LANES: [u32; 4] = [128, 128, 32, 32];
+    // 64 at one row of x: H100, 14336 x 4096 19.9 -> 18.8 us, 4096 x 14336
+    // 20.3 -> 20.0.
+    const MATVEC_LANES: [u32; 4] = [64, 128, 32, 32];
     const MATVEC_ROWS_8: u32 = 4;
     const UNIT_HAS_MIN: bool = true;
     const PAIRED_GROUPS: bool = true;
@@ -1033,6 +1039,10 @@ impl QuantBlock for BlockQ8_1 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ2K {
+    // 64 at one row of x: a 7B decode 342.2 -> 408.4 tokens/s on an H100
+    // (the 14336 x 4096 gate/up weights 19.9 -> 14.4 us; 4096 x 14336 14.1
+    // -> 15.7).
+    const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const UNIT_HAS_MIN: bool = true;
     const ELEMS: usize = QK_K;
     const GGML_TYPE: u32 = 10;
@@ -1272,6 +1282,9 @@ impl QuantBlock for BlockQ4K {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5K {
+    // 64 at one row of x: a 7B decode 324.3 -> 335.1 tokens/s on an H100
+    // (14336 x 4096 21.6 -> 18.5 us; 4096 x 14336 17.6 -> 17.9).
+    const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const MATVEC_ROWS_8: u32 = 4;
     const UNIT_HAS_MIN: bool = true;
     const MATVEC_ROWS_PAIR: u32 = 1;
@@ -1489,6 +1502,9 @@ fn table_group(qs: &[u8; 16], table: [u64; 2], d: f32, g: usize) -> [f32; 16] {
 
 #[amdgpu_device]
 impl QuantBlock for BlockIq4Nl {
+    // 64 at one row of x: H100, 14336 x 4096 21.0 -> 16.8 us, 4096 x 14336
+    // 15.9 -> 15.1.
+    const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const PAIRED_GROUPS: bool = true;
     const DEQUANT_GROUPS: u32 = 2;
     const ELEMS: usize = 32;
