@@ -1193,6 +1193,43 @@ fn forward_with_non_finite_x_is_not_finite() {
     }
 }
 
+/// x of finite values so large that the sum of a group's 8-bit codes times
+/// its scale overflows f32 (3e37 * 16 > f32::MAX), against weights that
+/// cancel within every group: the product is exactly 0. The formats whose
+/// units carry no offset (Q8_0, MXFP4 here) never use that sum; before they
+/// skipped it, the GPU kernels multiplied the offset 0 by the overflowed
+/// sum and gave NaN. Q8_0: d = 1 and codes +1, -1 in turn; MXFP4: scale 1
+/// (e = 127) and codes 1 (+0.5) and 9 (-0.5) in turn, in both nibbles.
+#[test]
+fn forward_with_huge_finite_x_and_no_offset_is_exact() {
+    let _turn = one_at_a_time();
+    let (n, k) = (5usize, 256usize);
+    let q8_0: Vec<u8> = (0..n * k / 32)
+        .flat_map(|_| {
+            let mut b = vec![0x00, 0x3C];
+            b.extend((0..32).map(|j| if j % 2 == 0 { 1u8 } else { 0xFF }));
+            b
+        })
+        .collect();
+    let mxfp4: Vec<u8> = (0..n * k / 32)
+        .flat_map(|_| {
+            let mut b = vec![127u8];
+            b.extend((0..16).map(|j| if j % 2 == 0 { 0x11u8 } else { 0x99 }));
+            b
+        })
+        .collect();
+    for dev in devices() {
+        for (f, bytes) in [(QuantFormat::Q8_0, &q8_0), (QuantFormat::Mxfp4, &mxfp4)] {
+            let q = QTensor::from_bytes(bytes, f, &[n, k], &dev).unwrap();
+            for m in 1..=8 {
+                let x = ferrocm::Tensor::from_slice(&vec![3e37f32; m * k], &[m, k], &dev).unwrap();
+                let y = q.forward(&x).unwrap().to_vec().unwrap();
+                assert!(y.iter().all(|&v| v == 0.0), "{f} m={m} on {dev}: {y:?}");
+            }
+        }
+    }
+}
+
 /// Values that break a rounding: ±0, subnormals, ties, huge magnitudes,
 /// a lone large value among small ones, NaN and ±inf (each in its own
 /// group), then plain random values.

@@ -125,11 +125,12 @@ pub trait QuantBlock: Copy + 'static {
         unsafe { self.unit8(u) }
     }
     /// Weight rows each workitem of the matrix-vector kernels takes with one
-    /// or two rows of `x` (with more it takes two, as their loads of `x`
-    /// then outnumber the weight's): 2 where sharing each load of `x`
-    /// between two rows was faster on the H100 (MXFP4: 4096 x 14336, one row
-    /// of x, 44 -> 51% of copy), 1 where it was slower (Q8_0 77 -> 73%,
-    /// Q4_K 66 -> 65%, Q6_K 62 -> 58%).
+    /// row of `x`: 2 where sharing each load of `x` between two rows was
+    /// faster on the H100 (4096 x 14336: Q4_0 12.2 -> 10.2 us, IQ4_XS 14.9
+    /// -> 14.4, MXFP4 44 -> 51% of copy; the legacy formats and the IQ4s),
+    /// 1 where it was slower (Q8_0 27.0 -> 28.0 us, Q3_K 17.1 -> 21.3, Q5_K
+    /// 18.4 -> 21.0, Q6_K 23.5 -> 24.7; Q2_K and Q4_K faster hot but slower
+    /// with the weights rotated past the L2, 16.1 -> 18.4 for Q4_K).
     const MATVEC_ROWS: u32 = 1;
     /// Weight rows each workitem of the matrix-vector kernels takes with
     /// two rows of `x` a pass: 2 where sharing the loads of `x` pays (H200,
@@ -212,6 +213,21 @@ pub trait QuantBlock: Copy + 'static {
     /// Whether a unit's `offset` is a minimum of its own (Q4_1, Q5_1, Q2_K,
     /// Q4_K, Q5_K): `group16` gives `code * scale + offset`.
     const UNIT_HAS_MIN: bool = false;
+}
+
+/// Whether `B`'s units carry an `offset` (a minimum, or a code bias): false
+/// for Q8_0, Q8_1, Q8_K, IQ4_NL, IQ4_XS and MXFP4, whose dot products then
+/// skip `offset * sx` (a product of 0 that cost an instruction, and turned
+/// `x`'s code sum overflowing to ±inf, possible for finite groups beyond
+/// `f32::MAX / 16`, into NaN). H100, 4096 x 14336, 8 rows of x: Q8_0 47.6
+/// -> 44.3 us, IQ4_XS 29.2 -> 27.0, Q8_K 38.0 -> 37.0; ptxas's registers
+/// and order moved elsewhere too: IQ4_XS at 2 rows 17.3 -> 19.4, IQ4_NL at
+/// 4 rows 21.6 -> 23.8, Q8_K at 1 row 27.4 -> 30.3 (14336 x 4096: 27.9 ->
+/// 25.9).
+#[amdgpu_device]
+#[inline(always)]
+pub const fn unit_has_offset<B: QuantBlock>() -> bool {
+    B::UNIT_HAS_MIN || B::UNIT_BIAS != 0
 }
 
 /// 32 elements of a block as signed 8-bit codes: the 16 codes of half `h`
@@ -797,6 +813,10 @@ pub fn q3k_scale(g: usize, q: &[u8; 12]) -> i32 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4_0 {
+    // Two weight rows a workitem at one row of x: H100, 4096 x 14336 12.2
+    // -> 10.2 us (rotated past the L2 17.2 -> 16.0), 14336 x 4096 13.2 ->
+    // 11.6; a 7B decode 407.3 -> 412.8 tokens/s.
+    const MATVEC_ROWS: u32 = 2;
     const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const UNIT_BIAS: i32 = 8;
     const MATVEC_ONE_PASS_8: bool = false;
@@ -828,6 +848,10 @@ impl QuantBlock for BlockQ4_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ4_1 {
+    // Two weight rows a workitem at one row of x: H100, 4096 x 14336 11.6
+    // -> 10.0 us, 14336 x 4096 13.0 -> 11.3; a 7B decode level (400.0,
+    // 399.6 tokens/s).
+    const MATVEC_ROWS: u32 = 2;
     const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const UNIT_HAS_MIN: bool = true;
     const PAIRED_GROUPS: bool = true;
@@ -888,6 +912,10 @@ fn q5_units(w: [u32; 4], qh: u32) -> [u32; 8] {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_0 {
+    // Two weight rows a workitem at one row of x: H100, 4096 x 14336 level
+    // hot (14.7) and 20.3 -> 19.5 us rotated past the L2, 14336 x 4096
+    // 16.4 -> 15.8; a 7B decode level (357.0, 356.2 tokens/s).
+    const MATVEC_ROWS: u32 = 2;
     const MATVEC_LANES: [u32; 4] = [64, 64, 32, 64];
     const UNIT_BIAS: i32 = 16;
     const PAIRED_GROUPS: bool = true;
@@ -918,6 +946,9 @@ impl QuantBlock for BlockQ5_0 {
 
 #[amdgpu_device]
 impl QuantBlock for BlockQ5_1 {
+    // Two weight rows a workitem at one row of x: H100, 4096 x 14336 19.6
+    // -> 17.6 us (rotated 20.7 -> 19.1), 14336 x 4096 18.4 -> 18.0.
+    const MATVEC_ROWS: u32 = 2;
     // 64 at one row of x: H100, 14336 x 4096 19.9 -> 18.8 us, 4096 x 14336
     // 20.3 -> 20.0.
     const MATVEC_LANES: [u32; 4] = [64, 128, 32, 32];
@@ -1502,6 +1533,9 @@ fn table_group(qs: &[u8; 16], table: [u64; 2], d: f32, g: usize) -> [f32; 16] {
 
 #[amdgpu_device]
 impl QuantBlock for BlockIq4Nl {
+    // Two weight rows a workitem at one row of x: H100, 4096 x 14336 14.7
+    // -> 14.5 us (rotated 17.0 -> 16.6), 14336 x 4096 16.7 -> 15.1.
+    const MATVEC_ROWS: u32 = 2;
     // 64 at one row of x: H100, 14336 x 4096 21.0 -> 16.8 us, 4096 x 14336
     // 15.9 -> 15.1.
     const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
@@ -1531,6 +1565,9 @@ impl QuantBlock for BlockIq4Nl {
 
 #[amdgpu_device]
 impl QuantBlock for BlockIq4Xs {
+    // Two weight rows a workitem at one row of x: H100, 4096 x 14336 14.9
+    // -> 14.4 us (rotated 17.9 -> 16.1), 14336 x 4096 17.1 -> 15.9.
+    const MATVEC_ROWS: u32 = 2;
     const MATVEC_LANES: [u32; 4] = [64, 64, 32, 32];
     const MATVEC_ROWS_8: u32 = 4;
     const PAIRED_GROUPS: bool = true;

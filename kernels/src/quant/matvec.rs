@@ -262,20 +262,25 @@ pub fn store_x_lanes<const L: usize>(out: X8Out, row: usize, col: usize, v: [f32
     }
 }
 
-/// Half `h` of a unit times a group of `x` in 8-bit form, added to `acc`:
-/// `scale * dx * Σ code · xcode + offset * sx`. The one definition: the
-/// kernels and the Cpu path both call it.
+/// Half `h` of a unit of a `B` block times a group of `x` in 8-bit form,
+/// added to `acc`: `scale * dx * Σ code · xcode + offset * sx`, the last
+/// term only where `B`'s units carry an offset ([`unit_has_offset`]). The
+/// one definition: the kernels and the Cpu path both call it.
 #[amdgpu_device]
 #[inline(always)]
-pub fn unit_half_dot(q: &Unit8, h: usize, xc: [u32; 4], xm: u64, acc: f32) -> f32 {
+pub fn unit_half_dot<B: QuantBlock>(q: &Unit8, h: usize, xc: [u32; 4], xm: u64, acc: f32) -> f32 {
     let mut dot = 0i32;
     crate::unroll4!(i < 4 => {
         dot = dot4_i8(q.codes[4 * h + i], xc[i], dot);
     });
     let dx = f32::from_bits(xm as u32);
-    let sx = f32::from_bits((xm >> 32) as u32);
     let s = math::fma(q.scale[h] * dx, dot as f32, acc);
-    math::fma(q.offset[h], sx, s)
+    if unit_has_offset::<B>() {
+        let sx = f32::from_bits((xm >> 32) as u32);
+        math::fma(q.offset[h], sx, s)
+    } else {
+        s
+    }
 }
 
 /// `x` (rows of `k`) in 8-bit form ([`quantize_x_group`]'s values, and
@@ -507,7 +512,7 @@ pub fn $name<B: QuantBlock, T: Elem, const C: usize, const L: u32>(
                         };
                         crate::unroll4!(r < $cap => {
                             if r < rows as usize {
-                                acc[r][c] = unit_half_dot(&qs[r], h, xc, xm[h], acc[r][c]);
+                                acc[r][c] = unit_half_dot::<B>(&qs[r], h, xc, xm[h], acc[r][c]);
                             }
                         });
                     });

@@ -382,7 +382,7 @@ impl<B: QuantBlock> crate::engine::cpu::Task for CpuRows<'_, B> {
                     for (c, s) in s.iter_mut().enumerate() {
                         for h in 0..2 {
                             let g = c * groups + bi * B::GROUPS + q.group[h] as usize;
-                            *s = unit_half_dot(&q, h, self.codes[g], self.meta[g], *s);
+                            *s = unit_half_dot::<B>(&q, h, self.codes[g], self.meta[g], *s);
                         }
                     }
                 }
@@ -445,7 +445,7 @@ pub(super) mod x86 {
     use crate::engine::cpu::hsum_f32;
     use ferrocm_kernels::quant::blocks::{
         BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, IQ4NL_VALUES, MXFP4_VALUES, QK_K,
-        e8m0_half_to_f32,
+        e8m0_half_to_f32, unit_has_offset,
     };
     use std::arch::x86_64::*;
 
@@ -513,9 +513,11 @@ pub(super) mod x86 {
                             _mm_set1_ps(q.scale[0] * f32::from_bits(m0 as u32)),
                         );
                         acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc[j]);
-                        let sx0 = f32::from_bits((m0 >> 32) as u32);
-                        let sx1 = f32::from_bits((m1 >> 32) as u32);
-                        off[j] = q.offset[1].mul_add(sx1, q.offset[0].mul_add(sx0, off[j]));
+                        if unit_has_offset::<B>() {
+                            let sx0 = f32::from_bits((m0 >> 32) as u32);
+                            let sx1 = f32::from_bits((m1 >> 32) as u32);
+                            off[j] = q.offset[1].mul_add(sx1, q.offset[0].mul_add(sx0, off[j]));
+                        }
                     }
                 }
             }

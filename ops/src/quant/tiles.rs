@@ -395,7 +395,7 @@ mod tests {
                                 for h in 0..2 {
                                     let g = c * groups + bi * B::GROUPS + q.group[h] as usize;
                                     if B::UNIT_HAS_MIN {
-                                        want = unit_half_dot(&q, h, codes[g], meta[g], want);
+                                        want = unit_half_dot::<B>(&q, h, codes[g], meta[g], want);
                                         continue;
                                     }
                                     let w = q.codes[4 * h..][..4].iter().flat_map(|w| w.to_le_bytes());
