@@ -215,6 +215,22 @@ pub fn kernel(name: &str) -> Option<&'static host::KernelInfo> {
     kernels().find(|k| k.name == name)
 }
 
+/// The kernels that use local memory on sm_90 under the launch bounds that
+/// measured fastest (`kernels/ptxas-local-memory.txt`: NVIDIA's ptxas 12.9,
+/// which CI runs through `scripts/ptxas-report.py`). `ferrocm kernels
+/// --device cuda` reports these and fails only on others.
+///
+/// ```
+/// assert!(ferrocm_kernels::spills_on_sm90("unary_gelu_f32"));
+/// assert!(!ferrocm_kernels::spills_on_sm90("unary_exp_f32"));
+/// ```
+pub fn spills_on_sm90(name: &str) -> bool {
+    include_str!("../ptxas-local-memory.txt")
+        .lines()
+        .filter_map(|l| l.split('#').next()?.split_whitespace().next())
+        .any(|k| k == name)
+}
+
 /// Embeds a kernel crate's device code: put it once in the `lib.rs` of a
 /// crate whose `build.rs` calls `ferrocm_build::compile_kernels`. It
 /// defines `pub static KERNEL_MODULE: ferrocm_kernels::KernelModule` at the
