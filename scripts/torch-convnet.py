@@ -102,31 +102,39 @@ def fixture(path):
 
 
 def bench():
+    for times in (1, 16):
+        bench_at(times)
+
+
+def bench_at(times):
+    """The rows at `times` their batch (`ferrocm bench`'s `batch_times`):
+    the stem's batch of 1 counts as 2; at 16 every tensor is past the L2."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
-    sd = torch.randn(2, 320, 64, 64, device=dev, generator=g)
+    n = 2 * times
+    tag = lambda name: name if times == 1 else f"{name} b{n}"
+    sd = torch.randn(n, 320, 64, 64, device=dev, generator=g)
     w, b = torch.randn(320, device=dev) * 0.1 + 1, torch.randn(320, device=dev) * 0.1
     copy = lambda t: t.numel() * t.element_size()
     for label, dt in [("f32", torch.float32), ("bf16", torch.bfloat16)]:
         x, ww, bb = sd.to(dt), w.to(dt), b.to(dt)
         ms = timed(lambda: F.group_norm(x, 32, ww, bb, 1e-5))
-        print(f"group_norm(32) sd b2 {label}: {ms:.4f} ms, {2 * copy(x) / (ms * 1e-3) / 1e9:.0f} GB/s")
+        print(f"group_norm(32) sd b{n} {label}: {ms:.4f} ms, {2 * copy(x) / (ms * 1e-3) / 1e9:.0f} GB/s")
     xb = sd.to(torch.bfloat16)
     rm, rv = torch.randn(320, device=dev) * 0.1, torch.rand(320, device=dev) + 0.5
     ms = timed(lambda: F.batch_norm(xb, rm, rv, w, b, training=False, eps=1e-5))
-    print(f"batch_norm sd b2 bf16 (f32 statistics): {ms:.4f} ms, {2 * copy(xb) / (ms * 1e-3) / 1e9:.0f} GB/s")
-    stem = torch.randn(1, 64, 112, 112, device=dev, generator=g)
+    print(f"batch_norm sd b{n} bf16 (f32 statistics): {ms:.4f} ms, {2 * copy(xb) / (ms * 1e-3) / 1e9:.0f} GB/s")
+    stem = torch.randn(1 if times == 1 else n, 64, 112, 112, device=dev, generator=g)
     ms = timed(lambda: F.max_pool2d(stem, 3, 2, 1))
-    print(f"max_pool 3x3/2 stem f32: {ms:.4f} ms, {(copy(stem) * 1.25) / (ms * 1e-3) / 1e9:.0f} GB/s")
+    print(f"{tag('max_pool 3x3/2 stem')} f32: {ms:.4f} ms, {(copy(stem) * 1.25) / (ms * 1e-3) / 1e9:.0f} GB/s")
     sdb = sd.to(torch.bfloat16)
     ms = timed(lambda: F.avg_pool2d(sdb, 2))
-    print(f"avg_pool 2x2/2 sd b2 bf16: {ms:.4f} ms, {(copy(sdb) * 1.25) / (ms * 1e-3) / 1e9:.0f} GB/s")
-    small = torch.randn(2, 320, 32, 32, device=dev, generator=g).to(torch.bfloat16)
+    print(f"avg_pool 2x2/2 sd b{n} bf16: {ms:.4f} ms, {(copy(sdb) * 1.25) / (ms * 1e-3) / 1e9:.0f} GB/s")
+    small = torch.randn(n, 320, 32, 32, device=dev, generator=g).to(torch.bfloat16)
     for mode in ["nearest", "bilinear"]:
         kw = {} if mode == "nearest" else {"align_corners": False}
         ms = timed(lambda: F.interpolate(small, scale_factor=2.0, mode=mode, **kw))
-        print(f"upsample {mode} 2x bf16: {ms:.4f} ms, {5 * copy(small) / (ms * 1e-3) / 1e9:.0f} GB/s")
-
+        print(f"{tag(f'upsample {mode} 2x')} bf16: {ms:.4f} ms, {5 * copy(small) / (ms * 1e-3) / 1e9:.0f} GB/s")
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--fixture":

@@ -860,7 +860,8 @@ fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Bench
         ferrocm_ops::conv::set_vendor_dnn(true);
         rows.push(kernel?);
     }
-    rows.extend(conv_net_rows(dev, cfg, copy_gbps)?);
+    rows.extend(conv_net_rows(dev, cfg, copy_gbps, 1)?);
+    rows.extend(conv_net_rows(dev, cfg, copy_gbps, 16)?);
     Ok(rows)
 }
 
@@ -870,10 +871,28 @@ fn conv_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<Bench
 /// stride 2 pad 1 on the ResNet stem's output `(1, 64, 112, 112)`, and
 /// nearest and bilinear 2x upsampling of `(2, 320, 32, 32)` (bf16, as a
 /// diffusion decoder does). Smaller configs divide channels and sizes by 8.
-fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<BenchRow>> {
+///
+/// `batch_times` multiplies each batch (the stem's 1 becomes 2 first, so
+/// every tensor grows alike): at 1 the tensors are 3-10 MB and a call is
+/// mostly its launch, for PyTorch too; at 16 (batch 32, 50-170 MB, past
+/// the L2) the rows measure the kernels against the copy floor.
+fn conv_net_rows(
+    dev: &Device,
+    cfg: BenchConfig,
+    copy_gbps: f64,
+    batch_times: usize,
+) -> Result<Vec<BenchRow>> {
     use ferrocm_ops::conv::{PoolOptions, Resize};
     let div = if cfg.cols < 4096 { 8 } else { 1 };
     let c = |v: usize| (v / div).max(1);
+    let batch = 2 * batch_times;
+    let stem_batch = if batch_times == 1 { 1 } else { batch };
+    // The original rows keep their names; larger batches name theirs
+    // before the dtype.
+    let tag = |name: &str, b: usize| match name.rsplit_once(' ') {
+        Some((op, dtype)) if batch_times > 1 => format!("{op} b{b} {dtype}"),
+        _ => name.to_string(),
+    };
     let timed = Timed {
         dev,
         reps: cfg.reps,
@@ -881,14 +900,13 @@ fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<B
     };
     let cpu = cfg.compare_cpu && dev.runs_kernels();
     let mut rows = Vec::new();
-    let sd = [2, c(320), c(64), c(64)];
+    let sd = [batch, c(320), c(64), c(64)];
     let elems = |s: &[usize]| s.iter().product::<usize>();
     for bf in [false, true] {
-        let name = if bf {
-            "group_norm(32) sd b2 bf16"
-        } else {
-            "group_norm(32) sd b2 f32"
-        };
+        let name = &format!(
+            "group_norm(32) sd b{batch} {}",
+            if bf { "bf16" } else { "f32" }
+        );
         let build = |d: &Device| -> Result<(Tensor<f32>, Tensor<f32>, Tensor<f32>)> {
             Ok((
                 Tensor::randn(&sd, 0.0, 1.0, 43, d)?,
@@ -961,8 +979,9 @@ fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<B
                 .map(drop)
         })
     };
-    rows.extend(with_kernel_twin(dev, "batch_norm sd b2 bf16", batch_norm)?);
-    let stem = [1, c(64), c(112), c(112)];
+    let name = format!("batch_norm sd b{batch} bf16");
+    rows.extend(with_kernel_twin(dev, &name, batch_norm)?);
+    let stem = [stem_batch, c(64), c(112), c(112)];
     let out = (stem[2] + 2 - 3) / 2 + 1;
     let bytes = ((elems(&stem) + stem[1] * out * out) * 4) as u64;
     let build = |d: &Device| Tensor::<f32>::randn(&stem, 0.0, 1.0, 46, d);
@@ -978,7 +997,8 @@ fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<B
                 .map(drop)
         })
     };
-    rows.extend(with_kernel_twin(dev, "max_pool 3x3/2 stem f32", max_pool)?);
+    let name = tag("max_pool 3x3/2 stem f32", stem_batch);
+    rows.extend(with_kernel_twin(dev, &name, max_pool)?);
     // A 2x2 average (a downsampling layer) on the Stable-Diffusion
     // activation, bf16.
     let bytes = (elems(&sd) * 5 / 4 * 2) as u64;
@@ -994,12 +1014,9 @@ fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<B
             x.avg_pool2d(&PoolOptions::new(&[2])).map(drop)
         })
     };
-    rows.extend(with_kernel_twin(
-        dev,
-        "avg_pool 2x2/2 sd b2 bf16",
-        avg_pool,
-    )?);
-    let small = [2, c(320), c(32), c(32)];
+    let name = format!("avg_pool 2x2/2 sd b{batch} bf16");
+    rows.extend(with_kernel_twin(dev, &name, avg_pool)?);
+    let small = [batch, c(320), c(32), c(32)];
     let bytes = (5 * elems(&small) * 2) as u64;
     let build = |d: &Device| Tensor::<f32>::randn(&small, 0.0, 1.0, 47, d)?.to_dtype::<bf16>();
     let cpu_in = if cpu {
@@ -1009,7 +1026,7 @@ fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<B
     };
     let x = build(dev)?;
     rows.push(timed.row(
-        "upsample nearest 2x bf16",
+        &tag("upsample nearest 2x bf16", batch),
         small.to_vec(),
         bytes,
         &x,
@@ -1017,7 +1034,7 @@ fn conv_net_rows(dev: &Device, cfg: BenchConfig, copy_gbps: f64) -> Result<Vec<B
         |x| x.upsample_nearest2d(Resize::Scale([2.0, 2.0])).map(drop),
     )?);
     rows.push(timed.row(
-        "upsample bilinear 2x bf16",
+        &tag("upsample bilinear 2x bf16", batch),
         small.to_vec(),
         bytes,
         &x,
