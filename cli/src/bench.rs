@@ -983,7 +983,7 @@ fn conv_net_rows(
     rows.extend(with_kernel_twin(dev, &name, batch_norm)?);
     let stem = [stem_batch, c(64), c(112), c(112)];
     let out = (stem[2] + 2 - 3) / 2 + 1;
-    let bytes = ((elems(&stem) + stem[1] * out * out) * 4) as u64;
+    let bytes = ((elems(&stem) + stem[0] * stem[1] * out * out) * 4) as u64;
     let build = |d: &Device| Tensor::<f32>::randn(&stem, 0.0, 1.0, 46, d);
     let cpu_in = if cpu {
         Some(build(&Device::Cpu)?)
