@@ -130,7 +130,7 @@ fn check<T: WithDType>(got: &Tensor<T>, want: &[(f64, f64, f64)], what: &str) {
 }
 
 fn run<T: WithDType>(dev: &Device) {
-    let cases: [(Norm, &[usize], bool, f64); 15] = [
+    let cases: [(Norm, &[usize], bool, f64); 20] = [
         (Norm::Group(2), &[3, 4, 5, 7], true, 0.0),
         (Norm::Group(1), &[1, 6, 3, 3], false, 0.0),
         (Norm::Group(3), &[2, 9, 17], true, 100.0),
@@ -152,6 +152,19 @@ fn run<T: WithDType>(dev: &Device) {
         // a large offset, and a batch norm.
         (Norm::Group(3), &[2, 6, 5, 8], true, 100.0),
         (Norm::Batch, &[2, 5, 4, 8], true, 0.0),
+        // Chunked stat rows, under a quarter of the emulator's 16 units:
+        // statistics and normalisation as two kernels; more: one kernel (a
+        // group of 3 channels of 8 positions: words end on a channel's end
+        // in f32 and f16 alike), and instance norms (one channel a group)
+        // likewise.
+        (Norm::Group(1), &[1, 3, 2, 8], true, 100.0),
+        (Norm::Group(3), &[5, 9, 8], true, -50.0),
+        (Norm::Instance, &[3, 5, 2, 8], false, 0.0),
+        // More stat rows than units, the emulator's or a large GPU's (an
+        // H100's 132, an MI300X's 304): one kernel, each workgroup taking
+        // several rows.
+        (Norm::Group(2), &[160, 4, 8], true, 0.0),
+        (Norm::Instance, &[2, 160, 16], true, 50.0),
     ];
     for (i, &(norm, shape, affine, offset)) in cases.iter().enumerate() {
         let seed = 700 + 10 * i as u64;

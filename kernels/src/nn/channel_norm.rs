@@ -10,7 +10,10 @@
 //!   (`n * stats_per_image + c / channels_per_group`: a group norm's per
 //!   image; a batch norm's running stats, `stats_per_image` 0, shared by
 //!   every image), a workitem per position (grid x) looping over the
-//!   `(n, c)` rows from the grid's y. `w` and `b` may be null.
+//!   `(n, c)` rows from the grid's y. `w` and `b` may be null;
+//! - `channel_group_norm_{dtype}`: both in one workgroup per stat row, for
+//!   group norms whose rows are contiguous 16-byte words in and out: the
+//!   row is read a second time from the cache rather than from memory.
 //!
 //! Inputs are `(N, C, S)` views at any strides (the spatial dims merged:
 //! NCHW, or NHWC as a permuted view), outputs likewise.
@@ -90,6 +93,73 @@ fn read_geom(g: *const u64) -> CnGeom {
     }
 }
 
+/// `(mean, 1 / sqrt(var + eps))` of stat row `r` (image `r / G`, group
+/// `r % G`), summed by the whole workgroup; every workitem gets them.
+/// `CHUNKED`: the caller knows [`CN_STATS_CHUNKS`] holds (the
+/// element-by-element path left out).
+#[amdgpu_device]
+#[inline(always)]
+fn row_stats<T: MatElem, const CHUNKED: bool>(
+    x: *const T,
+    g: &CnGeom,
+    r: u32,
+    eps: f32,
+) -> (f32, f32) {
+    let tid = workitem_id_x();
+    let block = workgroup_size_x();
+    let count = g.per_group * g.positions;
+    let (n, grp) = (r / g.stats_per_image, r % g.stats_per_image);
+    let base = n as u64 * g.xs[0] + (grp * g.per_group) as u64 * g.xs[1];
+    let shift = unsafe { load(x, base as usize) }.widen();
+    let (mut s1, mut s2) = (0.0f32, 0.0f32);
+    let mut add = |w: W128| {
+        word_for_each::<T>(w, |_, e| {
+            let d = e.widen() - shift;
+            s1 += d;
+            s2 = crate::math::fma(d, d, s2);
+        })
+    };
+    // The chunked row as 16-byte words: four in flight a workitem, then
+    // the rest one at a time.
+    let per = per_word::<T>();
+    let words = if CHUNKED || g.flags & CN_STATS_CHUNKS != 0 {
+        count / per
+    } else {
+        0
+    };
+    let first = base as usize / per as usize;
+    let at = |q: u32| unsafe { load(x as *const W128, first + q as usize) };
+    let mut q = tid;
+    while q + 3 * block < words {
+        let (a, b, c, d) = (at(q), at(q + block), at(q + 2 * block), at(q + 3 * block));
+        add(a);
+        add(b);
+        add(c);
+        add(d);
+        q += 4 * block;
+    }
+    while q < words {
+        add(at(q));
+        q += block;
+    }
+    // Element by element otherwise (`words` 0 skipped the above).
+    let mut c = if CHUNKED || words > 0 { g.per_group } else { 0 };
+    while c < g.per_group {
+        let cb = base + c as u64 * g.xs[1];
+        let mut s = tid;
+        while s < g.positions {
+            let d = unsafe { load(x, (cb + s as u64 * g.xs[2]) as usize) }.widen() - shift;
+            s1 += d;
+            s2 = crate::math::fma(d, d, s2);
+            s += block;
+        }
+        c += 1;
+    }
+    let s1 = block_reduce::<f32, Sum>(s1);
+    let s2 = block_reduce::<f32, Sum>(s2);
+    layer_stats(shift, s1, s2, count, eps)
+}
+
 /// The body of `channel_stats_*`: stat row `workgroup_id_x()` (stepping
 /// by the grid) of `N * G`; `mean[r]`, `rstd[r]`.
 #[amdgpu_device]
@@ -102,67 +172,74 @@ pub fn channel_stats_body<T: MatElem>(
     eps: f32,
 ) {
     let g = read_geom(geom);
-    let tid = workitem_id_x();
-    let block = workgroup_size_x();
     let rows = g.batch * g.stats_per_image;
-    let count = g.per_group * g.positions;
     let mut r = workgroup_id_x();
     while r < rows {
-        let (n, grp) = (r / g.stats_per_image, r % g.stats_per_image);
-        let base = n as u64 * g.xs[0] + (grp * g.per_group) as u64 * g.xs[1];
-        let shift = unsafe { load(x, base as usize) }.widen();
-        let (mut s1, mut s2) = (0.0f32, 0.0f32);
-        let mut add = |w: W128| {
-            word_for_each::<T>(w, |_, e| {
-                let d = e.widen() - shift;
-                s1 += d;
-                s2 = crate::math::fma(d, d, s2);
-            })
-        };
-        // The chunked row as 16-byte words: four in flight a workitem, then
-        // the rest one at a time.
-        let per = per_word::<T>();
-        let words = if g.flags & CN_STATS_CHUNKS != 0 {
-            count / per
-        } else {
-            0
-        };
-        let first = base as usize / per as usize;
-        let at = |q: u32| unsafe { load(x as *const W128, first + q as usize) };
-        let mut q = tid;
-        while q + 3 * block < words {
-            let (a, b, c, d) = (at(q), at(q + block), at(q + 2 * block), at(q + 3 * block));
-            add(a);
-            add(b);
-            add(c);
-            add(d);
-            q += 4 * block;
-        }
-        while q < words {
-            add(at(q));
-            q += block;
-        }
-        // Element by element otherwise (`words` 0 skipped the above).
-        let mut c = if words > 0 { g.per_group } else { 0 };
-        while c < g.per_group {
-            let cb = base + c as u64 * g.xs[1];
-            let mut s = tid;
-            while s < g.positions {
-                let d = unsafe { load(x, (cb + s as u64 * g.xs[2]) as usize) }.widen() - shift;
-                s1 += d;
-                s2 = crate::math::fma(d, d, s2);
-                s += block;
-            }
-            c += 1;
-        }
-        let s1 = block_reduce::<f32, Sum>(s1);
-        let s2 = block_reduce::<f32, Sum>(s2);
-        if tid == 0 {
-            let (m, scale) = layer_stats(shift, s1, s2, count, eps);
+        let (m, scale) = row_stats::<T, false>(x, &g, r, eps);
+        if workitem_id_x() == 0 {
             unsafe {
                 store(mean, r as usize, m);
                 store(rstd, r as usize, scale);
             }
+        }
+        r += num_workgroups_x();
+    }
+}
+
+/// The body of `channel_group_norm_*`: [`channel_stats_body`] and
+/// [`channel_norm_body`] in one pass for a group norm whose stat rows are
+/// chunked runs in `x` and `y` alike (both [`CN_STATS_CHUNKS`] and
+/// [`CN_NORM_CHUNKS`], each group's channels back to back in `y` too).
+/// A workgroup sums its row, then normalises it at once: the second read
+/// of the row finds it in the cache the first left it in (a
+/// Stable-Diffusion group is 160 KB of f32), where two kernels read it
+/// twice from memory. The host sizes the grid so that the rows in flight
+/// fit the cache. `mean` and `rstd` are not stored: the output is all.
+#[amdgpu_device]
+#[inline(always)]
+pub fn channel_group_norm_body<T: MatElem>(
+    y: *mut T,
+    x: *const T,
+    w: *const T,
+    b: *const T,
+    geom: *const u64,
+    eps: f32,
+) {
+    let g = read_geom(geom);
+    let tid = workitem_id_x();
+    let block = workgroup_size_x();
+    let rows = g.batch * g.stats_per_image;
+    let per = per_word::<T>();
+    let words = g.per_group * g.positions / per;
+    let mut r = workgroup_id_x();
+    while r < rows {
+        let (m, scale) = row_stats::<T, true>(x, &g, r, eps);
+        let (n, grp) = (r / g.stats_per_image, r % g.stats_per_image);
+        let c0 = grp * g.per_group;
+        let src = (n as u64 * g.xs[0] + c0 as u64 * g.xs[1]) as usize / per as usize;
+        let dst = (n as u64 * g.ys[0] + c0 as u64 * g.ys[1]) as usize / per as usize;
+        // Word `q` of the row: its channel's affine pair (a chunk of
+        // positions never straddles two channels), the word normalised.
+        let apply = |q: u32, v: W128| {
+            let c = c0 + q * per / g.positions;
+            let wc = if w.is_null() {
+                1.0
+            } else {
+                unsafe { load(w, c as usize) }.widen()
+            };
+            let bc = if b.is_null() {
+                -0.0
+            } else {
+                unsafe { load(b, c as usize) }.widen()
+            };
+            let out = word_map_f32::<T>(v, |e| norm_apply(e, m, scale, wc, bc));
+            unsafe { store(y as *mut W128, dst + q as usize, out) };
+        };
+        let at = |q: u32| unsafe { load(x as *const W128, src + q as usize) };
+        let mut q = tid;
+        while q < words {
+            apply(q, at(q));
+            q += block;
         }
         r += num_workgroups_x();
     }
@@ -245,6 +322,10 @@ pub type ChannelNormArgs<T> = (
     *const u64,
 );
 
+/// The parameter types of `channel_group_norm_{T}`: `(y, x, w, b, geom, eps)`.
+#[cfg(not(ferrocm_device))]
+pub type ChannelGroupNormArgs<T> = (*mut T, *const T, *const T, *const T, *const u64, f32);
+
 /// The channel-norm kernels of an element type (float types; host side).
 #[cfg(not(ferrocm_device))]
 pub trait ChannelNormKernels: Sized + 'static {
@@ -252,15 +333,18 @@ pub trait ChannelNormKernels: Sized + 'static {
     const CHANNEL_STATS: Option<KernelRef<ChannelStatsArgs<Self>>>;
     /// `channel_norm_{T}`, if the type has one.
     const CHANNEL_NORM: Option<KernelRef<ChannelNormArgs<Self>>>;
+    /// `channel_group_norm_{T}`, if the type has one.
+    const CHANNEL_GROUP_NORM: Option<KernelRef<ChannelGroupNormArgs<Self>>>;
 }
 
 macro_rules! channel_norm_kernels {
-    ($($stats:ident, $norm:ident: $t:ty),*; none: $($n:ty),*) => {
+    ($($stats:ident, $norm:ident, $fused:ident: $t:ty),*; none: $($n:ty),*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl ChannelNormKernels for $t {
                 const CHANNEL_STATS: Option<KernelRef<ChannelStatsArgs<Self>>> = Some(KernelRef::of::<$stats>());
                 const CHANNEL_NORM: Option<KernelRef<ChannelNormArgs<Self>>> = Some(KernelRef::of::<$norm>());
+                const CHANNEL_GROUP_NORM: Option<KernelRef<ChannelGroupNormArgs<Self>>> = Some(KernelRef::of::<$fused>());
             }
         )*
         $(
@@ -268,6 +352,7 @@ macro_rules! channel_norm_kernels {
             impl ChannelNormKernels for $n {
                 const CHANNEL_STATS: Option<KernelRef<ChannelStatsArgs<Self>>> = None;
                 const CHANNEL_NORM: Option<KernelRef<ChannelNormArgs<Self>>> = None;
+                const CHANNEL_GROUP_NORM: Option<KernelRef<ChannelGroupNormArgs<Self>>> = None;
             }
         )*
         kernels! {$(
@@ -277,13 +362,16 @@ macro_rules! channel_norm_kernels {
             fn $norm(y: *mut $t, x: *const $t, mean: *const f32, rstd: *const f32, w: *const $t, b: *const $t, geom: *const u64) {
                 channel_norm_body::<$t>(y, x, mean, rstd, w, b, geom)
             }
+            fn $fused(y: *mut $t, x: *const $t, w: *const $t, b: *const $t, geom: *const u64, eps: f32) {
+                channel_group_norm_body::<$t>(y, x, w, b, geom, eps)
+            }
         )*}
     };
 }
 
 channel_norm_kernels!(
-    channel_stats_f32, channel_norm_f32: f32,
-    channel_stats_f16, channel_norm_f16: F16,
-    channel_stats_bf16, channel_norm_bf16: Bf16;
+    channel_stats_f32, channel_norm_f32, channel_group_norm_f32: f32,
+    channel_stats_f16, channel_norm_f16, channel_group_norm_f16: F16,
+    channel_stats_bf16, channel_norm_bf16, channel_group_norm_bf16: Bf16;
     none: u8, u32, i64
 );
