@@ -518,11 +518,13 @@ fn pools_handle_nan_inf_and_ties() {
 }
 
 /// More images x channels than the kernels' grid has rows of workgroups
-/// (each workitem then loops over several): the same as the Cpu's loops,
-/// which the reference tests check.
+/// (each workitem then loops over several; a pool kernel takes up to four
+/// at once, so 9001 rows on a grid of 1126 give workitems 7 or 8 rows, the
+/// second four 3 or 4 of them): the same as the Cpu's loops, which
+/// the reference tests check, max pooling's indices included.
 #[test]
 fn pools_and_resizes_loop_over_many_rows() {
-    let shape = [1, 2100, 3, 5];
+    let shape = [1, 9001, 3, 5];
     let data = values(shape.iter().product(), 11);
     let cpu = Tensor::<f32>::from_vec(
         data.iter().map(|&v| v as f32).collect(),
@@ -540,9 +542,15 @@ fn pools_and_resizes_loop_over_many_rows() {
         ]
         .map(|y| y.to_vec().unwrap())
     };
+    let indices = |t: &Tensor<f32>| {
+        let (_, i) = t.max_pool_with_indices(2, &o).unwrap();
+        i.to_vec().unwrap()
+    };
     let want = run(&cpu);
+    let want_indices = indices(&cpu);
     for dev in common::devices() {
         let x = Tensor::<f32>::from_vec(cpu.to_vec().unwrap(), &shape, &dev).unwrap();
+        assert_eq!(indices(&x), want_indices, "{dev}");
         for (i, (g, w)) in run(&x).iter().zip(&want).enumerate() {
             assert_eq!(g.len(), w.len());
             for (a, b) in g.iter().zip(w) {

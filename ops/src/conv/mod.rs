@@ -158,8 +158,16 @@ impl<T: WithDType> Tensor<T> {
 /// at least 1024 workgroups in all where the rows allow (a wave of them on
 /// a large GPU), and within the grid's y limit.
 pub(crate) fn row_groups(rows: usize, blocks: usize) -> u32 {
+    row_groups_by(rows, blocks, 1)
+}
+
+/// [`row_groups`] for a kernel that takes its rows `at_once` at a time
+/// (the pools: `ROWS_AT_ONCE`): no fewer than that many rows a workitem
+/// where there are enough, so that a workitem's group is not mostly rows
+/// past the last.
+pub(crate) fn row_groups_by(rows: usize, blocks: usize, at_once: usize) -> u32 {
     let wanted = rows.div_ceil(8).max(1024usize.div_ceil(blocks.max(1)));
     wanted
-        .min(rows)
+        .min(rows.div_ceil(at_once.max(1)))
         .min(ferrocm_host::launch::MAX_GRID_YZ as usize) as u32
 }

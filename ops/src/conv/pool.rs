@@ -22,7 +22,7 @@ use ferrocm_host::launch::MAX_GRID_X;
 use ferrocm_host::{Device, DeviceBuffer, In, LaunchConfig, Out};
 use ferrocm_kernels::conv::pool::{
     P_CHANNELS, P_DILATION, P_DIVISOR, P_IN_HW, P_OUT, P_POSITIONS, P_ROWS, P_TABLE, P_X_STRIDES,
-    P_Y_STRIDES, PoolKernels, pool_max_takes,
+    P_Y_STRIDES, POOL_ROWS_AT_ONCE, PoolKernels, pool_max_takes,
 };
 use rayon::prelude::*;
 
@@ -890,7 +890,11 @@ impl<T: WithDType> Op for Pool<'_, T> {
             });
         }
         let cfg = LaunchConfig {
-            grid: [blocks as u32, super::row_groups(rows, blocks), 1],
+            grid: [
+                blocks as u32,
+                super::row_groups_by(rows, blocks, POOL_ROWS_AT_ONCE),
+                1,
+            ],
             block: [BLOCK as u32, 1, 1],
             lds_bytes: 0,
             early_start: false,
