@@ -175,27 +175,41 @@ fn y_offset(g: &PoolGeom, row: u32, at: u64) -> usize {
 pub const POOL_ROWS_AT_ONCE: usize = 4;
 const ROWS_AT_ONCE: usize = POOL_ROWS_AT_ONCE;
 
-/// The rows `row + r·step` for `r < ROWS_AT_ONCE` that exist (the count,
-/// the same across the workgroup) and the input offsets of the window's
-/// first tap `w0` in each; a row past the last has `row`'s offsets, so its
-/// loads stay in bounds (its result is not stored). Per workitem (vector
-/// registers): the rows' own offsets are the same across the workgroup and
-/// would otherwise hold eight scalar registers through the tap loop.
+/// Whether row `row + r·step` exists (`row` does): the same across the
+/// workgroup. A comparison, not a count of the rows left, which would
+/// divide by the step (the host keeps `step` within the grid's y limit,
+/// so `r·step` does not overflow).
 #[amdgpu_device]
 #[inline(always)]
-fn row_starts(g: &PoolGeom, row: u32, step: u32, w0: u64) -> (u32, [u64; ROWS_AT_ONCE]) {
-    let left = (g.rows - row).div_ceil(step);
-    let real = if left < ROWS_AT_ONCE as u32 {
-        left
-    } else {
-        ROWS_AT_ONCE as u32
-    };
+fn row_exists(g: &PoolGeom, row: u32, step: u32, r: usize) -> bool {
+    (r as u32) * step < g.rows - row
+}
+
+/// The input offsets of the window's first tap `w0` in rows `row + r·step`
+/// for `r < ROWS_AT_ONCE`. With `CLAMP` a row past the last has `row`'s
+/// offsets, so that its loads stay in bounds (its result is not stored);
+/// without, its offsets are meaningless and must not be loaded from. Per
+/// workitem (vector registers): the rows' own offsets are the same across
+/// the workgroup and would otherwise hold eight scalar registers through
+/// the tap loop.
+#[amdgpu_device]
+#[inline(always)]
+fn row_starts<const CLAMP: bool>(
+    g: &PoolGeom,
+    row: u32,
+    step: u32,
+    w0: u64,
+) -> [u64; ROWS_AT_ONCE] {
     let mut starts = [0u64; ROWS_AT_ONCE];
     unroll4!(r < ROWS_AT_ONCE => {
-        let at = if (r as u32) < real { row + r as u32 * step } else { row };
+        let at = if !CLAMP || row_exists(g, row, step, r) {
+            row.wrapping_add(r as u32 * step)
+        } else {
+            row
+        };
         starts[r] = (at / g.channels) as u64 * g.xs[0] + (at % g.channels) as u64 * g.xs[1] + w0;
     });
-    (real, starts)
+    starts
 }
 
 /// The body of `pool_max_*`: see the module doc. `idx` may be null (no
@@ -220,7 +234,7 @@ pub fn pool_max_body<T: MatElem>(y: *mut T, idx: *mut i64, x: *const T, geom: *c
     let step = num_workgroups_y();
     let mut row = workgroup_id_y();
     while row < g.rows {
-        let (real, starts) = row_starts(&g, row, step, w0);
+        let starts = row_starts::<true>(&g, row, step, w0);
         let mut m = [f32::NEG_INFINITY; ROWS_AT_ONCE];
         let mut at = [0u64; ROWS_AT_ONCE];
         let mut a = 0;
@@ -260,7 +274,7 @@ pub fn pool_max_body<T: MatElem>(y: *mut T, idx: *mut i64, x: *const T, geom: *c
         }
         unroll4!(r < ROWS_AT_ONCE => {
             let this = row + r as u32 * step;
-            if (r as u32) < real {
+            if row_exists(&g, row, step, r) {
                 let dst = y_offset(&g, this, yo);
                 unsafe { store(y, dst, T::from_f32(m[r])) };
                 if !idx.is_null() {
@@ -297,7 +311,7 @@ pub fn pool_avg_body<T: MatElem>(y: *mut T, x: *const T, geom: *const u64) {
     let step = num_workgroups_y();
     let mut row = workgroup_id_y();
     while row < g.rows {
-        let (real, starts) = row_starts(&g, row, step, w0);
+        let starts = row_starts::<false>(&g, row, step, w0);
         let mut sum = [0.0f32; ROWS_AT_ONCE];
         // The window's taps in one loop (dims outer to inner, as the Cpu
         // sums them): three nested loops of per-workitem trip counts hold
@@ -309,7 +323,7 @@ pub fn pool_avg_body<T: MatElem>(y: *mut T, x: *const T, geom: *const u64) {
             let tap = line_at + e as u64 * g.xs[4];
             let mut v = [0.0f32; ROWS_AT_ONCE];
             unroll4!(r < ROWS_AT_ONCE => {
-                if (r as u32) < real {
+                if row_exists(&g, row, step, r) {
                     v[r] = unsafe { load(x, (starts[r] + tap) as usize) }.widen();
                 }
             });
@@ -331,7 +345,7 @@ pub fn pool_avg_body<T: MatElem>(y: *mut T, x: *const T, geom: *const u64) {
         }
         unroll4!(r < ROWS_AT_ONCE => {
             let this = row + r as u32 * step;
-            if (r as u32) < real {
+            if row_exists(&g, row, step, r) {
                 let v = if empty { 0.0 } else { sum[r] / divisor as f32 };
                 unsafe { store(y, y_offset(&g, this, yo), T::from_f32(v)) };
             }

@@ -160,6 +160,24 @@ fn row_stats<T: MatElem, const CHUNKED: bool>(
     layer_stats(shift, s1, s2, count, eps)
 }
 
+/// Channel `c`'s weight and bias, each optional (null: 1 and -0, so an
+/// absent bias leaves a normalised -0 as it is).
+#[amdgpu_device]
+#[inline(always)]
+fn channel_affine<T: MatElem>(w: *const T, b: *const T, c: u32) -> (f32, f32) {
+    let wc = if w.is_null() {
+        1.0
+    } else {
+        unsafe { load(w, c as usize) }.widen()
+    };
+    let bc = if b.is_null() {
+        -0.0
+    } else {
+        unsafe { load(b, c as usize) }.widen()
+    };
+    (wc, bc)
+}
+
 /// The body of `channel_stats_*`: stat row `workgroup_id_x()` (stepping
 /// by the grid) of `N * G`; `mean[r]`, `rstd[r]`.
 #[amdgpu_device]
@@ -222,16 +240,7 @@ pub fn channel_group_norm_body<T: MatElem>(
         // positions never straddles two channels), the word normalised.
         let apply = |q: u32, v: W128| {
             let c = c0 + q * per / g.positions;
-            let wc = if w.is_null() {
-                1.0
-            } else {
-                unsafe { load(w, c as usize) }.widen()
-            };
-            let bc = if b.is_null() {
-                -0.0
-            } else {
-                unsafe { load(b, c as usize) }.widen()
-            };
+            let (wc, bc) = channel_affine(w, b, c);
             let out = word_map_f32::<T>(v, |e| norm_apply(e, m, scale, wc, bc));
             unsafe { store(y as *mut W128, dst + q as usize, out) };
         };
@@ -271,16 +280,7 @@ pub fn channel_norm_body<T: MatElem>(
         let (n, c) = (row / g.channels, row % g.channels);
         let stat = (n * g.stats_per_image + c / g.per_group) as usize;
         let (m, scale) = unsafe { (load(mean, stat), load(rstd, stat)) };
-        let wc = if w.is_null() {
-            1.0
-        } else {
-            unsafe { load(w, c as usize) }.widen()
-        };
-        let bc = if b.is_null() {
-            -0.0
-        } else {
-            unsafe { load(b, c as usize) }.widen()
-        };
+        let (wc, bc) = channel_affine(w, b, c);
         if chunked {
             let at = n as u64 * g.xs[0] + c as u64 * g.xs[1] + s as u64;
             let dst = n as u64 * g.ys[0] + c as u64 * g.ys[1] + s as u64;

@@ -162,7 +162,7 @@ pub(crate) fn row_groups(rows: usize, blocks: usize) -> u32 {
 }
 
 /// [`row_groups`] for a kernel that takes its rows `at_once` at a time
-/// (the pools: `ROWS_AT_ONCE`): no fewer than that many rows a workitem
+/// (the pools: `POOL_ROWS_AT_ONCE`): no fewer than that many rows a workitem
 /// where there are enough, so that a workitem's group is not mostly rows
 /// past the last.
 pub(crate) fn row_groups_by(rows: usize, blocks: usize, at_once: usize) -> u32 {
