@@ -130,7 +130,7 @@ fn check<T: WithDType>(got: &Tensor<T>, want: &[(f64, f64, f64)], what: &str) {
 }
 
 fn run<T: WithDType>(dev: &Device) {
-    let cases: [(Norm, &[usize], bool, f64); 20] = [
+    let cases: [(Norm, &[usize], bool, f64); 21] = [
         (Norm::Group(2), &[3, 4, 5, 7], true, 0.0),
         (Norm::Group(1), &[1, 6, 3, 3], false, 0.0),
         (Norm::Group(3), &[2, 9, 17], true, 100.0),
@@ -165,6 +165,9 @@ fn run<T: WithDType>(dev: &Device) {
         // several rows.
         (Norm::Group(2), &[160, 4, 8], true, 0.0),
         (Norm::Instance, &[2, 160, 16], true, 50.0),
+        // One kernel on long stat rows: 65664 elements, 8208 16-byte words
+        // in f16/bf16 and 16416 in f32, eight or more a workitem.
+        (Norm::Group(2), &[4, 4, 8, 4104], true, 10.0),
     ];
     for (i, &(norm, shape, affine, offset)) in cases.iter().enumerate() {
         let seed = 700 + 10 * i as u64;

@@ -12,7 +12,8 @@
 //!
 //! - `pool_max_{dtype}`: the window's maximum and the input position it
 //!   came from (flattened over the input's spatial dims, as PyTorch's
-//!   indices are), NaN winning as in PyTorch ([`pool_max_takes`]).
+//!   indices are), NaN winning as in PyTorch ([`pool_max_takes`]);
+//!   `pool_max_values_{dtype}` the maximum alone.
 //! - `pool_avg_{dtype}`: the window's f32 sum divided by the divisor.
 //!
 //! A workitem per output position (grid x), looping over the `(image,
@@ -212,11 +213,18 @@ fn row_starts<const CLAMP: bool>(
     starts
 }
 
-/// The body of `pool_max_*`: see the module doc. `idx` may be null (no
-/// indices wanted).
+/// The body of `pool_max_*` (`INDICES`: each maximum's index too, into
+/// `idx`, which may still be null) and `pool_max_values_*` (values only:
+/// no index is tracked, which saves the max pool a quarter of its
+/// registers and its index arithmetic). See the module doc.
 #[amdgpu_device]
 #[inline(always)]
-pub fn pool_max_body<T: MatElem>(y: *mut T, idx: *mut i64, x: *const T, geom: *const u64) {
+pub fn pool_max_body<T: MatElem, const INDICES: bool>(
+    y: *mut T,
+    idx: *mut i64,
+    x: *const T,
+    geom: *const u64,
+) {
     let g = read_geom(geom);
     let p = workgroup_id_x() * workgroup_size_x() + workitem_id_x();
     if p >= g.positions {
@@ -263,7 +271,9 @@ pub fn pool_max_body<T: MatElem>(y: *mut T, idx: *mut i64, x: *const T, geom: *c
                     unroll4!(r < ROWS_AT_ONCE => {
                         if pool_max_takes(v[r], m[r]) {
                             m[r] = v[r];
-                            at[r] = fzy + dx;
+                            if INDICES {
+                                at[r] = fzy + dx;
+                            }
                         }
                     });
                     e += 1;
@@ -277,7 +287,7 @@ pub fn pool_max_body<T: MatElem>(y: *mut T, idx: *mut i64, x: *const T, geom: *c
             if row_exists(&g, row, step, r) {
                 let dst = y_offset(&g, this, yo);
                 unsafe { store(y, dst, T::from_f32(m[r])) };
-                if !idx.is_null() {
+                if INDICES && !idx.is_null() {
                     unsafe { store(idx, dst, (first + at[r]) as i64) };
                 }
             }
@@ -360,25 +370,29 @@ use crate::host::KernelRef;
 /// The parameter types of `pool_max_{T}`: `(y, indices or null, x, geom)`.
 #[cfg(not(ferrocm_device))]
 pub type PoolMaxArgs<T> = (*mut T, *mut i64, *const T, *const u64);
-/// The parameter types of `pool_avg_{T}`: `(y, x, geom)`.
+/// The parameter types of `pool_avg_{T}` and `pool_max_values_{T}`: `(y, x,
+/// geom)`.
 #[cfg(not(ferrocm_device))]
 pub type PoolAvgArgs<T> = (*mut T, *const T, *const u64);
 
 /// The pooling kernels of an element type (float types; host side).
 #[cfg(not(ferrocm_device))]
 pub trait PoolKernels: Sized + 'static {
-    /// `pool_max_{T}`, if the type has one.
+    /// `pool_max_{T}` (values and indices), if the type has one.
     const POOL_MAX: Option<KernelRef<PoolMaxArgs<Self>>>;
+    /// `pool_max_values_{T}` (values only), if the type has one.
+    const POOL_MAX_VALUES: Option<KernelRef<PoolAvgArgs<Self>>>;
     /// `pool_avg_{T}`, if the type has one.
     const POOL_AVG: Option<KernelRef<PoolAvgArgs<Self>>>;
 }
 
 macro_rules! pool_kernels {
-    ($($max:ident, $avg:ident: $t:ty),*; none: $($n:ty),*) => {
+    ($($max:ident, $values:ident, $avg:ident: $t:ty),*; none: $($n:ty),*) => {
         $(
             #[cfg(not(ferrocm_device))]
             impl PoolKernels for $t {
                 const POOL_MAX: Option<KernelRef<PoolMaxArgs<Self>>> = Some(KernelRef::of::<$max>());
+                const POOL_MAX_VALUES: Option<KernelRef<PoolAvgArgs<Self>>> = Some(KernelRef::of::<$values>());
                 const POOL_AVG: Option<KernelRef<PoolAvgArgs<Self>>> = Some(KernelRef::of::<$avg>());
             }
         )*
@@ -386,12 +400,16 @@ macro_rules! pool_kernels {
             #[cfg(not(ferrocm_device))]
             impl PoolKernels for $n {
                 const POOL_MAX: Option<KernelRef<PoolMaxArgs<Self>>> = None;
+                const POOL_MAX_VALUES: Option<KernelRef<PoolAvgArgs<Self>>> = None;
                 const POOL_AVG: Option<KernelRef<PoolAvgArgs<Self>>> = None;
             }
         )*
         kernels! {$(
             fn $max(y: *mut $t, idx: *mut i64, x: *const $t, geom: *const u64) {
-                pool_max_body::<$t>(y, idx, x, geom)
+                pool_max_body::<$t, true>(y, idx, x, geom)
+            }
+            fn $values(y: *mut $t, x: *const $t, geom: *const u64) {
+                pool_max_body::<$t, false>(y, core::ptr::null_mut(), x, geom)
             }
             fn $avg(y: *mut $t, x: *const $t, geom: *const u64) {
                 pool_avg_body::<$t>(y, x, geom)
@@ -401,8 +419,8 @@ macro_rules! pool_kernels {
 }
 
 pool_kernels!(
-    pool_max_f32, pool_avg_f32: f32,
-    pool_max_f16, pool_avg_f16: F16,
-    pool_max_bf16, pool_avg_bf16: Bf16;
+    pool_max_f32, pool_max_values_f32, pool_avg_f32: f32,
+    pool_max_f16, pool_max_values_f16, pool_avg_f16: F16,
+    pool_max_bf16, pool_max_values_bf16, pool_avg_bf16: Bf16;
     none: u8, u32, i64
 );

@@ -25,6 +25,7 @@ use ferrocm_kernels::conv::pool::{
     P_Y_STRIDES, POOL_ROWS_AT_ONCE, PoolKernels, pool_max_takes,
 };
 use rayon::prelude::*;
+use std::cell::Cell;
 
 use super::{
     is_channels_last, narrow, out_strides, per_dim, spatial_output, store_rows, vendor_dnn, widen,
@@ -751,14 +752,33 @@ impl<T: WithDType> Op for Pool<'_, T> {
         if !vendor_dnn() || libs.dnn().is_none() {
             return Vendor::Fallback(self);
         }
-        let x = self.x;
-        match libs
-            .device()
-            .dnn_pool(p, x.buf(), x.layout().offset(), &self.out)
-        {
+        let (dev, x) = (libs.device(), self.x);
+        let library = || Ok(dev.dnn_pool(p, x.buf(), x.layout().offset(), &self.out)?);
+        // Our kernels' trial writes a scratch output, allocated once (no
+        // indices: a pool that wants them never reaches a library).
+        let scratch = Cell::new(None);
+        let trial = || {
+            let out = match scratch.take() {
+                Some(out) => out,
+                None => dev.alloc::<T>(self.out.len())?,
+            };
+            let pool = Pool {
+                op: self.op,
+                kind: self.kind,
+                x,
+                plan: self.plan.clone(),
+                channels_last: self.channels_last,
+                dnn: None,
+                out,
+                idx: None,
+            };
+            scratch.set(Some(pool.kernels(dev)?.0));
+            Ok(())
+        };
+        match engine::choice::library_if_faster(dev, p, library, trial) {
             Ok(true) => Vendor::Done(Ok((self.out, self.idx))),
             Ok(false) => Vendor::Fallback(self),
-            Err(e) => Vendor::Done(Err(e.into())),
+            Err(e) => Vendor::Done(Err(e)),
         }
     }
 
@@ -905,12 +925,18 @@ impl<T: WithDType> Op for Pool<'_, T> {
         };
         let y = Out::new(self.out.view_as::<T::Kernel>().expect("same size"));
         if self.kind.is_max() {
-            let kernel = T::Kernel::POOL_MAX.ok_or_else(unsupported)?;
-            let idx = match &self.idx {
-                Some(b) => Out::new(b),
-                None => Out::null(),
-            };
-            dev.launch_typed(kernel, cfg, (y, idx, self.x.input(), In::new(&geom)))?;
+            // Indices only where asked for: the values-only kernel tracks none.
+            match &self.idx {
+                Some(b) => {
+                    let kernel = T::Kernel::POOL_MAX.ok_or_else(unsupported)?;
+                    let args = (y, Out::new(b), self.x.input(), In::new(&geom));
+                    dev.launch_typed(kernel, cfg, args)?;
+                }
+                None => {
+                    let kernel = T::Kernel::POOL_MAX_VALUES.ok_or_else(unsupported)?;
+                    dev.launch_typed(kernel, cfg, (y, self.x.input(), In::new(&geom)))?;
+                }
+            }
         } else {
             let kernel = T::Kernel::POOL_AVG.ok_or_else(unsupported)?;
             dev.launch_typed(kernel, cfg, (y, self.x.input(), In::new(&geom)))?;

@@ -73,6 +73,7 @@
 //! # Ok::<(), ferrocm_ops::Error>(())
 //! ```
 
+pub mod choice;
 pub mod cpu;
 pub mod kernels;
 
