@@ -1145,70 +1145,109 @@ impl<T: WithDType> Op for Conv<'_, T> {
             return Vendor::Fallback(self);
         };
         let dev = libs.device();
-        // A channels-last problem takes the filter as (C_out, kernel.., C_in
-        // / groups), or transposed (C_in, kernel.., C_out / groups).
-        let krsc;
-        let w = if problem.channels_last {
-            let r = self.w.rank();
-            let perm: Vec<usize> = [0].into_iter().chain(2..r).chain([1]).collect();
-            krsc = match self.w.permute(&perm).and_then(|w| w.contiguous()) {
-                Ok(w) => w,
-                Err(e) => return Vendor::Done(Err(e)),
-            };
-            &krsc
-        } else {
-            self.w
-        };
         // The libraries' vectorised kernels want 16-byte aligned tensors: a
-        // view starting elsewhere runs our kernels.
-        let (x, wo) = (self.x, w.layout().offset());
-        if !(wo * size_of::<T>()).is_multiple_of(16) {
+        // view starting elsewhere runs our kernels (a channels-last filter
+        // is permuted into a tensor of its own, which starts at 0).
+        let aligned = |t: &Tensor<T>| (t.layout().offset() * size_of::<T>()).is_multiple_of(16);
+        if !problem.channels_last && !aligned(self.w) {
             return Vendor::Fallback(self);
         }
         // The bias offered to the library where it is one dense 16-byte
         // aligned run (it adds it to the f32 sums where it can).
-        let bias = self.bias.filter(|b| {
-            b.layout().strides() == [1] && (b.layout().offset() * size_of::<T>()).is_multiple_of(16)
-        });
+        let bias = self
+            .bias
+            .filter(|b| b.layout().strides() == [1] && aligned(b));
         let problem = ConvProblem {
             bias: bias.is_some(),
             ..problem
         };
-        match dev.dnn_conv(
-            &problem,
-            x.buf(),
-            x.layout().offset(),
-            w.buf(),
-            wo,
-            &self.out,
-            bias.map(|b| (b.buf(), b.layout().offset())),
-        ) {
-            Ok(DnnConv::Ran { bias_added: false }) => {}
-            Ok(DnnConv::Ran { bias_added: true }) => return Vendor::Done(Ok(self.out)),
-            Ok(DnnConv::Declined) => return Vendor::Fallback(self),
-            Err(e) => return Vendor::Done(Err(e.into())),
+        let Conv {
+            op,
+            x,
+            w,
+            bias: any_bias,
+            plan,
+            channels_last,
+            out,
+        } = self;
+        // The library's path, as one run: the filter's permute (channels
+        // last), the convolution, and our add of a bias it did not fuse.
+        // The add writes a buffer of its own, which becomes the output.
+        let (len, mut out) = (out.len(), out);
+        let library = || -> Result<bool> {
+            // A channels-last problem takes the filter as (C_out, kernel..,
+            // C_in / groups), or transposed (C_in, kernel.., C_out / groups).
+            let krsc;
+            let w = if problem.channels_last {
+                let r = w.rank();
+                let perm: Vec<usize> = [0].into_iter().chain(2..r).chain([1]).collect();
+                krsc = w.permute(&perm)?.contiguous()?;
+                &krsc
+            } else {
+                w
+            };
+            let ran = dev.dnn_conv(
+                &problem,
+                x.buf(),
+                x.layout().offset(),
+                w.buf(),
+                w.layout().offset(),
+                &out,
+                bias.map(|b| (b.buf(), b.layout().offset())),
+            )?;
+            match (ran, any_bias) {
+                (DnnConv::Declined, _) => Ok(false),
+                (DnnConv::Ran { bias_added: true }, _) | (DnnConv::Ran { .. }, None) => Ok(true),
+                (DnnConv::Ran { bias_added: false }, Some(b)) => {
+                    // The bias by our broadcast add (a second rounding for
+                    // f16/bf16: the library rounds the sums to T first).
+                    let (n, c) = (problem.batch, problem.out_channels);
+                    let sd = problem.output.len();
+                    let (memory, per_channel) = if problem.channels_last {
+                        ([&[n][..], &problem.output, &[c]].concat(), vec![c])
+                    } else {
+                        (
+                            [&[n, c][..], &problem.output].concat(),
+                            [&[c][..], &vec![1; sd]].concat(),
+                        )
+                    };
+                    let y = std::mem::replace(&mut out, dev.alloc::<T>(0)?);
+                    let y = Tensor::from_parts(y, &memory);
+                    out = b
+                        .reshape(&per_channel)
+                        .and_then(|b| y.add(&b))?
+                        .into_buffer()?;
+                    Ok(true)
+                }
+            }
+        };
+        // Our kernels' run into a scratch output.
+        let trial = engine::choice::scratch_trial(dev, len, |out| {
+            let conv = Conv {
+                op,
+                x,
+                w,
+                bias: any_bias,
+                plan: plan.clone(),
+                channels_last,
+                out,
+            };
+            conv.kernels(dev)
+        });
+        let library_ran = engine::choice::library_if_faster(dev, &problem, library, trial);
+        match library_ran {
+            Ok(true) => Vendor::Done(Ok(out)),
+            Ok(false) => Vendor::Fallback(Conv {
+                op,
+                x,
+                w,
+                bias: any_bias,
+                plan,
+                channels_last,
+                out,
+            }),
+            Err(e) => Vendor::Done(Err(e)),
         }
-        let Some(bias) = self.bias else {
-            return Vendor::Done(Ok(self.out));
-        };
-        // The bias by our broadcast add (a second rounding for f16/bf16:
-        // the library rounds the sums to T first).
-        let (n, c) = (problem.batch, problem.out_channels);
-        let sd = problem.output.len();
-        let (memory, per_channel) = if problem.channels_last {
-            ([&[n][..], &problem.output, &[c]].concat(), vec![c])
-        } else {
-            (
-                [&[n, c][..], &problem.output].concat(),
-                [&[c][..], &vec![1; sd]].concat(),
-            )
-        };
-        let y = Tensor::from_parts(self.out, &memory);
-        let sum = bias
-            .reshape(&per_channel)
-            .and_then(|b| y.add(&b))
-            .and_then(Tensor::into_buffer);
-        Vendor::Done(sum)
     }
 
     fn kernels(self, dev: &Device) -> Result<DeviceBuffer<T>> {

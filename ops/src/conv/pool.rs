@@ -25,7 +25,6 @@ use ferrocm_kernels::conv::pool::{
     P_Y_STRIDES, POOL_ROWS_AT_ONCE, PoolKernels, pool_max_takes,
 };
 use rayon::prelude::*;
-use std::cell::Cell;
 
 use super::{
     is_channels_last, narrow, out_strides, per_dim, spatial_output, store_rows, vendor_dnn, widen,
@@ -754,14 +753,9 @@ impl<T: WithDType> Op for Pool<'_, T> {
         }
         let (dev, x) = (libs.device(), self.x);
         let library = || Ok(dev.dnn_pool(p, x.buf(), x.layout().offset(), &self.out)?);
-        // Our kernels' trial writes a scratch output, allocated once (no
-        // indices: a pool that wants them never reaches a library).
-        let scratch = Cell::new(None);
-        let trial = || {
-            let out = match scratch.take() {
-                Some(out) => out,
-                None => dev.alloc::<T>(self.out.len())?,
-            };
+        // Our kernels' trial writes a scratch output (no indices: a pool
+        // that wants them never reaches a library).
+        let trial = engine::choice::scratch_trial(dev, self.out.len(), |out| {
             let pool = Pool {
                 op: self.op,
                 kind: self.kind,
@@ -772,9 +766,8 @@ impl<T: WithDType> Op for Pool<'_, T> {
                 out,
                 idx: None,
             };
-            scratch.set(Some(pool.kernels(dev)?.0));
-            Ok(())
-        };
+            Ok(pool.kernels(dev)?.0)
+        });
         match engine::choice::library_if_faster(dev, p, library, trial) {
             Ok(true) => Vendor::Done(Ok((self.out, self.idx))),
             Ok(false) => Vendor::Fallback(self),

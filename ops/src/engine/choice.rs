@@ -12,7 +12,7 @@
 //! takes a few microseconds.
 
 use crate::core::error::Result;
-use ferrocm_host::Device;
+use ferrocm_host::{Device, DeviceBuffer};
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Mutex, OnceLock};
@@ -158,6 +158,35 @@ pub fn library_if_faster<P: Hash + ?Sized>(
         Path::Library
     });
     Ok(true)
+}
+
+/// A trial for [`library_if_faster`] that writes our kernels' output to a
+/// scratch buffer of `len` elements, allocated on the first run and reused:
+/// `run` takes the buffer to write, runs the kernels into it and returns it.
+///
+/// ```
+/// use ferrocm_ops::Device;
+/// use ferrocm_ops::engine::choice::{library_if_faster, scratch_trial};
+/// let dev = Device::Cpu;
+/// let mut trial = scratch_trial::<f32>(&dev, 4, |out| Ok(out));
+/// trial()?;
+/// trial()?; // the same buffer again
+/// # Ok::<(), ferrocm_ops::Error>(())
+/// ```
+pub fn scratch_trial<'a, T: bytemuck::Pod>(
+    device: &'a Device,
+    len: usize,
+    mut run: impl FnMut(DeviceBuffer<T>) -> Result<DeviceBuffer<T>> + 'a,
+) -> impl FnMut() -> Result<()> + 'a {
+    let mut scratch = None;
+    move || {
+        let out = match scratch.take() {
+            Some(out) => out,
+            None => device.alloc::<T>(len)?,
+        };
+        scratch = Some(run(out)?);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,6 @@ use ferrocm_kernels::nn::channel_norm::{
 };
 use ferrocm_kernels::norm::{NORM_LDS_BYTES, layer_stats, norm_apply};
 use rayon::prelude::*;
-use std::cell::Cell;
 
 /// An `(N, C, S)` view of a `(N, C, spatial..)` tensor: its strides, when
 /// the spatial dims merge into one stride.
@@ -698,13 +697,8 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
                 f64::from(*eps),
             )?)
         };
-        // Our kernel's trial writes a scratch output, allocated once.
-        let scratch = Cell::new(None);
-        let trial = || {
-            let out = match scratch.take() {
-                Some(out) => out,
-                None => dev.alloc::<T>(self.out.len())?,
-            };
+        // Our kernel's trial writes a scratch output.
+        let trial = engine::choice::scratch_trial(dev, self.out.len(), |out| {
             let norm = ChannelNorm {
                 op: self.op,
                 x,
@@ -716,9 +710,8 @@ impl<T: WithDType> Op for ChannelNorm<'_, T> {
                 channels_last: self.channels_last,
                 out,
             };
-            scratch.set(Some(norm.kernels(dev)?));
-            Ok(())
-        };
+            norm.kernels(dev)
+        });
         // The problem and its affine's presence: with neither weight nor
         // bias the library's path adds two fills.
         let key = (&p, self.w.is_some(), self.b.is_some());
