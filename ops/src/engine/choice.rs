@@ -166,11 +166,21 @@ pub fn library_if_faster<P: Hash + ?Sized>(
 ///
 /// ```
 /// use ferrocm_ops::Device;
-/// use ferrocm_ops::engine::choice::{library_if_faster, scratch_trial};
+/// use ferrocm_ops::engine::choice::scratch_trial;
+/// use std::cell::RefCell;
 /// let dev = Device::Cpu;
-/// let mut trial = scratch_trial::<f32>(&dev, 4, |out| Ok(out));
+/// let written_to = RefCell::new(Vec::new());
+/// let mut trial = scratch_trial::<f32>(&dev, 4, |out| {
+///     // A real trial launches the kernels with `out` as their output.
+///     written_to.borrow_mut().push(out.device_ptr());
+///     Ok(out)
+/// });
 /// trial()?;
-/// trial()?; // the same buffer again
+/// trial()?;
+/// drop(trial);
+/// let written_to = written_to.into_inner();
+/// assert_eq!(written_to.len(), 2);
+/// assert_eq!(written_to[0], written_to[1]); // one buffer, reused
 /// # Ok::<(), ferrocm_ops::Error>(())
 /// ```
 pub fn scratch_trial<'a, T: bytemuck::Pod>(
@@ -197,6 +207,34 @@ mod tests {
 
     fn sleep_ms(ms: u64) {
         std::thread::sleep(Duration::from_millis(ms));
+    }
+
+    #[test]
+    fn a_scratch_trial_allocates_once_and_reuses_its_buffer() {
+        const MARK: f32 = -8765.4321;
+        let dev = Device::Cpu;
+        let runs = Cell::new(0);
+        let mut trial = scratch_trial::<f32>(&dev, 37, |mut out| {
+            let values = out.as_mut_slice().expect("a Cpu buffer is host memory");
+            if runs.get() == 0 {
+                values.fill(MARK);
+            } else {
+                // A buffer allocated afresh would not hold the first run's values.
+                assert!(values.iter().all(|&v| v == MARK), "run {}", runs.get());
+            }
+            runs.set(runs.get() + 1);
+            Ok(out)
+        });
+        trial().unwrap();
+        // Were the first buffer freed, this would take its cached block and
+        // overwrite the mark.
+        let mut other = dev.alloc::<f32>(37).unwrap();
+        other.fill(1.0).unwrap();
+        trial().unwrap();
+        trial().unwrap();
+        drop(trial);
+        assert_eq!(runs.get(), 3);
+        drop(other);
     }
 
     #[test]
